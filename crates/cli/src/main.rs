@@ -1,0 +1,3 @@
+//! The `sortie` binary.
+
+fn main() {}

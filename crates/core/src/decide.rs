@@ -1,0 +1,393 @@
+//! The decisions, as pure functions of the spec, the journaled history and the time given.
+//!
+//! Retry rules (SEMANTICS.md): transient failures are retried; `model_error` moves to the next
+//! fallback and is never retried on the model that raised it; attempt k uses fallback k-1 and
+//! the primary once the fallbacks are used up; a same-model retry backs off exponentially with
+//! jitter, a model switch starts at once; no wait reaches past the deadline.
+
+use std::time::Duration;
+
+use crate::ids::{Attempt, TaskId, Timestamp};
+use crate::outcome::{
+    AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
+};
+use crate::spec::{Isolation, OutputMode, TaskSpec};
+use crate::state::{RunState, TaskRecord, TaskState};
+
+/// The base of the retry backoff.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// The cap of the retry backoff.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
+
+/// Whether an attempt's failure may pass if tried again.
+///
+/// Transient: a timeout while queued, `stalled`, `spawn_error`, `interrupted`, and a failure
+/// with `error`, `protocol_error` or `unexpected_signal`. (In sortie a queued timeout can only
+/// come from the task's deadline, which `next_step` never retries past.)
+pub fn is_transient(outcome: &AttemptOutcome) -> bool {
+    match outcome.stop_reason {
+        StopReason::Timeout => outcome.phase == Some(Phase::Queued),
+        StopReason::Stalled | StopReason::SpawnError | StopReason::Interrupted => true,
+        StopReason::Error | StopReason::ProtocolError | StopReason::UnexpectedSignal => {
+            outcome.status == AttemptStatus::Failed
+        }
+        // model_error is not retried on the same model; next_step moves it to a fallback.
+        StopReason::ModelError => false,
+        StopReason::Completed
+        | StopReason::NonzeroExit
+        | StopReason::Budget
+        | StopReason::Cancelled
+        | StopReason::SetupError
+        | StopReason::Invalid => false,
+    }
+}
+
+/// The model that attempt `k` uses: attempt 1 the primary, attempt k the fallback k-1, the
+/// primary again once the fallbacks are used up.
+pub fn model_for_attempt(spec: &TaskSpec, attempt: Attempt) -> Option<String> {
+    let k = attempt.0 as usize;
+    if k >= 2
+        && let Some(m) = spec.fallback_models.get(k - 2)
+    {
+        return Some(m.clone());
+    }
+    spec.model.clone()
+}
+
+/// The wait before the `n`-th same-model retry (n from 0): base × 2^n capped, then jittered
+/// into `[d/2, d]` by `jitter` (any u64, e.g. a hash of run, task and attempt).
+pub fn backoff_delay(n: u32, jitter: u64) -> Duration {
+    let base = BACKOFF_BASE.as_millis() as u64;
+    let cap = BACKOFF_CAP.as_millis() as u64;
+    let d = base
+        .saturating_mul(1u64.checked_shl(n.min(32)).unwrap_or(u64::MAX))
+        .min(cap);
+    let half = d / 2;
+    Duration::from_millis(half + jitter % (d - half + 1))
+}
+
+/// What happens after an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextStep {
+    /// Try again.
+    Retry {
+        /// The next attempt's number.
+        attempt: Attempt,
+        /// Its model.
+        model: Option<String>,
+        /// The wait before it.
+        delay: Duration,
+        /// Why, for people.
+        reason: String,
+    },
+    /// Stop: the task ends with this result.
+    GiveUp(TaskResult),
+}
+
+/// Decides the next step for a task whose last attempt ended (state `Ended`), at time `now`.
+pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64) -> NextStep {
+    let Some(last) = rec.attempts.last() else {
+        return NextStep::GiveUp(result_without_attempt(
+            TerminalState::Failed,
+            StopReason::Invalid,
+            None,
+            "no attempt was recorded",
+        ));
+    };
+    let outcome = last.outcome().unwrap_or_else(|| {
+        AttemptOutcome::failed(StopReason::Interrupted, "the attempt did not report an end")
+    });
+    let output = last.output().unwrap_or_default();
+    let give_up = |o: &AttemptOutcome| NextStep::GiveUp(finish_result(rec, o, output));
+
+    if outcome.status != AttemptStatus::Failed {
+        return give_up(&outcome);
+    }
+    let model_error = outcome.stop_reason == StopReason::ModelError;
+    if !model_error && !is_transient(&outcome) {
+        return give_up(&outcome);
+    }
+    if outcome.side_effects
+        && spec.isolation != Isolation::Worktree
+        && !spec.retry_after_side_effects
+    {
+        let mut o = outcome.clone();
+        o.error = Some(format!(
+            "{}; not retried: the agent ran side-effecting tools outside a worktree",
+            o.error.as_deref().unwrap_or(o.stop_reason.as_str())
+        ));
+        return give_up(&o);
+    }
+    let used = rec.attempts.len() as u32;
+    if used >= spec.max_attempts() {
+        return give_up(&outcome);
+    }
+    let next = Attempt(used + 1);
+    // Models that raised a model_error are never tried again.
+    let banned: Vec<&Option<String>> = rec
+        .attempts
+        .iter()
+        .filter(|a| {
+            a.outcome()
+                .is_some_and(|o| o.stop_reason == StopReason::ModelError)
+        })
+        .map(|a| &a.model)
+        .collect();
+    let candidates = std::iter::once(model_for_attempt(spec, next))
+        .chain(spec.fallback_models.iter().cloned().map(Some))
+        .chain(std::iter::once(spec.model.clone()));
+    let Some(model) = candidates.into_iter().find(|m| !banned.contains(&m)) else {
+        return give_up(&outcome);
+    };
+    let delay = if model == last.model {
+        let same = rec.attempts.iter().filter(|a| a.model == model).count() as u32;
+        backoff_delay(same.saturating_sub(1), jitter)
+    } else {
+        Duration::ZERO
+    };
+    if let (Some(deadline), Some(ready)) = (spec.deadline, rec.ready_at)
+        && now.plus(delay) >= ready.plus(deadline)
+    {
+        return NextStep::GiveUp(deadline_result(rec, Phase::Starting, output));
+    }
+    let reason = format!(
+        "attempt {} {}{}; retrying on {}",
+        last.attempt,
+        outcome.stop_reason,
+        outcome
+            .error
+            .as_deref()
+            .map(|e| format!(": {}", first_line(e)))
+            .unwrap_or_default(),
+        model.as_deref().unwrap_or("the default model")
+    );
+    NextStep::Retry {
+        attempt: next,
+        model,
+        delay,
+        reason,
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+/// The result of a task whose deadline ran out in `phase`.
+pub fn deadline_result(rec: &TaskRecord, phase: Phase, output: &str) -> TaskResult {
+    let mut o = AttemptOutcome::failed(
+        StopReason::Timeout,
+        format!(
+            "deadline exceeded while {}",
+            match phase {
+                Phase::Queued => "queued (never started)",
+                Phase::Starting => "starting or waiting to retry",
+                Phase::Running => "running",
+            }
+        ),
+    );
+    o.phase = Some(phase);
+    if rec.attempts.is_empty() {
+        return result_without_attempt(
+            TerminalState::Timeout,
+            StopReason::Timeout,
+            Some(phase),
+            o.error.as_deref().unwrap_or_default(),
+        );
+    }
+    finish_result(rec, &o, output)
+}
+
+/// The result of a task from its last attempt's outcome and text.
+pub fn finish_result(rec: &TaskRecord, outcome: &AttemptOutcome, output: &str) -> TaskResult {
+    let state = match (outcome.status, outcome.stop_reason) {
+        (AttemptStatus::Completed, _) => TerminalState::Completed,
+        (AttemptStatus::Partial, _) => TerminalState::Partial,
+        (AttemptStatus::Failed, StopReason::Timeout) => TerminalState::Timeout,
+        (AttemptStatus::Failed, StopReason::Cancelled) => TerminalState::Cancelled,
+        (AttemptStatus::Failed, _) => TerminalState::Failed,
+    };
+    let error = outcome.error.as_ref().map(|e| {
+        if rec.attempts.len() > 1 {
+            let models: Vec<&str> = rec
+                .attempts
+                .iter()
+                .map(|a| a.model.as_deref().unwrap_or("default"))
+                .collect();
+            format!(
+                "{e} (after {} attempts: {})",
+                rec.attempts.len(),
+                models.join(" → ")
+            )
+        } else {
+            e.clone()
+        }
+    });
+    let text = if !output.trim().is_empty() {
+        output.to_owned()
+    } else if let Some(e) = &error {
+        e.clone()
+    } else {
+        "(no output)".to_owned()
+    };
+    TaskResult {
+        state,
+        stop_reason: outcome.stop_reason,
+        phase: outcome.phase,
+        error,
+        text,
+    }
+}
+
+/// The result of a task that never ran an attempt (skipped, cancelled, deadline in the queue).
+pub fn result_without_attempt(
+    state: TerminalState,
+    stop_reason: StopReason,
+    phase: Option<Phase>,
+    error: &str,
+) -> TaskResult {
+    TaskResult {
+        state,
+        stop_reason,
+        phase,
+        error: Some(error.to_owned()),
+        text: error.to_owned(),
+    }
+}
+
+/// The aggregate run state from the task results, in SEMANTICS.md's order: all completed →
+/// completed; any completed or partial → partial; all cancelled → cancelled; all timeout or
+/// cancelled → timeout; otherwise failed. (An empty run counts as completed.)
+pub fn aggregate(results: impl IntoIterator<Item = TerminalState>) -> RunOutcome {
+    let (mut all_completed, mut any_useful, mut all_cancelled, mut all_timeout_or_cancelled) =
+        (true, false, true, true);
+    for s in results {
+        all_completed &= s == TerminalState::Completed;
+        any_useful |= matches!(s, TerminalState::Completed | TerminalState::Partial);
+        all_cancelled &= s == TerminalState::Cancelled;
+        all_timeout_or_cancelled &= matches!(s, TerminalState::Timeout | TerminalState::Cancelled);
+    }
+    if all_completed {
+        RunOutcome::Completed
+    } else if any_useful {
+        RunOutcome::Partial
+    } else if all_cancelled {
+        RunOutcome::Cancelled
+    } else if all_timeout_or_cancelled {
+        RunOutcome::Timeout
+    } else {
+        RunOutcome::Failed
+    }
+}
+
+/// A live attempt found by resume: its process must be made sure dead before anything else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// The task.
+    pub task: TaskId,
+    /// The attempt.
+    pub attempt: Attempt,
+    /// The journaled pid, when `AttemptStarted` made it to the journal.
+    pub pid: Option<u32>,
+    /// The journaled process start time.
+    pub start_time: Option<u64>,
+}
+
+/// What resume must do, from the journal alone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResumePlan {
+    /// Attempts that were live: find and stop their processes, then record them orphaned.
+    pub orphans: Vec<Orphan>,
+    /// Tasks whose last attempt ended with no next step recorded: decide it (retry or finish).
+    pub undecided: Vec<TaskId>,
+    /// Tasks that are not finished and not in the lists above: they continue as scheduled
+    /// (pending, queued, retrying).
+    pub waiting: Vec<TaskId>,
+    /// How many tasks are finished and will not run again.
+    pub finished: usize,
+}
+
+impl ResumePlan {
+    /// Every task the plan touches.
+    pub fn tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.orphans
+            .iter()
+            .map(|o| o.task)
+            .chain(self.undecided.iter().copied())
+            .chain(self.waiting.iter().copied())
+    }
+}
+
+/// The plan to resume a run from its replayed state. Finished tasks never appear in it.
+pub fn resume_plan(state: &RunState) -> ResumePlan {
+    let mut plan = ResumePlan::default();
+    for (i, rec) in state.tasks.iter().enumerate() {
+        let task = TaskId(i as u32);
+        match &rec.state {
+            TaskState::Finished(_) => plan.finished += 1,
+            TaskState::Running { attempt } => {
+                let a = rec.attempts.last();
+                plan.orphans.push(Orphan {
+                    task,
+                    attempt: *attempt,
+                    pid: a.and_then(|a| a.pid),
+                    start_time: a.and_then(|a| a.start_time),
+                });
+            }
+            TaskState::Ended { .. } => plan.undecided.push(task),
+            TaskState::Pending | TaskState::Queued { .. } | TaskState::Retrying { .. } => {
+                plan.waiting.push(task)
+            }
+        }
+    }
+    plan
+}
+
+/// The text shown for a task in the summary: `Output written to PATH` for file-only tasks,
+/// else the text cut to `max_output` with a marker naming the artifact.
+pub fn inline_text(spec: &TaskSpec, text: &str) -> String {
+    if spec.output_mode == OutputMode::FileOnly {
+        return match &spec.output {
+            Some(p) => format!("Output written to {p}"),
+            None => "No output artifact".to_owned(),
+        };
+    }
+    let max_bytes = usize::try_from(spec.max_output.bytes).unwrap_or(usize::MAX);
+    let max_lines = usize::try_from(spec.max_output.lines).unwrap_or(usize::MAX);
+    let mut end = text.len().min(max_bytes);
+    if let Some((i, _)) = text.match_indices('\n').nth(max_lines.saturating_sub(1)) {
+        end = end.min(i);
+    }
+    if end >= text.len() {
+        return text.to_owned();
+    }
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let whole = match &spec.output {
+        Some(p) => format!("full output in {p}"),
+        None => "no artifact was configured".to_owned(),
+    };
+    format!(
+        "{}\n[output truncated at {} of {} bytes; {whole}]",
+        &text[..end],
+        end,
+        text.len()
+    )
+}
+
+/// The run's summary: for each task `[label] state` then its text, separated by blank lines.
+pub fn summary_text(state: &RunState) -> String {
+    let Some(batch) = &state.batch else {
+        return String::new();
+    };
+    let mut blocks = Vec::with_capacity(batch.tasks.len());
+    for (spec, rec) in batch.tasks.iter().zip(&state.tasks) {
+        let (name, text) = match &rec.state {
+            TaskState::Finished(r) => (r.state.as_str(), inline_text(spec, &r.text)),
+            other => (other.name(), "(not finished)".to_owned()),
+        };
+        blocks.push(format!("[{}] {name}\n{text}", spec.label));
+    }
+    blocks.join("\n\n")
+}

@@ -1,0 +1,229 @@
+//! The event vocabulary: everything that can happen to a run, as data.
+//!
+//! A run is its journal: a sequence of [`Stamped`] events. The journal assigns `seq`; the runner
+//! decides `at` (from its clock) and the payload. Environment values and secrets never appear in
+//! an event.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
+use crate::outcome::{AttemptOutcome, RunOutcome, TaskResult};
+use crate::spec::Batch;
+use crate::usage::Usage;
+
+/// An event with its place in the journal and its time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamped {
+    /// The journal's sequence number (dense from 0).
+    pub seq: Seq,
+    /// When the event was decided.
+    pub at: Timestamp,
+    /// What happened.
+    pub event: Event,
+}
+
+/// What resume found of an attempt that was live when its run died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OrphanAction {
+    /// A process of the attempt was still running and was killed.
+    Killed,
+    /// No process of the attempt was left.
+    Gone,
+}
+
+/// Everything that can happen to a run.
+///
+/// Variants are never removed or reordered: the journal's stored form mirrors them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// The first event of every run.
+    RunStarted {
+        /// The run's id.
+        run_id: RunId,
+        /// The resolved batch (specs with defaults applied, profiles, settings).
+        batch: Batch,
+        /// A digest of the batch as given, to tell whether a file changed since.
+        batch_digest: u64,
+        /// The host the run started on.
+        host: String,
+        /// The pid of the sortie process.
+        pid: u32,
+    },
+    /// A new sortie process took the run over after a crash or an interrupt.
+    RunResumed {
+        /// The pid of the resuming process.
+        pid: u32,
+        /// The seq of the last event before this resume.
+        from_seq: Seq,
+    },
+    /// The run was stopped on purpose (Ctrl-C, SIGTERM) and can be resumed.
+    RunInterrupted {
+        /// Why it stopped, for people.
+        reason: String,
+    },
+    /// The run ended; nothing follows.
+    RunFinished {
+        /// The aggregate state.
+        state: RunOutcome,
+        /// The summary text.
+        summary: String,
+    },
+    /// A task's dependencies are met: it waits for a slot, and its deadline starts.
+    TaskQueued {
+        /// The task.
+        task: TaskId,
+    },
+    /// A task's setup finished (e.g. its worktree exists).
+    TaskSetUp {
+        /// The task.
+        task: TaskId,
+        /// The worktree's path, when the task is isolated.
+        worktree: Option<String>,
+    },
+    /// An attempt is about to be spawned. Durable before the spawn.
+    AttemptLaunching {
+        /// The task.
+        task: TaskId,
+        /// The attempt's number.
+        attempt: Attempt,
+        /// The model it uses.
+        model: Option<String>,
+    },
+    /// The attempt's process exists.
+    AttemptStarted {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The process id (also its process group id).
+        pid: u32,
+        /// The process's start time in clock ticks since boot (pid reuse guard).
+        start_time: u64,
+    },
+    /// A checkpoint of usage while the attempt runs (rate-limited).
+    AttemptProgress {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The attempt's usage so far (cumulative, never decreasing).
+        usage: Usage,
+    },
+    /// The attempt has been silent for `stall_after`.
+    AttemptStalled {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+    },
+    /// The attempt ended.
+    AttemptFinished {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// How it ended.
+        outcome: AttemptOutcome,
+        /// Its final usage (cumulative for the attempt).
+        usage: Usage,
+        /// Its text: final message, else error, else the last stderr lines.
+        output: String,
+    },
+    /// Resume found an attempt that was live when the run died.
+    AttemptOrphaned {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// What was done about its processes.
+        action: OrphanAction,
+    },
+    /// The task will be tried again.
+    RetryScheduled {
+        /// The task.
+        task: TaskId,
+        /// The attempt that will run next.
+        next_attempt: Attempt,
+        /// Its model.
+        model: Option<String>,
+        /// How long to wait first.
+        delay: Duration,
+        /// Why the last attempt is retried, for people.
+        reason: String,
+    },
+    /// The task's artifact was written.
+    ArtifactWritten {
+        /// The task.
+        task: TaskId,
+        /// Where.
+        path: String,
+        /// How many bytes.
+        bytes: u64,
+        /// A digest of the content.
+        digest: u64,
+    },
+    /// The task's worktree was finalized.
+    WorktreeFinalized {
+        /// The task.
+        task: TaskId,
+        /// Whether it changed (and so was kept).
+        changed: bool,
+        /// The diff summary, when it changed.
+        diff: Option<String>,
+    },
+    /// The task ended; nothing of this task follows.
+    TaskFinished {
+        /// The task.
+        task: TaskId,
+        /// How it ended.
+        result: TaskResult,
+    },
+}
+
+impl Event {
+    /// The task this event is about, if any.
+    pub fn task(&self) -> Option<TaskId> {
+        match self {
+            Event::RunStarted { .. }
+            | Event::RunResumed { .. }
+            | Event::RunInterrupted { .. }
+            | Event::RunFinished { .. } => None,
+            Event::TaskQueued { task }
+            | Event::TaskSetUp { task, .. }
+            | Event::AttemptLaunching { task, .. }
+            | Event::AttemptStarted { task, .. }
+            | Event::AttemptProgress { task, .. }
+            | Event::AttemptStalled { task, .. }
+            | Event::AttemptFinished { task, .. }
+            | Event::AttemptOrphaned { task, .. }
+            | Event::RetryScheduled { task, .. }
+            | Event::ArtifactWritten { task, .. }
+            | Event::WorktreeFinalized { task, .. }
+            | Event::TaskFinished { task, .. } => Some(*task),
+        }
+    }
+
+    /// The event's name, as shown in timelines and exports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "RunStarted",
+            Event::RunResumed { .. } => "RunResumed",
+            Event::RunInterrupted { .. } => "RunInterrupted",
+            Event::RunFinished { .. } => "RunFinished",
+            Event::TaskQueued { .. } => "TaskQueued",
+            Event::TaskSetUp { .. } => "TaskSetUp",
+            Event::AttemptLaunching { .. } => "AttemptLaunching",
+            Event::AttemptStarted { .. } => "AttemptStarted",
+            Event::AttemptProgress { .. } => "AttemptProgress",
+            Event::AttemptStalled { .. } => "AttemptStalled",
+            Event::AttemptFinished { .. } => "AttemptFinished",
+            Event::AttemptOrphaned { .. } => "AttemptOrphaned",
+            Event::RetryScheduled { .. } => "RetryScheduled",
+            Event::ArtifactWritten { .. } => "ArtifactWritten",
+            Event::WorktreeFinalized { .. } => "WorktreeFinalized",
+            Event::TaskFinished { .. } => "TaskFinished",
+        }
+    }
+}

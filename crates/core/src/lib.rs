@@ -1,0 +1,35 @@
+//! sortie-core: the pure model of a sortie run.
+//!
+//! This crate owns the rules: the task spec and its validation, the event vocabulary, the run and
+//! task state machine (`RunState::apply`), and the decisions (retry, fallback, aggregate state,
+//! resume plan, usage arithmetic, summary text) as pure functions.
+//!
+//! Invariants:
+//! - no I/O, no clock, no randomness: time and jitter come in as data, so replaying the same
+//!   events always gives the same state;
+//! - `RunState::apply` either applies an event completely or rejects it with a [`Violation`] and
+//!   leaves the state untouched; it never panics on any input.
+
+pub mod decide;
+pub mod event;
+pub mod ids;
+pub mod outcome;
+pub mod spec;
+pub mod state;
+pub mod usage;
+
+pub use decide::{
+    NextStep, ResumePlan, aggregate, backoff_delay, finish_result, is_transient, model_for_attempt,
+    next_step, resume_plan, summary_text,
+};
+pub use event::{Event, OrphanAction, Stamped};
+pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
+pub use outcome::{
+    AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
+};
+pub use spec::{
+    AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
+    TaskSpec, validate_batch,
+};
+pub use state::{AttemptRecord, RunState, RunStatus, TaskRecord, TaskState, Violation};
+pub use usage::{Cost, Usage};

@@ -1,0 +1,231 @@
+//! What an attempt ended with, what a task ended with, and what a run ended with.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why an attempt (and so a task) stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StopReason {
+    /// The agent finished normally.
+    Completed,
+    /// The process exited nonzero with a complete protocol: a real task failure.
+    NonzeroExit,
+    /// A provider or agent error that may pass (429, 5xx, overloaded, connection).
+    Error,
+    /// A provider error tied to the model (quota, billing, auth, unknown model).
+    ModelError,
+    /// The agent's output protocol was incomplete or unreadable.
+    ProtocolError,
+    /// The process was ended by a signal sortie did not send.
+    UnexpectedSignal,
+    /// The agent could not be started.
+    SpawnError,
+    /// No output for `stall_after` plus `stall_kill_after`.
+    Stalled,
+    /// A timeout: `attempt_timeout` while running, or the task's deadline.
+    Timeout,
+    /// A budget (turns, tokens, cost) was exhausted.
+    Budget,
+    /// The user cancelled the task or the run.
+    Cancelled,
+    /// sortie itself was stopped or died while the attempt ran.
+    Interrupted,
+    /// The task's setup (e.g. its worktree) failed.
+    SetupError,
+    /// The task cannot run as specified.
+    Invalid,
+}
+
+impl StopReason {
+    /// The snake_case name used in output and exports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Completed => "completed",
+            StopReason::NonzeroExit => "nonzero_exit",
+            StopReason::Error => "error",
+            StopReason::ModelError => "model_error",
+            StopReason::ProtocolError => "protocol_error",
+            StopReason::UnexpectedSignal => "unexpected_signal",
+            StopReason::SpawnError => "spawn_error",
+            StopReason::Stalled => "stalled",
+            StopReason::Timeout => "timeout",
+            StopReason::Budget => "budget",
+            StopReason::Cancelled => "cancelled",
+            StopReason::Interrupted => "interrupted",
+            StopReason::SetupError => "setup_error",
+            StopReason::Invalid => "invalid",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a task was when a timeout hit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Waiting for its dependencies or a slot (never started).
+    Queued,
+    /// Setting up, launching, or waiting between attempts.
+    Starting,
+    /// An attempt was running.
+    Running,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Queued => "queued",
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+        })
+    }
+}
+
+/// How an attempt ended, coarsely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AttemptStatus {
+    /// Exit 0, protocol complete, last message did not fail.
+    Completed,
+    /// Useful output, but stopped early (budget, signal, incomplete protocol).
+    Partial,
+    /// Anything else.
+    Failed,
+}
+
+/// The full outcome of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptOutcome {
+    /// Completed, partial or failed.
+    pub status: AttemptStatus,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// For timeouts, where the task was.
+    pub phase: Option<Phase>,
+    /// The exit code, when the process exited (a failed exit 0 is reported as 1).
+    pub exit_code: Option<i32>,
+    /// The signal that ended the process, when one did.
+    pub signal: Option<i32>,
+    /// A human-readable error, when there is one.
+    pub error: Option<String>,
+    /// True when the agent ran side-effecting tools (bash, write, edit).
+    pub side_effects: bool,
+}
+
+impl AttemptOutcome {
+    /// A completed attempt with exit code 0.
+    pub fn completed() -> Self {
+        AttemptOutcome {
+            status: AttemptStatus::Completed,
+            stop_reason: StopReason::Completed,
+            phase: None,
+            exit_code: Some(0),
+            signal: None,
+            error: None,
+            side_effects: false,
+        }
+    }
+
+    /// A failed attempt with a reason and an error text.
+    pub fn failed(stop_reason: StopReason, error: impl Into<String>) -> Self {
+        AttemptOutcome {
+            status: AttemptStatus::Failed,
+            stop_reason,
+            phase: None,
+            exit_code: None,
+            signal: None,
+            error: Some(error.into()),
+            side_effects: false,
+        }
+    }
+}
+
+/// A task's terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TerminalState {
+    /// Done, fully.
+    Completed,
+    /// Stopped early with useful output (budget, truncation, artifact failure).
+    Partial,
+    /// Failed after its attempts.
+    Failed,
+    /// Its deadline or attempt timeout ran out.
+    Timeout,
+    /// Cancelled by the user, or not started after `fail_fast`.
+    Cancelled,
+    /// A dependency did not complete.
+    Skipped,
+}
+
+impl TerminalState {
+    /// The lowercase name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminalState::Completed => "completed",
+            TerminalState::Partial => "partial",
+            TerminalState::Failed => "failed",
+            TerminalState::Timeout => "timeout",
+            TerminalState::Cancelled => "cancelled",
+            TerminalState::Skipped => "skipped",
+        }
+    }
+}
+
+impl fmt::Display for TerminalState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The end of a task, as recorded by `TaskFinished`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// The terminal state.
+    pub state: TerminalState,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// For timeouts, where the task was.
+    pub phase: Option<Phase>,
+    /// The error message, ending with `(after N attempts: a → b)` when there were retries.
+    pub error: Option<String>,
+    /// The task's text: final agent message, else the error, else stderr, else `(no output)`.
+    pub text: String,
+}
+
+/// The aggregate end of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RunOutcome {
+    /// Every task completed.
+    Completed,
+    /// Some task completed or was partial.
+    Partial,
+    /// Nothing completed.
+    Failed,
+    /// Every task timed out or was cancelled.
+    Timeout,
+    /// Every task was cancelled.
+    Cancelled,
+}
+
+impl RunOutcome {
+    /// The lowercase name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Completed => "completed",
+            RunOutcome::Partial => "partial",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Timeout => "timeout",
+            RunOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,621 @@
+//! The task spec (every field of the batch file, resolved with its defaults), agent profiles,
+//! run settings, and the validation that must pass before anything runs.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How a task's working directory is isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Isolation {
+    /// Run in `cwd` as it is.
+    #[default]
+    None,
+    /// Run in a git worktree of its own under the state dir.
+    Worktree,
+}
+
+/// How a task's output is shown when it has an artifact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum OutputMode {
+    /// The text is shown (cut to `max_output`) and written to the artifact.
+    #[default]
+    Inline,
+    /// Only `Output written to PATH` is shown.
+    FileOnly,
+}
+
+/// The cap on the text shown inline; the artifact keeps everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MaxOutput {
+    /// At most this many bytes.
+    pub bytes: u64,
+    /// At most this many lines.
+    pub lines: u64,
+}
+
+impl Default for MaxOutput {
+    fn default() -> Self {
+        MaxOutput {
+            bytes: 200 * 1024,
+            lines: 5000,
+        }
+    }
+}
+
+/// Which output protocol an agent speaks on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Protocol {
+    /// Stdout is the output; exit 0 is success.
+    #[default]
+    Plain,
+    /// `pi --mode json`.
+    PiJson,
+    /// `claude -p --output-format stream-json --verbose`.
+    ClaudeStreamJson,
+    /// `codex exec --json`.
+    CodexJson,
+}
+
+impl Protocol {
+    /// The name used in batch files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Plain => "plain",
+            Protocol::PiJson => "pi-json",
+            Protocol::ClaudeStreamJson => "claude-stream-json",
+            Protocol::CodexJson => "codex-json",
+        }
+    }
+
+    /// Parses a batch-file name.
+    pub fn parse(name: &str) -> Option<Protocol> {
+        [
+            Protocol::Plain,
+            Protocol::PiJson,
+            Protocol::ClaudeStreamJson,
+            Protocol::CodexJson,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == name)
+    }
+}
+
+/// How to launch an agent: an argv template and the protocol it speaks.
+///
+/// Placeholders `{prompt}`, `{model}`, `{cwd}`, `{attempt}`, `{label}` (alias `{task}`) are
+/// substituted inside argv elements; an element that is exactly `{model_args}` expands to
+/// `model_args` when the attempt has a model, and to nothing otherwise. No shell is involved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentProfile {
+    /// The profile's name.
+    pub name: String,
+    /// The argv template; the first element is the program.
+    pub command: Vec<String>,
+    /// Arguments that select a model, used when a model is set.
+    pub model_args: Vec<String>,
+    /// The output protocol.
+    pub protocol: Protocol,
+    /// Names of extra environment variables (values live outside the journal).
+    pub env_keys: Vec<String>,
+    /// Whether the agent can be told to wrap up while it runs.
+    pub can_steer: bool,
+    /// Whether an interrupted attempt's conversation can be continued.
+    pub can_continue: bool,
+    /// Whether the agent may edit files or run a shell.
+    pub may_write: bool,
+}
+
+impl AgentProfile {
+    /// The built-in profiles: `pi`, `claude`, `codex` and `command`.
+    pub fn builtins() -> BTreeMap<String, AgentProfile> {
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        let profiles = [
+            AgentProfile {
+                name: "pi".into(),
+                command: s(&[
+                    "pi",
+                    "--mode",
+                    "json",
+                    "--no-session",
+                    "{model_args}",
+                    "{prompt}",
+                ]),
+                model_args: s(&["--model", "{model}"]),
+                protocol: Protocol::PiJson,
+                env_keys: vec![],
+                can_steer: false,
+                can_continue: false,
+                may_write: true,
+            },
+            AgentProfile {
+                name: "claude".into(),
+                command: s(&[
+                    "claude",
+                    "-p",
+                    "--output-format",
+                    "stream-json",
+                    "--verbose",
+                    "{model_args}",
+                    "{prompt}",
+                ]),
+                model_args: s(&["--model", "{model}"]),
+                protocol: Protocol::ClaudeStreamJson,
+                env_keys: vec![],
+                can_steer: false,
+                can_continue: false,
+                may_write: true,
+            },
+            AgentProfile {
+                name: "codex".into(),
+                command: s(&["codex", "exec", "--json", "{model_args}", "{prompt}"]),
+                model_args: s(&["--model", "{model}"]),
+                protocol: Protocol::CodexJson,
+                env_keys: vec![],
+                can_steer: false,
+                can_continue: false,
+                may_write: true,
+            },
+            AgentProfile {
+                name: "command".into(),
+                command: vec![],
+                model_args: vec![],
+                protocol: Protocol::Plain,
+                env_keys: vec![],
+                can_steer: false,
+                can_continue: false,
+                may_write: false,
+            },
+        ];
+        profiles.into_iter().map(|p| (p.name.clone(), p)).collect()
+    }
+}
+
+/// One task, every field resolved (defaults applied, paths absolute).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Unique name within the batch.
+    pub label: String,
+    /// What the agent is asked (placeholders not yet substituted).
+    pub prompt: Option<String>,
+    /// An argv run as is with the plain protocol.
+    pub command: Option<Vec<String>>,
+    /// The agent profile's name.
+    pub agent: String,
+    /// The primary model (None: the agent's own).
+    pub model: Option<String>,
+    /// Models tried in order after the primary.
+    pub fallback_models: Vec<String>,
+    /// Extra attempts for transient failures.
+    pub max_retries: u32,
+    /// Hard wall clock of one attempt while running.
+    pub attempt_timeout: Duration,
+    /// Wall clock of the whole task from when it is ready.
+    pub deadline: Option<Duration>,
+    /// Silence before an attempt is marked stalled.
+    pub stall_after: Duration,
+    /// Further silence before a stalled attempt is stopped.
+    pub stall_kill_after: Duration,
+    /// SIGTERM to the process group, then SIGKILL after this.
+    pub kill_grace: Duration,
+    /// Turn budget.
+    pub max_turns: Option<u32>,
+    /// Token budget.
+    pub max_tokens: Option<u64>,
+    /// Cost budget in nano-dollars.
+    pub max_cost_nanos: Option<u64>,
+    /// Turns granted to wrap up after a budget breach (steerable agents only).
+    pub grace_turns: u32,
+    /// Absolute working directory.
+    pub cwd: String,
+    /// Isolation mode.
+    pub isolation: Isolation,
+    /// Seed the worktree with uncommitted changes and untracked files.
+    pub include_wip: bool,
+    /// Absolute artifact path.
+    pub output: Option<String>,
+    /// Inline or file-only.
+    pub output_mode: OutputMode,
+    /// Cap on the inline text.
+    pub max_output: MaxOutput,
+    /// Files the agent should read first.
+    pub reads: Vec<String>,
+    /// Labels that must complete first.
+    pub needs: Vec<String>,
+    /// Names of the task's extra environment variables; their values are never journaled.
+    pub env_keys: Vec<String>,
+    /// Retry even after side-effecting tools ran outside a worktree.
+    pub retry_after_side_effects: bool,
+}
+
+impl TaskSpec {
+    /// A spec with every default, for the given label and prompt.
+    pub fn new(label: impl Into<String>, cwd: impl Into<String>) -> TaskSpec {
+        TaskSpec {
+            label: label.into(),
+            prompt: None,
+            command: None,
+            agent: "pi".into(),
+            model: None,
+            fallback_models: vec![],
+            max_retries: 2,
+            attempt_timeout: Duration::from_secs(15 * 60),
+            deadline: None,
+            stall_after: Duration::from_secs(5 * 60),
+            stall_kill_after: Duration::from_secs(60),
+            kill_grace: Duration::from_secs(3),
+            max_turns: None,
+            max_tokens: None,
+            max_cost_nanos: None,
+            grace_turns: 2,
+            cwd: cwd.into(),
+            isolation: Isolation::None,
+            include_wip: false,
+            output: None,
+            output_mode: OutputMode::Inline,
+            max_output: MaxOutput::default(),
+            reads: vec![],
+            needs: vec![],
+            env_keys: vec![],
+            retry_after_side_effects: false,
+        }
+    }
+
+    /// The most attempts this task may make: `1 + max(max_retries, fallbacks)`.
+    pub fn max_attempts(&self) -> u32 {
+        let fallbacks = u32::try_from(self.fallback_models.len()).unwrap_or(u32::MAX);
+        1u32.saturating_add(self.max_retries.max(fallbacks))
+    }
+}
+
+/// Run-level settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// How many tasks run at once.
+    pub concurrency: u32,
+    /// Stop launching after the first failed task.
+    pub fail_fast: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            concurrency: 4,
+            fail_fast: false,
+        }
+    }
+}
+
+/// A whole batch: tasks in file order, the agent profiles they use, run settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch {
+    /// The tasks, in file order; `TaskId(i)` is `tasks[i]`.
+    pub tasks: Vec<TaskSpec>,
+    /// Agent profiles by name (built-ins merged with the file's own).
+    pub agents: BTreeMap<String, AgentProfile>,
+    /// Run settings.
+    pub config: RunConfig,
+    /// Where the batch came from (a file path, or a description of a one-off).
+    pub source: String,
+}
+
+/// A batch error: which task (by index) and which field is wrong, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}field `{field}`: {message}", task.map(|t| format!("task {} ", t + 1)).unwrap_or_default())]
+pub struct SpecError {
+    /// Index of the task in the batch (None: a run-level field).
+    pub task: Option<usize>,
+    /// The field's name as written in the batch file.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The most fallback models a task may list.
+pub const MAX_FALLBACKS: usize = 8;
+
+/// Checks everything that must hold before anything runs. Returns every error found, in task
+/// order, so a user can fix a file in one pass.
+pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
+    let mut errors = Vec::new();
+    let mut err = |task: Option<usize>, field: &'static str, message: String| {
+        errors.push(SpecError {
+            task,
+            field,
+            message,
+        });
+    };
+    if batch.config.concurrency == 0 {
+        err(None, "concurrency", "must be at least 1".into());
+    }
+    if batch.tasks.is_empty() {
+        err(None, "tasks", "the batch has no tasks".into());
+    }
+    let mut labels: HashMap<&str, usize> = HashMap::new();
+    let mut outputs: HashMap<&str, usize> = HashMap::new();
+    for (i, t) in batch.tasks.iter().enumerate() {
+        if t.label.is_empty() {
+            err(Some(i), "label", "must not be empty".into());
+        }
+        if let Some(first) = labels.insert(&t.label, i) {
+            err(
+                Some(i),
+                "label",
+                format!("duplicate label {:?} (also task {})", t.label, first + 1),
+            );
+        }
+        match (&t.prompt, &t.command) {
+            (None, None) => err(
+                Some(i),
+                "prompt",
+                "a task needs a `prompt` or a `command`".into(),
+            ),
+            (Some(_), Some(_)) => err(
+                Some(i),
+                "command",
+                "give either `prompt` or `command`, not both".into(),
+            ),
+            (None, Some(c)) if c.is_empty() => err(Some(i), "command", "must not be empty".into()),
+            _ => {}
+        }
+        match batch.agents.get(&t.agent) {
+            None if t.command.is_none() => err(
+                Some(i),
+                "agent",
+                format!("unknown agent profile {:?}", t.agent),
+            ),
+            Some(p) if t.command.is_none() && p.command.is_empty() => err(
+                Some(i),
+                "agent",
+                format!(
+                    "agent {:?} has no command; give the task a `command`",
+                    t.agent
+                ),
+            ),
+            _ => {}
+        }
+        if t.fallback_models.len() > MAX_FALLBACKS {
+            err(
+                Some(i),
+                "fallback_models",
+                format!("at most {MAX_FALLBACKS} fallback models"),
+            );
+        }
+        if t.attempt_timeout.is_zero() {
+            err(Some(i), "attempt_timeout", "must be more than 0".into());
+        }
+        if t.deadline.is_some_and(|d| d.is_zero()) {
+            err(Some(i), "deadline", "must be more than 0".into());
+        }
+        if t.include_wip && t.isolation != Isolation::Worktree {
+            err(
+                Some(i),
+                "include_wip",
+                "needs `isolation = \"worktree\"`".into(),
+            );
+        }
+        if t.output_mode == OutputMode::FileOnly && t.output.is_none() {
+            err(
+                Some(i),
+                "output_mode",
+                "`file-only` needs an `output` path".into(),
+            );
+        }
+        if t.max_output.bytes == 0 || t.max_output.lines == 0 {
+            err(
+                Some(i),
+                "max_output",
+                "bytes and lines must be more than 0".into(),
+            );
+        }
+        if let Some(out) = &t.output
+            && let Some(first) = outputs.insert(out, i)
+        {
+            err(
+                Some(i),
+                "output",
+                format!("output path {out:?} is also task {}'s", first + 1),
+            );
+        }
+        let mut seen = HashSet::new();
+        for need in &t.needs {
+            if !seen.insert(need) {
+                err(Some(i), "needs", format!("{need:?} is listed twice"));
+            } else if need == &t.label {
+                err(Some(i), "needs", "a task cannot need itself".into());
+            } else if !batch.tasks.iter().any(|o| &o.label == need) {
+                err(Some(i), "needs", format!("unknown label {need:?}"));
+            }
+        }
+    }
+    if let Some(cycle) = find_cycle(batch) {
+        let names: Vec<&str> = cycle
+            .iter()
+            .map(|&i| batch.tasks[i].label.as_str())
+            .collect();
+        err(
+            Some(cycle[0]),
+            "needs",
+            format!("dependency cycle: {}", names.join(" → ")),
+        );
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Finds a `needs` cycle, returned as task indices with the first repeated at the end.
+fn find_cycle(batch: &Batch) -> Option<Vec<usize>> {
+    let index: HashMap<&str, usize> = batch
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.label.as_str(), i))
+        .collect();
+    let deps: Vec<Vec<usize>> = batch
+        .tasks
+        .iter()
+        .map(|t| {
+            t.needs
+                .iter()
+                .filter_map(|n| index.get(n.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // 0 = unvisited, 1 = on the stack, 2 = done. Iterative DFS: deep chains must not overflow.
+    let mut mark = vec![0u8; deps.len()];
+    for root in 0..deps.len() {
+        if mark[root] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        mark[root] = 1;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(&dep) = deps[node].get(*next) {
+                *next += 1;
+                match mark[dep] {
+                    0 => {
+                        mark[dep] = 1;
+                        stack.push((dep, 0));
+                    }
+                    1 => {
+                        let start = stack.iter().position(|&(n, _)| n == dep).unwrap_or(0);
+                        let mut cycle: Vec<usize> =
+                            stack[start..].iter().map(|&(n, _)| n).collect();
+                        cycle.push(dep);
+                        return Some(cycle);
+                    }
+                    _ => {}
+                }
+            } else {
+                mark[node] = 2;
+                stack.pop();
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(tasks: Vec<TaskSpec>) -> Batch {
+        Batch {
+            tasks,
+            agents: AgentProfile::builtins(),
+            config: RunConfig::default(),
+            source: "test.toml".into(),
+        }
+    }
+
+    fn task(label: &str) -> TaskSpec {
+        let mut t = TaskSpec::new(label, "/tmp");
+        t.prompt = Some("do it".into());
+        t
+    }
+
+    fn fields(b: &Batch) -> Vec<(Option<usize>, &'static str)> {
+        validate_batch(b)
+            .err()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| (e.task, e.field))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_follow_the_semantics_table() {
+        let t = TaskSpec::new("a", "/");
+        assert_eq!(t.agent, "pi");
+        assert_eq!(t.max_retries, 2);
+        assert_eq!(t.attempt_timeout, Duration::from_secs(900));
+        assert_eq!(t.stall_after, Duration::from_secs(300));
+        assert_eq!(t.stall_kill_after, Duration::from_secs(60));
+        assert_eq!(t.kill_grace, Duration::from_secs(3));
+        assert_eq!(t.grace_turns, 2);
+        assert_eq!(
+            t.max_output,
+            MaxOutput {
+                bytes: 204_800,
+                lines: 5000
+            }
+        );
+        assert_eq!(RunConfig::default().concurrency, 4);
+        assert_eq!(t.max_attempts(), 3);
+    }
+
+    #[test]
+    fn a_valid_batch_passes() {
+        let mut b = task("b");
+        b.needs = vec!["a".into()];
+        assert_eq!(validate_batch(&batch(vec![task("a"), b])), Ok(()));
+    }
+
+    #[test]
+    fn each_error_names_its_task_and_field() {
+        let mut wip = task("wip");
+        wip.include_wip = true;
+        let mut fo = task("fo");
+        fo.output_mode = OutputMode::FileOnly;
+        let mut o1 = task("o1");
+        o1.output = Some("/x/out.md".into());
+        let mut o2 = task("o2");
+        o2.output = Some("/x/out.md".into());
+        let mut unknown = task("u");
+        unknown.needs = vec!["nope".into()];
+        let mut neither = task("n");
+        neither.prompt = None;
+        let b = batch(vec![
+            task("a"),
+            task("a"),
+            wip,
+            fo,
+            o1,
+            o2,
+            unknown,
+            neither,
+        ]);
+        assert_eq!(
+            fields(&b),
+            vec![
+                (Some(1), "label"),
+                (Some(2), "include_wip"),
+                (Some(3), "output_mode"),
+                (Some(5), "output"),
+                (Some(6), "needs"),
+                (Some(7), "prompt"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_needs_cycle_is_named() {
+        let mut a = task("a");
+        a.needs = vec!["c".into()];
+        let mut b = task("b");
+        b.needs = vec!["a".into()];
+        let mut c = task("c");
+        c.needs = vec!["b".into()];
+        let errs = validate_batch(&batch(vec![a, b, c])).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(
+            errs[0].to_string(),
+            "task 1 field `needs`: dependency cycle: a → c → b → a"
+        );
+    }
+
+    #[test]
+    fn unknown_agent_and_too_many_fallbacks() {
+        let mut t = task("a");
+        t.agent = "ghost".into();
+        t.fallback_models = (0..9).map(|i| format!("m{i}")).collect();
+        assert_eq!(
+            fields(&batch(vec![t])),
+            vec![(Some(0), "agent"), (Some(0), "fallback_models")]
+        );
+    }
+}

@@ -1,0 +1,811 @@
+//! The run and task state machine: `RunState::apply` folds events into state, refusing any
+//! illegal transition with a [`Violation`] and leaving the state untouched when it does.
+//!
+//! Per task, events follow the grammar
+//! `Queued SetUp? (Launching Started? Stalled* Progress* (Finished | Orphaned) Retry?)* Artifact?
+//! Worktree? Finished`, with `Finished` alone allowed from pending (skipped, cancelled) and
+//! nothing after it. Attempt reports carry their attempt number and are refused when that
+//! attempt is not the live one (fencing).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::decide::aggregate;
+use crate::event::{Event, OrphanAction, Stamped};
+use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
+use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult};
+use crate::spec::{Batch, TaskSpec};
+use crate::usage::Usage;
+
+/// Where a run stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunStatus {
+    /// No `RunStarted` yet.
+    NotStarted,
+    /// A process owns the run (or owned it when it died: the journal cannot tell a crash).
+    Running,
+    /// Stopped on purpose, resumable.
+    Interrupted {
+        /// Why.
+        reason: String,
+    },
+    /// Ended.
+    Finished {
+        /// The aggregate state.
+        state: RunOutcome,
+    },
+}
+
+/// Where a task stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Waiting for its dependencies.
+    Pending,
+    /// Ready, waiting for a slot.
+    Queued {
+        /// When it became ready (its deadline counts from here).
+        since: Timestamp,
+    },
+    /// An attempt is live (launching or running).
+    Running {
+        /// The live attempt.
+        attempt: Attempt,
+    },
+    /// An attempt ended; the next step (retry or finish) is not yet recorded.
+    Ended {
+        /// The attempt that ended.
+        attempt: Attempt,
+    },
+    /// A retry is scheduled.
+    Retrying {
+        /// The attempt that will run.
+        next: Attempt,
+        /// Its model.
+        model: Option<String>,
+        /// Not before this time.
+        not_before: Timestamp,
+    },
+    /// Terminal.
+    Finished(TaskResult),
+}
+
+impl TaskState {
+    /// A short name for displays.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Queued { .. } => "queued",
+            TaskState::Running { .. } => "running",
+            TaskState::Ended { .. } => "finishing",
+            TaskState::Retrying { .. } => "retrying",
+            TaskState::Finished(r) => r.state.as_str(),
+        }
+    }
+
+    /// True once the task has finished.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, TaskState::Finished(_))
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttemptEnd {
+    /// It finished and reported.
+    Finished {
+        /// Its outcome.
+        outcome: AttemptOutcome,
+        /// Its text.
+        output: String,
+        /// When.
+        at: Timestamp,
+    },
+    /// Resume found it live after a crash.
+    Orphaned {
+        /// What was done about it.
+        action: OrphanAction,
+        /// When.
+        at: Timestamp,
+    },
+}
+
+/// One attempt of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// Its number.
+    pub attempt: Attempt,
+    /// Its model.
+    pub model: Option<String>,
+    /// When it was launched.
+    pub launched_at: Timestamp,
+    /// Its process id, once started.
+    pub pid: Option<u32>,
+    /// Its process start time, once started.
+    pub start_time: Option<u64>,
+    /// Its last known usage.
+    pub usage: Usage,
+    /// Whether it is marked stalled.
+    pub stalled: bool,
+    /// How it ended, once it has.
+    pub end: Option<AttemptEnd>,
+}
+
+impl AttemptRecord {
+    /// The outcome that decisions see: an orphaned attempt counts as interrupted.
+    pub fn outcome(&self) -> Option<AttemptOutcome> {
+        match &self.end {
+            Some(AttemptEnd::Finished { outcome, .. }) => Some(outcome.clone()),
+            Some(AttemptEnd::Orphaned { action, .. }) => {
+                let what = match action {
+                    OrphanAction::Killed => "its process was still running and was killed",
+                    OrphanAction::Gone => "its process was gone",
+                };
+                Some(AttemptOutcome::failed(
+                    StopReason::Interrupted,
+                    format!("sortie stopped while attempt {} ran; {what}", self.attempt),
+                ))
+            }
+            None => None,
+        }
+    }
+
+    /// The attempt's text, when it finished.
+    pub fn output(&self) -> Option<&str> {
+        match &self.end {
+            Some(AttemptEnd::Finished { output, .. }) => Some(output),
+            _ => None,
+        }
+    }
+}
+
+/// A written artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Where.
+    pub path: String,
+    /// How many bytes.
+    pub bytes: u64,
+    /// Digest of the content.
+    pub digest: u64,
+}
+
+/// One task's state and history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Where it stands.
+    pub state: TaskState,
+    /// When it became ready (queued).
+    pub ready_at: Option<Timestamp>,
+    /// Whether `TaskSetUp` was recorded, and the worktree it named.
+    pub setup: Option<Option<String>>,
+    /// Its attempts, in order (attempt `i + 1` at index `i`).
+    pub attempts: Vec<AttemptRecord>,
+    /// Its artifact, once written.
+    pub artifact: Option<Artifact>,
+    /// Its worktree's fate, once finalized: (changed, diff summary).
+    pub worktree_final: Option<(bool, Option<String>)>,
+}
+
+impl TaskRecord {
+    fn new() -> Self {
+        TaskRecord {
+            state: TaskState::Pending,
+            ready_at: None,
+            setup: None,
+            attempts: Vec::new(),
+            artifact: None,
+            worktree_final: None,
+        }
+    }
+
+    /// The task's usage: the sum over its attempts of each attempt's last known usage.
+    pub fn usage(&self) -> Usage {
+        Usage::sum(self.attempts.iter().map(|a| &a.usage))
+    }
+
+    /// The task's result, once finished.
+    pub fn result(&self) -> Option<&TaskResult> {
+        match &self.state {
+            TaskState::Finished(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The live attempt, if one is running.
+    pub fn live_attempt(&self) -> Option<&AttemptRecord> {
+        match self.state {
+            TaskState::Running { .. } => self.attempts.last(),
+            _ => None,
+        }
+    }
+}
+
+/// Why an event cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// A record's seq is not the next one.
+    #[error("seq {got} where {expected} was expected")]
+    SeqGap {
+        /// The seq the state expected.
+        expected: Seq,
+        /// The seq the event carried.
+        got: Seq,
+    },
+    /// The first event must be `RunStarted`, and only the first.
+    #[error("{event} before RunStarted")]
+    NotStarted {
+        /// The event's name.
+        event: &'static str,
+    },
+    /// `RunStarted` appeared twice.
+    #[error("RunStarted after the run had started")]
+    AlreadyStarted,
+    /// Something followed `RunFinished`.
+    #[error("{event} after RunFinished")]
+    RunEnded {
+        /// The event's name.
+        event: &'static str,
+    },
+    /// The run-level event does not fit the run's status.
+    #[error("{event} while the run is {status}")]
+    RunStatus {
+        /// The event's name.
+        event: &'static str,
+        /// The run's status.
+        status: &'static str,
+    },
+    /// No such task in the batch.
+    #[error("{event} for task {task}, which is not in the batch")]
+    UnknownTask {
+        /// The event's name.
+        event: &'static str,
+        /// The task.
+        task: TaskId,
+    },
+    /// The task's state does not allow the event.
+    #[error("{event} for task {task} ({label}) while it is {state}")]
+    IllegalTransition {
+        /// The task.
+        task: TaskId,
+        /// Its label.
+        label: String,
+        /// Its state's name.
+        state: &'static str,
+        /// The event's name.
+        event: &'static str,
+    },
+    /// A report for an attempt that is not the live one (fencing).
+    #[error("{event} for attempt {got} of task {task}, but the live attempt is {live}")]
+    StaleAttempt {
+        /// The task.
+        task: TaskId,
+        /// The event's name.
+        event: &'static str,
+        /// The live attempt (0: none).
+        live: Attempt,
+        /// The attempt the event named.
+        got: Attempt,
+    },
+    /// Attempt numbers must be consecutive and within the task's policy.
+    #[error("attempt {got} of task {task} where {expected} (at most {max}) was expected")]
+    AttemptNumber {
+        /// The task.
+        task: TaskId,
+        /// The attempt expected next.
+        expected: Attempt,
+        /// The attempt the event named.
+        got: Attempt,
+        /// The task's most attempts.
+        max: u32,
+    },
+    /// The launch does not use the model the retry scheduled.
+    #[error("attempt {attempt} of task {task} launched on {got:?}, but {expected:?} was scheduled")]
+    ModelMismatch {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The scheduled model.
+        expected: Option<String>,
+        /// The launched model.
+        got: Option<String>,
+    },
+    /// A live usage counter went backwards.
+    #[error("usage of attempt {attempt} of task {task} went backwards")]
+    UsageDecreased {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+    },
+    /// `RunFinished` while some task is not finished.
+    #[error("RunFinished while {unfinished} task(s) are not finished")]
+    TasksUnfinished {
+        /// How many.
+        unfinished: usize,
+    },
+    /// `RunFinished` names a state that is not the aggregate of the task results.
+    #[error("RunFinished says {got} but the task results aggregate to {expected}")]
+    WrongAggregate {
+        /// The aggregate of the results.
+        expected: RunOutcome,
+        /// What the event said.
+        got: RunOutcome,
+    },
+    /// An artifact or worktree step recorded twice.
+    #[error("{event} recorded twice for task {task}")]
+    Duplicate {
+        /// The task.
+        task: TaskId,
+        /// The event's name.
+        event: &'static str,
+    },
+}
+
+/// The state of a run: what replaying its journal gives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    /// The run's id (once started).
+    pub run_id: Option<RunId>,
+    /// The resolved batch (once started).
+    pub batch: Option<Batch>,
+    /// The batch digest.
+    pub batch_digest: u64,
+    /// Where the run stands.
+    pub status: RunStatus,
+    /// The tasks, indexed by `TaskId`.
+    pub tasks: Vec<TaskRecord>,
+    /// The seq the next event must carry (= how many events were applied).
+    pub next_seq: Seq,
+    /// When the run started.
+    pub started_at: Option<Timestamp>,
+    /// When the last event happened.
+    pub last_at: Option<Timestamp>,
+    /// The pid of the process that last owned the run.
+    pub pid: u32,
+    /// The host the run started on.
+    pub host: String,
+    /// How many times the run was resumed.
+    pub resumes: u32,
+    /// The summary text, once finished.
+    pub summary: Option<String>,
+    /// Task ids by label.
+    labels: HashMap<String, TaskId>,
+}
+
+impl Default for RunState {
+    fn default() -> Self {
+        RunState::new()
+    }
+}
+
+impl RunState {
+    /// The state before any event.
+    pub fn new() -> Self {
+        RunState {
+            run_id: None,
+            batch: None,
+            batch_digest: 0,
+            status: RunStatus::NotStarted,
+            tasks: Vec::new(),
+            next_seq: Seq(0),
+            started_at: None,
+            last_at: None,
+            pid: 0,
+            host: String::new(),
+            resumes: 0,
+            summary: None,
+            labels: HashMap::new(),
+        }
+    }
+
+    /// Folds a sequence of events from the start.
+    pub fn replay<'a>(
+        events: impl IntoIterator<Item = &'a Stamped>,
+    ) -> Result<Self, (Seq, Violation)> {
+        let mut state = RunState::new();
+        for s in events {
+            state.apply(s).map_err(|v| (s.seq, v))?;
+        }
+        Ok(state)
+    }
+
+    /// The task's spec.
+    pub fn spec(&self, task: TaskId) -> Option<&TaskSpec> {
+        self.batch.as_ref().and_then(|b| b.tasks.get(task.index()))
+    }
+
+    /// The task's label (or its id when unknown).
+    pub fn label(&self, task: TaskId) -> String {
+        self.spec(task)
+            .map(|s| s.label.clone())
+            .unwrap_or_else(|| task.to_string())
+    }
+
+    /// Finds a task by label.
+    pub fn task_by_label(&self, label: &str) -> Option<TaskId> {
+        self.labels.get(label).copied()
+    }
+
+    /// The record of a task.
+    pub fn task(&self, task: TaskId) -> Option<&TaskRecord> {
+        self.tasks.get(task.index())
+    }
+
+    /// The run's usage: the sum over its tasks.
+    pub fn usage(&self) -> Usage {
+        Usage::sum(
+            self.tasks
+                .iter()
+                .flat_map(|t| t.attempts.iter().map(|a| &a.usage)),
+        )
+    }
+
+    /// True when every task has finished.
+    pub fn all_finished(&self) -> bool {
+        self.tasks.iter().all(|t| t.state.is_terminal())
+    }
+
+    /// True once `RunFinished` was applied.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status, RunStatus::Finished { .. })
+    }
+
+    /// The aggregate of the task results (meaningful once all have finished).
+    pub fn aggregate(&self) -> RunOutcome {
+        aggregate(
+            self.tasks
+                .iter()
+                .filter_map(|t| t.result().map(|r| r.state)),
+        )
+    }
+
+    fn status_name(&self) -> &'static str {
+        match self.status {
+            RunStatus::NotStarted => "not started",
+            RunStatus::Running => "running",
+            RunStatus::Interrupted { .. } => "interrupted",
+            RunStatus::Finished { .. } => "finished",
+        }
+    }
+
+    /// Applies one journal record: its seq must be the next one, and the event legal.
+    pub fn apply(&mut self, stamped: &Stamped) -> Result<(), Violation> {
+        if stamped.seq != self.next_seq {
+            return Err(Violation::SeqGap {
+                expected: self.next_seq,
+                got: stamped.seq,
+            });
+        }
+        self.check(&stamped.event)?;
+        self.mutate(stamped.at, &stamped.event);
+        self.next_seq = Seq(self.next_seq.0 + 1);
+        self.last_at = Some(stamped.at);
+        Ok(())
+    }
+
+    /// Checks that an event may be applied now, without applying it. The runner calls this
+    /// before appending, so a journal never receives an event that replay would refuse.
+    pub fn check(&self, event: &Event) -> Result<(), Violation> {
+        let name = event.name();
+        match (&self.status, event) {
+            (RunStatus::NotStarted, Event::RunStarted { .. }) => return Ok(()),
+            (RunStatus::NotStarted, _) => return Err(Violation::NotStarted { event: name }),
+            (_, Event::RunStarted { .. }) => return Err(Violation::AlreadyStarted),
+            (RunStatus::Finished { .. }, _) => return Err(Violation::RunEnded { event: name }),
+            (RunStatus::Running | RunStatus::Interrupted { .. }, Event::RunResumed { .. }) => {
+                return Ok(());
+            }
+            (RunStatus::Running, Event::RunInterrupted { .. }) => return Ok(()),
+            (RunStatus::Running, Event::RunFinished { state, .. }) => {
+                let unfinished = self.tasks.iter().filter(|t| !t.state.is_terminal()).count();
+                if unfinished > 0 {
+                    return Err(Violation::TasksUnfinished { unfinished });
+                }
+                let expected = self.aggregate();
+                if *state != expected {
+                    return Err(Violation::WrongAggregate {
+                        expected,
+                        got: *state,
+                    });
+                }
+                return Ok(());
+            }
+            (RunStatus::Running, _) => {}
+            (RunStatus::Interrupted { .. }, _) => {
+                return Err(Violation::RunStatus {
+                    event: name,
+                    status: self.status_name(),
+                });
+            }
+        }
+        // A task event while the run is running.
+        let Some(task) = event.task() else {
+            return Err(Violation::RunStatus {
+                event: name,
+                status: self.status_name(),
+            });
+        };
+        let Some(rec) = self.tasks.get(task.index()) else {
+            return Err(Violation::UnknownTask { event: name, task });
+        };
+        let illegal = || Violation::IllegalTransition {
+            task,
+            label: self.label(task),
+            state: rec.state.name(),
+            event: name,
+        };
+        let live = |attempt: Attempt| match rec.state {
+            TaskState::Running { attempt: a } if a == attempt => Ok(()),
+            TaskState::Running { attempt: a } => Err(Violation::StaleAttempt {
+                task,
+                event: name,
+                live: a,
+                got: attempt,
+            }),
+            _ if rec.state.is_terminal() => Err(illegal()),
+            _ => Err(Violation::StaleAttempt {
+                task,
+                event: name,
+                live: Attempt(0),
+                got: attempt,
+            }),
+        };
+        let max = self.spec(task).map_or(1, TaskSpec::max_attempts);
+        let expected_next = Attempt(rec.attempts.len() as u32 + 1);
+        let number_ok = |got: Attempt| {
+            if got == expected_next && got.0 <= max {
+                Ok(())
+            } else {
+                Err(Violation::AttemptNumber {
+                    task,
+                    expected: expected_next,
+                    got,
+                    max,
+                })
+            }
+        };
+        match event {
+            Event::TaskQueued { .. } => match rec.state {
+                TaskState::Pending => Ok(()),
+                _ => Err(illegal()),
+            },
+            Event::TaskSetUp { .. } => match rec.state {
+                TaskState::Queued { .. } if rec.setup.is_none() => Ok(()),
+                _ => Err(illegal()),
+            },
+            Event::AttemptLaunching { attempt, model, .. } => match &rec.state {
+                TaskState::Queued { .. } => number_ok(*attempt),
+                TaskState::Retrying {
+                    next,
+                    model: scheduled,
+                    ..
+                } => {
+                    if attempt != next {
+                        return Err(Violation::AttemptNumber {
+                            task,
+                            expected: *next,
+                            got: *attempt,
+                            max,
+                        });
+                    }
+                    number_ok(*attempt)?;
+                    if scheduled != model {
+                        return Err(Violation::ModelMismatch {
+                            task,
+                            attempt: *attempt,
+                            expected: scheduled.clone(),
+                            got: model.clone(),
+                        });
+                    }
+                    Ok(())
+                }
+                _ => Err(illegal()),
+            },
+            Event::AttemptStarted { attempt, .. } => {
+                live(*attempt)?;
+                match rec.attempts.last() {
+                    Some(a) if a.pid.is_none() => Ok(()),
+                    _ => Err(illegal()),
+                }
+            }
+            Event::AttemptProgress { attempt, usage, .. }
+            | Event::AttemptFinished { attempt, usage, .. } => {
+                live(*attempt)?;
+                match rec.attempts.last() {
+                    Some(a) if usage.dominates(&a.usage) => Ok(()),
+                    _ => Err(Violation::UsageDecreased {
+                        task,
+                        attempt: *attempt,
+                    }),
+                }
+            }
+            Event::AttemptStalled { attempt, .. } | Event::AttemptOrphaned { attempt, .. } => {
+                live(*attempt)
+            }
+            Event::RetryScheduled { next_attempt, .. } => match rec.state {
+                TaskState::Ended { .. } => number_ok(*next_attempt),
+                _ => Err(illegal()),
+            },
+            Event::ArtifactWritten { .. } => match rec.state {
+                TaskState::Ended { .. } if rec.artifact.is_none() => Ok(()),
+                TaskState::Ended { .. } => Err(Violation::Duplicate { task, event: name }),
+                _ => Err(illegal()),
+            },
+            Event::WorktreeFinalized { .. } => match rec.state {
+                _ if rec.worktree_final.is_some() => {
+                    Err(Violation::Duplicate { task, event: name })
+                }
+                TaskState::Ended { .. } | TaskState::Queued { .. } | TaskState::Retrying { .. }
+                    if rec.setup.is_some() =>
+                {
+                    Ok(())
+                }
+                _ => Err(illegal()),
+            },
+            Event::TaskFinished { .. } => match rec.state {
+                TaskState::Pending
+                | TaskState::Queued { .. }
+                | TaskState::Retrying { .. }
+                | TaskState::Ended { .. } => Ok(()),
+                TaskState::Running { .. } | TaskState::Finished(_) => Err(illegal()),
+            },
+            Event::RunStarted { .. }
+            | Event::RunResumed { .. }
+            | Event::RunInterrupted { .. }
+            | Event::RunFinished { .. } => Err(illegal()),
+        }
+    }
+
+    /// Applies an event that `check` accepted.
+    fn mutate(&mut self, at: Timestamp, event: &Event) {
+        match event {
+            Event::RunStarted {
+                run_id,
+                batch,
+                batch_digest,
+                host,
+                pid,
+            } => {
+                self.run_id = Some(run_id.clone());
+                self.tasks = batch.tasks.iter().map(|_| TaskRecord::new()).collect();
+                self.labels = batch
+                    .tasks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
+                    .collect();
+                self.batch = Some(batch.clone());
+                self.batch_digest = *batch_digest;
+                self.host = host.clone();
+                self.pid = *pid;
+                self.started_at = Some(at);
+                self.status = RunStatus::Running;
+            }
+            Event::RunResumed { pid, .. } => {
+                self.pid = *pid;
+                self.resumes += 1;
+                self.status = RunStatus::Running;
+            }
+            Event::RunInterrupted { reason } => {
+                self.status = RunStatus::Interrupted {
+                    reason: reason.clone(),
+                };
+            }
+            Event::RunFinished { state, summary } => {
+                self.status = RunStatus::Finished { state: *state };
+                self.summary = Some(summary.clone());
+            }
+            _ => {
+                let Some(task) = event.task() else { return };
+                let Some(rec) = self.tasks.get_mut(task.index()) else {
+                    return;
+                };
+                Self::mutate_task(rec, at, event);
+            }
+        }
+    }
+
+    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event) {
+        match event {
+            Event::TaskQueued { .. } => {
+                rec.ready_at = Some(at);
+                rec.state = TaskState::Queued { since: at };
+            }
+            Event::TaskSetUp { worktree, .. } => rec.setup = Some(worktree.clone()),
+            Event::AttemptLaunching { attempt, model, .. } => {
+                rec.attempts.push(AttemptRecord {
+                    attempt: *attempt,
+                    model: model.clone(),
+                    launched_at: at,
+                    pid: None,
+                    start_time: None,
+                    usage: Usage::ZERO,
+                    stalled: false,
+                    end: None,
+                });
+                rec.state = TaskState::Running { attempt: *attempt };
+            }
+            Event::AttemptStarted {
+                pid, start_time, ..
+            } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.pid = Some(*pid);
+                    a.start_time = Some(*start_time);
+                }
+            }
+            Event::AttemptProgress { usage, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.usage = *usage;
+                    a.stalled = false;
+                }
+            }
+            Event::AttemptStalled { .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.stalled = true;
+                }
+            }
+            Event::AttemptFinished {
+                attempt,
+                outcome,
+                usage,
+                output,
+                ..
+            } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.usage = *usage;
+                    a.end = Some(AttemptEnd::Finished {
+                        outcome: outcome.clone(),
+                        output: output.clone(),
+                        at,
+                    });
+                }
+                rec.state = TaskState::Ended { attempt: *attempt };
+            }
+            Event::AttemptOrphaned {
+                attempt, action, ..
+            } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.end = Some(AttemptEnd::Orphaned {
+                        action: *action,
+                        at,
+                    });
+                }
+                rec.state = TaskState::Ended { attempt: *attempt };
+            }
+            Event::RetryScheduled {
+                next_attempt,
+                model,
+                delay,
+                ..
+            } => {
+                rec.state = TaskState::Retrying {
+                    next: *next_attempt,
+                    model: model.clone(),
+                    not_before: at.plus(*delay),
+                };
+            }
+            Event::ArtifactWritten {
+                path,
+                bytes,
+                digest,
+                ..
+            } => {
+                rec.artifact = Some(Artifact {
+                    path: path.clone(),
+                    bytes: *bytes,
+                    digest: *digest,
+                });
+            }
+            Event::WorktreeFinalized { changed, diff, .. } => {
+                rec.worktree_final = Some((*changed, diff.clone()));
+            }
+            Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            Event::RunStarted { .. }
+            | Event::RunResumed { .. }
+            | Event::RunInterrupted { .. }
+            | Event::RunFinished { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! sortie-journal: placeholder until the journal lands.
