@@ -13,6 +13,7 @@
 pub mod decide;
 pub mod event;
 pub mod ids;
+pub mod ledger;
 pub mod outcome;
 pub mod spec;
 pub mod state;

@@ -1,1 +1,616 @@
-//! sortie-journal: placeholder until the journal lands.
+//! sortie-journal: the append-only, checksummed, durable event log of a run.
+//!
+//! This crate owns bytes and storage, not rules: it stores `sortie_core::Event`s in order, each
+//! with a seq, a timestamp, a format version and a CRC, and folds them through
+//! `RunState::apply` for replay and audit. It also keeps the run index (`index`), so that
+//! listing runs never opens a journal.
+//!
+//! Layout: one sled database per run in `<state-dir>/runs/<run-id>/journal/` (see [`run_dir`]);
+//! sled lives behind `store`, bincode behind `codec`, and the on-disk schema (`StoredEvent` v1,
+//! converted explicitly from and to `core::Event`) in `stored`.
+//!
+//! Invariants:
+//! - **an append is durable when it returns**: [`Journal::append`] returns only after a sled
+//!   flush that covers its record. Concurrent appends share flushes (group commit): whoever
+//!   finds no flush in progress flushes for everyone who appended before it started;
+//! - seqs are assigned by the journal, dense from 0, keys are big-endian seqs, and every read
+//!   checks that key, stored seq and expected seq agree: a gap or a mismatch is
+//!   [`Error::Corrupt`] naming the seq;
+//! - reading never panics, whatever the bytes on disk: a bad record is an error naming its seq,
+//!   and [`Journal::audit`] reports the first one;
+//! - the journal stores what it is given: the caller (the runner) checks each event with
+//!   `RunState::check` before appending it. Replay and audit re-check everything.
+//!
+//! Live reading: sled locks a database against other processes, so [`Journal::open_read_only`]
+//! first tries a normal open and, when another process holds the run (a live `sortie run`),
+//! copies the run's sled files into a private temporary directory and opens the copy. sled
+//! recovers a consistent prefix of its log, so the copy shows the run as of some recent moment,
+//! every acknowledged append before the copy included. The copy is removed when the journal is
+//! dropped. A read-only handle on an idle run holds the lock while it lives, so commands should
+//! keep such handles short-lived.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use sortie_core::ledger::{Ledger, ledger};
+use sortie_core::{Attempt, Event, RunId, RunState, Seq, Stamped, TaskId, Timestamp, Usage};
+
+mod codec;
+pub mod index;
+mod store;
+mod stored;
+
+use store::Store;
+
+/// The journal's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong with a journal.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A filesystem operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another handle (usually another process) has the journal open for writing.
+    #[error("journal {} is in use by another process", path.display())]
+    Locked {
+        /// The journal's directory.
+        path: PathBuf,
+    },
+    /// `create` found a journal already there.
+    #[error("a journal already exists in {}", path.display())]
+    Exists {
+        /// The journal's directory.
+        path: PathBuf,
+    },
+    /// No journal (or index entry) where one was expected.
+    #[error("no journal at {}", path.display())]
+    NotFound {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A record cannot be read back as it was written.
+    #[error("journal corrupt at seq {seq}: {reason}")]
+    Corrupt {
+        /// The first bad record.
+        seq: Seq,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A record decodes but replay refuses it.
+    #[error("journal violation at seq {seq}: {violation}")]
+    Violation {
+        /// The record.
+        seq: Seq,
+        /// What rule it breaks.
+        violation: sortie_core::Violation,
+    },
+    /// An append to a journal opened read-only.
+    #[error("the journal is open read-only")]
+    ReadOnly,
+    /// An event that cannot be stored (e.g. too large).
+    #[error("cannot store {event}: {reason}")]
+    Unstorable {
+        /// The event's name.
+        event: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The storage engine failed.
+    #[error("{}: storage error: {message}", path.display())]
+    Storage {
+        /// The database's directory.
+        path: PathBuf,
+        /// sled's message.
+        message: String,
+    },
+    /// A run index entry cannot be parsed.
+    #[error("{}: bad index entry: {reason}", path.display())]
+    BadIndex {
+        /// The entry's file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The seq this error is about, for corruption and violations.
+    pub fn seq(&self) -> Option<Seq> {
+        match self {
+            Error::Corrupt { seq, .. } | Error::Violation { seq, .. } => Some(*seq),
+            _ => None,
+        }
+    }
+}
+
+/// The directory of a run: `<state-dir>/runs/<run-id>`.
+pub fn run_dir(state_dir: &Path, run: &RunId) -> PathBuf {
+    state_dir.join("runs").join(run.as_str())
+}
+
+/// The sled directory inside a run directory.
+fn db_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("journal")
+}
+
+/// Creates a directory and its missing parents, private to the user (0700).
+pub(crate) fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Group commit bookkeeping.
+struct Commit {
+    /// Every seq below this is durable.
+    durable: u64,
+    /// A thread is flushing now.
+    flushing: bool,
+}
+
+/// A private copy of a live journal's files, removed on drop.
+struct SnapshotDir(PathBuf);
+
+impl Drop for SnapshotDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The journal of one run. `Send + Sync`: share it with an `Arc`.
+pub struct Journal {
+    // Field order matters: the store closes before its snapshot copy is removed.
+    store: Store,
+    run_dir: PathBuf,
+    read_only: bool,
+    /// The next seq to assign; held while a record is inserted, so keys enter sled in order.
+    writer: Mutex<u64>,
+    /// How many records are inserted (seqs below this are in sled, maybe not durable yet).
+    inserted: AtomicU64,
+    commit: Mutex<Commit>,
+    flushed: Condvar,
+    _snapshot: Option<SnapshotDir>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("run_dir", &self.run_dir)
+            .field("read_only", &self.read_only)
+            .field("next_seq", &self.next_seq())
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Creates the journal of a new run in `run_dir` (created with its parents, 0700).
+    /// `Error::Exists` when a journal is already there.
+    pub fn create(run_dir: &Path) -> Result<Journal> {
+        create_private_dir(run_dir)?;
+        let db = db_dir(run_dir);
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            match fs::DirBuilder::new().mode(0o700).create(&db) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(Error::Exists {
+                        path: run_dir.to_owned(),
+                    });
+                }
+                Err(source) => return Err(Error::Io { path: db, source }),
+            }
+        }
+        Journal::with_store(Store::open(&db)?, run_dir, false, None)
+    }
+
+    /// Opens an existing journal for appending (resume, cancel). There is one writer per run:
+    /// `Error::Locked` when another handle has it open, `Error::NotFound` when there is none.
+    pub fn open(run_dir: &Path) -> Result<Journal> {
+        let db = existing_db_dir(run_dir)?;
+        Journal::with_store(Store::open(&db)?, run_dir, false, None)
+    }
+
+    /// Opens a journal for reading, even while another process writes it (see the crate docs:
+    /// a private copy is opened then). [`Journal::append`] returns `Error::ReadOnly`.
+    pub fn open_read_only(run_dir: &Path) -> Result<Journal> {
+        let db = existing_db_dir(run_dir)?;
+        match Store::open(&db) {
+            Ok(store) => return Journal::with_store(store, run_dir, true, None),
+            Err(Error::Locked { .. }) => {}
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied => {}
+            Err(e) => return Err(e),
+        }
+        let mut last_err = None;
+        for _ in 0..5 {
+            let copy = SnapshotDir(private_temp_dir()?);
+            match store::copy_files(&db, &copy.0) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            }
+            match Store::open(&copy.0) {
+                Ok(store) => return Journal::with_store(store, run_dir, true, Some(copy)),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or(Error::Locked { path: db }))
+    }
+
+    fn with_store(
+        store: Store,
+        run_dir: &Path,
+        read_only: bool,
+        snapshot: Option<SnapshotDir>,
+    ) -> Result<Journal> {
+        let next = match store.last_key()? {
+            None => 0,
+            Some(k) => match store::seq_of_key(&k) {
+                Some(seq) => seq.saturating_add(1),
+                None => {
+                    return Err(Error::Corrupt {
+                        seq: Seq(0),
+                        reason: format!("a key of {} bytes is not a seq", k.len()),
+                    });
+                }
+            },
+        };
+        Ok(Journal {
+            store,
+            run_dir: run_dir.to_owned(),
+            read_only,
+            writer: Mutex::new(next),
+            inserted: AtomicU64::new(next),
+            commit: Mutex::new(Commit {
+                durable: next,
+                flushing: false,
+            }),
+            flushed: Condvar::new(),
+            _snapshot: snapshot,
+        })
+    }
+
+    /// The run directory this journal belongs to.
+    pub fn path(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// True when opened with [`Journal::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The seq the next append will get (= how many records the journal holds).
+    pub fn next_seq(&self) -> Seq {
+        Seq(*lock(&self.writer))
+    }
+
+    /// Appends one event and returns its seq once it is durable.
+    pub fn append(&self, at: Timestamp, event: &Event) -> Result<Seq> {
+        self.append_iter(std::iter::once((at, event)))
+    }
+
+    /// Appends events in order, all durable on return after a single flush; returns the seq of
+    /// the first (the next seq when `events` is empty).
+    pub fn append_all(&self, events: &[(Timestamp, Event)]) -> Result<Seq> {
+        self.append_iter(events.iter().map(|(at, e)| (*at, e)))
+    }
+
+    fn append_iter<'e>(
+        &self,
+        events: impl ExactSizeIterator<Item = (Timestamp, &'e Event)>,
+    ) -> Result<Seq> {
+        let count = events.len() as u64;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let last = {
+            let mut next = lock(&self.writer);
+            let first = *next;
+            let mut encoded = Vec::with_capacity(events.len());
+            for (i, (at, event)) in (first..).zip(events) {
+                let bytes =
+                    codec::encode(Seq(i), at, event).map_err(|reason| Error::Unstorable {
+                        event: event.name(),
+                        reason,
+                    })?;
+                encoded.push(bytes);
+            }
+            if encoded.is_empty() {
+                return Ok(Seq(first));
+            }
+            for bytes in encoded {
+                self.store.insert(*next, bytes)?;
+                *next += 1;
+                self.inserted.store(*next, Ordering::Release);
+            }
+            *next - 1
+        };
+        self.wait_durable(last)?;
+        Ok(Seq(last + 1 - count))
+    }
+
+    /// Returns once `seq` is durable, flushing if no flush that covers it is under way.
+    fn wait_durable(&self, seq: u64) -> Result<()> {
+        let mut c = lock(&self.commit);
+        loop {
+            if c.durable > seq {
+                return Ok(());
+            }
+            if c.flushing {
+                c = self.flushed.wait(c).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            // Become the flusher for every record inserted so far.
+            c.flushing = true;
+            let target = self.inserted.load(Ordering::Acquire);
+            drop(c);
+            let result = self.store.flush();
+            c = lock(&self.commit);
+            c.flushing = false;
+            if result.is_ok() {
+                c.durable = c.durable.max(target);
+            }
+            self.flushed.notify_all();
+            result?;
+        }
+    }
+
+    /// Reads records `from..=to` (`to` = None: to the end), each checked: key, stored seq and
+    /// expected seq agree, version and CRC hold, the payload decodes. The iterator stops after
+    /// the first error.
+    pub fn read(&self, from: Seq, to: Option<Seq>) -> impl Iterator<Item = Result<Stamped>> + '_ {
+        Reader {
+            inner: Box::new(self.store.range(from.0)),
+            expected: from.0,
+            to: to.map(|s| s.0),
+            done: false,
+        }
+    }
+
+    /// The state as of `upto` inclusive (None: every record), folded through
+    /// `RunState::apply`. A bad record is an error naming its seq.
+    pub fn replay(&self, upto: Option<Seq>) -> Result<RunState> {
+        let mut state = RunState::new();
+        for record in self.read(Seq(0), upto) {
+            let record = record?;
+            state.apply(&record).map_err(|violation| Error::Violation {
+                seq: record.seq,
+                violation,
+            })?;
+        }
+        Ok(state)
+    }
+
+    /// Checks the whole journal: versions, CRCs, dense seqs, legal transitions, and the usage
+    /// ledger recomputed from the raw events against the replayed state. Never panics; reports
+    /// the first bad record.
+    pub fn audit(&self) -> Audit {
+        let mut state = RunState::new();
+        let mut events = 0u64;
+        let mut first_bad = None;
+        // (task, attempt) -> (model, last reported usage), from the raw events alone.
+        let mut attempts: std::collections::BTreeMap<(TaskId, Attempt), (Option<String>, Usage)> =
+            std::collections::BTreeMap::new();
+        for record in self.read(Seq(0), None) {
+            let record = match record {
+                Ok(r) => r,
+                Err(e) => {
+                    first_bad = Some((e.seq().unwrap_or(Seq(events)), e.to_string()));
+                    break;
+                }
+            };
+            if let Err(v) = state.apply(&record) {
+                let e = Error::Violation {
+                    seq: record.seq,
+                    violation: v,
+                };
+                first_bad = Some((record.seq, e.to_string()));
+                break;
+            }
+            match &record.event {
+                Event::AttemptLaunching {
+                    task,
+                    attempt,
+                    model,
+                } => {
+                    attempts.insert((*task, *attempt), (model.clone(), Usage::ZERO));
+                }
+                Event::AttemptProgress {
+                    task,
+                    attempt,
+                    usage,
+                }
+                | Event::AttemptFinished {
+                    task,
+                    attempt,
+                    usage,
+                    ..
+                } => {
+                    if let Some(entry) = attempts.get_mut(&(*task, *attempt)) {
+                        entry.1 = *usage;
+                    }
+                }
+                _ => {}
+            }
+            events += 1;
+        }
+        let mut recomputed = Ledger::new();
+        for ((task, _), (model, usage)) in &attempts {
+            recomputed.add(*task, model.as_deref(), usage);
+        }
+        let replayed = ledger(&state);
+        let ledger_mismatch = recomputed
+            .difference(&replayed)
+            .map(|d| format!("ledger from the raw events differs from the replayed state: {d}"))
+            .or_else(|| {
+                let usage = state.usage();
+                (usage != recomputed.total).then(|| {
+                    format!(
+                        "ledger total {:?} differs from the run's usage {usage:?}",
+                        recomputed.total
+                    )
+                })
+            });
+        Audit {
+            events,
+            first_bad,
+            state,
+            ledger: recomputed,
+            ledger_mismatch,
+        }
+    }
+
+    /// The raw bytes of a record (for tests and forensic tools).
+    #[doc(hidden)]
+    pub fn raw_get(&self, seq: Seq) -> Result<Option<Vec<u8>>> {
+        self.store.get(seq.0)
+    }
+
+    /// Overwrites the raw bytes stored under a key and flushes (to corrupt journals in tests).
+    #[doc(hidden)]
+    pub fn raw_put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.store.put_raw(key, value)
+    }
+
+    /// Removes the raw key and flushes (to corrupt journals in tests).
+    #[doc(hidden)]
+    pub fn raw_remove(&self, key: &[u8]) -> Result<()> {
+        self.store.remove_raw(key)
+    }
+
+    /// The sled directory, for diagnostics.
+    #[doc(hidden)]
+    pub fn db_path(&self) -> &Path {
+        self.store.path()
+    }
+}
+
+fn existing_db_dir(run_dir: &Path) -> Result<PathBuf> {
+    let db = db_dir(run_dir);
+    if db.join("db").is_file() || db.join("conf").is_file() {
+        Ok(db)
+    } else {
+        Err(Error::NotFound {
+            path: run_dir.to_owned(),
+        })
+    }
+}
+
+fn private_temp_dir() -> Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = base.join(format!(
+        "sortie-journal-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+    Ok(dir)
+}
+
+/// The checked iterator behind [`Journal::read`].
+struct Reader<'a> {
+    inner: Box<dyn Iterator<Item = Result<store::RawRecord>> + 'a>,
+    expected: u64,
+    to: Option<u64>,
+    done: bool,
+}
+
+impl Reader<'_> {
+    fn check(&self, raw: &store::RawRecord) -> Result<Stamped> {
+        let seq = Seq(self.expected);
+        let corrupt = |reason: String| Error::Corrupt { seq, reason };
+        let Some(key) = store::seq_of_key(raw.key()) else {
+            return Err(corrupt(format!(
+                "a key of {} bytes follows seq {}",
+                raw.key().len(),
+                self.expected.wrapping_sub(1)
+            )));
+        };
+        if key != self.expected {
+            return Err(corrupt(format!("missing: the next record is seq {key}")));
+        }
+        let stamped = codec::decode(raw.value()).map_err(corrupt)?;
+        if stamped.seq != seq {
+            return Err(corrupt(format!(
+                "the record under key {key} says it is seq {}",
+                stamped.seq
+            )));
+        }
+        Ok(stamped)
+    }
+}
+
+impl Iterator for Reader<'_> {
+    type Item = Result<Stamped>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.to.is_some_and(|to| self.expected > to) {
+            return None;
+        }
+        let item = match self.inner.next()? {
+            Ok(raw) => self.check(&raw),
+            Err(e) => Err(e),
+        };
+        match &item {
+            Ok(_) => self.expected += 1,
+            Err(_) => self.done = true,
+        }
+        Some(item)
+    }
+}
+
+/// What [`Journal::audit`] found.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    /// How many records were read and applied before the first bad one (all, when clean).
+    pub events: u64,
+    /// The first bad record and what is wrong with it.
+    pub first_bad: Option<(Seq, String)>,
+    /// The state replayed up to just before the first bad record.
+    pub state: RunState,
+    /// The usage ledger recomputed from the raw events (each attempt's last reported usage).
+    pub ledger: Ledger,
+    /// How the recomputed ledger differs from the replayed state's, if it does.
+    pub ledger_mismatch: Option<String>,
+}
+
+impl Audit {
+    /// True when every record is good and the ledger adds up.
+    pub fn is_clean(&self) -> bool {
+        self.first_bad.is_none() && self.ledger_mismatch.is_none()
+    }
+}

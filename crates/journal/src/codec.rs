@@ -1,0 +1,184 @@
+//! The record codec: the only module that knows bincode.
+//!
+//! A record is `[version: u8][crc: u32 big-endian][payload]`, where the CRC-32 (crc32fast) covers
+//! the version byte and the payload, and the payload is a bincode 2 (`config::standard()`, serde)
+//! encoding of [`RecordV1`]: the seq, the timestamp and the [`StoredEvent`]. Decoding never
+//! panics, whatever the bytes: every failure is a reason string that the caller turns into
+//! `Error::Corrupt` naming the seq.
+
+use bincode::config::{Config, standard};
+use sortie_core::{Event, Seq, Stamped, Timestamp};
+
+use crate::stored::{RecordV1, StoredEvent};
+
+/// The format version written by this build.
+pub(crate) const FORMAT_V1: u8 = 1;
+
+/// Bytes before the payload: the version and the CRC.
+const HEADER: usize = 5;
+
+/// The largest payload accepted. Decoding is bounded by it, so that a corrupt length prefix can
+/// never ask for more memory than this.
+pub(crate) const MAX_PAYLOAD: usize = 256 << 20;
+
+fn config() -> impl Config {
+    standard().with_limit::<MAX_PAYLOAD>()
+}
+
+fn checksum(version: u8, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[version]);
+    h.update(payload);
+    h.finalize()
+}
+
+/// Encodes one record.
+pub(crate) fn encode(seq: Seq, at: Timestamp, event: &Event) -> Result<Vec<u8>, String> {
+    let record = RecordV1 {
+        seq: seq.0,
+        at: at.0,
+        event: StoredEvent::from(event),
+    };
+    let mut out = vec![FORMAT_V1, 0, 0, 0, 0];
+    bincode::serde::encode_into_std_write(&record, &mut out, config())
+        .map_err(|e| format!("cannot encode {}: {e}", event.name()))?;
+    if out.len() - HEADER > MAX_PAYLOAD {
+        return Err(format!(
+            "{} encodes to {} bytes, more than the {MAX_PAYLOAD} a record may hold",
+            event.name(),
+            out.len() - HEADER
+        ));
+    }
+    let crc = checksum(FORMAT_V1, &out[HEADER..]);
+    out[1..HEADER].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
+/// Decodes one record, checking its version and CRC. The returned seq is the one stored in the
+/// record; the caller compares it with the key.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Stamped, String> {
+    let (&version, rest) = bytes
+        .split_first()
+        .ok_or_else(|| "empty record".to_owned())?;
+    if version != FORMAT_V1 {
+        return Err(format!(
+            "unknown format version {version} (this build reads {FORMAT_V1})"
+        ));
+    }
+    let (crc, payload) = rest
+        .split_first_chunk::<4>()
+        .ok_or_else(|| format!("record of {} bytes is too short", bytes.len()))?;
+    let stored_crc = u32::from_be_bytes(*crc);
+    let actual = checksum(version, payload);
+    if stored_crc != actual {
+        return Err(format!(
+            "checksum mismatch (stored {stored_crc:08x}, computed {actual:08x})"
+        ));
+    }
+    let (record, read): (RecordV1, usize) = bincode::serde::decode_from_slice(payload, config())
+        .map_err(|e| format!("undecodable payload: {e}"))?;
+    if read != payload.len() {
+        return Err(format!(
+            "{} trailing bytes after the payload",
+            payload.len() - read
+        ));
+    }
+    let event = Event::try_from(record.event)?;
+    Ok(Stamped {
+        seq: Seq(record.seq),
+        at: Timestamp(record.at),
+        event,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sortie_core::{Attempt, TaskId};
+
+    fn sample() -> Vec<u8> {
+        encode(
+            Seq(7),
+            Timestamp(1234),
+            &Event::AttemptLaunching {
+                task: TaskId(3),
+                attempt: Attempt(1),
+                model: Some("m".into()),
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = decode(&sample()).unwrap();
+        assert_eq!(
+            (s.seq, s.at, s.event.name()),
+            (Seq(7), Timestamp(1234), "AttemptLaunching")
+        );
+    }
+
+    #[test]
+    fn every_flipped_byte_is_detected() {
+        let good = sample();
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[i] ^= 1 << bit;
+                assert!(
+                    decode(&bad).is_err(),
+                    "flip of bit {bit} in byte {i} went unseen"
+                );
+            }
+        }
+        assert!(decode(&good[..good.len() - 1]).is_err());
+        assert!(decode(&[]).is_err());
+    }
+
+    /// Frames arbitrary bytes with a valid version and CRC, so that they reach bincode.
+    fn framed(payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![FORMAT_V1];
+        out.extend_from_slice(&checksum(FORMAT_V1, payload).to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn huge_length_prefixes_are_refused_not_allocated() {
+        // seq, at, variant RunInterrupted (2), then a string length of u64::MAX.
+        let payload = [0u8, 0, 2, 253, 255, 255, 255, 255, 255, 255, 255, 255];
+        assert!(decode(&framed(&payload)).is_err());
+        let payload = [0u8, 0, 2, 252, 0, 0, 0, 64];
+        assert!(decode(&framed(&payload)).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn random_payloads_with_a_valid_frame_never_panic(
+            payload in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let _ = decode(&framed(&payload));
+        }
+
+        #[test]
+        fn mutated_records_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        ) {
+            let mut bytes = sample();
+            for (i, b) in flips {
+                let i = i.index(bytes.len());
+                bytes[i] = b;
+            }
+            // Re-frame so that the mutated payload reaches bincode.
+            let _ = decode(&framed(&bytes[HEADER..]));
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The storage backend: the only module that knows sled.
+//!
+//! One sled database per run, in `<run-dir>/journal/`. Keys are big-endian `u64` seqs, values
+//! are encoded records (see `codec`). This module knows nothing of records: it stores bytes,
+//! flushes them, iterates them in key order, and turns sled's errors into [`Error`]s (a database
+//! locked by another process becomes [`Error::Locked`]).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// The sled cache capacity. A journal is read front to back and appended at the end, so a small
+/// cache is enough, and it keeps many open journals cheap.
+const CACHE_BYTES: u64 = 16 << 20;
+
+/// The sled database of one run.
+pub(crate) struct Store {
+    db: sled::Db,
+    path: PathBuf,
+}
+
+/// One raw record: key and value bytes, as stored.
+pub(crate) struct RawRecord {
+    key: sled::IVec,
+    value: sled::IVec,
+}
+
+impl RawRecord {
+    /// The key bytes.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The value bytes.
+    pub(crate) fn value(&self) -> &[u8] {
+        &self.value
+    }
+}
+
+/// The key of a seq.
+pub(crate) fn key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+/// The seq of a key, if it is one.
+pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
+    key.try_into().ok().map(u64::from_be_bytes)
+}
+
+impl Store {
+    /// Opens (or creates) the database in `path`.
+    pub(crate) fn open(path: &Path) -> Result<Store> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| open_error(path, e))?;
+        Ok(Store {
+            db,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Where the database lives.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: sled::Error) -> Error {
+        sled_error(&self.path, e)
+    }
+
+    /// The last key, as a seq. A key that is not 8 bytes long is reported as `Err(None)`-like
+    /// corruption by the caller, so it is returned raw.
+    pub(crate) fn last_key(&self) -> Result<Option<Vec<u8>>> {
+        match self.db.last() {
+            Ok(Some((k, _))) => Ok(Some(k.to_vec())),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Stores one value (not yet durable: see [`Store::flush`]).
+    pub(crate) fn insert(&self, seq: u64, value: Vec<u8>) -> Result<()> {
+        self.db
+            .insert(key(seq), value)
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Makes every value inserted before this call durable.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.db.flush().map(drop).map_err(|e| self.err(e))
+    }
+
+    /// Records in key order, from `from` on.
+    pub(crate) fn range(&self, from: u64) -> impl Iterator<Item = Result<RawRecord>> + '_ {
+        self.db.range(key(from)..).map(move |r| match r {
+            Ok((key, value)) => Ok(RawRecord { key, value }),
+            Err(e) => Err(self.err(e)),
+        })
+    }
+
+    /// The raw value stored under a seq.
+    pub(crate) fn get(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        self.db
+            .get(key(seq))
+            .map(|v| v.map(|v| v.to_vec()))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Stores raw bytes under a raw key and flushes (tests only).
+    pub(crate) fn put_raw(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.insert(key, value).map_err(|e| self.err(e))?;
+        self.flush()
+    }
+
+    /// Removes a raw key and flushes (tests only).
+    pub(crate) fn remove_raw(&self, key: &[u8]) -> Result<()> {
+        self.db.remove(key).map_err(|e| self.err(e))?;
+        self.flush()
+    }
+}
+
+/// The file sled locks.
+fn lock_file(path: &Path) -> PathBuf {
+    path.join("db")
+}
+
+/// Tells whether another open handle holds the database's lock.
+fn is_locked(path: &Path) -> bool {
+    let Ok(file) = fs::OpenOptions::new().read(true).open(lock_file(path)) else {
+        return false;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(fs::TryLockError::WouldBlock) => true,
+        Err(fs::TryLockError::Error(_)) => false,
+    }
+}
+
+fn open_error(path: &Path, e: sled::Error) -> Error {
+    if let sled::Error::Io(io) = &e
+        && (io.to_string().contains("could not acquire lock") || is_locked(path))
+    {
+        return Error::Locked {
+            path: path.to_owned(),
+        };
+    }
+    sled_error(path, e)
+}
+
+fn sled_error(path: &Path, e: sled::Error) -> Error {
+    match e {
+        sled::Error::Io(source) => Error::Io {
+            path: path.to_owned(),
+            source,
+        },
+        other => Error::Storage {
+            path: path.to_owned(),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Copies the sled files of `from` into the empty directory `to`, so that the copy can be opened
+/// while another process holds `from`. Snapshot files are copied before the log, so the log is
+/// never older than the snapshot that points into it; if the set of snapshots changed during the
+/// copy (sled compacted meanwhile), the copy is reported as inconsistent and the caller retries.
+pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<bool> {
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source: io::Error| Error::Io { path, source }
+    };
+    let snapshots = |dir: &Path| -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+            let entry = entry.map_err(io_err(dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("snap.") && !name.ends_with(".generating") {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    };
+    let before = snapshots(from)?;
+    let conf = from.join("conf");
+    if conf.exists() {
+        fs::copy(&conf, to.join("conf")).map_err(io_err(&conf))?;
+    }
+    for name in &before {
+        let src = from.join(name);
+        match fs::copy(&src, to.join(name)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err(&src)(e)),
+        }
+    }
+    let db = lock_file(from);
+    fs::copy(&db, lock_file(to)).map_err(io_err(&db))?;
+    let blobs = from.join("blobs");
+    let blobs_to = to.join("blobs");
+    fs::create_dir_all(&blobs_to).map_err(io_err(&blobs_to))?;
+    if let Ok(entries) = fs::read_dir(&blobs) {
+        for entry in entries {
+            let entry = entry.map_err(io_err(&blobs))?;
+            let src = entry.path();
+            match fs::copy(&src, blobs_to.join(entry.file_name())) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(io_err(&src)(e)),
+            }
+        }
+    }
+    Ok(snapshots(from)? == before)
+}
