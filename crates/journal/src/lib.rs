@@ -489,13 +489,13 @@ impl Journal {
         self.store.get(seq.0)
     }
 
-    /// Overwrites the raw bytes stored under a key and flushes (to corrupt journals in tests).
+    /// Overwrites the raw bytes stored under a key, without a flush (to corrupt journals in tests).
     #[doc(hidden)]
     pub fn raw_put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.store.put_raw(key, value)
     }
 
-    /// Removes the raw key and flushes (to corrupt journals in tests).
+    /// Removes a raw key, without a flush (to corrupt journals in tests).
     #[doc(hidden)]
     pub fn raw_remove(&self, key: &[u8]) -> Result<()> {
         self.store.remove_raw(key)

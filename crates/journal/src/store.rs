@@ -112,16 +112,17 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Stores raw bytes under a raw key and flushes (tests only).
+    /// Stores raw bytes under a raw key, not flushed (tests only).
     pub(crate) fn put_raw(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db.insert(key, value).map_err(|e| self.err(e))?;
-        self.flush()
+        self.db
+            .insert(key, value)
+            .map(drop)
+            .map_err(|e| self.err(e))
     }
 
-    /// Removes a raw key and flushes (tests only).
+    /// Removes a raw key, not flushed (tests only).
     pub(crate) fn remove_raw(&self, key: &[u8]) -> Result<()> {
-        self.db.remove(key).map_err(|e| self.err(e))?;
-        self.flush()
+        self.db.remove(key).map(drop).map_err(|e| self.err(e))
     }
 }
 

@@ -1,0 +1,137 @@
+//! The committed format-v1 journal (`tests/fixtures/v1/`) must still read, replay to the
+//! expected state, and be what this build would write for the same events.
+//!
+//! Regenerate it only together with a format change, in its own commit:
+//! `SORTIE_WRITE_FIXTURE=1 cargo test -p sortie-journal --test fixture`.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failure is a test failure"
+)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use sortie_core::ledger::ledger;
+use sortie_core::{RunOutcome, RunStatus, Seq, TaskId};
+use sortie_journal::Journal;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn write_fixture_when_asked() {
+    if std::env::var_os("SORTIE_WRITE_FIXTURE").is_none() {
+        return;
+    }
+    let dir = fixture();
+    let _ = std::fs::remove_dir_all(&dir);
+    let j = Journal::create(&dir).unwrap();
+    for (at, e) in support::every_variant() {
+        j.append(at, &e).unwrap();
+    }
+}
+
+#[test]
+fn format_v1_fixture_still_reads_and_replays() {
+    if std::env::var_os("SORTIE_WRITE_FIXTURE").is_some() {
+        return; // being rewritten by the other test
+    }
+    // Work on a copy: opening a sled database writes to it.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    copy_dir(&fixture(), &run);
+    let j = Journal::open(&run).unwrap();
+
+    let expected = support::every_variant();
+    let names: Vec<&str> = expected.iter().map(|(_, e)| e.name()).collect();
+    let mut seen: Vec<&str> = names.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), 16, "the fixture covers every event variant");
+
+    let records: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();
+    assert_eq!(records.len(), expected.len());
+    for (i, (r, (at, e))) in records.iter().zip(&expected).enumerate() {
+        assert_eq!(
+            (r.seq, r.at, &r.event),
+            (Seq(i as u64), *at, e),
+            "record {i}"
+        );
+    }
+
+    // The state it replays to, pinned.
+    let state = j.replay(None).unwrap();
+    assert_eq!(
+        state.status,
+        RunStatus::Finished {
+            state: RunOutcome::Partial
+        }
+    );
+    assert_eq!(state.run_id.as_ref().unwrap().as_str(), "fixture-v1");
+    assert_eq!(
+        (state.pid, state.resumes, state.next_seq),
+        (4343, 1, Seq(27))
+    );
+    assert_eq!(state.batch_digest, 0xDEAD_BEEF_0123_4567);
+    let states: Vec<&str> = state.tasks.iter().map(|t| t.state.name()).collect();
+    assert_eq!(states, ["completed", "timeout", "skipped"]);
+    let t0 = &state.tasks[0];
+    let models: Vec<_> = t0.attempts.iter().map(|a| a.model.as_deref()).collect();
+    assert_eq!(
+        models,
+        [
+            Some("anthropic/claude-sonnet"),
+            Some("openai/gpt"),
+            Some("anthropic/claude-sonnet")
+        ]
+    );
+    assert_eq!(t0.artifact.as_ref().unwrap().bytes, 17);
+    assert_eq!(
+        t0.worktree_final,
+        Some((true, Some("2 files changed, 10 insertions(+)".into())))
+    );
+    let total = state.usage();
+    assert_eq!(
+        (total.input, total.output, total.turns),
+        (16_000, 1_600, 16)
+    );
+    assert_eq!((total.cost.nanos, total.cost.unreported), (148_140, 1));
+    let l = ledger(&state);
+    assert_eq!(l.attempts, 4);
+    assert_eq!(l.tasks[&TaskId(1)].input, 7_000);
+    assert_eq!(l.models[&Some("openai/gpt".to_owned())].input, 3_000);
+    assert_eq!(l.models[&None].input, 7_000);
+
+    let audit = j.audit();
+    assert!(audit.is_clean(), "{audit:?}");
+    assert_eq!(audit.state, state);
+
+    // This build writes the same bytes for the same events.
+    let fresh = Journal::create(&tmp.path().join("fresh")).unwrap();
+    for (at, e) in &expected {
+        fresh.append(*at, e).unwrap();
+    }
+    for i in 0..expected.len() as u64 {
+        assert_eq!(
+            fresh.raw_get(Seq(i)).unwrap(),
+            j.raw_get(Seq(i)).unwrap(),
+            "record {i} is encoded differently from format v1"
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! The journal's behaviour in one process: append and read back, replay to any seq, group
+//! commit, corruption detection (every byte of several records), violations, locking.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failure is a test failure"
+)]
+
+mod support;
+
+use std::sync::Arc;
+
+use sortie_core::{Attempt, Event, RunState, Seq, TaskId, Timestamp};
+use sortie_journal::{Error, Journal};
+
+fn filled(dir: &std::path::Path) -> (Journal, Vec<(Timestamp, Event)>) {
+    let events = support::every_variant();
+    let j = Journal::create(dir).unwrap();
+    // One by one for the first half, in one batch for the rest.
+    let half = events.len() / 2;
+    for (i, (at, e)) in events[..half].iter().enumerate() {
+        assert_eq!(j.append(*at, e).unwrap(), Seq(i as u64));
+    }
+    assert_eq!(j.append_all(&events[half..]).unwrap(), Seq(half as u64));
+    (j, events)
+}
+
+#[test]
+fn appends_read_back_and_replay_to_any_seq() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("runs").join("r1");
+    let (j, events) = filled(&run);
+    assert_eq!(j.next_seq(), Seq(events.len() as u64));
+    assert_eq!(j.path(), run);
+    let read: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();
+    assert_eq!(read.len(), events.len());
+    for (i, (s, (at, e))) in read.iter().zip(&events).enumerate() {
+        assert_eq!((s.seq, s.at, &s.event), (Seq(i as u64), *at, e));
+    }
+    // A window, inclusive at both ends.
+    let window: Vec<_> = j.read(Seq(3), Some(Seq(5))).map(Result::unwrap).collect();
+    assert_eq!(
+        window.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [Seq(3), Seq(4), Seq(5)]
+    );
+    assert_eq!(j.read(Seq(99), None).count(), 0);
+    // Replay to every seq equals folding the prefix in memory.
+    let mut expected = RunState::new();
+    for (k, s) in read.iter().enumerate() {
+        expected.apply(s).unwrap();
+        assert_eq!(
+            j.replay(Some(Seq(k as u64))).unwrap(),
+            expected,
+            "at seq {k}"
+        );
+    }
+    assert_eq!(j.replay(None).unwrap(), expected);
+    assert!(expected.is_finished());
+    let audit = j.audit();
+    assert!(audit.is_clean(), "{audit:?}");
+    assert_eq!(audit.events, events.len() as u64);
+    assert_eq!(audit.state, expected);
+    assert_eq!(audit.ledger.total, expected.usage());
+    assert_eq!(audit.ledger.attempts, 4);
+    assert_eq!(audit.ledger.tasks[&TaskId(0)], expected.tasks[0].usage());
+    // Reopen: the same records, appends continue after them.
+    drop(j);
+    let j = Journal::open(&run).unwrap();
+    assert_eq!(j.next_seq(), Seq(events.len() as u64));
+    assert_eq!(j.replay(None).unwrap(), expected);
+    assert_eq!(j.append_all(&[]).unwrap(), Seq(events.len() as u64));
+}
+
+#[test]
+fn create_open_and_read_only_refuse_what_they_must() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("a").join("b");
+    assert!(matches!(Journal::open(&run), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        Journal::open_read_only(&run),
+        Err(Error::NotFound { .. })
+    ));
+    let j = Journal::create(&run).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&run).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+    assert!(matches!(Journal::create(&run), Err(Error::Exists { .. })));
+    // The single writer: a second handle, even in this process, is refused.
+    assert!(matches!(Journal::open(&run), Err(Error::Locked { .. })));
+    let (at, e) = &support::every_variant()[0];
+    j.append(*at, e).unwrap();
+    // Read-only while the writer holds it: served from a private copy.
+    let ro = Journal::open_read_only(&run).unwrap();
+    assert_eq!(ro.next_seq(), Seq(1));
+    assert!(matches!(ro.append(*at, e), Err(Error::ReadOnly)));
+    assert_eq!(
+        ro.replay(None).unwrap().run_id,
+        j.replay(None).unwrap().run_id
+    );
+    drop(ro);
+    drop(j);
+    let ro = Journal::open_read_only(&run).unwrap();
+    assert!(ro.is_read_only());
+    assert!(matches!(ro.append(*at, e), Err(Error::ReadOnly)));
+}
+
+#[test]
+fn many_writers_share_flushes_and_get_dense_distinct_seqs() {
+    const THREADS: u32 = 16;
+    const EACH: u32 = 40;
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Arc::new(Journal::create(tmp.path()).unwrap());
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let j = Arc::clone(&j);
+            std::thread::spawn(move || {
+                (0..EACH)
+                    .map(|i| {
+                        // The journal stores whatever it is given: these need not replay.
+                        let e = Event::AttemptStalled {
+                            task: TaskId(t),
+                            attempt: Attempt(i),
+                        };
+                        if i % 10 == 9 {
+                            let seq = j
+                                .append_all(&[
+                                    (Timestamp(u64::from(i)), e.clone()),
+                                    (Timestamp(0), e),
+                                ])
+                                .unwrap();
+                            vec![(seq, i), (Seq(seq.0 + 1), i)]
+                        } else {
+                            vec![(j.append(Timestamp(u64::from(i)), &e).unwrap(), i)]
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for (t, h) in handles.into_iter().enumerate() {
+        let seqs: Vec<(Seq, u32)> = h.join().unwrap().into_iter().flatten().collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0].0 < w[1].0),
+            "in order per thread"
+        );
+        all.extend(seqs.into_iter().map(|(s, i)| (s, t as u32, i)));
+    }
+    all.sort();
+    let total = u64::from(THREADS * (EACH + EACH / 10));
+    assert_eq!(all.len() as u64, total);
+    assert!(
+        all.iter().enumerate().all(|(k, (s, _, _))| s.0 == k as u64),
+        "dense and distinct"
+    );
+    assert_eq!(j.next_seq(), Seq(total));
+    for (record, (seq, t, i)) in j.read(Seq(0), None).zip(&all) {
+        let record = record.unwrap();
+        assert_eq!(record.seq, *seq);
+        assert_eq!(
+            record.event,
+            Event::AttemptStalled {
+                task: TaskId(*t),
+                attempt: Attempt(*i)
+            }
+        );
+    }
+}
+
+#[test]
+fn a_flipped_byte_anywhere_in_a_record_is_named_by_its_seq() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (j, events) = filled(tmp.path());
+    let last = events.len() as u64 - 1;
+    for seq in [0, 1, 8, 18, last] {
+        let seq = Seq(seq);
+        let good = j.raw_get(seq).unwrap().unwrap();
+        let key = seq.0.to_be_bytes();
+        // Every byte of small records; a spread of bytes (ends included) of the big first one.
+        let step = if good.len() > 400 { 7 } else { 1 };
+        let positions: Vec<usize> = (0..good.len())
+            .filter(|i| i % step == 0 || *i < 16 || *i + 16 > good.len())
+            .collect();
+        for (n, &pos) in positions.iter().enumerate() {
+            let mut bad = good.clone();
+            bad[pos] ^= 1 << (n % 8);
+            j.raw_put(&key, &bad).unwrap();
+            let audit = j.audit();
+            let (at, why) = audit.first_bad.clone().expect("corruption went unseen");
+            assert_eq!(at, seq, "byte {pos}: {why}");
+            assert_eq!(audit.events, seq.0);
+            assert_eq!(audit.state.next_seq, seq);
+            assert!(!audit.is_clean());
+            if n % 16 == 0 {
+                let err = j.replay(None).unwrap_err();
+                assert_eq!(err.seq(), Some(seq), "{err}");
+                let read: Vec<_> = j.read(Seq(0), None).collect();
+                assert_eq!(
+                    read.len() as u64,
+                    seq.0 + 1,
+                    "reading stops at the bad record"
+                );
+                assert!(read.last().unwrap().is_err());
+                // A replay that stops before the bad record still works.
+                if seq.0 > 0 {
+                    assert!(j.replay(Some(Seq(seq.0 - 1))).is_ok());
+                }
+            }
+        }
+        // Truncations and garbage of every length.
+        for len in [0, 1, 4, 5, 6, good.len() - 1] {
+            j.raw_put(&key, &good[..len]).unwrap();
+            assert_eq!(j.audit().first_bad.unwrap().0, seq);
+        }
+        j.raw_put(&key, &good).unwrap();
+        assert!(j.audit().is_clean());
+    }
+}
+
+#[test]
+fn gaps_misplaced_records_and_bad_keys_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (j, _) = filled(tmp.path());
+    let k = |s: u64| s.to_be_bytes();
+    // A gap.
+    let five = j.raw_get(Seq(5)).unwrap().unwrap();
+    j.raw_remove(&k(5)).unwrap();
+    let audit = j.audit();
+    assert_eq!(audit.first_bad.as_ref().unwrap().0, Seq(5), "{audit:?}");
+    assert!(matches!(
+        j.replay(None),
+        Err(Error::Corrupt { seq: Seq(5), .. })
+    ));
+    // A record under the wrong key.
+    let six = j.raw_get(Seq(6)).unwrap().unwrap();
+    j.raw_put(&k(5), &six).unwrap();
+    assert_eq!(j.audit().first_bad.unwrap().0, Seq(5));
+    j.raw_put(&k(5), &five).unwrap();
+    assert!(j.audit().is_clean());
+    // A key that is no seq.
+    j.raw_put(&[0, 0, 0, 0, 0, 0, 0, 9, 1], b"x").unwrap();
+    assert_eq!(j.audit().first_bad.unwrap().0, Seq(10));
+    j.raw_remove(&[0, 0, 0, 0, 0, 0, 0, 9, 1]).unwrap();
+    assert!(j.audit().is_clean());
+}
+
+#[test]
+fn an_illegal_event_is_stored_but_audit_and_replay_name_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    let events = support::every_variant();
+    j.append_all(&events[..3]).unwrap();
+    // The journal does not judge: TaskSetUp for a task that is pending is stored.
+    let seq = j
+        .append(
+            Timestamp(9),
+            &Event::TaskSetUp {
+                task: TaskId(2),
+                worktree: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(seq, Seq(3));
+    let audit = j.audit();
+    assert_eq!(audit.first_bad.as_ref().unwrap().0, Seq(3));
+    assert_eq!(audit.events, 3);
+    assert!(audit.ledger_mismatch.is_none());
+    assert!(matches!(
+        j.replay(None),
+        Err(Error::Violation { seq: Seq(3), .. })
+    ));
+    assert!(j.replay(Some(Seq(2))).is_ok());
+}
+
+#[test]
+fn reads_see_appends_from_other_threads_as_they_land() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Arc::new(Journal::create(tmp.path()).unwrap());
+    let events: Vec<_> = support::realistic(20, 2).collect();
+    let writer = {
+        let j = Arc::clone(&j);
+        let events = events.clone();
+        std::thread::spawn(move || {
+            for (at, e) in &events {
+                j.append(*at, e).unwrap();
+            }
+        })
+    };
+    // Every read sees a valid prefix.
+    loop {
+        let n = j.next_seq().0;
+        let prefix: Vec<_> = j.read(Seq(0), Some(Seq(n.saturating_sub(1)))).collect();
+        assert!(prefix.iter().all(Result::is_ok));
+        if n > 0 {
+            j.replay(Some(Seq(n - 1))).unwrap();
+        }
+        if n == events.len() as u64 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    writer.join().unwrap();
+    assert!(j.audit().is_clean());
+}

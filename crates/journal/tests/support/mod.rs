@@ -1,0 +1,318 @@
+//! Event generators shared by the journal's tests and its benchmark: a small run that uses every
+//! event variant, and a realistic many-task run of any length. Both are legal (they replay).
+
+#![allow(dead_code, reason = "each test binary uses a different part")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failure is a test failure"
+)]
+
+use std::time::Duration;
+
+use sortie_core::spec::{AgentProfile, Batch, RunConfig};
+use sortie_core::{
+    Attempt, AttemptOutcome, AttemptStatus, Cost, Event, Isolation, OrphanAction, Phase, RunId,
+    RunOutcome, Seq, StopReason, TaskId, TaskResult, TaskSpec, TerminalState, Timestamp, Usage,
+};
+
+/// A batch of `n` tasks named `t0`, `t1`, ...
+pub(crate) fn batch(n: u32) -> Batch {
+    let tasks = (0..n)
+        .map(|i| {
+            let mut t = TaskSpec::new(format!("t{i}"), "/work/project");
+            t.prompt = Some(format!("do step {i} of the plan"));
+            t.model = Some("anthropic/claude-sonnet".into());
+            t.fallback_models = vec!["openai/gpt".into()];
+            t
+        })
+        .collect();
+    Batch {
+        tasks,
+        agents: AgentProfile::builtins(),
+        config: RunConfig::default(),
+        source: "/work/project/batch.toml".into(),
+    }
+}
+
+/// A usage that grows with `k`.
+pub(crate) fn usage(k: u64) -> Usage {
+    Usage {
+        input: 1000 * k,
+        output: 100 * k,
+        cache_read: 10 * k,
+        cache_write: k,
+        reasoning: 3 * k,
+        cost: if k % 5 == 4 {
+            Cost::unreported()
+        } else {
+            Cost::reported_nanos(12_345 * k)
+        },
+        turns: u32::try_from(k).unwrap_or(u32::MAX),
+        context_tokens: 500 * k,
+    }
+}
+
+fn at(i: u64) -> Timestamp {
+    Timestamp(1_764_500_000_000 + 250 * i)
+}
+
+/// A small run that uses every event variant once at least, stamped 250 ms apart.
+pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
+    let mut b = batch(3);
+    b.tasks[0].isolation = Isolation::Worktree;
+    b.tasks[0].output = Some("/work/project/out/t0.md".into());
+    b.tasks[0].deadline = Some(Duration::from_millis(90_500));
+    b.tasks[2].needs = vec!["t1".into()];
+    let t0 = TaskId(0);
+    let t1 = TaskId(1);
+    let t2 = TaskId(2);
+    let m1 = Some("anthropic/claude-sonnet".to_owned());
+    let m2 = Some("openai/gpt".to_owned());
+    let mut failed = AttemptOutcome::failed(StopReason::Error, "429 Too Many Requests");
+    failed.exit_code = Some(1);
+    failed.side_effects = true;
+    let events = vec![
+        Event::RunStarted {
+            run_id: RunId::new("fixture-v1").unwrap(),
+            batch: b,
+            batch_digest: 0xDEAD_BEEF_0123_4567,
+            host: "builder".into(),
+            pid: 4242,
+        },
+        Event::TaskQueued { task: t0 },
+        Event::TaskQueued { task: t1 },
+        Event::TaskSetUp {
+            task: t0,
+            worktree: Some("/work/project/.sortie/worktrees/fixture-v1/t0".into()),
+        },
+        Event::AttemptLaunching {
+            task: t0,
+            attempt: Attempt(1),
+            model: m1.clone(),
+        },
+        Event::AttemptStarted {
+            task: t0,
+            attempt: Attempt(1),
+            pid: 5000,
+            start_time: 123_456,
+        },
+        Event::AttemptStalled {
+            task: t0,
+            attempt: Attempt(1),
+        },
+        Event::AttemptProgress {
+            task: t0,
+            attempt: Attempt(1),
+            usage: usage(1),
+        },
+        Event::AttemptFinished {
+            task: t0,
+            attempt: Attempt(1),
+            outcome: failed,
+            usage: usage(2),
+            output: "rate limited".into(),
+        },
+        Event::RetryScheduled {
+            task: t0,
+            next_attempt: Attempt(2),
+            model: m2.clone(),
+            delay: Duration::new(1, 500_000_000),
+            reason: "error: 429 Too Many Requests".into(),
+        },
+        Event::AttemptLaunching {
+            task: t0,
+            attempt: Attempt(2),
+            model: m2.clone(),
+        },
+        Event::AttemptProgress {
+            task: t0,
+            attempt: Attempt(2),
+            usage: usage(3),
+        },
+        Event::RunInterrupted {
+            reason: "SIGTERM".into(),
+        },
+        Event::RunResumed {
+            pid: 4343,
+            from_seq: Seq(12),
+        },
+        Event::AttemptOrphaned {
+            task: t0,
+            attempt: Attempt(2),
+            action: OrphanAction::Killed,
+        },
+        Event::RetryScheduled {
+            task: t0,
+            next_attempt: Attempt(3),
+            model: m1.clone(),
+            delay: Duration::ZERO,
+            reason: "interrupted".into(),
+        },
+        Event::AttemptLaunching {
+            task: t0,
+            attempt: Attempt(3),
+            model: m1,
+        },
+        Event::AttemptStarted {
+            task: t0,
+            attempt: Attempt(3),
+            pid: 5100,
+            start_time: 223_456,
+        },
+        Event::AttemptFinished {
+            task: t0,
+            attempt: Attempt(3),
+            outcome: AttemptOutcome::completed(),
+            usage: usage(4),
+            output: "done: ünïcödé ✓".into(),
+        },
+        Event::ArtifactWritten {
+            task: t0,
+            path: "/work/project/out/t0.md".into(),
+            bytes: 17,
+            digest: 0x0123_4567_89AB_CDEF,
+        },
+        Event::WorktreeFinalized {
+            task: t0,
+            changed: true,
+            diff: Some("2 files changed, 10 insertions(+)".into()),
+        },
+        Event::TaskFinished {
+            task: t0,
+            result: TaskResult {
+                state: TerminalState::Completed,
+                stop_reason: StopReason::Completed,
+                phase: None,
+                error: None,
+                text: "done: ünïcödé ✓".into(),
+            },
+        },
+        Event::AttemptLaunching {
+            task: t1,
+            attempt: Attempt(1),
+            model: None,
+        },
+        Event::AttemptFinished {
+            task: t1,
+            attempt: Attempt(1),
+            outcome: AttemptOutcome {
+                status: AttemptStatus::Failed,
+                stop_reason: StopReason::Timeout,
+                phase: Some(Phase::Running),
+                exit_code: None,
+                signal: Some(9),
+                error: Some("attempt timed out".into()),
+                side_effects: false,
+            },
+            usage: usage(7),
+            output: String::new(),
+        },
+        Event::TaskFinished {
+            task: t1,
+            result: TaskResult {
+                state: TerminalState::Timeout,
+                stop_reason: StopReason::Timeout,
+                phase: Some(Phase::Running),
+                error: Some("attempt timed out".into()),
+                text: "attempt timed out".into(),
+            },
+        },
+        Event::TaskFinished {
+            task: t2,
+            result: TaskResult {
+                state: TerminalState::Skipped,
+                stop_reason: StopReason::Cancelled,
+                phase: None,
+                error: Some("t1 did not complete".into()),
+                text: "(no output)".into(),
+            },
+        },
+        Event::RunFinished {
+            state: RunOutcome::Partial,
+            summary: "[t0] completed\ndone\n\n[t1] timeout\n\n[t2] skipped".into(),
+        },
+    ];
+    (0u64..).zip(events).map(|(i, e)| (at(i), e)).collect()
+}
+
+/// The events of a realistic run of `tasks` tasks, in order: `RunStarted`, then per task
+/// queued, launching, started, `progress` checkpoints, finished and task finished, four tasks
+/// interleaved at a time, then `RunFinished`. Every event is legal.
+pub(crate) fn realistic(tasks: u32, progress: u32) -> impl Iterator<Item = (Timestamp, Event)> {
+    let start = std::iter::once(Event::RunStarted {
+        run_id: RunId::new("bench").unwrap(),
+        batch: batch(tasks),
+        batch_digest: 1,
+        host: "bench-host".into(),
+        pid: 1,
+    });
+    let per_task = move |t: u32| {
+        let task = TaskId(t);
+        let a = Attempt(1);
+        let mut v = vec![
+            Event::TaskQueued { task },
+            Event::AttemptLaunching {
+                task,
+                attempt: a,
+                model: Some("anthropic/claude-sonnet".into()),
+            },
+            Event::AttemptStarted {
+                task,
+                attempt: a,
+                pid: 10_000 + t,
+                start_time: u64::from(t) * 7,
+            },
+        ];
+        for k in 1..=u64::from(progress) {
+            v.push(Event::AttemptProgress {
+                task,
+                attempt: a,
+                usage: usage(k),
+            });
+        }
+        v.push(Event::AttemptFinished {
+            task,
+            attempt: a,
+            outcome: AttemptOutcome::completed(),
+            usage: usage(u64::from(progress) + 1),
+            output: format!("task {t} finished: all good"),
+        });
+        v.push(Event::TaskFinished {
+            task,
+            result: TaskResult {
+                state: TerminalState::Completed,
+                stop_reason: StopReason::Completed,
+                phase: None,
+                error: None,
+                text: format!("task {t} finished: all good"),
+            },
+        });
+        v
+    };
+    // Four tasks at a time, their events interleaved round-robin.
+    let body = (0..tasks.div_ceil(4)).flat_map(move |g| {
+        let group: Vec<Vec<Event>> = (g * 4..(g * 4 + 4).min(tasks)).map(per_task).collect();
+        let len = group.iter().map(Vec::len).max().unwrap_or(0);
+        let mut out = Vec::new();
+        for i in 0..len {
+            for events in &group {
+                if let Some(e) = events.get(i) {
+                    out.push(e.clone());
+                }
+            }
+        }
+        out
+    });
+    let end = std::iter::once(Event::RunFinished {
+        state: RunOutcome::Completed,
+        summary: "all done".into(),
+    });
+    (0u64..)
+        .zip(start.chain(body).chain(end))
+        .map(|(i, e)| (at(i), e))
+}
+
+/// How many events `realistic(tasks, progress)` yields.
+pub(crate) fn realistic_len(tasks: u32, progress: u32) -> u64 {
+    2 + u64::from(tasks) * (5 + u64::from(progress))
+}
