@@ -576,6 +576,8 @@ impl RunState {
                 _ => Err(illegal()),
             },
             Event::AttemptLaunching { attempt, model, .. } => match &rec.state {
+                // The worktree is gone once finalized: nothing runs in it again.
+                _ if rec.worktree_final.is_some() => Err(illegal()),
                 TaskState::Queued { .. } => number_ok(*attempt),
                 TaskState::Retrying {
                     next,
@@ -625,10 +627,16 @@ impl RunState {
                 live(*attempt)
             }
             Event::RetryScheduled { next_attempt, .. } => match rec.state {
-                TaskState::Ended { .. } => number_ok(*next_attempt),
+                // Artifact and worktree steps only come once the task gave up.
+                TaskState::Ended { .. }
+                    if rec.artifact.is_none() && rec.worktree_final.is_none() =>
+                {
+                    number_ok(*next_attempt)
+                }
                 _ => Err(illegal()),
             },
             Event::ArtifactWritten { .. } => match rec.state {
+                TaskState::Ended { .. } if rec.worktree_final.is_some() => Err(illegal()),
                 TaskState::Ended { .. } if rec.artifact.is_none() => Ok(()),
                 TaskState::Ended { .. } => Err(Violation::Duplicate { task, event: name }),
                 _ => Err(illegal()),
