@@ -1,0 +1,304 @@
+//! Model-based property tests of the pure state machine: random but legal runs (with crashes,
+//! resumes, Ctrl-C and cancels) from the shared generator, checked against independent oracles
+//! written here (a grammar automaton, an attempt counter, a usage ledger, an aggregate), never
+//! against core's own `check`.
+//!
+//! `PROPTEST_CASES` sets the number of cases per property (default 256); each property prints
+//! `proptest: NAME: N cases` to stderr when it passes (`cargo xtask proptest` shows them).
+
+#[path = "support/gen.rs"]
+mod generator;
+
+#[path = "support/oracle.rs"]
+mod oracle;
+
+use proptest::prelude::*;
+use proptest::sample::Index;
+use sortie_core::{Event, RunState, Seq, Stamped, TerminalState};
+
+use generator::{Driver, MemBackend, Scenario, Trace, scenario_strategy};
+use oracle::{
+    aggregate_oracle, check_attempt_numbers, check_grammar, check_resumes, check_usage, probes,
+    property,
+};
+
+fn trace(s: &Scenario) -> Trace {
+    Driver::run(s, MemBackend::default()).0
+}
+
+#[test]
+fn replay_of_every_prefix_is_the_live_state() {
+    property(
+        "replay_of_every_prefix_is_the_live_state",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            for k in 0..t.events.len() {
+                let replayed = RunState::replay(&t.events[..=k]).map_err(|(seq, v)| {
+                    TestCaseError::fail(format!("replay refused {seq}: {v}"))
+                })?;
+                prop_assert_eq!(&replayed, &t.lives[k], "after event {}", k);
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn seqs_are_dense() {
+    property("seqs_are_dense", scenario_strategy(), |s| {
+        let t = trace(&s);
+        prop_assert!(
+            matches!(
+                t.events.first().map(|e| &e.event),
+                Some(Event::RunStarted { .. })
+            ),
+            "the first event is RunStarted"
+        );
+        for (i, e) in t.events.iter().enumerate() {
+            prop_assert_eq!(e.seq, Seq(i as u64));
+            prop_assert_eq!(t.lives[i].next_seq, Seq(i as u64 + 1));
+        }
+        for w in t.events.windows(2) {
+            prop_assert!(w[0].at < w[1].at, "time moves forward");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn every_task_follows_the_grammar() {
+    let strategy = (
+        scenario_strategy(),
+        prop::collection::vec(any::<Index>(), 1..5),
+    );
+    property("every_task_follows_the_grammar", strategy, |(s, picks)| {
+        let t = trace(&s);
+        check_grammar(
+            &t.batch,
+            &t.events,
+            t.lives.last().is_some_and(RunState::is_finished),
+        )
+        .map_err(TestCaseError::fail)?;
+        // Whatever core accepts must keep the grammar too: extend prefixes with probes.
+        for pick in picks {
+            let k = pick.index(t.events.len());
+            let state = &t.lives[k];
+            for probe in probes(state, &t.events) {
+                if state.check(&probe).is_ok() {
+                    let mut events: Vec<Stamped> = t.events[..=k].to_vec();
+                    events.push(Stamped {
+                        seq: state.next_seq,
+                        at: t.events[k].at,
+                        event: probe.clone(),
+                    });
+                    check_grammar(&t.batch, &events, false).map_err(|e| {
+                        TestCaseError::fail(format!("core accepted {probe:?} after event {k}: {e}"))
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn attempt_numbers_are_consecutive_and_within_policy() {
+    property(
+        "attempt_numbers_are_consecutive_and_within_policy",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            check_attempt_numbers(&t.batch, &t.events).map_err(TestCaseError::fail)
+        },
+    );
+}
+
+#[test]
+fn usage_is_counted_once_and_never_decreases() {
+    property(
+        "usage_is_counted_once_and_never_decreases",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            check_usage(&t).map_err(TestCaseError::fail)
+        },
+    );
+}
+
+#[test]
+fn terminal_states_absorb() {
+    property("terminal_states_absorb", scenario_strategy(), |s| {
+        let t = trace(&s);
+        for (k, e) in t.events.iter().enumerate() {
+            let Event::TaskFinished { task, .. } = &e.event else {
+                continue;
+            };
+            // Right after the task finished, and at the end of the run.
+            for state in [&t.lives[k], t.lives.last().expect("events")] {
+                for probe in probes(state, &t.events) {
+                    if probe.task() == Some(*task) {
+                        prop_assert!(
+                            state.check(&probe).is_err(),
+                            "{:?} accepted after task {} finished",
+                            probe,
+                            task
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn run_finished_carries_the_aggregate() {
+    property(
+        "run_finished_carries_the_aggregate",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            let results: Vec<TerminalState> = t
+                .events
+                .iter()
+                .filter_map(|e| match &e.event {
+                    Event::TaskFinished { result, .. } => Some(result.state),
+                    _ => None,
+                })
+                .collect();
+            let finished: Vec<_> = t
+                .events
+                .iter()
+                .filter_map(|e| match &e.event {
+                    Event::RunFinished { state, .. } => Some(*state),
+                    _ => None,
+                })
+                .collect();
+            prop_assert!(finished.len() <= 1);
+            if let Some(state) = finished.first() {
+                prop_assert_eq!(
+                    results.len(),
+                    t.batch.tasks.len(),
+                    "every task finished once"
+                );
+                prop_assert_eq!(*state, aggregate_oracle(&results));
+                prop_assert!(
+                    matches!(
+                        t.events.last().map(|e| &e.event),
+                        Some(Event::RunFinished { .. })
+                    ),
+                    "RunFinished is the last event"
+                );
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn aggregate_follows_the_semantics_order() {
+    let strategy = prop::collection::vec(
+        prop::sample::select(vec![
+            TerminalState::Completed,
+            TerminalState::Partial,
+            TerminalState::Failed,
+            TerminalState::Timeout,
+            TerminalState::Cancelled,
+            TerminalState::Skipped,
+        ]),
+        0..8,
+    );
+    property(
+        "aggregate_follows_the_semantics_order",
+        strategy,
+        |results| {
+            prop_assert_eq!(
+                sortie_core::aggregate(results.iter().copied()),
+                aggregate_oracle(&results)
+            );
+            prop_assert_eq!(
+                sortie_core::aggregate(results.iter().rev().copied()),
+                aggregate_oracle(&results),
+                "the order of the tasks does not matter"
+            );
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn resume_plans_orphan_every_live_attempt_and_no_finished_task() {
+    property(
+        "resume_plans_orphan_every_live_attempt_and_no_finished_task",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            check_resumes(&t).map_err(TestCaseError::fail)
+        },
+    );
+}
+
+#[test]
+fn rejected_events_leave_the_state_untouched() {
+    let strategy = (
+        scenario_strategy(),
+        prop::collection::vec(any::<Index>(), 1..5),
+    );
+    property(
+        "rejected_events_leave_the_state_untouched",
+        strategy,
+        |(s, picks)| {
+            let t = trace(&s);
+            let mut states: Vec<&RunState> = picks
+                .iter()
+                .map(|p| &t.lives[p.index(t.lives.len())])
+                .collect();
+            states.push(t.lives.last().expect("events"));
+            let fresh = RunState::new();
+            states.push(&fresh);
+            for state in states {
+                for probe in probes(state, &t.events) {
+                    let verdict = state.check(&probe);
+                    for seq in [state.next_seq, Seq(state.next_seq.0 + 1), Seq(0)] {
+                        let mut after = state.clone();
+                        let stamped = Stamped {
+                            seq,
+                            at: sortie_core::Timestamp(1),
+                            event: probe.clone(),
+                        };
+                        let applied = after.apply(&stamped);
+                        if seq == state.next_seq {
+                            prop_assert_eq!(
+                                applied.is_ok(),
+                                verdict.is_ok(),
+                                "apply agrees with check on {:?}",
+                                probe
+                            );
+                        }
+                        if applied.is_err() {
+                            prop_assert_eq!(
+                                &after,
+                                state,
+                                "a refused {:?} changed the state",
+                                probe
+                            );
+                        } else {
+                            prop_assert_eq!(after.next_seq, Seq(state.next_seq.0 + 1));
+                        }
+                    }
+                }
+                if state.is_finished() {
+                    for probe in probes(state, &t.events) {
+                        prop_assert!(
+                            state.check(&probe).is_err(),
+                            "{:?} accepted after RunFinished",
+                            probe
+                        );
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+}

@@ -1,0 +1,570 @@
+//! Independent oracles for the model tests: a per-task grammar automaton, an attempt counter, a
+//! usage ledger recomputed from the events, a resume checker, the aggregate order from
+//! SEMANTICS.md, and the probe events fed to `check`. None of them calls core's `check`.
+//!
+//! Shared by core's and the journal's model tests (included with `#[path]`).
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the oracles"
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::time::Duration;
+
+use proptest::strategy::Strategy;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sortie_core::{
+    Attempt, AttemptOutcome, Batch, Event, OrphanAction, RunOutcome, RunState, Seq, Stamped,
+    TaskId, TaskResult, TerminalState, Usage,
+};
+
+use super::generator::{MAX_TASKS, Trace, attempt_bit};
+
+/// Runs a property with proptest's default config (so `PROPTEST_CASES` applies), without
+/// regression files, and prints how many cases passed.
+pub(crate) fn property<S>(
+    name: &str,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let config = Config {
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let cases = config.cases;
+    let mut runner = TestRunner::new(config);
+    match runner.run(&strategy, test) {
+        Ok(()) => eprintln!("proptest: {name}: {cases} cases"),
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+/// The aggregate run state, in SEMANTICS.md's order: all completed → completed; any completed
+/// or partial → partial; all cancelled → cancelled; all timeout or cancelled → timeout;
+/// otherwise failed.
+pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
+    use TerminalState as T;
+    let n = results.len();
+    let count = |f: &dyn Fn(T) -> bool| results.iter().filter(|s| f(**s)).count();
+    if count(&|s| s == T::Completed) == n {
+        RunOutcome::Completed
+    } else if count(&|s| matches!(s, T::Completed | T::Partial)) > 0 {
+        RunOutcome::Partial
+    } else if count(&|s| s == T::Cancelled) == n {
+        RunOutcome::Cancelled
+    } else if count(&|s| matches!(s, T::Timeout | T::Cancelled)) == n {
+        RunOutcome::Timeout
+    } else {
+        RunOutcome::Failed
+    }
+}
+
+/// Where a task is in its grammar:
+/// `Queued SetUp? (Launching Started? (Stalled | Progress)* (Finished | Orphaned) Retry?)*
+/// Artifact? Worktree? Finished`, or `Finished` alone from pending.
+///
+/// DESIGN.md writes `Stalled* Progress*`; a live attempt goes silent (stalled) and speaks again
+/// (progress) in any order, and core accepts both orders, so the automaton does too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum G {
+    Pending,
+    Queued,
+    SetUp,
+    /// Inside an attempt: whether `Started`, and whether a stall or progress came.
+    Attempt {
+        started: bool,
+        active: bool,
+    },
+    AttemptEnded,
+    Retried,
+    Artifact,
+    Worktree,
+    Done,
+}
+
+fn step(g: G, e: &Event) -> Option<G> {
+    use G::*;
+    let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Retried);
+    Some(match (g, e) {
+        (Pending, Event::TaskQueued { .. }) => Queued,
+        (Queued, Event::TaskSetUp { .. }) => SetUp,
+        (Queued | SetUp | AttemptEnded | Retried, Event::AttemptLaunching { .. }) => Attempt {
+            started: false,
+            active: false,
+        },
+        (
+            Attempt {
+                started: false,
+                active: false,
+            },
+            Event::AttemptStarted { .. },
+        ) => Attempt {
+            started: true,
+            active: false,
+        },
+        (Attempt { started, .. }, Event::AttemptStalled { .. } | Event::AttemptProgress { .. }) => {
+            Attempt {
+                started,
+                active: true,
+            }
+        }
+        (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
+            AttemptEnded
+        }
+        (AttemptEnded, Event::RetryScheduled { .. }) => Retried,
+        (_, Event::ArtifactWritten { .. }) if before_tail => Artifact,
+        (_, Event::WorktreeFinalized { .. }) if before_tail || g == Artifact => Worktree,
+        (_, Event::TaskFinished { .. })
+            if before_tail || matches!(g, Pending | Artifact | Worktree) =>
+        {
+            Done
+        }
+        _ => return None,
+    })
+}
+
+/// Checks every task's events against the grammar; when `finished`, every task must be done.
+pub(crate) fn check_grammar(
+    batch: &Batch,
+    events: &[Stamped],
+    finished: bool,
+) -> Result<(), String> {
+    let mut g = vec![G::Pending; batch.tasks.len()];
+    for e in events {
+        let Some(task) = e.event.task() else { continue };
+        let Some(cur) = g.get_mut(task.index()) else {
+            return Err(format!(
+                "seq {}: {} for unknown task {task}",
+                e.seq,
+                e.event.name()
+            ));
+        };
+        match step(*cur, &e.event) {
+            Some(next) => *cur = next,
+            None => {
+                return Err(format!(
+                    "seq {}: {} for task {task} breaks the grammar in state {cur:?}",
+                    e.seq,
+                    e.event.name()
+                ));
+            }
+        }
+    }
+    if finished && let Some(i) = g.iter().position(|s| *s != G::Done) {
+        return Err(format!("the run finished but task #{i} is in {:?}", g[i]));
+    }
+    Ok(())
+}
+
+fn event_attempt(e: &Event) -> Option<Attempt> {
+    match e {
+        Event::AttemptLaunching { attempt, .. }
+        | Event::AttemptStarted { attempt, .. }
+        | Event::AttemptProgress { attempt, .. }
+        | Event::AttemptStalled { attempt, .. }
+        | Event::AttemptFinished { attempt, .. }
+        | Event::AttemptOrphaned { attempt, .. } => Some(*attempt),
+        _ => None,
+    }
+}
+
+/// Attempt numbers are consecutive from 1, within `max_attempts`, every report names the live
+/// attempt, a retry names the next attempt, and the launch uses the scheduled model.
+pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result<(), String> {
+    // Per task: the last launched attempt, and the scheduled (attempt, model).
+    let mut last: Vec<u32> = vec![0; batch.tasks.len()];
+    let mut scheduled: Vec<Option<(Attempt, Option<String>)>> = vec![None; batch.tasks.len()];
+    for e in events {
+        let Some(task) = e.event.task() else { continue };
+        let i = task.index();
+        let max = batch.tasks[i].max_attempts();
+        match &e.event {
+            Event::AttemptLaunching { attempt, model, .. } => {
+                if attempt.0 != last[i] + 1 || attempt.0 > max {
+                    return Err(format!(
+                        "seq {}: task {task} launched attempt {attempt} after {} (max {max})",
+                        e.seq, last[i]
+                    ));
+                }
+                if let Some((a, m)) = scheduled[i].take()
+                    && (a != *attempt || m != *model)
+                {
+                    return Err(format!(
+                        "seq {}: task {task} launched {attempt} on {model:?}, scheduled {a} on {m:?}",
+                        e.seq
+                    ));
+                }
+                last[i] = attempt.0;
+            }
+            Event::RetryScheduled {
+                next_attempt,
+                model,
+                ..
+            } => {
+                if next_attempt.0 != last[i] + 1 || next_attempt.0 > max {
+                    return Err(format!(
+                        "seq {}: task {task} scheduled attempt {next_attempt} after {}",
+                        e.seq, last[i]
+                    ));
+                }
+                scheduled[i] = Some((*next_attempt, model.clone()));
+            }
+            other => {
+                if let Some(a) = event_attempt(other)
+                    && a.0 != last[i]
+                {
+                    return Err(format!(
+                        "seq {}: {} for attempt {a} of task {task}, live is {}",
+                        e.seq,
+                        other.name(),
+                        last[i]
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sums usages the way SEMANTICS.md says, written apart from core: counters add, the context
+/// level is the latest nonzero one, unreported costs are counted.
+pub(crate) fn sum_usage<'a>(usages: impl IntoIterator<Item = &'a Usage>) -> Usage {
+    let mut s = Usage::default();
+    for u in usages {
+        s.input += u.input;
+        s.output += u.output;
+        s.cache_read += u.cache_read;
+        s.cache_write += u.cache_write;
+        s.reasoning += u.reasoning;
+        s.cost.nanos += u.cost.nanos;
+        s.cost.unreported += u.cost.unreported;
+        s.turns += u.turns;
+        if u.context_tokens != 0 {
+            s.context_tokens = u.context_tokens;
+        }
+    }
+    s
+}
+
+fn never_below(now: &Usage, before: &Usage) -> bool {
+    now.input >= before.input
+        && now.output >= before.output
+        && now.cache_read >= before.cache_read
+        && now.cache_write >= before.cache_write
+        && now.reasoning >= before.reasoning
+        && now.cost.nanos >= before.cost.nanos
+        && now.cost.unreported >= before.cost.unreported
+        && now.turns >= before.turns
+}
+
+/// The last stored usage of each attempt, from the events alone.
+pub(crate) fn ledger(events: &[Stamped]) -> BTreeMap<(TaskId, Attempt), Usage> {
+    let mut last = BTreeMap::new();
+    for e in events {
+        match &e.event {
+            Event::AttemptProgress {
+                task,
+                attempt,
+                usage,
+            }
+            | Event::AttemptFinished {
+                task,
+                attempt,
+                usage,
+                ..
+            } => {
+                last.insert((*task, *attempt), *usage);
+            }
+            _ => {}
+        }
+    }
+    last
+}
+
+fn task_usage(ledger: &BTreeMap<(TaskId, Attempt), Usage>, task: TaskId) -> Usage {
+    sum_usage(
+        ledger
+            .range((task, Attempt(0))..=(task, Attempt(u32::MAX)))
+            .map(|(_, u)| u),
+    )
+}
+
+/// A task's usage is the sum of its attempts' last stored usages after every event, it never
+/// decreases, each attempt is counted once (its marker bit appears once), and the final ledger
+/// is what the fake agents reported for the attempts the journal holds.
+pub(crate) fn check_usage(t: &Trace) -> Result<(), String> {
+    let mut last: BTreeMap<(TaskId, Attempt), Usage> = BTreeMap::new();
+    for (k, e) in t.events.iter().enumerate() {
+        if let Event::AttemptProgress {
+            task,
+            attempt,
+            usage,
+        }
+        | Event::AttemptFinished {
+            task,
+            attempt,
+            usage,
+            ..
+        } = &e.event
+        {
+            last.insert((*task, *attempt), *usage);
+        }
+        let state = &t.lives[k];
+        for (i, rec) in state.tasks.iter().enumerate() {
+            let task = TaskId(i as u32);
+            let expected = task_usage(&last, task);
+            if rec.usage() != expected {
+                return Err(format!(
+                    "after seq {k}: task {task} usage {:?}, the events sum to {expected:?}",
+                    rec.usage()
+                ));
+            }
+            if k > 0
+                && let Some(before) = t.lives[k - 1].tasks.get(i)
+                && !never_below(&rec.usage(), &before.usage())
+            {
+                return Err(format!("after seq {k}: task {task} usage went backwards"));
+            }
+        }
+        let run = state.usage();
+        let bits: u64 = last
+            .iter()
+            .filter(|(_, u)| u.reasoning != 0)
+            .map(|(&(task, a), _)| attempt_bit(task, a))
+            .fold(0, |acc, b| acc | b);
+        if run.reasoning != bits {
+            return Err(format!(
+                "after seq {k}: run reasoning {:#x}, attempts stored {bits:#x}: an attempt counted \
+                 twice or lost",
+                run.reasoning
+            ));
+        }
+        if run != sum_usage(last.values()) {
+            return Err(format!(
+                "after seq {k}: run usage is not the sum of its attempts"
+            ));
+        }
+    }
+    if t.reported != last {
+        return Err(format!(
+            "ledger {last:?} differs from what the fake agents reported {:?}",
+            t.reported
+        ));
+    }
+    if let Some(state) = t.lives.last() {
+        for (i, rec) in state.tasks.iter().enumerate() {
+            for a in &rec.attempts {
+                let stored = last
+                    .get(&(TaskId(i as u32), a.attempt))
+                    .copied()
+                    .unwrap_or(Usage::ZERO);
+                if a.usage != stored {
+                    return Err(format!(
+                        "task #{i} attempt {} usage is not its last report",
+                        a.attempt
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For every resume: no finished task in the plan, every live attempt (found from the events
+/// alone) an orphan, every ended-but-undecided task undecided, and nothing else.
+pub(crate) fn check_resumes(t: &Trace) -> Result<(), String> {
+    for r in &t.resumes {
+        let events = &t.events[..r.at];
+        let mut live: BTreeSet<(TaskId, Attempt)> = BTreeSet::new();
+        let mut finished: BTreeSet<TaskId> = BTreeSet::new();
+        let mut undecided: BTreeSet<TaskId> = BTreeSet::new();
+        for e in events {
+            match &e.event {
+                Event::AttemptLaunching { task, attempt, .. } => {
+                    live.insert((*task, *attempt));
+                    undecided.remove(task);
+                }
+                Event::AttemptFinished { task, attempt, .. }
+                | Event::AttemptOrphaned { task, attempt, .. } => {
+                    live.remove(&(*task, *attempt));
+                    undecided.insert(*task);
+                }
+                Event::RetryScheduled { task, .. } => {
+                    undecided.remove(task);
+                }
+                Event::TaskFinished { task, .. } => {
+                    finished.insert(*task);
+                    undecided.remove(task);
+                }
+                _ => {}
+            }
+        }
+        let orphans: BTreeSet<(TaskId, Attempt)> =
+            r.plan.orphans.iter().map(|o| (o.task, o.attempt)).collect();
+        if orphans != live {
+            return Err(format!(
+                "resume at {}: orphans {orphans:?}, live attempts {live:?}",
+                r.at
+            ));
+        }
+        let planned: BTreeSet<TaskId> = r.plan.undecided.iter().copied().collect();
+        if planned != undecided {
+            return Err(format!(
+                "resume at {}: undecided {planned:?}, expected {undecided:?}",
+                r.at
+            ));
+        }
+        if let Some(task) = r.plan.tasks().find(|t| finished.contains(t)) {
+            return Err(format!(
+                "resume at {}: finished task {task} is in the plan",
+                r.at
+            ));
+        }
+        if r.plan.finished != finished.len() {
+            return Err(format!(
+                "resume at {}: {} finished, expected {}",
+                r.at,
+                r.plan.finished,
+                finished.len()
+            ));
+        }
+        let all: BTreeSet<TaskId> = r.plan.tasks().chain(finished.iter().copied()).collect();
+        if all.len() != t.batch.tasks.len() || r.plan.tasks().count() + finished.len() != all.len()
+        {
+            return Err(format!(
+                "resume at {}: the plan does not cover each task once",
+                r.at
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Candidate events for a state: one of each kind for every task (and one unknown task), with
+/// attempt numbers around the live one, run-level events, and every stored event again.
+pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
+    let mut out = Vec::new();
+    let big = Usage {
+        input: 1 << 40,
+        output: 1 << 40,
+        turns: 1 << 20,
+        ..Usage::ZERO
+    };
+    for i in 0..=state.tasks.len().min(MAX_TASKS) {
+        let task = TaskId(i as u32);
+        let n = state.task(task).map_or(0, |r| r.attempts.len() as u32);
+        out.push(Event::TaskQueued { task });
+        out.push(Event::TaskSetUp {
+            task,
+            worktree: None,
+        });
+        out.push(Event::ArtifactWritten {
+            task,
+            path: "/p".into(),
+            bytes: 1,
+            digest: 1,
+        });
+        out.push(Event::WorktreeFinalized {
+            task,
+            changed: false,
+            diff: None,
+        });
+        out.push(Event::TaskFinished {
+            task,
+            result: TaskResult {
+                state: TerminalState::Failed,
+                stop_reason: sortie_core::StopReason::Invalid,
+                phase: None,
+                error: None,
+                text: String::new(),
+            },
+        });
+        let mut attempts: Vec<u32> = vec![0, 1, n, n + 1, n + 2];
+        attempts.sort_unstable();
+        attempts.dedup();
+        for a in attempts.into_iter().map(Attempt) {
+            let model = state
+                .spec(task)
+                .and_then(|s| sortie_core::model_for_attempt(s, a));
+            out.push(Event::AttemptLaunching {
+                task,
+                attempt: a,
+                model: model.clone(),
+            });
+            out.push(Event::AttemptLaunching {
+                task,
+                attempt: a,
+                model: Some("m-zzz".into()),
+            });
+            out.push(Event::AttemptStarted {
+                task,
+                attempt: a,
+                pid: 1,
+                start_time: 1,
+            });
+            out.push(Event::AttemptProgress {
+                task,
+                attempt: a,
+                usage: big,
+            });
+            out.push(Event::AttemptProgress {
+                task,
+                attempt: a,
+                usage: Usage::ZERO,
+            });
+            out.push(Event::AttemptStalled { task, attempt: a });
+            out.push(Event::AttemptFinished {
+                task,
+                attempt: a,
+                outcome: AttemptOutcome::completed(),
+                usage: big,
+                output: String::new(),
+            });
+            out.push(Event::AttemptFinished {
+                task,
+                attempt: a,
+                outcome: AttemptOutcome::completed(),
+                usage: Usage::ZERO,
+                output: String::new(),
+            });
+            out.push(Event::AttemptOrphaned {
+                task,
+                attempt: a,
+                action: OrphanAction::Gone,
+            });
+            out.push(Event::RetryScheduled {
+                task,
+                next_attempt: a,
+                model,
+                delay: Duration::ZERO,
+                reason: String::new(),
+            });
+        }
+    }
+    out.push(Event::RunResumed {
+        pid: 9,
+        from_seq: Seq(state.next_seq.0.saturating_sub(1)),
+    });
+    out.push(Event::RunInterrupted {
+        reason: "probe".into(),
+    });
+    for s in [
+        RunOutcome::Completed,
+        RunOutcome::Partial,
+        RunOutcome::Failed,
+        RunOutcome::Timeout,
+        RunOutcome::Cancelled,
+    ] {
+        out.push(Event::RunFinished {
+            state: s,
+            summary: String::new(),
+        });
+    }
+    out.extend(events.iter().map(|e| e.event.clone()));
+    out
+}
