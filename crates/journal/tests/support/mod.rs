@@ -52,6 +52,14 @@ pub(crate) fn usage(k: u64) -> Usage {
     }
 }
 
+/// Like [`usage`], with the cost always reported (so that checkpoints never go backwards).
+pub(crate) fn reported(k: u64) -> Usage {
+    Usage {
+        cost: Cost::reported_nanos(12_345 * k),
+        ..usage(k)
+    }
+}
+
 fn at(i: u64) -> Timestamp {
     Timestamp(1_764_500_000_000 + 250 * i)
 }
@@ -267,14 +275,14 @@ pub(crate) fn realistic(tasks: u32, progress: u32) -> impl Iterator<Item = (Time
             v.push(Event::AttemptProgress {
                 task,
                 attempt: a,
-                usage: usage(k),
+                usage: reported(k),
             });
         }
         v.push(Event::AttemptFinished {
             task,
             attempt: a,
             outcome: AttemptOutcome::completed(),
-            usage: usage(u64::from(progress) + 1),
+            usage: reported(u64::from(progress) + 1),
             output: format!("task {t} finished: all good"),
         });
         v.push(Event::TaskFinished {
