@@ -45,7 +45,7 @@ fn append_forever(dir: &Path) {
     let mut n = 0u64;
     loop {
         n += 1;
-        if n % 5 == 0 {
+        if n.is_multiple_of(5) {
             let batch: Vec<_> = events.by_ref().take(3).collect();
             let first = j.append_all(&batch).unwrap();
             for k in 0..batch.len() as u64 {
