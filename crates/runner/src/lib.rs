@@ -4,3 +4,6 @@
 //!
 //! Invariant: the runner never mutates run state directly. It decides an event, checks it
 //! against the state, appends it to the journal (durable on return), then applies it.
+
+pub mod process;
+pub mod protocol;
