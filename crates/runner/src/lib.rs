@@ -5,5 +5,6 @@
 //! Invariant: the runner never mutates run state directly. It decides an event, checks it
 //! against the state, appends it to the journal (durable on return), then applies it.
 
+pub mod batch;
 pub mod process;
 pub mod protocol;
