@@ -482,3 +482,12 @@ fn render_argv_errors() {
         Err(RenderError::EmptyProgram { .. })
     ));
 }
+
+#[test]
+fn spawn_spec_debug_hides_env_values() {
+    let mut s = spec(&["agent"]);
+    s.env = vec![("API_KEY".into(), "sk-secret-value".into())];
+    let shown = format!("{s:?}");
+    assert!(shown.contains("API_KEY"), "{shown}");
+    assert!(!shown.contains("sk-secret-value"), "{shown}");
+}
