@@ -1,3 +1,27 @@
-//! The `sortie` binary.
+//! The `sortie` binary: parses the command line, runs the command, exits with its code.
+//!
+//! Exit codes: 0 completed, 1 failed or partial (or an error), 2 usage error (bad flags, a batch
+//! that does not load, an unknown or live run), 3 interrupted (resumable), 4 journal corrupt.
 
-fn main() {}
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = args::Cli::parse();
+    output::init_tracing(args.global.verbose);
+    match commands::dispatch(args) {
+        Ok(code) => code.into(),
+        Err(err) => {
+            let code = commands::exit_code_of(&err);
+            if !output::is_broken_pipe(&err) {
+                eprintln!("sortie: {err:#}");
+            }
+            code.into()
+        }
+    }
+}

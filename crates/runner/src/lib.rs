@@ -5,6 +5,13 @@
 //! Invariant: the runner never mutates run state directly. It decides an event, checks it
 //! against the state, appends it to the journal (durable on return), then applies it.
 
+mod attempt;
 pub mod batch;
+pub mod engine;
+mod error;
 pub mod process;
+mod prompt;
 pub mod protocol;
+pub mod statedir;
+
+pub use error::{Error, Result};

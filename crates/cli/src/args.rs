@@ -1,0 +1,121 @@
+//! The command line, as clap derive structs; their doc comments are the help text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run batches of coding-agent tasks in parallel; survive anything; resume without re-running
+/// finished work or billing anything twice.
+#[derive(Debug, Parser)]
+#[command(name = "sortie", version, propagate_version = true)]
+pub(crate) struct Cli {
+    /// Options every command takes.
+    #[command(flatten)]
+    pub(crate) global: Global,
+    /// The command.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// Where runs are kept.
+    #[arg(long, global = true, env = "SORTIE_DIR", default_value = ".sortie")]
+    pub(crate) state_dir: PathBuf,
+    /// Print machine-readable JSON on stdout.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// More log output on stderr (-v, -vv); RUST_LOG works too.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+}
+
+/// sortie's commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a batch file (TOML or JSON Lines), a one-off prompt, or a one-off command.
+    Run(RunArgs),
+    /// Resume a run that crashed or was interrupted (default: the newest unfinished run).
+    Resume(RunRef),
+    /// Show a run's state, live or not (default: the newest run).
+    Status(RunRef),
+    /// List the runs in the state dir, newest first.
+    List,
+    /// Show a run's timeline, and its state as of a seq.
+    Replay(ReplayArgs),
+    /// Check a run's journal (checksums, order, transitions) and print its usage ledger.
+    Audit(RunId),
+    /// Cancel a run: stop it if it is live; its unfinished tasks become cancelled.
+    Cancel(RunId),
+    /// Print a run's events as JSON Lines.
+    Export(ExportArgs),
+}
+
+/// `sortie run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The batch file: `.toml`, or `.jsonl` (one task per line).
+    pub(crate) batch: Option<PathBuf>,
+    /// Defaults for a JSON Lines batch (a TOML file shaped like a batch, without tasks).
+    #[arg(long)]
+    pub(crate) defaults: Option<PathBuf>,
+    /// Run one prompt instead of a batch file.
+    #[arg(long, conflicts_with = "batch")]
+    pub(crate) prompt: Option<String>,
+    /// The agent profile (default for every task).
+    #[arg(long)]
+    pub(crate) agent: Option<String>,
+    /// The model (default for every task).
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// How many tasks run at once [default: 4, or the batch file's].
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+    /// Stop launching after the first failed task.
+    #[arg(long)]
+    pub(crate) fail_fast: bool,
+    /// The run's id (default: a fresh one), for scripts.
+    #[arg(long)]
+    pub(crate) run_id: Option<String>,
+    /// Run one command instead of a batch file: `sortie run -- CMD ARGS...`.
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
+}
+
+/// A run, or by default the newest.
+#[derive(Debug, Args)]
+pub(crate) struct RunRef {
+    /// The run's id.
+    pub(crate) run: Option<String>,
+}
+
+/// A run.
+#[derive(Debug, Args)]
+pub(crate) struct RunId {
+    /// The run's id.
+    pub(crate) run: String,
+}
+
+/// `sortie replay`.
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// Only this task's events.
+    #[arg(long)]
+    pub(crate) task: Option<String>,
+    /// Stop at this seq and show the state as of it.
+    #[arg(long)]
+    pub(crate) at: Option<u64>,
+}
+
+/// `sortie export`.
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The format (only `jsonl`).
+    #[arg(long, default_value = "jsonl", value_parser = ["jsonl"])]
+    pub(crate) format: String,
+}

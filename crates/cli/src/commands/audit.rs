@@ -1,0 +1,78 @@
+//! `sortie audit RUN`: checks the journal record by record (checksum, format, dense seq, legal
+//! transitions, ledger recomputed from the raw events) and prints the usage ledger. Exit 0 when
+//! the journal is whole, 4 when it is not.
+
+use std::io::Write;
+
+use anyhow::Result;
+use serde::Serialize;
+use sortie_core::ledger::Ledger;
+
+use super::{Code, open_read, run_id};
+use crate::args::Global;
+use crate::output;
+
+#[derive(Serialize)]
+struct AuditView<'a> {
+    run_id: String,
+    events: u64,
+    clean: bool,
+    first_bad_seq: Option<u64>,
+    problem: Option<String>,
+    ledger_mismatch: Option<&'a str>,
+    ledger: LedgerView,
+}
+
+#[derive(Serialize)]
+struct LedgerView {
+    tasks: Vec<(String, sortie_core::Usage)>,
+    models: Vec<(Option<String>, sortie_core::Usage)>,
+    total: sortie_core::Usage,
+    total_cost: String,
+}
+
+fn ledger_view(state: &sortie_core::RunState, l: &Ledger) -> LedgerView {
+    LedgerView {
+        tasks: l.tasks.iter().map(|(t, u)| (state.label(*t), *u)).collect(),
+        models: l.models.iter().map(|(m, u)| (m.clone(), *u)).collect(),
+        total: l.total,
+        total_cost: l.total.cost.to_string(),
+    }
+}
+
+/// Audits a run.
+pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
+    let run = run_id(run)?;
+    let journal = open_read(&g.state_dir, &run)?;
+    let audit = journal.audit();
+    let clean = audit.is_clean();
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        let view = AuditView {
+            run_id: run.to_string(),
+            events: audit.events,
+            clean,
+            first_bad_seq: audit.first_bad.as_ref().map(|(s, _)| s.0),
+            problem: audit.first_bad.as_ref().map(|(_, r)| r.clone()),
+            ledger_mismatch: audit.ledger_mismatch.as_deref(),
+            ledger: ledger_view(&audit.state, &audit.ledger),
+        };
+        serde_json::to_writer_pretty(&mut out, &view)?;
+        writeln!(out)?;
+    } else {
+        match &audit.first_bad {
+            None => writeln!(out, "journal of run {run}: whole, {} events", audit.events)?,
+            Some((seq, reason)) => writeln!(
+                out,
+                "journal of run {run}: CORRUPT at seq {seq}: {reason} ({} events read before it)",
+                seq.0
+            )?,
+        }
+        if let Some(m) = &audit.ledger_mismatch {
+            writeln!(out, "ledger MISMATCH: {m}")?;
+        }
+        writeln!(out)?;
+        output::print_ledger(&mut out, &audit.state, &audit.ledger)?;
+    }
+    Ok(if clean { Code::Ok } else { Code::Corrupt })
+}

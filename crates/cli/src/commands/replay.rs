@@ -1,0 +1,162 @@
+//! `sortie replay RUN [--task LABEL] [--at SEQ]`: the run's timeline (seq, time since the
+//! start, task, event), then the state as of the last event shown. Read-only: it never spawns.
+
+use std::io::Write;
+
+use anyhow::Result;
+use serde::Serialize;
+use sortie_core::{Event, RunState, Seq, Stamped};
+
+use super::{Code, UsageError, open_read, run_id};
+use crate::args::{Global, ReplayArgs};
+use crate::output;
+
+#[derive(Serialize)]
+struct ReplayView<'a> {
+    events: Vec<&'a Stamped>,
+    state: output::RunView,
+}
+
+/// Prints the timeline and the state as of `--at`.
+pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
+    let run = run_id(&args.run)?;
+    let journal = open_read(&g.state_dir, &run)?;
+    let upto = args.at.map(Seq);
+    let mut state = RunState::new();
+    let mut shown: Vec<Stamped> = Vec::new();
+    for record in journal.read(Seq(0), upto) {
+        let stamped = record?;
+        state
+            .apply(&stamped)
+            .map_err(|v| sortie_journal::Error::Violation {
+                seq: stamped.seq,
+                violation: v,
+            })?;
+        shown.push(stamped);
+    }
+    let filter = match &args.task {
+        Some(label) => Some(
+            state
+                .task_by_label(label)
+                .ok_or_else(|| UsageError(format!("run {run} has no task {label:?}")))?,
+        ),
+        None => None,
+    };
+    let selected: Vec<&Stamped> = shown
+        .iter()
+        .filter(|s| filter.is_none() || s.event.task() == filter)
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        let view = ReplayView {
+            events: selected,
+            state: output::view(&run, &state, None, true),
+        };
+        serde_json::to_writer_pretty(&mut out, &view)?;
+        writeln!(out)?;
+        return Ok(Code::Ok);
+    }
+    let start = state.started_at.map(|t| t.0).unwrap_or(0);
+    for s in &selected {
+        let label = s
+            .event
+            .task()
+            .map(|t| state.label(t))
+            .unwrap_or_else(|| "-".to_owned());
+        writeln!(
+            out,
+            "{:>6}  {} +{:>9.3}s  {:<20} {:<18} {}",
+            s.seq,
+            output::clock(s.at.0),
+            s.at.0.saturating_sub(start) as f64 / 1000.0,
+            label,
+            s.event.name(),
+            details(&s.event)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "state as of seq {}:",
+        state.next_seq.0.saturating_sub(1)
+    )?;
+    output::print_status(&mut out, &output::view(&run, &state, None, false))?;
+    Ok(Code::Ok)
+}
+
+fn details(e: &Event) -> String {
+    match e {
+        Event::RunStarted {
+            batch, host, pid, ..
+        } => {
+            format!(
+                "{} tasks from {} on {host} pid {pid}",
+                batch.tasks.len(),
+                batch.source
+            )
+        }
+        Event::RunResumed { pid, from_seq } => format!("pid {pid} after seq {from_seq}"),
+        Event::RunInterrupted { reason } => reason.clone(),
+        Event::RunFinished { state, .. } => state.to_string(),
+        Event::TaskQueued { .. } => String::new(),
+        Event::TaskSetUp { worktree, .. } => worktree.clone().unwrap_or_default(),
+        Event::AttemptLaunching { attempt, model, .. } => {
+            format!(
+                "attempt {attempt} model {}",
+                model.as_deref().unwrap_or("(default)")
+            )
+        }
+        Event::AttemptStarted { attempt, pid, .. } => format!("attempt {attempt} pid {pid}"),
+        Event::AttemptProgress { attempt, usage, .. } => format!(
+            "attempt {attempt} {} tokens {} turns {}",
+            usage.tokens(),
+            usage.turns,
+            usage.cost
+        ),
+        Event::AttemptStalled { attempt, .. } => format!("attempt {attempt}"),
+        Event::AttemptFinished {
+            attempt,
+            outcome,
+            usage,
+            ..
+        } => format!(
+            "attempt {attempt} {:?}/{}{} exit {:?} {} tokens {}",
+            outcome.status,
+            outcome.stop_reason,
+            outcome
+                .error
+                .as_deref()
+                .map(|e| format!(" ({})", e.lines().next().unwrap_or_default()))
+                .unwrap_or_default(),
+            outcome.exit_code,
+            usage.tokens(),
+            usage.cost
+        ),
+        Event::AttemptOrphaned {
+            attempt, action, ..
+        } => format!("attempt {attempt} {action:?}"),
+        Event::RetryScheduled {
+            next_attempt,
+            delay,
+            reason,
+            ..
+        } => {
+            format!(
+                "attempt {next_attempt} in {:.1}s: {reason}",
+                delay.as_secs_f64()
+            )
+        }
+        Event::ArtifactWritten { path, bytes, .. } => format!("{path} ({bytes} bytes)"),
+        Event::WorktreeFinalized { changed, .. } => format!("changed: {changed}"),
+        Event::TaskFinished { result, .. } => format!(
+            "{} ({}){}",
+            result.state,
+            result.stop_reason,
+            result
+                .error
+                .as_deref()
+                .map(|e| format!(": {}", e.lines().next().unwrap_or_default()))
+                .unwrap_or_default()
+        ),
+    }
+}

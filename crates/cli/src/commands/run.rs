@@ -1,0 +1,145 @@
+//! `sortie run`, `sortie resume` and `sortie cancel`: the commands that own a run.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use sortie_core::{RunOutcome, RunStatus};
+use sortie_runner::batch::{self, Overrides};
+use sortie_runner::engine::{self, End, RunEnd, Takeover};
+use sortie_runner::statedir::{self, Owner};
+
+use super::{Code, UsageError, newest, open_read, run_id};
+use crate::args::{Global, RunArgs};
+use crate::output;
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// `sortie run`.
+pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
+    let overrides = Overrides {
+        concurrency: args.concurrency,
+        fail_fast: args.fail_fast.then_some(true),
+        agent: args.agent.clone(),
+        model: args.model.clone(),
+    };
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let loaded = match (&args.batch, &args.prompt, args.command.is_empty()) {
+        (Some(path), None, true) => batch::load(path, args.defaults.as_deref(), &overrides)?,
+        (None, Some(prompt), true) => batch::one_off_prompt(
+            prompt,
+            args.agent.as_deref(),
+            args.model.as_deref(),
+            &cwd,
+            &overrides,
+        )?,
+        (None, None, false) => batch::one_off_command(&args.command, &cwd, &overrides)?,
+        _ => {
+            return Err(UsageError(
+                "give one of: a batch file, --prompt TEXT, or -- CMD ARGS...".into(),
+            )
+            .into());
+        }
+    };
+    let run_id = args.run_id.as_deref().map(run_id).transpose()?;
+    let observer = output::observer(g.json);
+    let end = runtime()?.block_on(engine::run(&g.state_dir, run_id, loaded, observer))?;
+    Ok(report(g, &end))
+}
+
+/// `sortie resume [RUN]`.
+pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
+    let run = match run {
+        Some(r) => run_id(r)?,
+        None => newest(&g.state_dir, true)?,
+    };
+    let observer = output::observer(g.json);
+    let end = runtime()?.block_on(engine::take_over(
+        &g.state_dir,
+        run,
+        Takeover::Resume,
+        observer,
+    ))?;
+    Ok(report(g, &end))
+}
+
+/// `sortie cancel RUN`: a live run is told to cancel (SIGUSR1 to its owner) and this command
+/// waits until it has; a dead run is taken over and its unfinished tasks cancelled here.
+pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
+    let run = run_id(run)?;
+    let dir = statedir::run_dir(&g.state_dir, &run);
+    if let Owner::Live { pid } = statedir::owner(&dir) {
+        let pid =
+            pid.ok_or_else(|| UsageError(format!("run {run} is live but its pid is unknown")))?;
+        signal_cancel(pid)?;
+        eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
+        while matches!(statedir::owner(&dir), Owner::Live { .. }) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let state = super::replay_all(&open_read(&g.state_dir, &run)?)?;
+        return Ok(match state.status {
+            RunStatus::Finished { state: s } => {
+                output::print_summary(g.json, &run, &state)?;
+                outcome_code(s)
+            }
+            _ => Code::Interrupted,
+        });
+    }
+    let end = runtime()?.block_on(engine::take_over(
+        &g.state_dir,
+        run,
+        Takeover::Cancel,
+        output::observer(g.json),
+    ))?;
+    Ok(report(g, &end))
+}
+
+fn signal_cancel(pid: u32) -> Result<()> {
+    let pid = i32::try_from(pid).context("pid out of range")?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .with_context(|| format!("cannot signal pid {pid}"))
+}
+
+fn outcome_code(s: RunOutcome) -> Code {
+    match s {
+        RunOutcome::Completed => Code::Ok,
+        _ => Code::Failed,
+    }
+}
+
+fn report(g: &Global, end: &RunEnd) -> Code {
+    let printed = output::print_summary(g.json, &end.run_id, &end.state);
+    if let Err(e) = printed
+        && !output::is_broken_pipe(&e)
+    {
+        eprintln!("sortie: {e:#}");
+    }
+    match end.end {
+        End::Finished(s) => outcome_code(s),
+        End::Interrupted => {
+            eprintln!(
+                "sortie: run {} interrupted; resume it with: sortie{} resume {}",
+                end.run_id,
+                state_dir_flag(&g.state_dir),
+                end.run_id
+            );
+            Code::Interrupted
+        }
+    }
+}
+
+fn state_dir_flag(dir: &Path) -> String {
+    if dir == Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
+        String::new()
+    } else {
+        format!(" --state-dir {}", dir.display())
+    }
+}

@@ -1,0 +1,32 @@
+//! `sortie status [RUN]`: a run's state, read from its journal, live or not.
+
+use std::io::Write;
+
+use anyhow::Result;
+use sortie_runner::statedir::{self, Owner};
+
+use super::{Code, newest, open_read, replay_all, run_id};
+use crate::args::Global;
+use crate::output;
+
+/// Prints the state of a run (the newest by default).
+pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
+    let run = match run {
+        Some(r) => run_id(r)?,
+        None => newest(&g.state_dir, false)?,
+    };
+    let live_pid = match statedir::owner(&statedir::run_dir(&g.state_dir, &run)) {
+        Owner::Live { pid } => Some(pid.unwrap_or(0)),
+        Owner::Free => None,
+    };
+    let state = replay_all(&open_read(&g.state_dir, &run)?)?;
+    let view = output::view(&run, &state, live_pid, false);
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        serde_json::to_writer_pretty(&mut out, &view)?;
+        writeln!(out)?;
+    } else {
+        output::print_status(&mut out, &view)?;
+    }
+    Ok(Code::Ok)
+}

@@ -1,0 +1,327 @@
+//! Printing: log lines and progress on stderr, summaries, tables and JSON on stdout.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+
+use anyhow::Result;
+use serde::Serialize;
+use sortie_core::ledger::{Ledger, ledger};
+use sortie_core::{Event, RunId, RunState, RunStatus, Stamped, Usage};
+use sortie_runner::engine::Observer;
+
+/// Installs the tracing subscriber: warnings by default, `-v` info, `-vv` debug; RUST_LOG wins.
+pub(crate) fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// True when the error is a closed stdout (`sortie list | head`): not worth a message.
+pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints one line per notable event on stderr (plain log lines, good in CI logs and on a
+/// terminal alike). With `--json`, stays quiet: stdout gets the final JSON.
+pub(crate) fn observer(json: bool) -> Box<dyn Observer> {
+    Box::new(LogLines {
+        quiet: json,
+        tty: std::io::stderr().is_terminal(),
+    })
+}
+
+struct LogLines {
+    quiet: bool,
+    tty: bool,
+}
+
+impl Observer for LogLines {
+    fn event(&mut self, state: &RunState, s: &Stamped) {
+        if self.quiet {
+            return;
+        }
+        let line = match &s.event {
+            Event::RunStarted { run_id, batch, .. } => Some(format!(
+                "run {run_id}: {} task(s), concurrency {}",
+                batch.tasks.len(),
+                batch.config.concurrency
+            )),
+            Event::RunResumed { pid, from_seq } => {
+                Some(format!("resumed by pid {pid} after seq {from_seq}"))
+            }
+            Event::AttemptLaunching {
+                task,
+                attempt,
+                model,
+            } => Some(format!(
+                "[{}] attempt {attempt} launching{}",
+                state.label(*task),
+                model
+                    .as_deref()
+                    .map(|m| format!(" on {m}"))
+                    .unwrap_or_default()
+            )),
+            Event::AttemptStalled { task, attempt } => Some(format!(
+                "[{}] attempt {attempt} stalled (no output)",
+                state.label(*task)
+            )),
+            Event::AttemptOrphaned {
+                task,
+                attempt,
+                action,
+            } => Some(format!(
+                "[{}] attempt {attempt} orphaned by a crash ({action:?})",
+                state.label(*task)
+            )),
+            Event::RetryScheduled {
+                task,
+                reason,
+                delay,
+                ..
+            } => Some(format!(
+                "[{}] {reason} (in {:.1}s)",
+                state.label(*task),
+                delay.as_secs_f64()
+            )),
+            Event::TaskFinished { task, result } => {
+                let done = state.tasks.iter().filter(|t| t.state.is_terminal()).count();
+                Some(format!(
+                    "[{}] {}{} ({done}/{} done, {} tokens, {})",
+                    state.label(*task),
+                    result.state,
+                    result
+                        .error
+                        .as_deref()
+                        .map(|e| format!(": {}", first_line(e)))
+                        .unwrap_or_default(),
+                    state.tasks.len(),
+                    state.usage().tokens(),
+                    state.usage().cost
+                ))
+            }
+            _ => None,
+        };
+        if let Some(line) = line {
+            let mut err = std::io::stderr().lock();
+            let _ = if self.tty {
+                writeln!(err, "\x1b[2m{}\x1b[0m {line}", clock(s.at.0))
+            } else {
+                writeln!(err, "{} {line}", clock(s.at.0))
+            };
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+/// `HH:MM:SS` (UTC) of a timestamp.
+pub(crate) fn clock(ms: u64) -> String {
+    let s = ms / 1000 % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60)
+}
+
+/// A task's line in status and JSON output.
+#[derive(Debug, Serialize)]
+pub(crate) struct TaskView {
+    /// Its label.
+    pub(crate) label: String,
+    /// Its state's name.
+    pub(crate) state: String,
+    /// How many attempts it made.
+    pub(crate) attempts: usize,
+    /// The model of its last attempt.
+    pub(crate) model: Option<String>,
+    /// Why it stopped.
+    pub(crate) stop_reason: Option<String>,
+    /// Its error.
+    pub(crate) error: Option<String>,
+    /// Whether its live attempt is stalled.
+    pub(crate) stalled: bool,
+    /// Its usage.
+    pub(crate) usage: Usage,
+    /// Its text (for finished tasks).
+    pub(crate) text: Option<String>,
+}
+
+/// A run as status and summaries show it.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunView {
+    /// The run.
+    pub(crate) run_id: String,
+    /// Its status: running, interrupted, or the final state.
+    pub(crate) status: String,
+    /// The live owner's pid, when a process runs it now.
+    pub(crate) live_pid: Option<u32>,
+    /// Task counts by state.
+    pub(crate) counts: BTreeMap<String, usize>,
+    /// The run's usage.
+    pub(crate) usage: Usage,
+    /// The run's cost, as text (`unreported` parts named).
+    pub(crate) cost: String,
+    /// The tasks.
+    pub(crate) tasks: Vec<TaskView>,
+    /// The journal's length.
+    pub(crate) events: u64,
+}
+
+/// Builds the view of a run.
+pub(crate) fn view(
+    run: &RunId,
+    state: &RunState,
+    live_pid: Option<u32>,
+    with_text: bool,
+) -> RunView {
+    let mut counts = BTreeMap::new();
+    let tasks: Vec<TaskView> = state
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, rec)| {
+            let name = rec.state.name().to_owned();
+            *counts.entry(name.clone()).or_insert(0) += 1;
+            let result = rec.result();
+            TaskView {
+                label: state.label(sortie_core::TaskId(i as u32)),
+                state: name,
+                attempts: rec.attempts.len(),
+                model: rec.attempts.last().and_then(|a| a.model.clone()),
+                stop_reason: result.map(|r| r.stop_reason.to_string()),
+                error: result.and_then(|r| r.error.clone()),
+                stalled: rec.live_attempt().is_some_and(|a| a.stalled),
+                usage: rec.usage(),
+                text: if with_text {
+                    result.map(|r| r.text.clone())
+                } else {
+                    None
+                },
+            }
+        })
+        .collect();
+    let status = match (&state.status, live_pid) {
+        (RunStatus::Finished { state }, _) => state.to_string(),
+        (RunStatus::Interrupted { .. }, None) | (RunStatus::Running, None) => "interrupted".into(),
+        (_, Some(_)) => "running".into(),
+        (RunStatus::NotStarted, None) => "not started".into(),
+    };
+    let usage = state.usage();
+    RunView {
+        run_id: run.to_string(),
+        status,
+        live_pid,
+        counts,
+        usage,
+        cost: usage.cost.to_string(),
+        tasks,
+        events: state.next_seq.0,
+    }
+}
+
+/// Prints a finished (or interrupted) run's summary: the summary text and the ledger, or JSON.
+pub(crate) fn print_summary(json: bool, run: &RunId, state: &RunState) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &view(run, state, None, true))?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let text = state
+        .summary
+        .clone()
+        .unwrap_or_else(|| sortie_core::summary_text(state));
+    writeln!(out, "{text}")?;
+    writeln!(out)?;
+    print_ledger(&mut out, state, &ledger(state))?;
+    Ok(())
+}
+
+/// Prints a usage ledger per task and per model.
+pub(crate) fn print_ledger(out: &mut impl Write, state: &RunState, ledger: &Ledger) -> Result<()> {
+    writeln!(
+        out,
+        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  cost",
+        "usage", "input", "output", "cache_r", "cache_w", "turns"
+    )?;
+    let row = |out: &mut dyn Write, name: &str, u: &Usage| -> std::io::Result<()> {
+        writeln!(
+            out,
+            "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  {}",
+            truncate(name, 28),
+            u.input,
+            u.output,
+            u.cache_read,
+            u.cache_write,
+            u.turns,
+            u.cost
+        )
+    };
+    for (task, u) in &ledger.tasks {
+        row(out, &format!("task {}", state.label(*task)), u)?;
+    }
+    for (model, u) in &ledger.models {
+        row(
+            out,
+            &format!("model {}", model.as_deref().unwrap_or("(default)")),
+            u,
+        )?;
+    }
+    row(out, "total", &ledger.total)?;
+    Ok(())
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Prints the state of every task as a table.
+pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
+    writeln!(
+        out,
+        "run {}: {}{}  ({} events, {} tokens, {})",
+        v.run_id,
+        v.status,
+        v.live_pid
+            .map(|p| format!(" (pid {p})"))
+            .unwrap_or_default(),
+        v.events,
+        v.usage.tokens(),
+        v.cost
+    )?;
+    let counts: Vec<String> = v.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    writeln!(out, "{}", counts.join(", "))?;
+    for t in &v.tasks {
+        writeln!(
+            out,
+            "  {:<24} {:<10} attempt {:<2} {:<18} {:>9} tok  {}{}",
+            truncate(&t.label, 24),
+            t.state,
+            t.attempts,
+            t.model.as_deref().unwrap_or("-"),
+            t.usage.tokens(),
+            t.usage.cost,
+            if t.stalled { "  STALLED" } else { "" }
+        )?;
+        if let Some(e) = &t.error {
+            writeln!(out, "      {}", first_line(e))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! One attempt, in its own tokio task: spawn the agent, feed its stdout to the protocol reader,
+//! watch the clocks (attempt timeout, deadline, stall), enforce the budgets, stop the process
+//! group when told to (first stop reason wins), and report everything to the run loop as
+//! [`Msg`]s. The attempt never touches the journal: the run loop turns its reports into events.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sortie_core::{Attempt, AttemptOutcome, Phase, Protocol, StopReason, TaskId, Timestamp, Usage};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::process::{self, SpawnSpec};
+use crate::protocol::{self, Exit};
+use crate::statedir::now;
+
+/// How often at most a progress report is sent while usage moves.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// What an attempt needs to know.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptCtx {
+    pub(crate) task: TaskId,
+    pub(crate) attempt: Attempt,
+    pub(crate) argv: Result<Vec<String>, process::RenderError>,
+    pub(crate) cwd: PathBuf,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) marker: (String, String),
+    pub(crate) protocol: Protocol,
+    pub(crate) attempt_timeout: Duration,
+    pub(crate) deadline_at: Option<Timestamp>,
+    pub(crate) stall_after: Duration,
+    pub(crate) stall_kill_after: Duration,
+    pub(crate) kill_grace: Duration,
+    pub(crate) max_turns: Option<u32>,
+    pub(crate) max_tokens: Option<u64>,
+    pub(crate) max_cost_nanos: Option<u64>,
+    /// The usage of the task's earlier attempts (budgets cover the whole task).
+    pub(crate) prior: Usage,
+}
+
+/// A report from an attempt to the run loop.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Started {
+        task: TaskId,
+        attempt: Attempt,
+        pid: u32,
+        start_time: u64,
+    },
+    Progress {
+        task: TaskId,
+        attempt: Attempt,
+        usage: Usage,
+    },
+    Stalled {
+        task: TaskId,
+        attempt: Attempt,
+    },
+    Finished {
+        task: TaskId,
+        attempt: Attempt,
+        outcome: AttemptOutcome,
+        usage: Usage,
+        output: String,
+    },
+}
+
+impl Msg {
+    pub(crate) fn task(&self) -> TaskId {
+        match self {
+            Msg::Started { task, .. }
+            | Msg::Progress { task, .. }
+            | Msg::Stalled { task, .. }
+            | Msg::Finished { task, .. } => *task,
+        }
+    }
+
+    pub(crate) fn attempt(&self) -> Attempt {
+        match self {
+            Msg::Started { attempt, .. }
+            | Msg::Progress { attempt, .. }
+            | Msg::Stalled { attempt, .. }
+            | Msg::Finished { attempt, .. } => *attempt,
+        }
+    }
+}
+
+enum Step {
+    Line(Option<process::Line>),
+    Exit(Result<Exit, process::WaitError>),
+}
+
+/// A request to stop an attempt.
+#[derive(Debug, Clone)]
+pub(crate) struct StopRequest {
+    pub(crate) reason: StopReason,
+    pub(crate) phase: Option<Phase>,
+    pub(crate) message: String,
+}
+
+/// The run loop's handle on a live attempt.
+pub(crate) struct AttemptHandle {
+    stop: mpsc::UnboundedSender<StopRequest>,
+    join: JoinHandle<()>,
+}
+
+impl AttemptHandle {
+    /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
+    pub(crate) fn stop(&self, req: StopRequest) {
+        let _ = self.stop.send(req);
+    }
+
+    /// Drops the attempt at once: its child's process group gets SIGKILL (the child handle
+    /// kills its group when dropped) and nothing more is reported.
+    pub(crate) fn kill_now(&self) {
+        self.join.abort();
+    }
+}
+
+/// Starts an attempt in its own task.
+pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptHandle {
+    let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let join = tokio::spawn(async move {
+        let (task, attempt) = (ctx.task, ctx.attempt);
+        let (outcome, usage, output) = run(ctx, &tx, stop_rx).await;
+        let _ = tx.send(Msg::Finished {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        });
+    });
+    AttemptHandle {
+        stop: stop_tx,
+        join,
+    }
+}
+
+fn instant_of(t: Timestamp) -> Instant {
+    Instant::now() + t.since(now())
+}
+
+/// Which budget, if any, the task's usage has reached.
+fn budget_breach(ctx: &AttemptCtx, usage: &Usage) -> Option<String> {
+    let total = ctx.prior.plus(usage);
+    if let Some(max) = ctx.max_turns
+        && total.turns >= max
+    {
+        return Some(format!(
+            "reached max turns budget ({} of {max})",
+            total.turns
+        ));
+    }
+    if let Some(max) = ctx.max_tokens
+        && total.tokens() > max
+    {
+        return Some(format!(
+            "exceeded max tokens budget ({} of {max})",
+            total.tokens()
+        ));
+    }
+    if let Some(max) = ctx.max_cost_nanos
+        && total.cost.nanos > max
+    {
+        return Some(format!(
+            "exceeded max cost budget (${:.4} of ${:.4})",
+            total.cost.usd(),
+            max as f64 / 1e9
+        ));
+    }
+    None
+}
+
+async fn run(
+    ctx: AttemptCtx,
+    tx: &mpsc::UnboundedSender<Msg>,
+    mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+) -> (AttemptOutcome, Usage, String) {
+    let argv = match &ctx.argv {
+        Ok(argv) => argv.clone(),
+        Err(e) => {
+            let o = AttemptOutcome::failed(StopReason::Invalid, e.to_string());
+            return (o, Usage::ZERO, e.to_string());
+        }
+    };
+    let spec = SpawnSpec {
+        argv,
+        cwd: ctx.cwd.clone(),
+        env: ctx.env.clone(),
+        marker: ctx.marker.clone(),
+    };
+    let mut child = match process::spawn(&spec).await {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = e.to_string();
+            return (
+                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                Usage::ZERO,
+                msg,
+            );
+        }
+    };
+    let (task, attempt) = (ctx.task, ctx.attempt);
+    let _ = tx.send(Msg::Started {
+        task,
+        attempt,
+        pid: child.pid,
+        start_time: child.start_time,
+    });
+
+    let mut reader = protocol::reader_for(ctx.protocol);
+    let stopper = child.stopper();
+    let timeout_at = Instant::now() + ctx.attempt_timeout;
+    let deadline_at = ctx.deadline_at.map(instant_of);
+    let mut last_output = Instant::now();
+    let mut stalled = false;
+    let mut usage = Usage::ZERO;
+    let mut sent_usage = Usage::ZERO;
+    let mut last_sent = Instant::now();
+    let mut stop: Option<StopRequest> = None;
+    let mut stop_task: Option<JoinHandle<StopReason>> = None;
+    let mut stdout_open = true;
+
+    let request_stop = |req: StopRequest,
+                        stop: &mut Option<StopRequest>,
+                        stop_task: &mut Option<JoinHandle<StopReason>>| {
+        if stop.is_some() {
+            return;
+        }
+        let s = stopper.clone();
+        let grace = ctx.kill_grace;
+        let reason = req.reason;
+        *stop = Some(req);
+        *stop_task = Some(tokio::spawn(async move { s.stop(reason, grace).await }));
+    };
+
+    let exit = loop {
+        let stall_at = if stalled {
+            last_output + ctx.stall_after + ctx.stall_kill_after
+        } else {
+            last_output + ctx.stall_after
+        };
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        tokio::select! {
+            step = async {
+                if stdout_open {
+                    Step::Line(child.next_line().await)
+                } else {
+                    Step::Exit(child.wait().await)
+                }
+            } => match step {
+                Step::Exit(exit) => break exit,
+                Step::Line(Some(line)) => {
+                    last_output = Instant::now();
+                    let mut report = false;
+                    if stalled {
+                        stalled = false;
+                        report = true;
+                    }
+                    if let Some(p) = reader.line(&line.text) {
+                        usage = usage.max(&p.usage);
+                        if stop.is_none()
+                            && let Some(why) = budget_breach(&ctx, &usage)
+                        {
+                            let req = StopRequest { reason: StopReason::Budget, phase: None, message: why };
+                            request_stop(req, &mut stop, &mut stop_task);
+                        }
+                    }
+                    if usage != sent_usage && last_sent.elapsed() >= PROGRESS_EVERY {
+                        report = true;
+                    }
+                    if report {
+                        let _ = tx.send(Msg::Progress { task, attempt, usage });
+                        sent_usage = usage;
+                        last_sent = Instant::now();
+                    }
+                }
+                Step::Line(None) => stdout_open = false,
+            },
+            _ = tokio::time::sleep_until(stall_at), if stop.is_none() => {
+                if stalled {
+                    let message = format!(
+                        "no output for {}",
+                        humantime::format_duration(ctx.stall_after + ctx.stall_kill_after)
+                    );
+                    let req = StopRequest { reason: StopReason::Stalled, phase: None, message };
+                    request_stop(req, &mut stop, &mut stop_task);
+                } else {
+                    stalled = true;
+                    let _ = tx.send(Msg::Stalled { task, attempt });
+                }
+            }
+            _ = tokio::time::sleep_until(timeout_at), if stop.is_none() => {
+                let message = format!(
+                    "attempt timed out after {}",
+                    humantime::format_duration(ctx.attempt_timeout)
+                );
+                let req = StopRequest { reason: StopReason::Timeout, phase: Some(Phase::Running), message };
+                request_stop(req, &mut stop, &mut stop_task);
+            }
+            _ = tokio::time::sleep_until(deadline_at.unwrap_or(far)), if stop.is_none() && deadline_at.is_some() => {
+                let req = StopRequest {
+                    reason: StopReason::Timeout,
+                    phase: Some(Phase::Running),
+                    message: "deadline exceeded while running".into(),
+                };
+                request_stop(req, &mut stop, &mut stop_task);
+            }
+            req = stop_rx.recv(), if stop.is_none() => {
+                if let Some(req) = req {
+                    request_stop(req, &mut stop, &mut stop_task);
+                }
+            }
+        }
+    };
+    if let Some(t) = stop_task {
+        let _ = t.await;
+    }
+    let exit = match exit {
+        Ok(e) => e,
+        Err(e) => {
+            let msg = format!("lost track of the agent process: {}", e.message);
+            return (
+                AttemptOutcome::failed(StopReason::Error, msg.clone()),
+                usage,
+                msg,
+            );
+        }
+    };
+    let stderr = child.stderr_tail();
+    let mut finished = reader.finish(exit, &stderr);
+    finished.usage = finished.usage.max(&usage);
+    if let (Some(reason), Some(req)) = (stopper.sent_reason(), &stop) {
+        finished = finished.stopped_by(reason);
+        finished.outcome.error = Some(req.message.clone());
+        if reason == req.reason && req.phase.is_some() {
+            finished.outcome.phase = req.phase;
+        }
+        if !finished.has_output {
+            finished.output = req.message.clone();
+        }
+    }
+    if let Exit::Signal(_) = exit {
+        tracing::debug!("attempt {attempt} of task {task} ended by a signal");
+    }
+    (finished.outcome, finished.usage, finished.output)
+}

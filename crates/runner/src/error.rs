@@ -1,0 +1,51 @@
+//! The runner's errors: I/O and journal failures, a run owned by another process, a batch that
+//! does not load. A task failing is not an error: it is an outcome in the journal.
+
+use std::path::PathBuf;
+
+use sortie_core::{RunId, Violation};
+
+/// The runner's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why the runner could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or directory could not be used.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The journal failed.
+    #[error(transparent)]
+    Journal(#[from] sortie_journal::Error),
+    /// Another process owns the run.
+    #[error("run {} is live{}: wait for it, or `sortie cancel` it", run_dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Live {
+        /// The run's directory.
+        run_dir: PathBuf,
+        /// The owner's pid, when known.
+        pid: Option<u32>,
+    },
+    /// A run with this id exists already.
+    #[error("run {0} exists already; pick another --run-id or `sortie resume {0}`")]
+    RunExists(RunId),
+    /// No such run.
+    #[error("no run {0} in this state dir")]
+    NoSuchRun(RunId),
+    /// No unfinished run to resume.
+    #[error("no unfinished run to resume in {}", .0.display())]
+    NothingToResume(PathBuf),
+    /// The run has already finished.
+    #[error("run {0} has already finished ({1})")]
+    AlreadyFinished(RunId, String),
+    /// The runner decided an event that the state machine refuses: a bug in sortie.
+    #[error("internal error: the runner decided an illegal event: {0}")]
+    Violation(#[from] Violation),
+    /// The batch did not load.
+    #[error(transparent)]
+    Batch(#[from] crate::batch::BatchError),
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""A fake coding agent for sortie's demo and tests: it needs no API key and no network.
+
+It speaks sortie's `plain` protocol: stdout is the answer, exit 0 is success, and two small
+extensions let it act like a real agent:
+  SORTIE_USAGE {"input":..,"output":..,"cost_usd":..,"turns":..}   cumulative usage so far
+  SORTIE_ERROR <error|model_error> <message>                     a provider error
+
+Behaviour is chosen with flags (sortie passes {model} and {attempt} through the argv template):
+  --model M --attempt N        what sortie says this attempt is
+  --answer TEXT                the final answer (default: "done")
+  --usage IN,OUT,COST          usage to report (cost in USD); unique values make ledgers checkable
+  --turns N                    report usage over N turns, one SORTIE_USAGE line per turn
+  --sleep SECONDS              work this long before answering (split across turns)
+  --exit CODE                  exit with CODE after answering (a real task failure when != 0)
+  --fail-attempts N:KIND       attempts 1..N fail with KIND (error = transient 5xx/429,
+                               model_error = quota/auth, crash = exit 1 with no error line)
+  --fail-model M:KIND          any attempt on model M fails with KIND
+  --stall-attempts N           attempts 1..N print one line, then go silent forever
+  --hang                       go silent forever before any output
+  --ignore-term                ignore SIGTERM (sortie must SIGKILL after the grace)
+  --grandchild                 fork a grandchild that sleeps forever in the same process group
+  --counter FILE               append one line to FILE when the answer is given (side effect)
+  --garbage N                  print N bytes of binary garbage first
+  --big-line N                 print one line of N bytes first
+  --stderr TEXT                write TEXT to stderr
+"""
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="")
+    p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--answer", default="done")
+    p.add_argument("--usage", default="")
+    p.add_argument("--turns", type=int, default=1)
+    p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--exit", type=int, default=0)
+    p.add_argument("--fail-attempts", default="")
+    p.add_argument("--fail-model", default="")
+    p.add_argument("--stall-attempts", type=int, default=0)
+    p.add_argument("--hang", action="store_true")
+    p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--grandchild", action="store_true")
+    p.add_argument("--counter", default="")
+    p.add_argument("--garbage", type=int, default=0)
+    p.add_argument("--big-line", type=int, default=0)
+    p.add_argument("--stderr", default="")
+    p.add_argument("prompt", nargs="*")
+    a = p.parse_args()
+    out = sys.stdout
+
+    if a.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if a.grandchild and os.fork() == 0:
+        while True:
+            time.sleep(3600)
+    if a.stderr:
+        sys.stderr.write(a.stderr + "\n")
+        sys.stderr.flush()
+    if a.garbage:
+        sys.stdout.buffer.write(bytes((i * 37 + 11) % 256 for i in range(a.garbage)))
+        sys.stdout.buffer.write(b"\n")
+        sys.stdout.buffer.flush()
+    if a.big_line:
+        out.write("x" * a.big_line + "\n")
+        out.flush()
+    if a.hang:
+        while True:
+            time.sleep(3600)
+
+    fail = None
+    if a.fail_attempts:
+        n, kind = a.fail_attempts.split(":", 1)
+        if a.attempt <= int(n):
+            fail = kind
+    if a.fail_model:
+        m, kind = a.fail_model.split(":", 1)
+        if a.model == m:
+            fail = kind
+
+    inp, outp, cost = 0, 0, 0.0
+    if a.usage:
+        parts = a.usage.split(",")
+        inp, outp = int(parts[0]), int(parts[1])
+        cost = float(parts[2]) if len(parts) > 2 else 0.0
+    turns = max(a.turns, 1)
+    for t in range(1, turns + 1):
+        time.sleep(a.sleep / turns)
+        if a.usage:
+            usage = {
+                "input": inp * t // turns,
+                "output": outp * t // turns,
+                "cost_usd": round(cost * t / turns, 9),
+                "turns": t,
+            }
+            out.write("SORTIE_USAGE " + json.dumps(usage) + "\n")
+        out.write(f"working on attempt {a.attempt} turn {t}\n")
+        out.flush()
+        if a.attempt <= a.stall_attempts:
+            while True:
+                time.sleep(3600)
+
+    if fail == "crash":
+        sys.stderr.write("fake agent crashed\n")
+        return 1
+    if fail in ("error", "model_error"):
+        msg = {
+            "error": "503 Service Unavailable: upstream overloaded",
+            "model_error": f"401 invalid api key or quota exceeded for model {a.model}",
+        }[fail]
+        out.write(f"SORTIE_ERROR {fail} {msg}\n")
+        out.flush()
+        return 1
+    if a.counter:
+        with open(a.counter, "a") as f:
+            f.write(f"attempt {a.attempt} model {a.model}\n")
+    out.write(a.answer + "\n")
+    out.flush()
+    return a.exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())
