@@ -345,6 +345,8 @@ pub(crate) struct Trace {
     pub(crate) resumes: Vec<Resume>,
     /// How many crashes happened.
     pub(crate) crashes: usize,
+    /// How many times a new process opened the run (resumes, and reopens of a finished run).
+    pub(crate) reopens: usize,
 }
 
 /// A live fake agent: what its attempt has consumed so far (stored or not).
@@ -375,6 +377,7 @@ pub(crate) struct Driver<B: Backend> {
     reported: BTreeMap<(TaskId, Attempt), Usage>,
     resumes: Vec<Resume>,
     crashes: usize,
+    reopens: usize,
     now: u64,
     pid: u32,
     /// Events left before a planned crash.
@@ -394,6 +397,7 @@ impl<B: Backend> Driver<B> {
             reported: BTreeMap::new(),
             resumes: Vec::new(),
             crashes: 0,
+            reopens: 0,
             now: 1_000_000,
             pid: 100,
             crash_in: None,
@@ -421,6 +425,7 @@ impl<B: Backend> Driver<B> {
             reported: d.reported,
             resumes: d.resumes,
             crashes: d.crashes,
+            reopens: d.reopens,
         };
         (trace, d.backend)
     }
@@ -953,6 +958,7 @@ impl<B: Backend> Driver<B> {
     }
 
     fn resume(&mut self, bits: u8) -> Option<()> {
+        self.reopens += 1;
         let reopened = self.backend.reopen();
         let model = self.lives.last().cloned().unwrap_or_default();
         assert_eq!(

@@ -357,6 +357,41 @@ pub(crate) fn check_usage(t: &Trace) -> Result<(), String> {
         ));
     }
     if let Some(state) = t.lives.last() {
+        // Per model and in total, from the launches and the last reports alone.
+        let mut models: BTreeMap<Option<String>, Vec<Usage>> = BTreeMap::new();
+        let mut attempts = 0;
+        for e in &t.events {
+            if let Event::AttemptLaunching {
+                task,
+                attempt,
+                model,
+            } = &e.event
+            {
+                attempts += 1;
+                let u = last.get(&(*task, *attempt)).copied().unwrap_or(Usage::ZERO);
+                models.entry(model.clone()).or_default().push(u);
+            }
+        }
+        let l = sortie_core::ledger::ledger(state);
+        if l.attempts != attempts {
+            return Err(format!(
+                "ledger counts {} attempts, the events {attempts}",
+                l.attempts
+            ));
+        }
+        for (model, usages) in &models {
+            // Each model's attempts, in (task, attempt) order as the ledger adds them.
+            let sum = sum_usage(usages.iter());
+            let got = l.models.get(model).copied().unwrap_or_default();
+            if (got.input, got.reasoning, got.cost) != (sum.input, sum.reasoning, sum.cost) {
+                return Err(format!(
+                    "ledger for model {model:?}: {got:?}, expected {sum:?}"
+                ));
+            }
+        }
+        if l.total != state.usage() || l.total.reasoning != sum_usage(last.values()).reasoning {
+            return Err("the ledger total is not the run's usage".into());
+        }
         for (i, rec) in state.tasks.iter().enumerate() {
             for a in &rec.attempts {
                 let stored = last
