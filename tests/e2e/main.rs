@@ -1,1 +1,13 @@
-//! End-to-end tests that drive the built `sortie` binary.
+//! End-to-end tests that drive the built `sortie` binary with plain `std::process`, against
+//! fake agents the project ships (`examples/agents/fake-agent.py`).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the tests run the sortie binary and tools"
+)]
+
+mod bad_input;
+mod crash;
+mod mixed;
+mod signals;
+mod support;
