@@ -1,3 +1,213 @@
-//! Developer tasks.
+//! sortie's developer tasks, run as `cargo xtask <task>`:
+//!
+//! - `ci`: `cargo fmt --check`, `cargo clippy -D warnings` and `cargo test`, on the workspace;
+//! - `tidy`: forbidden dependency edges and missing `//!` file docs (also a test of this crate);
+//! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
+//!   (default 10000), then how many cases each property ran;
+//! - `bench [journal|dispatch|all]`: the journal benchmark and the dispatch benchmark.
 
-fn main() {}
+#![allow(clippy::disallowed_methods, reason = "xtask runs cargo and tools")]
+
+mod tidy;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <task>
+
+tasks:
+  ci                        cargo fmt --check, clippy -D warnings, test (the whole workspace)
+  tidy                      check dependency edges between crates and //! file docs
+  proptest [--cases N]      model-based property tests in release mode (default 10000 cases)
+  bench [journal|dispatch|all]
+                            journal append/replay benchmark, dispatch benchmark (default all)";
+
+/// Where the dispatch benchmark script lives (relative to the workspace root).
+const DISPATCH_BENCH: &str = "bench/dispatch.sh";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("ci") => ci(&root),
+        Some("tidy") => {
+            let problems = tidy::check(&root)?;
+            report_tidy(&problems)
+        }
+        Some("proptest") => proptest(&root, cases(&args[1..])?),
+        Some("bench") => bench(&root, args.get(1).map(String::as_str).unwrap_or("all")),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown task {other:?}\n\n{USAGE}"),
+        None => bail!("no task given\n\n{USAGE}"),
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_owned()
+}
+
+/// The cargo that runs us (so that `+toolchain` and `CARGO` overrides carry over).
+fn cargo(root: &Path) -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(root);
+    cmd
+}
+
+/// Runs a command with inherited output, failing when it fails.
+fn step(mut cmd: Command, what: &str) -> Result<()> {
+    eprintln!("xtask: {what}");
+    let status = cmd.status().with_context(|| format!("cannot run {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+fn ci(root: &Path) -> Result<()> {
+    let mut fmt = cargo(root);
+    fmt.args(["fmt", "--all", "--", "--check"]);
+    step(fmt, "cargo fmt --all -- --check")?;
+    let mut clippy = cargo(root);
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step(
+        clippy,
+        "cargo clippy --workspace --all-targets -- -D warnings",
+    )?;
+    let mut test = cargo(root);
+    test.args(["test", "--workspace"]);
+    step(test, "cargo test --workspace")?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+fn report_tidy(problems: &[String]) -> Result<()> {
+    if problems.is_empty() {
+        eprintln!("xtask: tidy: ok");
+        return Ok(());
+    }
+    for p in problems {
+        eprintln!("tidy: {p}");
+    }
+    bail!("tidy found {} problem(s)", problems.len())
+}
+
+fn cases(args: &[String]) -> Result<u64> {
+    match args {
+        [] => Ok(10_000),
+        [flag, n] if flag == "--cases" => n
+            .parse()
+            .with_context(|| format!("--cases takes a number, not {n:?}")),
+        [flag] if flag.starts_with("--cases=") => {
+            let n = &flag["--cases=".len()..];
+            n.parse()
+                .with_context(|| format!("--cases takes a number, not {n:?}"))
+        }
+        other => bail!("unexpected arguments {other:?}\n\n{USAGE}"),
+    }
+}
+
+/// The model tests: (package, test target).
+const MODEL_TESTS: [(&str, &str); 2] = [("sortie-core", "model"), ("sortie-journal", "model")];
+
+fn proptest(root: &Path, cases: u64) -> Result<()> {
+    let mut ran: Vec<(String, String)> = Vec::new();
+    for (package, test) in MODEL_TESTS {
+        let what = format!("{package} --test {test} with PROPTEST_CASES={cases} (release)");
+        eprintln!("xtask: {what}");
+        let mut cmd = cargo(root);
+        cmd.args([
+            "test",
+            "--release",
+            "-p",
+            package,
+            "--test",
+            test,
+            "--",
+            "--nocapture",
+        ])
+        .env("PROPTEST_CASES", cases.to_string())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().with_context(|| format!("cannot run {what}"))?;
+        // Pass the output through, keeping the `proptest: NAME: N cases` lines.
+        if let Some(stderr) = child.stderr.take() {
+            for line in BufReader::new(stderr).lines() {
+                let line = line.context("reading cargo's output")?;
+                eprintln!("{line}");
+                if let Some(rest) = line.strip_prefix("proptest: ") {
+                    ran.push((package.to_owned(), rest.to_owned()));
+                }
+            }
+        }
+        let status = child
+            .wait()
+            .with_context(|| format!("waiting for {what}"))?;
+        if !status.success() {
+            bail!("{what} failed ({status})");
+        }
+    }
+    println!("cases per property:");
+    for (package, line) in &ran {
+        println!("  {package}: {line}");
+    }
+    if ran.is_empty() {
+        bail!("no property reported how many cases it ran");
+    }
+    Ok(())
+}
+
+fn bench(root: &Path, which: &str) -> Result<()> {
+    let (journal, dispatch) = match which {
+        "journal" => (true, false),
+        "dispatch" => (false, true),
+        "all" => (true, true),
+        other => bail!("unknown benchmark {other:?}: journal, dispatch or all"),
+    };
+    if journal {
+        let mut cmd = cargo(root);
+        cmd.args([
+            "run",
+            "--release",
+            "-p",
+            "sortie-journal",
+            "--example",
+            "journal_bench",
+        ]);
+        step(cmd, "journal benchmark")?;
+    }
+    if dispatch {
+        let script = root.join(DISPATCH_BENCH);
+        if script.is_file() {
+            let mut cmd = Command::new("bash");
+            cmd.arg(&script).current_dir(root);
+            step(cmd, &format!("dispatch benchmark ({DISPATCH_BENCH})"))?;
+        } else {
+            println!("dispatch benchmark: not yet available ({DISPATCH_BENCH} does not exist)");
+        }
+    }
+    Ok(())
+}
