@@ -12,11 +12,13 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
   --usage IN,OUT,COST          usage to report (cost in USD); unique values make ledgers checkable
   --turns N                    report usage over N turns, one SORTIE_USAGE line per turn
   --sleep SECONDS              work this long before answering (split across turns)
+  --sleep-attempts N           only attempts 1..N sleep (default: every attempt)
   --exit CODE                  exit with CODE after answering (a real task failure when != 0)
   --fail-attempts N:KIND       attempts 1..N fail with KIND (error = transient 5xx/429,
                                model_error = quota/auth, crash = exit 1 with no error line)
   --fail-model M:KIND          any attempt on model M fails with KIND
   --stall-attempts N           attempts 1..N print one line, then go silent forever
+  --stall-at-turn T            with --stall-attempts: go silent after turn T instead (default 1)
   --hang                       go silent forever before any output
   --ignore-term                ignore SIGTERM (sortie must SIGKILL after the grace)
   --grandchild                 fork a grandchild that sleeps forever in the same process group
@@ -41,10 +43,12 @@ def main():
     p.add_argument("--usage", default="")
     p.add_argument("--turns", type=int, default=1)
     p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--sleep-attempts", type=int, default=0)
     p.add_argument("--exit", type=int, default=0)
     p.add_argument("--fail-attempts", default="")
     p.add_argument("--fail-model", default="")
     p.add_argument("--stall-attempts", type=int, default=0)
+    p.add_argument("--stall-at-turn", type=int, default=1)
     p.add_argument("--hang", action="store_true")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--grandchild", action="store_true")
@@ -91,8 +95,9 @@ def main():
         inp, outp = int(parts[0]), int(parts[1])
         cost = float(parts[2]) if len(parts) > 2 else 0.0
     turns = max(a.turns, 1)
+    sleep = a.sleep if a.sleep_attempts <= 0 or a.attempt <= a.sleep_attempts else 0.0
     for t in range(1, turns + 1):
-        time.sleep(a.sleep / turns)
+        time.sleep(sleep / turns)
         if a.usage:
             usage = {
                 "input": inp * t // turns,
@@ -103,7 +108,7 @@ def main():
             out.write("SORTIE_USAGE " + json.dumps(usage) + "\n")
         out.write(f"working on attempt {a.attempt} turn {t}\n")
         out.flush()
-        if a.attempt <= a.stall_attempts:
+        if a.attempt <= a.stall_attempts and t >= min(a.stall_at_turn, turns):
             while True:
                 time.sleep(3600)
 
