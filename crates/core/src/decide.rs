@@ -355,7 +355,10 @@ pub fn inline_text(spec: &TaskSpec, text: &str) -> String {
     let max_bytes = usize::try_from(spec.max_output.bytes).unwrap_or(usize::MAX);
     let max_lines = usize::try_from(spec.max_output.lines).unwrap_or(usize::MAX);
     let mut end = text.len().min(max_bytes);
-    if let Some((i, _)) = text.match_indices('\n').nth(max_lines.saturating_sub(1)) {
+    // Cut at the newline that ends the last line shown, unless only that newline follows.
+    if let Some((i, _)) = text.match_indices('\n').nth(max_lines.saturating_sub(1))
+        && i + 1 < text.len()
+    {
         end = end.min(i);
     }
     if end >= text.len() {

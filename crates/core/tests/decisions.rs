@@ -485,6 +485,13 @@ fn inline_text_is_cut_with_a_marker_naming_the_artifact() {
             "a\nb\nc\nd",
             "a\nb\n[output truncated at 3 of 7 bytes; full output in /out/a.md]",
         ),
+        // Two lines and their final newline fit in two lines.
+        (out_spec(100, 2), "a\nb\n", "a\nb\n"),
+        (
+            out_spec(100, 2),
+            "a\nb\n\n",
+            "a\nb\n[output truncated at 3 of 5 bytes; full output in /out/a.md]",
+        ),
         // Never cut inside a character.
         (
             out_spec(3, 100),
