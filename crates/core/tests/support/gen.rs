@@ -592,6 +592,13 @@ impl<B: Backend> Driver<B> {
         *u
     }
 
+    /// What a live attempt consumed in the end: its agent's count, else its last checkpoint.
+    fn final_usage(&self, task: TaskId, attempt: Attempt, stored: Usage) -> Usage {
+        self.agents
+            .get(&(task, attempt))
+            .map_or(stored, |a| a.current)
+    }
+
     fn op(&mut self, op: &Op) {
         match op {
             Op::Tick(ms) => self.now += u64::from(*ms) / 4,
@@ -901,7 +908,8 @@ impl<B: Backend> Driver<B> {
         if let Some(r) = result {
             return self.finish_task(task, r, false);
         }
-        let (attempt, usage) = live?;
+        let (attempt, stored) = live?;
+        let usage = self.final_usage(task, attempt, stored);
         let mut outcome = AttemptOutcome::failed(StopReason::Timeout, "deadline exceeded");
         outcome.phase = Some(Phase::Running);
         self.emit(Event::AttemptFinished {
@@ -939,7 +947,8 @@ impl<B: Backend> Driver<B> {
         for t in self.tasks() {
             let rec = &self.st()?.tasks[t.index()];
             if let Some(a) = rec.live_attempt() {
-                let (attempt, usage) = (a.attempt, a.usage);
+                let (attempt, stored) = (a.attempt, a.usage);
+                let usage = self.final_usage(t, attempt, stored);
                 self.emit(Event::AttemptFinished {
                     task: t,
                     attempt,
