@@ -38,6 +38,12 @@ use crate::{Error, Result, process, prompt};
 /// so that resume finds a crashed run's children even when their pid never reached the journal.
 pub const MARKER: &str = "SORTIE_ATTEMPT";
 
+/// Test-only hook for the crash tests (`tests/e2e/crash.rs`): when this environment variable
+/// names an event (`AttemptFinished`, `AttemptLaunching`, ...), the run loop, once the round that
+/// committed the first such event has done its side effects (spawns, artifact writes), waits
+/// forever, so that a test can SIGKILL sortie at exactly that point. Unset: no effect.
+pub const TEST_PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
+
 /// Something that wants to see each event as it is applied (progress display, logs).
 pub trait Observer: Send {
     /// Called after `stamped` was made durable and applied to `state`.
@@ -132,7 +138,7 @@ pub async fn take_over(
         return Err(Error::NoSuchRun(run_id));
     }
     let lock = statedir::acquire(&dir)?;
-    let journal = Journal::open(&dir)?;
+    let journal = open_for_takeover(&dir).await?;
     let state = journal.replay(None)?;
     if let RunStatus::Finished { state: s } = state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
@@ -152,6 +158,21 @@ pub async fn take_over(
         engine.stopping = Some(Stopping::Cancel);
     }
     engine.drive().await
+}
+
+/// Opens the journal for writing once the owner lock is ours. A reader (`sortie status`) may
+/// hold sled's lock for a moment; wait for it rather than fail.
+async fn open_for_takeover(dir: &Path) -> Result<Journal> {
+    let mut tries = 0;
+    loop {
+        match Journal::open(dir) {
+            Err(sortie_journal::Error::Locked { .. }) if tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 /// Why the loop is winding down.
@@ -178,6 +199,8 @@ struct Engine {
     stopping: Option<Stopping>,
     fail_fast_tripped: bool,
     observer: Box<dyn Observer>,
+    /// [`TEST_PAUSE_AFTER`]'s event name, and whether such an event was committed.
+    pause_after: (Option<String>, bool),
 }
 
 impl Engine {
@@ -206,6 +229,7 @@ impl Engine {
             stopping: None,
             fail_fast_tripped: false,
             observer,
+            pause_after: (std::env::var(TEST_PAUSE_AFTER).ok(), false),
         }
     }
 
@@ -240,6 +264,7 @@ impl Engine {
             }
             self.sched.observe(&self.state, &stamped.event);
             self.observer.event(&self.state, &stamped);
+            self.pause_after.1 |= self.pause_after.0.as_deref() == Some(stamped.event.name());
         }
         Ok(())
     }
@@ -321,6 +346,9 @@ impl Engine {
         loop {
             // Plan and commit rounds until nothing more can happen without waiting.
             loop {
+                if self.pause_after.1 {
+                    std::future::pending::<()>().await;
+                }
                 let round = self.plan_round(now());
                 if round.is_empty() {
                     break;
@@ -347,7 +375,7 @@ impl Engine {
                 self.update_index();
                 return Ok(self.end(End::Interrupted));
             }
-            let wake = self.sched.next_wake(&self.state);
+            let wake = self.sched.next_wake(now());
             let sleep = async {
                 match wake {
                     Some(t) => tokio::time::sleep(t.since(now())).await,
@@ -972,11 +1000,17 @@ impl Sched {
         out.into_iter().take(n).map(|(_, t)| t).collect()
     }
 
-    /// The next time something is due (a retry or a deadline).
-    fn next_wake(&self, _state: &RunState) -> Option<Timestamp> {
-        let r = self.retrying.iter().next().map(|&(t, _)| t);
-        let d = self.deadlines.iter().next().map(|&(t, _)| t);
-        match (r, d) {
+    /// The next future time something falls due (a retry or a deadline). Times already past
+    /// need no timer: a due retry waits for a free slot, which comes with an attempt's report,
+    /// and an expired deadline of a waiting task was handled by the last round (a running
+    /// task's deadline is its attempt's own timer).
+    fn next_wake(&self, now: Timestamp) -> Option<Timestamp> {
+        let after = |set: &BTreeSet<(Timestamp, TaskId)>| {
+            set.range((Timestamp(now.0.saturating_add(1)), TaskId(0))..)
+                .next()
+                .map(|&(t, _)| t)
+        };
+        match (after(&self.retrying), after(&self.deadlines)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

@@ -120,7 +120,7 @@ fn details(e: &Event) -> String {
             usage,
             ..
         } => format!(
-            "attempt {attempt} {:?}/{}{} exit {:?} {} tokens {}",
+            "attempt {attempt} {:?}/{}{} {} {} tokens {}",
             outcome.status,
             outcome.stop_reason,
             outcome
@@ -128,7 +128,11 @@ fn details(e: &Event) -> String {
                 .as_deref()
                 .map(|e| format!(" ({})", e.lines().next().unwrap_or_default()))
                 .unwrap_or_default(),
-            outcome.exit_code,
+            match (outcome.exit_code, outcome.signal) {
+                (_, Some(sig)) => format!("signal {sig}"),
+                (Some(code), None) => format!("exit {code}"),
+                (None, None) => "no exit".to_owned(),
+            },
             usage.tokens(),
             usage.cost
         ),
