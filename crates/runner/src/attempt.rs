@@ -38,6 +38,9 @@ pub(crate) struct AttemptCtx {
     pub(crate) max_cost_nanos: Option<u64>,
     /// The usage of the task's earlier attempts (budgets cover the whole task).
     pub(crate) prior: Usage,
+    /// Where the attempt's stderr tail is kept for post-mortems
+    /// (`<run-dir>/logs/<task>.<attempt>.stderr`).
+    pub(crate) stderr_log: PathBuf,
 }
 
 /// A report from an attempt to the run loop.
@@ -136,6 +139,21 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
     AttemptHandle {
         stop: stop_tx,
         join,
+    }
+}
+
+/// Keeps the last 50 KiB of an attempt's stderr beside the journal. Best effort: a log that
+/// cannot be written costs the post-mortem a detail, never the run.
+fn keep_stderr(path: &std::path::Path, stderr: &str) {
+    if stderr.is_empty() {
+        return;
+    }
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, stderr));
+    if let Err(e) = written {
+        tracing::warn!("cannot keep stderr in {}: {e}", path.display());
     }
 }
 
@@ -280,6 +298,13 @@ async fn run(
                 }
                 Step::Line(None) => stdout_open = false,
             },
+            // Rate-limited, not dropped: usage held back by the limit is sent once it allows,
+            // so the journal's checkpoint catches up even when the agent then goes silent.
+            _ = tokio::time::sleep_until(last_sent + PROGRESS_EVERY), if usage != sent_usage => {
+                let _ = tx.send(Msg::Progress { task, attempt, usage });
+                sent_usage = usage;
+                last_sent = Instant::now();
+            }
             _ = tokio::time::sleep_until(stall_at), if stop.is_none() => {
                 if stalled {
                     let message = format!(
@@ -331,6 +356,7 @@ async fn run(
         }
     };
     let stderr = child.stderr_tail();
+    keep_stderr(&ctx.stderr_log, &stderr);
     let mut finished = reader.finish(exit, &stderr);
     finished.usage = finished.usage.max(&usage);
     if let (Some(reason), Some(req)) = (stopper.sent_reason(), &stop) {

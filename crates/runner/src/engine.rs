@@ -771,6 +771,10 @@ impl Engine {
                 MARKER.to_owned(),
                 format!("{}/{}/{}", self.run_id, task.0, live.attempt.0),
             ),
+            stderr_log: self
+                .run_dir
+                .join("logs")
+                .join(format!("{}.{}.stderr", task.0, live.attempt.0)),
             protocol: if spec.command.is_some() {
                 sortie_core::Protocol::Plain
             } else {
