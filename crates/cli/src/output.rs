@@ -38,12 +38,91 @@ pub(crate) fn observer(json: bool) -> Box<dyn Observer> {
     Box::new(LogLines {
         quiet: json,
         tty: std::io::stderr().is_terminal(),
+        board: Board::default(),
     })
 }
 
 struct LogLines {
     quiet: bool,
     tty: bool,
+    board: Board,
+}
+
+/// The live display on a terminal: below the log lines, one line of counts, tokens, cost and
+/// ETA, then one line per running task. Redrawn at most ten times a second, and whenever a log
+/// line is printed above it.
+#[derive(Default)]
+struct Board {
+    drawn: usize,
+    last_draw: Option<std::time::Instant>,
+}
+
+/// How many running tasks the board lists before it summarises the rest.
+const BOARD_TASKS: usize = 12;
+
+impl Board {
+    fn erase(&mut self, out: &mut impl Write) {
+        for _ in 0..self.drawn {
+            let _ = write!(out, "\x1b[1A\x1b[2K");
+        }
+        self.drawn = 0;
+    }
+
+    fn draw(&mut self, out: &mut impl Write, state: &RunState, at: u64) {
+        let total = state.tasks.len();
+        let done = state.tasks.iter().filter(|t| t.state.is_terminal()).count();
+        let running: Vec<(usize, &sortie_core::TaskRecord)> = state
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.live_attempt().is_some())
+            .collect();
+        let usage = state.usage();
+        let eta = match (state.started_at, done) {
+            (Some(start), d) if d > 0 && d < total => {
+                let per = at.saturating_sub(start.0) / d as u64;
+                format!(" · ETA {}", short_duration(per * (total - d) as u64))
+            }
+            _ => String::new(),
+        };
+        let mut lines = vec![format!(
+            "[{done}/{total}] running {} · {} tokens · {}{eta}",
+            running.len(),
+            usage.tokens(),
+            usage.cost
+        )];
+        for (i, rec) in running.iter().take(BOARD_TASKS) {
+            let Some(a) = rec.live_attempt() else {
+                continue;
+            };
+            lines.push(format!(
+                "  {:<24} attempt {} {:<16} {:>7} {:>8} tok{}",
+                truncate(&state.label(sortie_core::TaskId(*i as u32)), 24),
+                a.attempt,
+                truncate(a.model.as_deref().unwrap_or("-"), 16),
+                short_duration(at.saturating_sub(a.launched_at.0)),
+                a.usage.tokens(),
+                if a.stalled { "  stalled" } else { "" }
+            ));
+        }
+        if running.len() > BOARD_TASKS {
+            lines.push(format!("  … and {} more", running.len() - BOARD_TASKS));
+        }
+        for l in &lines {
+            let _ = writeln!(out, "{l}");
+        }
+        self.drawn = lines.len();
+        self.last_draw = Some(std::time::Instant::now());
+    }
+}
+
+fn short_duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{}.{}s", s, ms % 1000 / 100),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
 }
 
 impl Observer for LogLines {
@@ -112,13 +191,29 @@ impl Observer for LogLines {
             }
             _ => None,
         };
-        if let Some(line) = line {
-            let mut err = std::io::stderr().lock();
-            let _ = if self.tty {
-                writeln!(err, "\x1b[2m{}\x1b[0m {line}", clock(s.at.0))
-            } else {
-                writeln!(err, "{} {line}", clock(s.at.0))
-            };
+        let mut err = std::io::stderr().lock();
+        if !self.tty {
+            if let Some(line) = line {
+                let _ = writeln!(err, "{} {line}", clock(s.at.0));
+            }
+            return;
+        }
+        let ending = matches!(
+            s.event,
+            Event::RunFinished { .. } | Event::RunInterrupted { .. }
+        );
+        let due = self
+            .board
+            .last_draw
+            .is_none_or(|t| t.elapsed().as_millis() >= 100);
+        if line.is_some() || due || ending {
+            self.board.erase(&mut err);
+            if let Some(line) = line {
+                let _ = writeln!(err, "\x1b[2m{}\x1b[0m {line}", clock(s.at.0));
+            }
+            if !ending {
+                self.board.draw(&mut err, state, s.at.0);
+            }
         }
     }
 }
