@@ -2,6 +2,10 @@
 //! journal through `export`, and finding processes of a run through their environment marker.
 
 #![allow(dead_code, reason = "each test module uses a different subset")]
+#![allow(
+    unreachable_pub,
+    reason = "a test binary exports nothing: `pub` here means \"for the test modules\""
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -123,14 +127,247 @@ pub fn live_processes_of(run: &str) -> Vec<u32> {
         {
             continue;
         }
-        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
-            if env
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
+            && env
                 .split(|b| *b == 0)
                 .any(|kv| kv.starts_with(needle.as_bytes()))
-            {
-                pids.push(pid);
-            }
+        {
+            pids.push(pid);
         }
     }
     pids
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, for at most `secs` seconds; panics naming
+/// `what` when it never does.
+pub fn poll<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "gave up after {secs}s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Waits for a child started by [`Scratch::spawn`] to end, at most `secs` seconds (it is killed
+/// and the test fails past that), reading its stdout and stderr meanwhile so that it never
+/// blocks on a full pipe.
+pub fn finish(mut child: Child, secs: u64) -> Output {
+    use std::io::Read;
+    fn drain(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if std::time::Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = err.join().unwrap_or_default();
+            panic!(
+                "sortie did not end within {secs}s; stderr:\n{}",
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Sends `signal` to `pid`.
+pub fn send_signal(pid: u32, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid fits in i32"));
+    nix::sys::signal::kill(pid, signal).expect("send a signal");
+}
+
+/// An exported event's kind (`"TaskFinished"`) and body.
+pub fn event_kind(e: &serde_json::Value) -> (&str, &serde_json::Value) {
+    let obj = e["event"].as_object().expect("an event is an object");
+    let (k, v) = obj.iter().next().expect("an event has a kind");
+    (k.as_str(), v)
+}
+
+/// The bodies of the events of `kind` about task number `task`, in journal order.
+pub fn task_events<'a>(
+    events: &'a [serde_json::Value],
+    kind: &str,
+    task: usize,
+) -> Vec<&'a serde_json::Value> {
+    events
+        .iter()
+        .map(event_kind)
+        .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task as u64))
+        .map(|(_, b)| b)
+        .collect()
+}
+
+/// How many events of `kind` the run has.
+pub fn count_events(events: &[serde_json::Value], kind: &str) -> usize {
+    events.iter().filter(|e| event_kind(e).0 == kind).count()
+}
+
+/// The task labels of a run, in task-number order, from its `RunStarted` event.
+pub fn labels(events: &[serde_json::Value]) -> Vec<String> {
+    let started = events
+        .iter()
+        .map(event_kind)
+        .find(|(k, _)| *k == "RunStarted")
+        .expect("the journal starts with RunStarted")
+        .1;
+    started["batch"]["tasks"]
+        .as_array()
+        .expect("the batch has tasks")
+        .iter()
+        .map(|t| t["label"].as_str().expect("a label").to_owned())
+        .collect()
+}
+
+/// A task's entry in `status --json` output, by label.
+pub fn task_view<'a>(status: &'a serde_json::Value, label: &str) -> &'a serde_json::Value {
+    status["tasks"]
+        .as_array()
+        .expect("status has tasks")
+        .iter()
+        .find(|t| t["label"] == label)
+        .unwrap_or_else(|| panic!("no task {label} in status"))
+}
+
+impl Scratch {
+    /// The run ids `sortie --json list` shows.
+    pub fn listed_runs(&self) -> Vec<String> {
+        let out = self.run(&["--json", "list"]);
+        assert!(
+            out.status.success(),
+            "list failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_slice(&out.stdout).expect("list --json prints JSON");
+        rows.iter()
+            .map(|r| r["run_id"].as_str().expect("a run id").to_owned())
+            .collect()
+    }
+
+    /// `sortie --json audit RUN`, asserting it exits 0 and finds the journal whole.
+    pub fn audit_clean(&self, run: &str) -> serde_json::Value {
+        let out = self.run(&["--json", "audit", run]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "audit failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("audit --json prints JSON");
+        assert_eq!(v["clean"], true, "audit: {v}");
+        assert!(v["ledger_mismatch"].is_null(), "audit: {v}");
+        v
+    }
+}
+
+impl Scratch {
+    /// The run's events through `sortie export`, or `None` while there is no such run yet (or
+    /// export fails for another reason): for polling a run that is starting.
+    pub fn try_events(&self, run: &str) -> Option<Vec<serde_json::Value>> {
+        let out = self.run(&["export", run]);
+        if !out.status.success() {
+            return None;
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// A run id that no other test, nor an earlier run of the tests, uses: [`live_processes_of`]
+/// looks at every process on the machine, so run ids must not collide across state dirs.
+pub fn unique_run(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{prefix}-{}-{n}-{nanos:x}", std::process::id())
+}
+
+/// A `sortie` started in the background for a run. If the test lets go of it without
+/// [`Background::finish`] (it failed), it is interrupted, then killed, and whatever is left of
+/// its run's agents is killed, so that a failed test leaves no process behind.
+pub struct Background {
+    child: Option<Child>,
+    run: String,
+}
+
+impl Background {
+    /// Starts `sortie ARGS` in the background for `run`.
+    pub fn start(s: &Scratch, run: &str, args: &[&str]) -> Background {
+        Background {
+            child: Some(s.spawn(args)),
+            run: run.to_owned(),
+        }
+    }
+
+    /// The pid of the `sortie` process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits for it to end (see [`finish`]).
+    pub fn finish(mut self, secs: u64) -> Output {
+        // From here on the test checks what is left behind itself.
+        self.run.clear();
+        finish(self.child.take().expect("not finished yet"), secs)
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGINT,
+                );
+            }
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if self.run.is_empty() {
+            return;
+        }
+        for pid in live_processes_of(&self.run) {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
 }
