@@ -1,1 +1,250 @@
-//! End-to-end tests: bad_input.
+//! End-to-end tests: bad input. A batch that does not load is refused with a message naming the
+//! file, line and field, exit 2, and no run is started; an agent that cannot be spawned is a
+//! retried `spawn_error` that names the binary; an agent printing binary garbage or a 10 MB line
+//! does not upset sortie; a state dir that cannot be written is a clear error naming the path,
+//! with nothing half-written.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::support::{Scratch, fake_command, finish, task_events, task_view};
+
+/// Runs `sortie run` on a batch with `text` and checks it is refused before anything runs:
+/// exit 2, a message naming the file and containing each of `expected`, no run in the state
+/// dir, and the agent (which would append to a counter file) never launched.
+fn assert_refused(text: &str, expected: &[&str]) {
+    let s = Scratch::new();
+    let batch = s.write("batch.toml", text);
+    let out = s.run(&["run", batch.to_str().expect("utf-8 path")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a batch that does not load is a usage error\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("batch.toml"),
+        "the message names the file: {stderr}"
+    );
+    for e in expected {
+        assert!(stderr.contains(e), "the message says {e:?}: {stderr}");
+    }
+    assert!(
+        s.listed_runs().is_empty(),
+        "no run was started for a batch that does not load"
+    );
+    assert!(
+        !s.path().join("counter").exists(),
+        "no agent ran for a batch that does not load"
+    );
+}
+
+/// A task whose agent would leave a trace in `counter` (next to the batch) if it ran.
+fn traced_task(label: &str) -> String {
+    format!(
+        "[[tasks]]\nlabel = {label:?}\ncommand = {}\n",
+        fake_command(&["--counter", "counter"])
+    )
+}
+
+#[test]
+fn malformed_toml_is_refused_naming_file_and_line() {
+    // Line 5 is broken.
+    let text = format!("concurrency = 2\n{}max_retries = = 2\n", traced_task("a"));
+    assert_eq!(text.lines().nth(4), Some("max_retries = = 2"));
+    assert_refused(&text, &["batch.toml:5"]);
+}
+
+#[test]
+fn an_unknown_field_is_refused_naming_file_line_and_field() {
+    // Line 6 has a field no task has.
+    let text = format!("concurrency = 2\n\n{}max_retrys = 2\n", traced_task("a"));
+    assert_eq!(text.lines().nth(5), Some("max_retrys = 2"));
+    assert_refused(&text, &["batch.toml:6", "max_retrys", "unknown field"]);
+}
+
+#[test]
+fn a_duplicate_label_is_refused_naming_the_label() {
+    // The second `twice` is on line 5.
+    let text = format!("{}{}", traced_task("twice"), traced_task("twice"));
+    assert_eq!(text.lines().nth(4), Some("label = \"twice\""));
+    assert_refused(&text, &["batch.toml:5", "label", "duplicate", "twice"]);
+}
+
+#[test]
+fn a_needs_cycle_is_refused_naming_the_cycle() {
+    let mut text = String::new();
+    for (label, need) in [("a", "c"), ("b", "a"), ("c", "b")] {
+        text.push_str(&traced_task(label));
+        text.push_str(&format!("needs = [{need:?}]\n"));
+    }
+    assert_refused(&text, &["batch.toml:", "needs", "cycle"]);
+}
+
+#[test]
+fn a_missing_agent_binary_is_a_retried_spawn_error_naming_the_binary() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"ghost\"\nmax_retries = 1\ncommand = [\"/nonexistent/agent\", \"--go\"]\n\n\
+         [[tasks]]\nlabel = \"fine\"\ncommand = [\"true\"]\n",
+    );
+    let out = finish(
+        s.spawn(&["run", "--run-id", "ghost", batch.to_str().expect("utf-8")]),
+        60,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a task failed: exit 1");
+    assert!(
+        stdout.contains("[ghost] failed") && stdout.contains("/nonexistent/agent"),
+        "the summary names the binary:\n{stdout}"
+    );
+    let status = s.status("ghost");
+    let ghost = task_view(&status, "ghost");
+    assert_eq!(ghost["state"], "failed", "{ghost}");
+    assert_eq!(ghost["stop_reason"], "spawn_error", "{ghost}");
+    assert_eq!(ghost["attempts"], 2, "max_retries + 1 attempts: {ghost}");
+    let error = ghost["error"].as_str().unwrap_or_default();
+    assert!(error.contains("/nonexistent/agent"), "{error}");
+    assert!(
+        error.ends_with("(after 2 attempts: default → default)"),
+        "{error}"
+    );
+    assert_eq!(task_view(&status, "fine")["state"], "completed");
+
+    let events = s.events("ghost");
+    let reasons: Vec<&str> = task_events(&events, "AttemptFinished", 0)
+        .iter()
+        .map(|e| e["outcome"]["stop_reason"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(reasons, ["SpawnError", "SpawnError"]);
+    assert_eq!(task_events(&events, "RetryScheduled", 0).len(), 1);
+    assert!(
+        task_events(&events, "AttemptStarted", 0).is_empty(),
+        "nothing started"
+    );
+    s.audit_clean("ghost");
+}
+
+#[test]
+fn binary_garbage_and_a_10_mb_line_do_not_upset_sortie() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"garbage\"\ncommand = {}\n\n[[tasks]]\nlabel = \"big\"\ncommand = {}\n",
+            fake_command(&[
+                "--garbage",
+                "5000",
+                "--usage",
+                "5,6,0.001",
+                "--answer",
+                "garbage answer"
+            ]),
+            fake_command(&[
+                "--big-line",
+                "10000000",
+                "--usage",
+                "7,8,0.002",
+                "--answer",
+                "big answer"
+            ]),
+        ),
+    );
+    let out = finish(
+        s.spawn(&["run", "--run-id", "odd", batch.to_str().expect("utf-8")]),
+        60,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("[garbage] completed"), "{stdout}");
+    assert!(stdout.contains("[big] completed"), "{stdout}");
+    assert!(stdout.contains("garbage answer") && stdout.contains("big answer"));
+
+    let status = s.status("odd");
+    assert_eq!(status["status"], "completed");
+    for (label, input, output) in [("garbage", 5, 6), ("big", 7, 8)] {
+        let t = task_view(&status, label);
+        assert_eq!(t["state"], "completed", "{t}");
+        assert_eq!(t["attempts"], 1, "{t}");
+        assert_eq!(t["usage"]["input"], input, "{t}");
+        assert_eq!(t["usage"]["output"], output, "{t}");
+    }
+    // The journal reads back whole, and the ledger is what the agents reported.
+    let events = s.events("odd");
+    assert!(!events.is_empty());
+    let audit = s.audit_clean("odd");
+    assert_eq!(audit["ledger"]["total"]["input"], 12);
+    assert_eq!(audit["ledger"]["total"]["output"], 14);
+    assert_eq!(audit["ledger"]["total"]["cost"]["nanos"], 3_000_000);
+}
+
+/// A state dir sortie cannot create: inside a read-only dir, or (for root, whom permissions do
+/// not stop) under a regular file. Returns it and a check that nothing was written around it.
+fn unwritable_state_dir(s: &Scratch) -> (PathBuf, Box<dyn Fn()>) {
+    let ro = s.path().join("read-only");
+    std::fs::create_dir(&ro).expect("mkdir");
+    set_mode(&ro, 0o500);
+    let probe = ro.join("probe");
+    if std::fs::write(&probe, b"").is_err() {
+        let check = move || {
+            let left: Vec<_> = std::fs::read_dir(&ro).expect("read dir").collect();
+            assert!(left.is_empty(), "nothing was written: {left:?}");
+        };
+        return (s.path().join("read-only").join("state"), Box::new(check));
+    }
+    // Root: permissions do not apply; a path under a regular file fails for everyone.
+    let _ = std::fs::remove_file(&probe);
+    set_mode(&ro, 0o700);
+    let file = s.write("a-file", "not a directory\n");
+    let check = move || {
+        assert_eq!(
+            std::fs::read_to_string(&file).expect("the file is still there"),
+            "not a directory\n",
+            "the file is untouched"
+        );
+    };
+    (s.path().join("a-file").join("state"), Box::new(check))
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+#[test]
+fn an_unwritable_state_dir_is_a_clear_error_naming_the_path() {
+    let s = Scratch::new();
+    let (state, nothing_written) = unwritable_state_dir(&s);
+    let batch = s.write("batch.toml", &traced_task("a"));
+    let out = Command::new(env!("CARGO_BIN_EXE_sortie"))
+        .current_dir(s.path())
+        .env_remove("SORTIE_DIR")
+        .env_remove("RUST_LOG")
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("run")
+        .arg(&batch)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sortie");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it fails\nstderr:\n{stderr}");
+    assert_ne!(out.status.code(), Some(3), "nothing to resume");
+    assert!(
+        stderr.contains(&state.display().to_string()),
+        "the message names the path {}: {stderr}",
+        state.display()
+    );
+    assert!(
+        !s.path().join("counter").exists(),
+        "no agent ran without a journal"
+    );
+    nothing_written();
+    set_mode(&s.path().join("read-only"), 0o700);
+}

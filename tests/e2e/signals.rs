@@ -1,1 +1,325 @@
-//! End-to-end tests: signals.
+//! End-to-end tests: signals and a live run seen from other processes. Ctrl-C (SIGINT)
+//! interrupts a run resumably (exit 3, children stopped, attempts journaled as interrupted) and
+//! `resume` finishes it without re-running finished work; `status` of a live run works from
+//! another process and a second owner is refused; `cancel` ends a run, live or dead, with its
+//! unfinished tasks cancelled and no child left.
+
+use std::path::PathBuf;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::support::{
+    Background, Scratch, count_events, fake_command, labels, live_processes_of, poll, send_signal,
+    task_events, task_view, unique_run,
+};
+
+/// The long tasks of the batches here.
+const LONG: [&str; 3] = ["long-1", "long-2", "long-3"];
+
+/// A batch of three long tasks (30 s on attempt 1, at once on later attempts, usage over 30
+/// turns), plus, with `quick`, one task that completes at once and counts its runs in
+/// `counter`.
+fn batch(s: &Scratch, quick: bool) -> PathBuf {
+    let mut toml = String::from("concurrency = 4\n\n[defaults]\nkill_grace = \"1s\"\n\n");
+    if quick {
+        toml.push_str(&format!(
+            "[[tasks]]\nlabel = \"quick\"\ncommand = {}\n\n",
+            fake_command(&["--counter", "counter", "--usage", "3,4,0.005"])
+        ));
+    }
+    for l in LONG {
+        toml.push_str(&format!(
+            "[[tasks]]\nlabel = {l:?}\ncommand = {}\n\n",
+            fake_command(&[
+                "--attempt",
+                "{attempt}",
+                "--sleep",
+                "30",
+                "--sleep-attempts",
+                "1",
+                "--turns",
+                "30",
+                "--usage",
+                "30,60,0.03",
+                "--answer",
+                &format!("{l} finished"),
+            ])
+        ));
+    }
+    s.write("batch.toml", &toml)
+}
+
+/// Waits until every long task of `run` is running and has checkpointed some usage (and the
+/// quick task, if any, has finished).
+fn wait_running(s: &Scratch, run: &str) {
+    poll("the long tasks to run and report usage", 30, || {
+        let events = s.try_events(run)?;
+        if events.is_empty() {
+            return None;
+        }
+        let order = labels(&events);
+        let all_going = LONG.iter().all(|l| {
+            let i = order.iter().position(|x| x == l).expect("a long task");
+            !task_events(&events, "AttemptProgress", i).is_empty()
+        });
+        let quick_done = order
+            .iter()
+            .position(|x| x == "quick")
+            .is_none_or(|i| !task_events(&events, "TaskFinished", i).is_empty());
+        (all_going && quick_done).then_some(())
+    });
+}
+
+/// Waits until no process of `run`'s attempts is alive.
+fn wait_no_children(run: &str) {
+    poll("every child of the run to be gone", 10, || {
+        live_processes_of(run).is_empty().then_some(())
+    });
+}
+
+/// The index of `label` among the run's tasks.
+fn index(events: &[Value], label: &str) -> usize {
+    labels(events)
+        .iter()
+        .position(|l| l == label)
+        .unwrap_or_else(|| panic!("no task {label}"))
+}
+
+/// The stop reasons of a task's finished attempts, in order.
+fn attempt_reasons(events: &[Value], task: usize) -> Vec<String> {
+    task_events(events, "AttemptFinished", task)
+        .iter()
+        .map(|e| {
+            e["outcome"]["stop_reason"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Interrupts a run with SIGINT and checks what a user sees: exit 3, how to resume, no child
+/// left, `status` says interrupted, the journal says why.
+fn interrupt(s: &Scratch, run: &str, sortie: Background) {
+    send_signal(sortie.pid(), Signal::SIGINT);
+    let out = sortie.finish(30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "interrupted: exit 3\n{stderr}");
+    assert!(
+        stderr.contains(&format!("resume {run}")),
+        "stderr says how to resume:\n{stderr}"
+    );
+    wait_no_children(run);
+
+    let status = s.status(run);
+    assert_eq!(status["status"], "interrupted", "{status}");
+    assert!(status["live_pid"].is_null(), "{status}");
+    let events = s.events(run);
+    for l in LONG {
+        let i = index(&events, l);
+        assert_eq!(attempt_reasons(&events, i), ["Interrupted"], "{l}");
+        assert!(
+            task_events(&events, "TaskFinished", i).is_empty(),
+            "{l} is not finished: resume decides"
+        );
+    }
+    assert_eq!(count_events(&events, "RunInterrupted"), 1);
+    assert_eq!(count_events(&events, "RunFinished"), 0);
+}
+
+#[test]
+fn ctrl_c_interrupts_resumably_and_resume_finishes_the_run() {
+    let s = Scratch::new();
+    let run = &unique_run("sig");
+    let b = batch(&s, true);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    wait_running(&s, run);
+    interrupt(&s, run, sortie);
+    let before = s.events(run);
+    let checkpoints: Vec<u64> = LONG
+        .iter()
+        .map(|l| {
+            let fin = task_events(&before, "AttemptFinished", index(&before, l));
+            fin[0]["usage"]["input"].as_u64().expect("input")
+        })
+        .collect();
+    assert!(
+        checkpoints.iter().all(|&c| c >= 1),
+        "each interrupted attempt kept its checkpointed usage: {checkpoints:?}"
+    );
+
+    let out = Background::start(&s, run, &["resume", run]).finish(60);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "resume completes the run\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for l in LONG {
+        assert!(
+            stdout.contains(&format!("[{l}] completed\n"))
+                && stdout.contains(&format!("{l} finished")),
+            "{stdout}"
+        );
+    }
+    wait_no_children(run);
+
+    let status = s.status(run);
+    assert_eq!(status["status"], "completed", "{status}");
+    let events = s.events(run);
+    assert_eq!(count_events(&events, "RunResumed"), 1);
+    for (l, checkpoint) in LONG.iter().zip(&checkpoints) {
+        let i = index(&events, l);
+        assert_eq!(
+            attempt_reasons(&events, i),
+            ["Interrupted", "Completed"],
+            "{l}: the interrupted attempt was retried"
+        );
+        let t = task_view(&status, l);
+        assert_eq!(t["attempts"], 2, "{t}");
+        // The interrupted attempt's checkpoint plus the whole of attempt 2.
+        assert_eq!(t["usage"]["input"], checkpoint + 30, "{l}: {t}");
+    }
+    // The quick task finished before the interrupt: never run again.
+    let quick = task_view(&status, "quick");
+    assert_eq!(quick["attempts"], 1, "{quick}");
+    let runs = std::fs::read_to_string(s.path().join("counter")).expect("counter");
+    assert_eq!(runs.lines().count(), 1, "the quick task ran once: {runs}");
+
+    let audit = s.audit_clean(run);
+    let total = &audit["ledger"]["total"];
+    assert_eq!(total["input"], 3 + checkpoints.iter().sum::<u64>() + 3 * 30);
+}
+
+#[test]
+fn a_live_run_answers_status_and_refuses_a_second_owner() {
+    let s = Scratch::new();
+    let run = &unique_run("live");
+    let b = batch(&s, false);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    let pid = sortie.pid();
+    wait_running(&s, run);
+
+    // `status` from another process, while the run is live.
+    let status = s.status(run);
+    assert_eq!(status["status"], "running", "{status}");
+    assert_eq!(status["live_pid"], pid, "{status}");
+    for l in LONG {
+        assert_eq!(task_view(&status, l)["state"], "running", "{status}");
+    }
+    let list = s.run(&["--json", "list"]);
+    let rows: Value = serde_json::from_slice(&list.stdout).expect("list --json");
+    assert_eq!(rows[0]["status"], "running", "{rows}");
+    assert_eq!(rows[0]["live_pid"], pid, "{rows}");
+
+    // A second owner is refused, naming the live one.
+    let out = s.run(&["resume", run]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&pid.to_string()),
+        "the refusal names pid {pid}: {stderr}"
+    );
+    // The refused resume disturbed nothing: the run goes on.
+    let status = s.status(run);
+    assert_eq!(status["status"], "running", "{status}");
+    assert_eq!(count_events(&s.events(run), "RunResumed"), 0);
+    assert_eq!(live_processes_of(run).len(), LONG.len());
+
+    interrupt(&s, run, sortie);
+}
+
+#[test]
+fn cancel_of_a_live_run_cancels_its_unfinished_tasks() {
+    let s = Scratch::new();
+    let run = &unique_run("cancel-live");
+    let b = batch(&s, false);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    wait_running(&s, run);
+
+    let cancel = Background::start(&s, run, &["cancel", run]).finish(30);
+    let ended = sortie.finish(30);
+    let code = cancel.status.code();
+    assert!(
+        code != Some(0) && code != Some(3),
+        "a cancelled run is neither completed nor resumable: {code:?}\n{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    assert_eq!(ended.status.code(), code, "the run and the cancel agree");
+    wait_no_children(run);
+
+    let status = s.status(run);
+    assert_eq!(status["status"], "cancelled", "{status}");
+    assert!(status["live_pid"].is_null());
+    let events = s.events(run);
+    for l in LONG {
+        let t = task_view(&status, l);
+        assert_eq!(t["state"], "cancelled", "{t}");
+        assert_eq!(t["stop_reason"], "cancelled", "{t}");
+        assert_eq!(t["attempts"], 1, "a cancelled task is not retried: {t}");
+        assert_eq!(attempt_reasons(&events, index(&events, l)), ["Cancelled"]);
+    }
+    assert_eq!(count_events(&events, "RunFinished"), 1);
+    assert_eq!(count_events(&events, "RetryScheduled"), 0);
+    s.audit_clean(run);
+
+    // Final: there is nothing left to resume.
+    let again = s.run(&["resume", run]);
+    assert_eq!(again.status.code(), Some(2));
+}
+
+#[test]
+fn cancel_of_an_interrupted_run_cancels_its_unfinished_tasks() {
+    let s = Scratch::new();
+    let run = &unique_run("cancel-dead");
+    let b = batch(&s, true);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    wait_running(&s, run);
+    interrupt(&s, run, sortie);
+
+    let out = Background::start(&s, run, &["cancel", run]).finish(30);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a partial run: exit 1\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_no_children(run);
+
+    let status = s.status(run);
+    assert_eq!(
+        status["status"], "partial",
+        "one task completed, the rest cancelled: {status}"
+    );
+    assert_eq!(task_view(&status, "quick")["state"], "completed");
+    let events = s.events(run);
+    for l in LONG {
+        let t = task_view(&status, l);
+        assert_eq!(t["state"], "cancelled", "{t}");
+        assert_eq!(t["stop_reason"], "cancelled", "{t}");
+        assert_eq!(t["attempts"], 1, "nothing relaunched: {t}");
+        assert!(task_events(&events, "AttemptLaunching", index(&events, l)).len() == 1);
+    }
+    assert_eq!(count_events(&events, "RunFinished"), 1);
+    let runs = std::fs::read_to_string(s.path().join("counter")).expect("counter");
+    assert_eq!(runs.lines().count(), 1, "the quick task ran once");
+    s.audit_clean(run);
+}
