@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Err(err) => {
             let code = commands::exit_code_of(&err);
             if !output::is_broken_pipe(&err) {
-                eprintln!("sortie: {err:#}");
+                eprintln!("sortie: {}", output::error_text(&err));
             }
             code.into()
         }

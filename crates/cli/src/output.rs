@@ -29,7 +29,29 @@ pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            // serde_json wraps the write error and does not give it as its source.
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// An error and its causes, `: `-separated like `{:#}`, leaving out a cause whose text is
+/// already in the message (an error that prints its source, such as `PATH: CAUSE`, would
+/// otherwise say it twice).
+pub(crate) fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// Prints one line per notable event on stderr (plain log lines, good in CI logs and on a

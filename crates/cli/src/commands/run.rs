@@ -120,7 +120,7 @@ fn report(g: &Global, end: &RunEnd) -> Code {
     if let Err(e) = printed
         && !output::is_broken_pipe(&e)
     {
-        eprintln!("sortie: {e:#}");
+        eprintln!("sortie: {}", output::error_text(&e));
     }
     match end.end {
         End::Finished(s) => outcome_code(s),
