@@ -178,6 +178,21 @@ fn binary_garbage_and_a_10_mb_line_do_not_upset_sortie() {
     // The journal reads back whole, and the ledger is what the agents reported.
     let events = s.events("odd");
     assert!(!events.is_empty());
+    // `sortie export RUN | head -1`: more than a pipe holds, and the reader goes away early.
+    let mut export = s.spawn(&["export", "odd"]);
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(export.stdout.take().expect("stdout")),
+        &mut first,
+    )
+    .expect("read a line");
+    assert!(first.contains("RunStarted"), "{first}");
+    let export = finish(export, 30);
+    let stderr = String::from_utf8_lossy(&export.stderr);
+    assert!(
+        !stderr.contains("Broken pipe"),
+        "a reader that stops early is not worth a message: {stderr}"
+    );
     let audit = s.audit_clean("odd");
     assert_eq!(audit["ledger"]["total"]["input"], 12);
     assert_eq!(audit["ledger"]["total"]["output"], 14);
@@ -240,6 +255,11 @@ fn an_unwritable_state_dir_is_a_clear_error_naming_the_path() {
         stderr.contains(&state.display().to_string()),
         "the message names the path {}: {stderr}",
         state.display()
+    );
+    assert_eq!(
+        stderr.matches("(os error").count(),
+        1,
+        "the cause is said once: {stderr}"
     );
     assert!(
         !s.path().join("counter").exists(),
