@@ -18,7 +18,8 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
                                model_error = quota/auth, crash = exit 1 with no error line)
   --fail-model M:KIND          any attempt on model M fails with KIND
   --stall-attempts N           attempts 1..N print one line, then go silent forever
-  --stall-at-turn T            with --stall-attempts: go silent after turn T instead (default 1)
+  --stall-at-turn T            with --stall-attempts: go silent after turn T instead (default 1;
+                               0: before any output)
   --hang                       go silent forever before any output
   --ignore-term                ignore SIGTERM (sortie must SIGKILL after the grace)
   --grandchild                 fork a grandchild that sleeps forever in the same process group
@@ -95,6 +96,9 @@ def main():
         inp, outp = int(parts[0]), int(parts[1])
         cost = float(parts[2]) if len(parts) > 2 else 0.0
     turns = max(a.turns, 1)
+    if a.attempt <= a.stall_attempts and a.stall_at_turn <= 0:
+        while True:
+            time.sleep(3600)
     sleep = a.sleep if a.sleep_attempts <= 0 or a.attempt <= a.sleep_attempts else 0.0
     for t in range(1, turns + 1):
         time.sleep(sleep / turns)
