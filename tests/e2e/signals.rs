@@ -102,7 +102,12 @@ fn attempt_reasons(events: &[Value], task: usize) -> Vec<String> {
 /// Interrupts a run with SIGINT and checks what a user sees: exit 3, how to resume, no child
 /// left, `status` says interrupted, the journal says why.
 fn interrupt(s: &Scratch, run: &str, sortie: Background) {
-    send_signal(sortie.pid(), Signal::SIGINT);
+    interrupt_with(s, run, sortie, Signal::SIGINT);
+}
+
+/// Same, with `signal` (SIGINT or SIGTERM).
+fn interrupt_with(s: &Scratch, run: &str, sortie: Background, signal: Signal) {
+    send_signal(sortie.pid(), signal);
     let out = sortie.finish(30);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "interrupted: exit 3\n{stderr}");
@@ -293,7 +298,8 @@ fn cancel_of_an_interrupted_run_cancels_its_unfinished_tasks() {
         &["run", "--run-id", run, b.to_str().expect("utf-8")],
     );
     wait_running(&s, run);
-    interrupt(&s, run, sortie);
+    // SIGTERM interrupts just like Ctrl-C.
+    interrupt_with(&s, run, sortie, Signal::SIGTERM);
 
     let out = Background::start(&s, run, &["cancel", run]).finish(30);
     assert_eq!(
@@ -321,5 +327,96 @@ fn cancel_of_an_interrupted_run_cancels_its_unfinished_tasks() {
     assert_eq!(count_events(&events, "RunFinished"), 1);
     let runs = std::fs::read_to_string(s.path().join("counter")).expect("counter");
     assert_eq!(runs.lines().count(), 1, "the quick task ran once");
+    s.audit_clean(run);
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once_and_the_run_stays_resumable() {
+    let s = Scratch::new();
+    let run = &unique_run("twice");
+    // Agents that ignore SIGTERM, with a grace far longer than the test waits: only the
+    // second Ctrl-C (SIGKILL to their groups) can end them in time.
+    let mut toml = String::from("concurrency = 4\n\n[defaults]\nkill_grace = \"10m\"\n\n");
+    for l in LONG {
+        toml.push_str(&format!(
+            "[[tasks]]\nlabel = {l:?}\ncommand = {}\n\n",
+            fake_command(&[
+                "--attempt",
+                "{attempt}",
+                "--ignore-term",
+                "--sleep",
+                "30",
+                "--sleep-attempts",
+                "1",
+                "--turns",
+                "30",
+                "--usage",
+                "30,60,0.03",
+            ])
+        ));
+    }
+    let b = s.write("batch.toml", &toml);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    wait_running(&s, run);
+    // Press Ctrl-C until sortie is gone: the first asks the agents to stop (they ignore it), a
+    // later one kills them and exits. (Two signals sent too close together may arrive as one.)
+    let pid = sortie.pid();
+    send_signal(pid, Signal::SIGINT);
+    let mut pressed = 1;
+    poll("sortie to exit on a second Ctrl-C", 60, || {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Some(());
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            return Some(());
+        }
+        if pressed < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            send_signal(pid, Signal::SIGINT);
+            pressed += 1;
+        }
+        None
+    });
+    let out = sortie.finish(10);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "still resumable: exit 3\n{stderr}"
+    );
+    wait_no_children(run);
+    assert_eq!(s.status(run)["status"], "interrupted");
+
+    // Resume finds the attempts that never reported an end, and retries them.
+    let out = Background::start(&s, run, &["resume", run]).finish(60);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_no_children(run);
+    let status = s.status(run);
+    assert_eq!(status["status"], "completed", "{status}");
+    let events = s.events(run);
+    for l in LONG {
+        let i = index(&events, l);
+        assert_eq!(
+            task_events(&events, "AttemptOrphaned", i).len(),
+            1,
+            "{l}: attempt 1 was found orphaned on resume"
+        );
+        assert_eq!(attempt_reasons(&events, i), ["Completed"], "{l}");
+        assert_eq!(task_view(&status, l)["attempts"], 2);
+    }
     s.audit_clean(run);
 }
