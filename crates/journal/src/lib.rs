@@ -159,6 +159,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What "durable" means for an append: what it survives once it has returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// A sled flush: the record is in the operating system's hands, so it survives the sortie
+    /// process dying in any way (SIGKILL, panic, OOM). A power loss or kernel crash may lose
+    /// up to about a second of appends (sled `fsync`s in the background once a second).
+    /// Cheap: tens of microseconds per flush.
+    #[default]
+    Flush,
+    /// A sled flush followed by `fdatasync` of the log: survives a power loss too. Costs a disk
+    /// round trip per flush (milliseconds), which group commit shares between appenders.
+    Sync,
+}
+
 /// Group commit bookkeeping.
 struct Commit {
     /// Every seq below this is durable.
@@ -188,6 +202,10 @@ pub struct Journal {
     inserted: AtomicU64,
     commit: Mutex<Commit>,
     flushed: Condvar,
+    /// How many flushes this handle made (for benchmarks).
+    flushes: AtomicU64,
+    /// `Durability::Sync` when set.
+    sync: std::sync::atomic::AtomicBool,
     _snapshot: Option<SnapshotDir>,
 }
 
@@ -288,6 +306,8 @@ impl Journal {
                 flushing: false,
             }),
             flushed: Condvar::new(),
+            flushes: AtomicU64::new(0),
+            sync: std::sync::atomic::AtomicBool::new(false),
             _snapshot: snapshot,
         })
     }
@@ -295,6 +315,21 @@ impl Journal {
     /// The run directory this journal belongs to.
     pub fn path(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// Chooses what an append's return guarantees (default [`Durability::Flush`]).
+    pub fn set_durability(&self, durability: Durability) {
+        self.sync
+            .store(durability == Durability::Sync, Ordering::Relaxed);
+    }
+
+    /// The current [`Durability`].
+    pub fn durability(&self) -> Durability {
+        if self.sync.load(Ordering::Relaxed) {
+            Durability::Sync
+        } else {
+            Durability::Flush
+        }
     }
 
     /// True when opened with [`Journal::open_read_only`].
@@ -367,7 +402,11 @@ impl Journal {
             c.flushing = true;
             let target = self.inserted.load(Ordering::Acquire);
             drop(c);
-            let result = self.store.flush();
+            let mut result = self.store.flush();
+            if result.is_ok() && self.sync.load(Ordering::Relaxed) {
+                result = self.store.sync_data();
+            }
+            self.flushes.fetch_add(1, Ordering::Relaxed);
             c = lock(&self.commit);
             c.flushing = false;
             if result.is_ok() {
@@ -384,7 +423,7 @@ impl Journal {
     pub fn read(&self, from: Seq, to: Option<Seq>) -> impl Iterator<Item = Result<Stamped>> + '_ {
         Reader {
             inner: Box::new(self.store.range(from.0)),
-            expected: from.0,
+            checker: Checker { expected: from.0 },
             to: to.map(|s| s.0),
             done: false,
         }
@@ -394,14 +433,92 @@ impl Journal {
     /// `RunState::apply`. A bad record is an error naming its seq.
     pub fn replay(&self, upto: Option<Seq>) -> Result<RunState> {
         let mut state = RunState::new();
-        for record in self.read(Seq(0), upto) {
-            let record = record?;
-            state.apply(&record).map_err(|violation| Error::Violation {
-                seq: record.seq,
-                violation,
-            })?;
+        let mut failure = None;
+        self.scan(upto, |record| {
+            let applied = record.and_then(|r| {
+                state.apply(&r).map_err(|violation| Error::Violation {
+                    seq: r.seq,
+                    violation,
+                })
+            });
+            match applied {
+                Ok(()) => true,
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            }
+        });
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(state),
         }
-        Ok(state)
+    }
+
+    /// Calls `f` with every checked record from seq 0 up to `upto` inclusive, in order, until
+    /// `f` returns false or a record is bad (`f` sees that error, then the scan stops).
+    ///
+    /// The storage engine's iteration runs on a second thread, a batch of raw records ahead of
+    /// the decoding and `f`, so that a replay uses two cores (sled's iteration alone costs
+    /// about as much as decoding and applying). Without a thread, it runs on one.
+    fn scan(&self, upto: Option<Seq>, mut f: impl FnMut(Result<Stamped>) -> bool) {
+        const BATCH: usize = 1024;
+        // Up to 256 batches in flight (~25 MB of raw records at most), so that the scan keeps
+        // going while a big record is handled: the RunStarted of a 125k-task batch takes
+        // ~0.25 s to decode and apply, a quarter of a million-event replay.
+        const DEPTH: usize = 256;
+        let to = upto.map(|s| s.0);
+        let mut checker = Checker { expected: 0 };
+        // Feeds one raw record to `f`; false once the scan must stop.
+        let mut feed = |raw: Result<store::RawRecord>| -> bool {
+            if to.is_some_and(|to| checker.expected > to) {
+                return false;
+            }
+            let record = raw.and_then(|raw| checker.check(&raw));
+            let ok = record.is_ok();
+            f(record) && ok
+        };
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Result<store::RawRecord>>>(DEPTH);
+            let producer = std::thread::Builder::new()
+                .name("journal-scan".into())
+                .spawn_scoped(scope, move || {
+                    let mut batch = Vec::with_capacity(BATCH);
+                    for raw in self.store.range(0) {
+                        let past = raw.as_ref().ok().and_then(|r| store::seq_of_key(r.key()));
+                        if past.is_some_and(|k| to.is_some_and(|to| k > to)) {
+                            break;
+                        }
+                        let failed = raw.is_err();
+                        batch.push(raw);
+                        if batch.len() == BATCH || failed {
+                            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                            if tx.send(full).is_err() || failed {
+                                return;
+                            }
+                        }
+                    }
+                    if !batch.is_empty() {
+                        let _ = tx.send(batch);
+                    }
+                });
+            if producer.is_err() {
+                // No second thread: scan on this one.
+                for raw in self.store.range(0) {
+                    if !feed(raw) {
+                        return;
+                    }
+                }
+                return;
+            }
+            for batch in rx {
+                for raw in batch {
+                    if !feed(raw) {
+                        return; // drops `rx`: the producer's next send fails and it stops
+                    }
+                }
+            }
+        });
     }
 
     /// Checks the whole journal: versions, CRCs, dense seqs, legal transitions, and the usage
@@ -414,12 +531,12 @@ impl Journal {
         // (task, attempt) -> (model, last reported usage), from the raw events alone.
         let mut attempts: std::collections::BTreeMap<(TaskId, Attempt), (Option<String>, Usage)> =
             std::collections::BTreeMap::new();
-        for record in self.read(Seq(0), None) {
+        self.scan(None, |record| {
             let record = match record {
                 Ok(r) => r,
                 Err(e) => {
                     first_bad = Some((e.seq().unwrap_or(Seq(events)), e.to_string()));
-                    break;
+                    return false;
                 }
             };
             if let Err(v) = state.apply(&record) {
@@ -428,7 +545,7 @@ impl Journal {
                     violation: v,
                 };
                 first_bad = Some((record.seq, e.to_string()));
-                break;
+                return false;
             }
             match &record.event {
                 Event::AttemptLaunching {
@@ -456,7 +573,8 @@ impl Journal {
                 _ => {}
             }
             events += 1;
-        }
+            true
+        });
         let mut recomputed = Ledger::new();
         for ((task, _), (model, usage)) in &attempts {
             recomputed.add(*task, model.as_deref(), usage);
@@ -501,6 +619,25 @@ impl Journal {
         self.store.remove_raw(key)
     }
 
+    /// How many flushes this handle has made (group commit makes it fewer than appends).
+    #[doc(hidden)]
+    pub fn flush_count(&self) -> u64 {
+        self.flushes.load(Ordering::Relaxed)
+    }
+
+    /// Iterates every raw record without decoding it; returns how many there are and their
+    /// total size (for benchmarks: the storage engine's share of a replay).
+    #[doc(hidden)]
+    pub fn raw_scan(&self) -> Result<(u64, u64)> {
+        let (mut n, mut bytes) = (0, 0);
+        for r in self.store.range(0) {
+            let r = r?;
+            n += 1;
+            bytes += r.value().len() as u64;
+        }
+        Ok((n, bytes))
+    }
+
     /// The sled directory, for diagnostics.
     #[doc(hidden)]
     pub fn db_path(&self) -> &Path {
@@ -541,16 +678,13 @@ fn private_temp_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// The checked iterator behind [`Journal::read`].
-struct Reader<'a> {
-    inner: Box<dyn Iterator<Item = Result<store::RawRecord>> + 'a>,
+/// Checks raw records in order: key, stored seq and expected seq agree, the record decodes.
+struct Checker {
     expected: u64,
-    to: Option<u64>,
-    done: bool,
 }
 
-impl Reader<'_> {
-    fn check(&self, raw: &store::RawRecord) -> Result<Stamped> {
+impl Checker {
+    fn check(&mut self, raw: &store::RawRecord) -> Result<Stamped> {
         let seq = Seq(self.expected);
         let corrupt = |reason: String| Error::Corrupt { seq, reason };
         let Some(key) = store::seq_of_key(raw.key()) else {
@@ -570,25 +704,31 @@ impl Reader<'_> {
                 stamped.seq
             )));
         }
+        self.expected += 1;
         Ok(stamped)
     }
+}
+
+/// The checked iterator behind [`Journal::read`].
+struct Reader<'a> {
+    inner: Box<dyn Iterator<Item = Result<store::RawRecord>> + 'a>,
+    checker: Checker,
+    to: Option<u64>,
+    done: bool,
 }
 
 impl Iterator for Reader<'_> {
     type Item = Result<Stamped>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done || self.to.is_some_and(|to| self.expected > to) {
+        if self.done || self.to.is_some_and(|to| self.checker.expected > to) {
             return None;
         }
         let item = match self.inner.next()? {
-            Ok(raw) => self.check(&raw),
+            Ok(raw) => self.checker.check(&raw),
             Err(e) => Err(e),
         };
-        match &item {
-            Ok(_) => self.expected += 1,
-            Err(_) => self.done = true,
-        }
+        self.done = item.is_err();
         Some(item)
     }
 }
