@@ -2,37 +2,53 @@
 //!
 //! This crate owns bytes and storage, not rules: it stores `sortie_core::Event`s in order, each
 //! with a seq, a timestamp, a format version and a CRC, and folds them through
-//! `RunState::apply` for replay and audit. It also keeps the run index (`index`), so that
+//! `RunState::apply` for replay and audit. It also keeps the run index ([`index`]), so that
 //! listing runs never opens a journal.
 //!
 //! Layout: one sled database per run in `<state-dir>/runs/<run-id>/journal/` (see [`run_dir`]);
-//! sled lives behind `store`, bincode behind `codec`, and the on-disk schema (`StoredEvent` v1,
-//! converted explicitly from and to `core::Event`) in `stored`.
+//! the run directory itself is free for the runner's other files. sled lives behind `store`,
+//! bincode behind `codec`, and the on-disk schema (`StoredEvent` v1, converted explicitly from
+//! and to `core::Event`) in `stored`: each can be swapped without touching the rest. A record is
+//! `[version u8][CRC-32 u32][bincode payload: seq, timestamp, StoredEvent]` under the key
+//! `seq.to_be_bytes()`.
 //!
 //! Invariants:
-//! - **an append is durable when it returns**: [`Journal::append`] returns only after a sled
-//!   flush that covers its record. Concurrent appends share flushes (group commit): whoever
-//!   finds no flush in progress flushes for everyone who appended before it started;
-//! - seqs are assigned by the journal, dense from 0, keys are big-endian seqs, and every read
-//!   checks that key, stored seq and expected seq agree: a gap or a mismatch is
-//!   [`Error::Corrupt`] naming the seq;
+//! - **an append is durable when it returns**: [`Journal::append`] returns only after a flush
+//!   that covers its record (see [`Durability`] for what a flush survives). Concurrent appends
+//!   share flushes (group commit): whoever finds no flush in progress flushes for everyone who
+//!   had inserted when it starts;
+//! - seqs are assigned by the journal, dense from 0, and inserted in seq order under one lock,
+//!   so sled's recovery after a crash (a prefix of its log) leaves a dense prefix of the
+//!   journal. Every read checks that key, stored seq and expected seq agree: a gap or a
+//!   mismatch is [`Error::Corrupt`] naming the seq;
 //! - reading never panics, whatever the bytes on disk: a bad record is an error naming its seq,
-//!   and [`Journal::audit`] reports the first one;
+//!   decoding is bounded (no length prefix can make it allocate more than 256 MiB), and
+//!   [`Journal::audit`] reports the first bad record;
 //! - the journal stores what it is given: the caller (the runner) checks each event with
-//!   `RunState::check` before appending it. Replay and audit re-check everything.
+//!   `RunState::check` before appending it. Replay and audit re-check everything;
+//! - one writer per run: a second [`Journal::open`] (from any process) gets
+//!   [`Error::Locked`], never a hang.
 //!
-//! Live reading: sled locks a database against other processes, so [`Journal::open_read_only`]
-//! first tries a normal open and, when another process holds the run (a live `sortie run`),
-//! copies the run's sled files into a private temporary directory and opens the copy. sled
-//! recovers a consistent prefix of its log, so the copy shows the run as of some recent moment,
-//! every acknowledged append before the copy included. The copy is removed when the journal is
-//! dropped. A read-only handle on an idle run holds the lock while it lives, so commands should
-//! keep such handles short-lived.
+//! Live reading: sled locks a database against every other open handle, so
+//! [`Journal::open_read_only`] first tries a normal open and, when another process holds the run
+//! (a live `sortie run`), copies the run's sled files into a private temporary directory (0700)
+//! and opens the copy: sled recovers a consistent prefix of its log, so the copy shows the run as
+//! of the moment it was taken, every append acknowledged before then included. Snapshot files
+//! are copied before the log, and the copy is retried if sled wrote a new snapshot meanwhile.
+//! The copy is removed when the handle is dropped. We chose copying over a lock-free reader of
+//! sled's files because sled has no read-only mode and its format is not ours to parse; the
+//! cost is a file copy (a million-event journal is ~200 MB). A read-only handle on an idle run
+//! holds the lock while it lives, so commands keep such handles short-lived.
+//!
+//! Replay and audit run sled's iteration on a second thread, ahead of decoding and
+//! `RunState::apply` (sled's scan alone costs about as much as the rest; see
+//! `examples/journal_bench.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use sortie_core::ledger::{Ledger, ledger};
 use sortie_core::{Attempt, Event, RunId, RunState, Seq, Stamped, TaskId, Timestamp, Usage};
@@ -173,12 +189,32 @@ pub enum Durability {
     Sync,
 }
 
+/// The longest a flusher waits for writers to join its flush (see `Journal::wait_durable`).
+const MAX_LINGER: Duration = Duration::from_millis(1);
+
+/// What an insert did.
+enum Inserted {
+    /// No events: the next seq.
+    Nothing(u64),
+    /// The last seq inserted.
+    UpTo(u64),
+}
+
 /// Group commit bookkeeping.
 struct Commit {
     /// Every seq below this is durable.
     durable: u64,
-    /// A thread is flushing now.
+    /// A thread is flushing (or about to) now.
     flushing: bool,
+    /// Threads inside `wait_durable`.
+    waiting: u32,
+    /// How many threads were inside `wait_durable` when the last flush ended: the writers
+    /// that are likely to append again right away.
+    active: u32,
+    /// How long the last flush took.
+    last_flush: Duration,
+    /// The flusher is waiting for writers to arrive.
+    lingering: bool,
 }
 
 /// A private copy of a live journal's files, removed on drop.
@@ -201,7 +237,10 @@ pub struct Journal {
     /// How many records are inserted (seqs below this are in sled, maybe not durable yet).
     inserted: AtomicU64,
     commit: Mutex<Commit>,
+    /// Signalled when a flush ends.
     flushed: Condvar,
+    /// Signalled when a writer starts waiting while the flusher lingers.
+    arrived: Condvar,
     /// How many flushes this handle made (for benchmarks).
     flushes: AtomicU64,
     /// `Durability::Sync` when set.
@@ -304,8 +343,13 @@ impl Journal {
             commit: Mutex::new(Commit {
                 durable: next,
                 flushing: false,
+                waiting: 0,
+                active: 0,
+                last_flush: Duration::ZERO,
+                lingering: false,
             }),
             flushed: Condvar::new(),
+            arrived: Condvar::new(),
             flushes: AtomicU64::new(0),
             sync: std::sync::atomic::AtomicBool::new(false),
             _snapshot: snapshot,
@@ -361,7 +405,20 @@ impl Journal {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        let last = {
+        let last = match self.insert(events)? {
+            Inserted::Nothing(next) => return Ok(Seq(next)),
+            Inserted::UpTo(last) => last,
+        };
+        self.wait_durable(last)?;
+        Ok(Seq(last + 1 - count))
+    }
+
+    /// Encodes and inserts events under the writer lock, so that keys enter sled in seq order.
+    fn insert<'e>(
+        &self,
+        events: impl ExactSizeIterator<Item = (Timestamp, &'e Event)>,
+    ) -> Result<Inserted> {
+        {
             let mut next = lock(&self.writer);
             let first = *next;
             let mut encoded = Vec::with_capacity(events.len());
@@ -374,47 +431,77 @@ impl Journal {
                 encoded.push(bytes);
             }
             if encoded.is_empty() {
-                return Ok(Seq(first));
+                return Ok(Inserted::Nothing(first));
             }
             for bytes in encoded {
                 self.store.insert(*next, bytes)?;
                 *next += 1;
                 self.inserted.store(*next, Ordering::Release);
             }
-            *next - 1
-        };
-        self.wait_durable(last)?;
-        Ok(Seq(last + 1 - count))
+            Ok(Inserted::UpTo(*next - 1))
+        }
     }
 
     /// Returns once `seq` is durable, flushing if no flush that covers it is under way.
+    ///
+    /// Group commit: a writer that finds no flush under way becomes the flusher for every
+    /// record inserted when its flush starts; the others wait for a flush that covers them.
+    /// Before flushing, the flusher lingers until as many writers wait as did at the end of the
+    /// last flush (at most as long as that flush took, and never over 1 ms): the writers that
+    /// flush just released are appending again, and would otherwise start the next flush with
+    /// half a batch, splitting the writers into two alternating groups. A lone writer never
+    /// lingers.
     fn wait_durable(&self, seq: u64) -> Result<()> {
         let mut c = lock(&self.commit);
-        loop {
+        c.waiting += 1;
+        if c.lingering {
+            self.arrived.notify_one();
+        }
+        let result = loop {
             if c.durable > seq {
-                return Ok(());
+                break Ok(());
             }
             if c.flushing {
                 c = self.flushed.wait(c).unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
-            // Become the flusher for every record inserted so far.
             c.flushing = true;
+            let until = Instant::now() + c.last_flush.min(MAX_LINGER);
+            while c.waiting < c.active {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                c.lingering = true;
+                c = self
+                    .arrived
+                    .wait_timeout(c, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                c.lingering = false;
+            }
             let target = self.inserted.load(Ordering::Acquire);
             drop(c);
-            let mut result = self.store.flush();
-            if result.is_ok() && self.sync.load(Ordering::Relaxed) {
-                result = self.store.sync_data();
+            let started = Instant::now();
+            let mut flushed = self.store.flush();
+            if flushed.is_ok() && self.sync.load(Ordering::Relaxed) {
+                flushed = self.store.sync_data();
             }
             self.flushes.fetch_add(1, Ordering::Relaxed);
             c = lock(&self.commit);
             c.flushing = false;
-            if result.is_ok() {
+            c.last_flush = started.elapsed();
+            c.active = c.waiting;
+            if flushed.is_ok() {
                 c.durable = c.durable.max(target);
             }
             self.flushed.notify_all();
-            result?;
-        }
+            if let Err(e) = flushed {
+                break Err(e);
+            }
+        };
+        c.waiting -= 1;
+        result
     }
 
     /// Reads records `from..=to` (`to` = None: to the end), each checked: key, stored seq and
