@@ -34,8 +34,11 @@ use crate::batch::LoadedBatch;
 use crate::statedir::{self, OwnerLock, now};
 use crate::{Error, Result, process, prompt};
 
-/// The environment variable that marks every attempt's process with `<run>/<task>/<attempt>`,
-/// so that resume finds a crashed run's children even when their pid never reached the journal.
+/// The environment variable that marks every attempt's process with
+/// `<run>/<task>/<attempt>/<incarnation>`, so that resume finds a crashed run's children even
+/// when their pid never reached the journal. The incarnation (the run's start time in ms, in
+/// hex, from its journal) tells apart runs of the same id in other state dirs, which resume
+/// leaves alone; a marker without it counts as this run's.
 pub const MARKER: &str = "SORTIE_ATTEMPT";
 
 /// Test-only hook for the crash tests (`tests/e2e/crash.rs`): when this environment variable
@@ -302,6 +305,11 @@ impl Engine {
         }
     }
 
+    /// This run's incarnation (see [`MARKER`]).
+    fn incarnation(&self) -> u64 {
+        self.state.started_at.map_or(0, |t| t.0)
+    }
+
     /// Resume's first duty: no process of a live attempt may survive, whether or not its pid
     /// made it to the journal. Each live attempt is then recorded as orphaned.
     async fn reap_orphans(&mut self) -> Result<()> {
@@ -311,10 +319,15 @@ impl Engine {
         let grace = Duration::from_secs(3);
         let mut killed: HashMap<(TaskId, Attempt), bool> = HashMap::new();
         for m in &marked {
-            let key = parse_marker(&m.marker_value);
+            let key = parse_marker(&m.marker_value, &self.run_id);
+            if let Some((_, _, Some(other))) = key
+                && other != self.incarnation()
+            {
+                continue;
+            }
             let r = process::kill_group_if_same(m.pid, m.start_time, grace).await;
-            if let Some(key) = key {
-                *killed.entry(key).or_default() |= r == process::KillResult::Killed;
+            if let Some((task, attempt, _)) = key {
+                *killed.entry((task, attempt)).or_default() |= r == process::KillResult::Killed;
             }
         }
         let mut events = Vec::new();
@@ -769,7 +782,13 @@ impl Engine {
             env: self.env.get(task.index()).cloned().unwrap_or_default(),
             marker: (
                 MARKER.to_owned(),
-                format!("{}/{}/{}", self.run_id, task.0, live.attempt.0),
+                format!(
+                    "{}/{}/{}/{:x}",
+                    self.run_id,
+                    task.0,
+                    live.attempt.0,
+                    self.incarnation()
+                ),
             ),
             stderr_log: self
                 .run_dir
@@ -1021,11 +1040,17 @@ impl Sched {
     }
 }
 
-fn parse_marker(value: &str) -> Option<(TaskId, Attempt)> {
-    let mut parts = value.rsplitn(3, '/');
-    let attempt = parts.next()?.parse().ok()?;
+/// Reads a [`MARKER`] value of run `run`: task, attempt, and the incarnation when present.
+fn parse_marker(value: &str, run: &RunId) -> Option<(TaskId, Attempt, Option<u64>)> {
+    let rest = value.strip_prefix(run.as_str())?.strip_prefix('/')?;
+    let mut parts = rest.split('/');
     let task = parts.next()?.parse().ok()?;
-    Some((TaskId(task), Attempt(attempt)))
+    let attempt = parts.next()?.parse().ok()?;
+    let incarnation = match parts.next() {
+        Some(i) => Some(u64::from_str_radix(i, 16).ok()?),
+        None => None,
+    };
+    Some((TaskId(task), Attempt(attempt), incarnation))
 }
 
 /// A deterministic jitter seed for a task's retry.
