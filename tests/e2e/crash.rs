@@ -95,17 +95,17 @@ impl Batch {
     }
 
     /// Starts `sortie run` in the background, paused after `pause` if given.
-    fn start_run(&self, pause: Option<&str>) -> Child {
+    fn start_run(&self, pause: Option<&str>) -> Sortie {
         let file = self.file.display().to_string();
         self.start(&["run", "--run-id", &self.run, &file], pause, "run")
     }
 
     /// Starts `sortie resume` in the background, paused after `pause` if given.
-    fn start_resume(&self, pause: Option<&str>, log: &str) -> Child {
+    fn start_resume(&self, pause: Option<&str>, log: &str) -> Sortie {
         self.start(&["resume", &self.run], pause, log)
     }
 
-    fn start(&self, args: &[&str], pause: Option<&str>, log: &str) -> Child {
+    fn start(&self, args: &[&str], pause: Option<&str>, log: &str) -> Sortie {
         let out = File::create(self.s.path().join(format!("{log}.out"))).expect("log file");
         let err = File::create(self.s.path().join(format!("{log}.err"))).expect("log file");
         let mut c = self.s.sortie();
@@ -114,7 +114,7 @@ impl Batch {
             Some(p) => c.env(PAUSE_AFTER, p),
             None => c.env_remove(PAUSE_AFTER),
         };
-        c.spawn().expect("spawn sortie")
+        Sortie(c.spawn().expect("spawn sortie"))
     }
 
     /// `sortie resume RUN` to its end (bounded); returns its exit code, with its stderr.
@@ -260,10 +260,18 @@ impl Batch {
 }
 
 impl Drop for Batch {
-    /// A failing test shows what sortie said.
+    /// A failing test shows what sortie said, and leaves no process of its run behind.
     fn drop(&mut self) {
         if !std::thread::panicking() {
             return;
+        }
+        for pid in live_processes_of(&self.run) {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
         }
         let Ok(dir) = std::fs::read_dir(self.s.path()) else {
             return;
@@ -278,30 +286,39 @@ impl Drop for Batch {
     }
 }
 
-/// Waits for a child to exit, at most [`PATIENCE`] (killed and failed past that).
-fn wait_exit(mut child: Child) -> ExitStatus {
+/// A `sortie` process started in the background; SIGKILLed if still running when dropped (a
+/// failing test leaves nothing behind).
+struct Sortie(Child);
+
+impl Drop for Sortie {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Waits for sortie to exit, at most [`PATIENCE`] (killed and failed past that).
+fn wait_exit(mut child: Sortie) -> ExitStatus {
     let until = Instant::now() + PATIENCE;
     loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
+        if let Some(s) = child.0.try_wait().expect("try_wait") {
             return s;
         }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("sortie did not end in time");
-        }
+        assert!(Instant::now() < until, "sortie did not end in time");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// SIGKILLs a sortie process (std's `kill` is SIGKILL) and reaps it. Returns false when it had
 /// already exited by itself.
-fn kill9(child: &mut Child) -> bool {
-    if child.try_wait().expect("try_wait").is_some() {
+fn kill9(child: &mut Sortie) -> bool {
+    if child.0.try_wait().expect("try_wait").is_some() {
         return false;
     }
-    child.kill().expect("SIGKILL sortie");
-    child.wait().expect("reap sortie");
+    child.0.kill().expect("SIGKILL sortie");
+    child.0.wait().expect("reap sortie");
     true
 }
 
@@ -969,5 +986,59 @@ fn repeated_kills_at_varied_moments() {
             Some(&before),
             "attempt {key:?} usage changed after the last kill"
         );
+    }
+}
+
+/// Two state dirs (two projects) hold a run of the same id (`--run-id` in scripts): resuming
+/// the crashed one must kill its own orphan and nothing of the other, which is live.
+#[test]
+fn resume_leaves_a_same_named_run_elsewhere_alone() {
+    let hang = [
+        "--attempt",
+        "{attempt}",
+        "--stall-attempts",
+        "1",
+        "--stall-at-turn",
+        "0",
+    ];
+    let a = Batch::new("twin", 1, &[task("hang", &hang)]);
+    let mut b = Batch::new("twin", 1, &[task("hang", &hang)]);
+    b.run = a.run.clone();
+    let started_pid = |x: &Batch| {
+        x.try_journal()
+            .and_then(|j| j.of(0, "AttemptStarted").first().map(|s| s["pid"].as_u64()))
+            .flatten()
+    };
+    let mut run_a = a.start_run(None);
+    let pid_a = wait_for("run A's attempt", || started_pid(&a));
+    let mut run_b = b.start_run(None);
+    let pid_b = wait_for("run B's attempt", || started_pid(&b));
+    assert!(kill9(&mut run_b), "run B ended by itself");
+
+    let (code, err) = b.resume_to_end("resume");
+    assert_eq!(code, Some(0), "resume of B: {err}");
+    let live: Vec<u64> = live_processes_of(&a.run)
+        .into_iter()
+        .map(u64::from)
+        .collect();
+    assert!(!live.contains(&pid_b), "B's orphan was killed");
+    assert!(
+        live.contains(&pid_a),
+        "resuming run {} in one state dir killed the attempt of the live run of the same id in \
+         another state dir (SORTIE_ATTEMPT markers must tell the two apart)",
+        a.run
+    );
+    assert!(
+        !a.journal().has(0, "AttemptFinished"),
+        "run A's attempt was disturbed"
+    );
+
+    // Run A, crashed in turn, resumes to the end on its own.
+    assert!(kill9(&mut run_a), "run A ended by itself");
+    let (code, err) = a.resume_to_end("resume");
+    assert_eq!(code, Some(0), "resume of A: {err}");
+    for x in [&a, &b] {
+        let j = x.assert_whole(&BTreeMap::new());
+        assert_eq!(j.of(0, "AttemptOrphaned")[0]["action"], "Killed");
     }
 }
