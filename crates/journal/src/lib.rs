@@ -261,22 +261,25 @@ impl std::fmt::Debug for Journal {
 impl Journal {
     /// Creates the journal of a new run in `run_dir` (created with its parents, 0700).
     /// `Error::Exists` when a journal is already there.
+    ///
+    /// A journal directory without sled's files (a `create` that died before sled wrote
+    /// anything) is not a journal: `create` takes it over.
     pub fn create(run_dir: &Path) -> Result<Journal> {
-        create_private_dir(run_dir)?;
-        let db = db_dir(run_dir);
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            match fs::DirBuilder::new().mode(0o700).create(&db) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    return Err(Error::Exists {
-                        path: run_dir.to_owned(),
-                    });
-                }
-                Err(source) => return Err(Error::Io { path: db, source }),
-            }
+        if existing_db_dir(run_dir).is_ok() {
+            return Err(Error::Exists {
+                path: run_dir.to_owned(),
+            });
         }
-        Journal::with_store(Store::open(&db)?, run_dir, false, None)
+        let db = db_dir(run_dir);
+        create_private_dir(&db)?;
+        match Store::open(&db) {
+            Ok(store) => Journal::with_store(store, run_dir, false, None),
+            // Another process created it meanwhile.
+            Err(Error::Locked { .. }) => Err(Error::Exists {
+                path: run_dir.to_owned(),
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens an existing journal for appending (resume, cancel). There is one writer per run:

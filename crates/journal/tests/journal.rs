@@ -72,6 +72,25 @@ fn appends_read_back_and_replay_to_any_seq() {
 }
 
 #[test]
+fn a_journal_is_send_and_sync() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Journal>();
+    shared::<sortie_journal::Audit>();
+}
+
+#[test]
+fn a_create_that_died_before_sled_wrote_anything_can_be_redone() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("journal")).unwrap();
+    assert!(matches!(
+        Journal::open(tmp.path()),
+        Err(Error::NotFound { .. })
+    ));
+    let j = Journal::create(tmp.path()).unwrap();
+    assert_eq!(j.next_seq(), Seq(0));
+}
+
+#[test]
 fn create_open_and_read_only_refuse_what_they_must() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("a").join("b");
