@@ -132,8 +132,12 @@ fn the_journal_on_disk_is_the_model_across_crashes() {
             };
             let (trace, mut backend) = Driver::run(&s, backend);
             assert_eq!(backend.reopens, trace.reopens);
-            // A last crash, then read everything back from disk.
+            // A last crash; a reader sees the run as it was, then a writer reads it all back.
             backend.crash();
+            let reader = Journal::open_read_only(&backend.dir).expect("open read-only");
+            assert!(reader.is_read_only());
+            assert_eq!(read_all(&reader), trace.events, "a reader sees every event");
+            drop(reader);
             let state = backend.reopen();
             let j = backend.journal.take().expect("reopened");
             let last = trace.lives.last().expect("RunStarted at least");
