@@ -552,10 +552,12 @@ impl Journal {
     /// the decoding and `f`, so that a replay uses two cores (sled's iteration alone costs
     /// about as much as decoding and applying). Without a thread, it runs on one.
     fn scan(&self, upto: Option<Seq>, mut f: impl FnMut(Result<Stamped>) -> bool) {
-        const BATCH: usize = 1024;
-        // Up to 256 batches in flight (~25 MB of raw records at most), so that the scan keeps
-        // going while a big record is handled: the RunStarted of a 125k-task batch takes
+        // A batch is 1024 records or 128 KiB of values, whichever comes first; up to 256
+        // batches are in flight (32 MiB at most, plus one oversized record), so that the scan
+        // keeps going while a big record is handled: the RunStarted of a 125k-task batch takes
         // ~0.25 s to decode and apply, a quarter of a million-event replay.
+        const BATCH: usize = 1024;
+        const BATCH_BYTES: usize = 128 << 10;
         const DEPTH: usize = 256;
         let to = upto.map(|s| s.0);
         let mut checker = Checker { expected: 0 };
@@ -574,14 +576,17 @@ impl Journal {
                 .name("journal-scan".into())
                 .spawn_scoped(scope, move || {
                     let mut batch = Vec::with_capacity(BATCH);
+                    let mut bytes = 0;
                     for raw in self.store.range(0) {
                         let past = raw.as_ref().ok().and_then(|r| store::seq_of_key(r.key()));
                         if past.is_some_and(|k| to.is_some_and(|to| k > to)) {
                             break;
                         }
                         let failed = raw.is_err();
+                        bytes += raw.as_ref().map_or(0, |r| r.value().len());
                         batch.push(raw);
-                        if batch.len() == BATCH || failed {
+                        if batch.len() == BATCH || bytes >= BATCH_BYTES || failed {
+                            bytes = 0;
                             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                             if tx.send(full).is_err() || failed {
                                 return;
