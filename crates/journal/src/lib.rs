@@ -88,7 +88,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// No journal (or index entry) where one was expected.
-    #[error("no journal at {}", path.display())]
+    #[error("{} not found", path.display())]
     NotFound {
         /// Where it was looked for.
         path: PathBuf,
