@@ -150,8 +150,9 @@ fn cases() -> Vec<Case> {
         &["--attempt", "{attempt}", "--stall-attempts", "1"],
     )
     .with_usage(next());
-    // (2s of further silence before the kill: a slow start under load is not a stall.)
-    c.extra = "stall_after = \"1s\"\nstall_kill_after = \"2s\"\n".into();
+    // (4s of silence in all before the kill: a slow start is seldom taken for a stall; see
+    // `settle_stall` for when it is.)
+    c.extra = "stall_after = \"2s\"\nstall_kill_after = \"2s\"\n".into();
     c.attempts = vec![(None, "Stalled", u), (None, "Completed", u)];
     cases.push(c);
 
@@ -230,10 +231,44 @@ fn cases() -> Vec<Case> {
     cases
 }
 
+/// The stall task's attempts, from what they printed. Its first attempt prints its usage and
+/// one line, then goes silent: stalled, its usage counts, and attempt 2 completes. But the
+/// stall clock starts at spawn, and on a machine loaded enough that the agent takes longer than
+/// the stall window to start, an attempt is stopped before it printed anything (usage zero)
+/// and one more attempt is made. Each stalled attempt counts what it printed, no more, no less.
+fn settle_stall(cases: &mut [Case], events: &[Value]) {
+    let i = cases
+        .iter()
+        .position(|c| c.label == "stall")
+        .expect("a stall task");
+    let u = cases[i].attempts[0].2;
+    let finished = task_events(events, "AttemptFinished", i);
+    let n = finished.len();
+    assert!(
+        (2..=3).contains(&n),
+        "the stall task made 2 attempts (3 on a loaded machine), not {n}"
+    );
+    let mut attempts = Vec::new();
+    for (k, e) in finished.iter().enumerate() {
+        let printed = e["output"]
+            .as_str()
+            .is_some_and(|o| o.contains(&format!("working on attempt {} turn 1", k + 1)));
+        if k + 1 < n {
+            attempts.push((None, "Stalled", if printed { u } else { U::default() }));
+        } else {
+            attempts.push((None, "Completed", u));
+        }
+    }
+    if n > 2 {
+        eprintln!("note: the stall task needed {n} attempts: a slow start looked like a stall");
+    }
+    cases[i].attempts = attempts;
+}
+
 #[test]
 fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
     let s = Scratch::new();
-    let cases = cases();
+    let mut cases = cases();
     assert!(cases.len() >= 50);
     let mut toml = String::from("concurrency = 8\n\n[defaults]\nkill_grace = \"1s\"\n\n");
     for c in &cases {
@@ -268,6 +303,7 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
     let mut total = U::default();
     let mut per_model: BTreeMap<Option<&str>, U> = BTreeMap::new();
     let mut per_task: BTreeMap<String, U> = BTreeMap::new();
+    settle_stall(&mut cases, &events);
     for (i, c) in cases.iter().enumerate() {
         let what = format!("task {}", c.label);
         let v = task_view(&status, &c.label);
@@ -291,7 +327,20 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         assert_eq!(reasons, expected_reasons, "{what}: attempt stop reasons");
         let used: Vec<U> = finished.iter().map(|e| U::of(&e["usage"])).collect();
         let expected_usage: Vec<U> = c.attempts.iter().map(|a| a.2).collect();
-        assert_eq!(used, expected_usage, "{what}: usage of each attempt");
+        assert_eq!(
+            used,
+            expected_usage,
+            "{what}: usage of each attempt; its events: {:#?}",
+            events
+                .iter()
+                .filter(|e| event_kind(e).1["task"].as_u64() == Some(i as u64))
+                .map(|e| {
+                    let mut t = e.to_string();
+                    t.truncate(400);
+                    t
+                })
+                .collect::<Vec<_>>()
+        );
         let attempt_numbers: Vec<u64> = finished
             .iter()
             .map(|e| e["attempt"].as_u64().expect("attempt"))
@@ -348,8 +397,8 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         total = total.plus(task_usage);
     }
     assert_eq!(U::of(&status["usage"]), total, "run usage in status");
-    // Only the stalling task's first attempt was ever marked stalled (more than once if a slow
-    // start under load made it look silent before its one line).
+    // Only the stalling task was ever marked stalled: its first attempt, and possibly its
+    // second or more than once when a slow start under load looked like silence.
     let stall = order.iter().position(|l| l == "stall").expect("stall");
     let stalled: Vec<(u64, u64)> = events
         .iter()
@@ -364,7 +413,7 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         .collect();
     assert!(!stalled.is_empty(), "the stall was seen");
     assert!(
-        stalled.iter().all(|&(t, a)| t == stall as u64 && a == 1),
+        stalled.contains(&(stall as u64, 1)) && stalled.iter().all(|&(t, _)| t == stall as u64),
         "only the stalling attempt was marked stalled: {stalled:?}"
     );
 
