@@ -924,23 +924,30 @@ fn repeated_kills_at_varied_moments() {
         })
         .collect();
     let b = Batch::new("varied", 8, &tasks);
-    // Varied, not random: a fixed spread of moments plus the clock's noise.
-    let delays_ms = [1200u64, 800, 300, 1600, 600];
+    // Varied, not random: per round, how many more tasks must finish first, then a further
+    // wait. A goal of 0 kills the resume early (while it starts or reaps the orphans); the
+    // waits spread the other kills over the run, whatever the machine's load.
+    let rounds: [(usize, u64); 5] = [(3, 150), (0, 60), (4, 0), (2, 320), (0, 700)];
     let mut frozen = BTreeMap::new();
     let mut seen_usage: BTreeMap<(u64, u64), Tally> = BTreeMap::new();
     let mut live_at_kills: BTreeSet<(u64, u64)> = BTreeSet::new();
     let mut between = 0;
     let mut kills = 0;
-    for (round, delay) in delays_ms.into_iter().enumerate() {
+    let mut done = 0;
+    for (round, (more, delay)) in rounds.into_iter().enumerate() {
         let mut child = if round == 0 {
-            let c = b.start_run(None);
-            wait_for("the first AttemptStarted", || {
-                b.journal_has("AttemptStarted").then_some(())
-            });
-            c
+            b.start_run(None)
         } else {
             b.start_resume(None, &format!("resume{round}"))
         };
+        let goal = (done + more).min(n as usize - 2);
+        if more > 0 {
+            wait_for("tasks to finish before the kill", || {
+                let finished = b.try_journal().map_or(0, |j| j.finished().len());
+                let exited = !matches!(child.0.try_wait(), Ok(None));
+                (finished >= goal || exited).then_some(())
+            });
+        }
         std::thread::sleep(Duration::from_millis(delay));
         if !kill9(&mut child) {
             // It finished before the kill: nothing more to crash.
@@ -950,6 +957,7 @@ fn repeated_kills_at_varied_moments() {
         let j = after_kill(&b, &mut frozen, &format!("after kill {}", round + 1));
         between += j.ended_not_finished().len();
         live_at_kills.extend(j.live_attempts());
+        done = j.finished().len();
         eprintln!(
             "repeated kills: kill {}: {} tasks finished, {} attempts live, {} events",
             round + 1,
