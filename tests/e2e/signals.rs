@@ -120,6 +120,10 @@ fn interrupt_with(s: &Scratch, run: &str, sortie: Background, signal: Signal) {
     let status = s.status(run);
     assert_eq!(status["status"], "interrupted", "{status}");
     assert!(status["live_pid"].is_null(), "{status}");
+    let list = s.run(&["--json", "list"]);
+    let rows: Value = serde_json::from_slice(&list.stdout).expect("list --json");
+    assert_eq!(rows[0]["run_id"], run, "{rows}");
+    assert_eq!(rows[0]["status"], "interrupted", "{rows}");
     let events = s.events(run);
     for l in LONG {
         let i = index(&events, l);
