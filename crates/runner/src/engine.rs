@@ -599,6 +599,16 @@ impl Engine {
                     );
                     result.state = TerminalState::Cancelled;
                     result.stop_reason = StopReason::Cancelled;
+                    // Say why the task ends here, not only why its last attempt ended.
+                    let why = if cancelling {
+                        "cancelled"
+                    } else {
+                        "cancelled: not retried after a failure (fail_fast)"
+                    };
+                    result.error = Some(match result.error.take() {
+                        Some(e) => format!("{why} (last attempt: {e})"),
+                        None => why.to_owned(),
+                    });
                     Event::TaskFinished { task, result }
                 }
                 NextStep::GiveUp(result) => {
