@@ -280,6 +280,10 @@ fn cancel_of_a_live_run_cancels_its_unfinished_tasks() {
         assert_eq!(t["state"], "cancelled", "{t}");
         assert_eq!(t["stop_reason"], "cancelled", "{t}");
         assert_eq!(t["attempts"], 1, "a cancelled task is not retried: {t}");
+        assert!(
+            t["error"].as_str().is_some_and(|e| e.contains("cancel")),
+            "a cancelled task says it was cancelled: {t}"
+        );
         assert_eq!(attempt_reasons(&events, index(&events, l)), ["Cancelled"]);
     }
     assert_eq!(count_events(&events, "RunFinished"), 1);
@@ -326,6 +330,10 @@ fn cancel_of_an_interrupted_run_cancels_its_unfinished_tasks() {
         assert_eq!(t["state"], "cancelled", "{t}");
         assert_eq!(t["stop_reason"], "cancelled", "{t}");
         assert_eq!(t["attempts"], 1, "nothing relaunched: {t}");
+        assert!(
+            t["error"].as_str().is_some_and(|e| e.contains("cancel")),
+            "a cancelled task says it was cancelled, not only why its attempt ended: {t}"
+        );
         assert!(task_events(&events, "AttemptLaunching", index(&events, l)).len() == 1);
     }
     assert_eq!(count_events(&events, "RunFinished"), 1);
