@@ -139,7 +139,10 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     let Some(model) = candidates.into_iter().find(|m| !banned.contains(&m)) else {
         return give_up(&outcome);
     };
-    let delay = if model == last.model {
+    // A crash or an interrupt of sortie says nothing about the provider: retry at once.
+    let delay = if outcome.stop_reason == StopReason::Interrupted {
+        Duration::ZERO
+    } else if model == last.model {
         let same = rec.attempts.iter().filter(|a| a.model == model).count() as u32;
         backoff_delay(same.saturating_sub(1), jitter)
     } else {

@@ -326,6 +326,12 @@ impl Engine {
                 continue;
             }
             let r = process::kill_group_if_same(m.pid, m.start_time, grace).await;
+            if r == process::KillResult::Survived {
+                return Err(Error::Survivor {
+                    pid: m.pid,
+                    run: self.run_id.clone(),
+                });
+            }
             if let Some((task, attempt, _)) = key {
                 *killed.entry((task, attempt)).or_default() |= r == process::KillResult::Killed;
             }
@@ -334,8 +340,17 @@ impl Engine {
         for o in &plan.orphans {
             let mut was_killed = killed.get(&(o.task, o.attempt)).copied().unwrap_or(false);
             if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
-                was_killed |= process::kill_group_if_same(pid, st, grace).await
-                    == process::KillResult::Killed;
+                match process::kill_group_if_same(pid, st, grace).await {
+                    process::KillResult::Killed => was_killed = true,
+                    process::KillResult::Gone => {}
+                    // Retrying while the old attempt still runs could do its work twice.
+                    process::KillResult::Survived => {
+                        return Err(Error::Survivor {
+                            pid,
+                            run: self.run_id.clone(),
+                        });
+                    }
+                }
             }
             let action = if was_killed {
                 OrphanAction::Killed
@@ -612,6 +627,10 @@ impl Engine {
                     Event::TaskFinished { task, result }
                 }
                 NextStep::GiveUp(result) => {
+                    // fail_fast: nothing launches in the round that decides a failure (the
+                    // flag is set again when its TaskFinished is applied).
+                    self.fail_fast_tripped |= batch.config.fail_fast
+                        && matches!(result.state, TerminalState::Failed | TerminalState::Timeout);
                     if spec.output.is_some() && rec.artifact.is_none() {
                         // Write-ahead: the attempt's end is durable; the artifact comes next,
                         // and the task's end only after it.
@@ -706,7 +725,7 @@ impl Engine {
         }
 
         // Launches, oldest first, up to the concurrency limit.
-        if !no_launch {
+        if !no_launch && !self.fail_fast_tripped {
             let limit = batch.config.concurrency as usize;
             let mut free = limit.saturating_sub(self.live.len());
             for task in self.sched.launchable(now, free + used.len()) {

@@ -42,6 +42,17 @@ pub enum Error {
     /// The run has already finished.
     #[error("run {0} has already finished ({1})")]
     AlreadyFinished(RunId, String),
+    /// A process of a crashed run's attempt could not be stopped: resuming would run its work
+    /// twice. Nothing was recorded; the run stays resumable.
+    #[error(
+        "process {pid} of run {run} survived SIGKILL (or may not be signalled); stop it, then resume again"
+    )]
+    Survivor {
+        /// The process.
+        pid: u32,
+        /// The run.
+        run: RunId,
+    },
     /// The runner decided an event that the state machine refuses: a bug in sortie.
     #[error("internal error: the runner decided an illegal event: {0}")]
     Violation(#[from] Violation),

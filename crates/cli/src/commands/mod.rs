@@ -66,9 +66,9 @@ pub(crate) fn exit_code_of(err: &anyhow::Error) -> Code {
                 | sortie_runner::Error::RunExists(_)
                 | sortie_runner::Error::NothingToResume(_)
                 | sortie_runner::Error::AlreadyFinished(..) => Code::Usage,
-                sortie_runner::Error::Io { .. } | sortie_runner::Error::Violation(_) => {
-                    Code::Failed
-                }
+                sortie_runner::Error::Io { .. }
+                | sortie_runner::Error::Survivor { .. }
+                | sortie_runner::Error::Violation(_) => Code::Failed,
             };
         }
         // `batch::load` errors reach here unwrapped (not as `sortie_runner::Error::Batch`).
