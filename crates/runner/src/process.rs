@@ -206,7 +206,8 @@ pub struct SpawnSpec {
     /// Variables added to sortie's own environment (values may be secrets: never logged).
     pub env: Vec<(String, String)>,
     /// A variable set in the child's environment, e.g. `("SORTIE_ATTEMPT",
-    /// "<run-id>/<task>/<attempt>")`, by which [`find_marked`] finds it after a crash.
+    /// "<run-id>/<task>/<attempt>/<incarnation>")`, by which [`find_marked`] finds it after a
+    /// crash.
     pub marker: (String, String),
 }
 
