@@ -482,3 +482,51 @@ fn an_all_success_batch_exits_0_and_prints_each_task() {
     assert_eq!(audit["ledger"]["total"]["input"], 10 + 11 + 12 + 13);
     assert_eq!(audit["ledger"]["total"]["cost"]["nanos"], 10_000_000);
 }
+
+#[test]
+fn fail_fast_stops_launching_after_the_first_failure() {
+    let s = Scratch::new();
+    let mut toml = String::from("concurrency = 1\n");
+    toml.push_str(&format!(
+        "[[tasks]]\nlabel = \"first\"\ncommand = {}\n",
+        fake_command(&["--exit", "3", "--usage", "1,2,0.001"])
+    ));
+    for l in ["second", "third"] {
+        toml.push_str(&format!(
+            "[[tasks]]\nlabel = {l:?}\ncommand = {}\n",
+            fake_command(&["--counter", "counter"])
+        ));
+    }
+    let batch = s.write("ff.toml", &toml);
+    let out = finish(
+        s.spawn(&[
+            "run",
+            "--fail-fast",
+            "--run-id",
+            "ff",
+            batch.to_str().expect("utf-8"),
+        ]),
+        60,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = s.status("ff");
+    assert_eq!(status["status"], "failed", "{status}");
+    assert_eq!(task_view(&status, "first")["state"], "failed");
+    let events = s.events("ff");
+    for (i, l) in ["second", "third"].iter().enumerate() {
+        let t = task_view(&status, l);
+        assert_eq!(t["state"], "cancelled", "{t}");
+        assert_eq!(t["attempts"], 0, "{t}");
+        assert!(task_events(&events, "AttemptLaunching", i + 1).is_empty());
+    }
+    assert!(
+        !s.path().join("counter").exists(),
+        "no task was launched after the failure"
+    );
+    s.audit_clean("ff");
+}
