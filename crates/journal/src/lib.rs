@@ -46,8 +46,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sortie_core::ledger::{Ledger, ledger};
@@ -202,19 +202,25 @@ enum Inserted {
 
 /// Group commit bookkeeping.
 struct Commit {
-    /// Every seq below this is durable.
-    durable: u64,
     /// A thread is flushing (or about to) now.
     flushing: bool,
-    /// Threads inside `wait_durable`.
-    waiting: u32,
+    /// Parked threads waiting for a flush to cover their seq.
+    waiters: Vec<Waiter>,
     /// How many threads were inside `wait_durable` when the last flush ended: the writers
     /// that are likely to append again right away.
     active: u32,
     /// How long the last flush took.
     last_flush: Duration,
-    /// The flusher is waiting for writers to arrive.
-    lingering: bool,
+    /// The flusher, while it waits for writers to join its flush.
+    lingerer: Option<std::thread::Thread>,
+}
+
+/// A thread parked in `wait_durable`.
+struct Waiter {
+    /// The last seq it appended.
+    seq: u64,
+    /// The thread, to unpark.
+    thread: std::thread::Thread,
 }
 
 /// A private copy of a live journal's files, removed on drop.
@@ -236,11 +242,11 @@ pub struct Journal {
     writer: Mutex<u64>,
     /// How many records are inserted (seqs below this are in sled, maybe not durable yet).
     inserted: AtomicU64,
+    /// Every seq below this is durable.
+    durable: AtomicU64,
+    /// Threads inside `wait_durable`.
+    waiting: AtomicU32,
     commit: Mutex<Commit>,
-    /// Signalled when a flush ends.
-    flushed: Condvar,
-    /// Signalled when a writer starts waiting while the flusher lingers.
-    arrived: Condvar,
     /// How many flushes this handle made (for benchmarks).
     flushes: AtomicU64,
     /// `Durability::Sync` when set.
@@ -343,16 +349,15 @@ impl Journal {
             read_only,
             writer: Mutex::new(next),
             inserted: AtomicU64::new(next),
+            durable: AtomicU64::new(next),
+            waiting: AtomicU32::new(0),
             commit: Mutex::new(Commit {
-                durable: next,
                 flushing: false,
-                waiting: 0,
+                waiters: Vec::new(),
                 active: 0,
                 last_flush: Duration::ZERO,
-                lingering: false,
+                lingerer: None,
             }),
-            flushed: Condvar::new(),
-            arrived: Condvar::new(),
             flushes: AtomicU64::new(0),
             sync: std::sync::atomic::AtomicBool::new(false),
             _snapshot: snapshot,
@@ -448,40 +453,64 @@ impl Journal {
     /// Returns once `seq` is durable, flushing if no flush that covers it is under way.
     ///
     /// Group commit: a writer that finds no flush under way becomes the flusher for every
-    /// record inserted when its flush starts; the others wait for a flush that covers them.
+    /// record inserted when its flush starts; the others park until a flush covers them. The
+    /// flusher then unparks exactly the writers it covered (they return without taking a lock)
+    /// and hands the lead to one writer it did not cover, if any.
+    ///
     /// Before flushing, the flusher lingers until as many writers wait as did at the end of the
-    /// last flush (at most as long as that flush took, and never over 1 ms): the writers that
-    /// flush just released are appending again, and would otherwise start the next flush with
+    /// last flush (at most as long as that flush took, and never over 1 ms): the writers the
+    /// last flush released are appending again, and would otherwise start the next flush with
     /// half a batch, splitting the writers into two alternating groups. A lone writer never
     /// lingers.
     fn wait_durable(&self, seq: u64) -> Result<()> {
-        let mut c = lock(&self.commit);
-        c.waiting += 1;
-        if c.lingering {
-            self.arrived.notify_one();
+        if self.durable.load(Ordering::Acquire) > seq {
+            return Ok(());
         }
-        let result = loop {
-            if c.durable > seq {
-                break Ok(());
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let result = self.wait_or_flush(seq);
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+
+    fn wait_or_flush(&self, seq: u64) -> Result<()> {
+        let me = std::thread::current();
+        let mut c = lock(&self.commit);
+        if let Some(flusher) = &c.lingerer
+            && self.waiting.load(Ordering::Acquire) >= c.active
+        {
+            flusher.unpark();
+        }
+        loop {
+            if self.durable.load(Ordering::Acquire) > seq {
+                return Ok(());
             }
             if c.flushing {
-                c = self.flushed.wait(c).unwrap_or_else(PoisonError::into_inner);
+                c.waiters.push(Waiter {
+                    seq,
+                    thread: me.clone(),
+                });
+                drop(c);
+                std::thread::park();
+                if self.durable.load(Ordering::Acquire) > seq {
+                    return Ok(()); // the flusher removed our entry
+                }
+                // Handed the lead, or woken spuriously (then our entry is still listed).
+                c = lock(&self.commit);
+                c.waiters.retain(|w| w.thread.id() != me.id());
                 continue;
             }
             c.flushing = true;
             let until = Instant::now() + c.last_flush.min(MAX_LINGER);
-            while c.waiting < c.active {
+            while self.waiting.load(Ordering::Acquire) < c.active {
                 let now = Instant::now();
                 if now >= until {
                     break;
                 }
-                c.lingering = true;
-                c = self
-                    .arrived
-                    .wait_timeout(c, until - now)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
-                c.lingering = false;
+                c.lingerer = Some(me.clone());
+                drop(c);
+                std::thread::park_timeout(until - now);
+                c = lock(&self.commit);
+                c.lingerer = None;
             }
             let target = self.inserted.load(Ordering::Acquire);
             drop(c);
@@ -494,17 +523,30 @@ impl Journal {
             c = lock(&self.commit);
             c.flushing = false;
             c.last_flush = started.elapsed();
-            c.active = c.waiting;
+            c.active = self.waiting.load(Ordering::Acquire);
             if flushed.is_ok() {
-                c.durable = c.durable.max(target);
+                self.durable.fetch_max(target, Ordering::AcqRel);
             }
-            self.flushed.notify_all();
-            if let Err(e) = flushed {
-                break Err(e);
+            let durable = self.durable.load(Ordering::Acquire);
+            let mut next = None;
+            c.waiters.retain(|w| {
+                if w.seq < durable {
+                    w.thread.unpark();
+                    false
+                } else if next.is_none() {
+                    next = Some(w.thread.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            if let Some(t) = next {
+                t.unpark();
             }
-        };
-        c.waiting -= 1;
-        result
+            // Our own record was inserted before `target` was read: covered, unless the flush
+            // failed (then the next leader retries for the others).
+            return flushed;
+        }
     }
 
     /// Reads records `from..=to` (`to` = None: to the end), each checked: key, stored seq and
