@@ -117,7 +117,7 @@ fn a_missing_agent_binary_is_a_retried_spawn_error_naming_the_binary() {
         .iter()
         .map(|e| e["outcome"]["stop_reason"].as_str().unwrap_or_default())
         .collect();
-    assert_eq!(reasons, ["SpawnError", "SpawnError"]);
+    assert_eq!(reasons, ["spawn_error", "spawn_error"]);
     assert_eq!(task_events(&events, "RetryScheduled", 0).len(), 1);
     assert!(
         task_events(&events, "AttemptStarted", 0).is_empty(),

@@ -201,7 +201,7 @@ impl Batch {
         let counters = self.counters();
         assert!(
             j.kinds()
-                .any(|(k, b)| k == "RunFinished" && b["state"] == "Completed"),
+                .any(|(k, b)| k == "RunFinished" && b["state"] == "completed"),
             "the run did not finish completed"
         );
         for (t, label) in self.labels.iter().enumerate() {
@@ -209,7 +209,7 @@ impl Batch {
             let finished = j.of(t, "TaskFinished");
             assert_eq!(finished.len(), 1, "[{label}] finishes exactly once");
             assert_eq!(
-                finished[0]["result"]["state"], "Completed",
+                finished[0]["result"]["state"], "completed",
                 "[{label}] ends completed: {}",
                 finished[0]
             );
@@ -697,7 +697,7 @@ fn kill_mid_flight_orphans_are_killed_and_usage_kept() {
         assert_eq!(orphaned[0]["attempt"], 1);
         if t != turning {
             assert_eq!(
-                orphaned[0]["action"], "Killed",
+                orphaned[0]["action"], "killed",
                 "[{label}] its process was still running at the resume"
             );
         }
@@ -886,7 +886,7 @@ fn kill_between_spawn_and_started_record() {
     assert_eq!(orphaned.len(), 1, "one orphan record: {orphaned:?}");
     assert_eq!(orphaned[0]["attempt"], 1);
     assert_eq!(
-        orphaned[0]["action"], "Killed",
+        orphaned[0]["action"], "killed",
         "found by its marker and killed"
     );
     assert_eq!(
@@ -1047,6 +1047,6 @@ fn resume_leaves_a_same_named_run_elsewhere_alone() {
     assert_eq!(code, Some(0), "resume of A: {err}");
     for x in [&a, &b] {
         let j = x.assert_whole(&BTreeMap::new());
-        assert_eq!(j.of(0, "AttemptOrphaned")[0]["action"], "Killed");
+        assert_eq!(j.of(0, "AttemptOrphaned")[0]["action"], "killed");
     }
 }

@@ -71,7 +71,7 @@ struct Case {
     /// Final state and stop reason, as `status --json` names them.
     state: &'static str,
     stop_reason: &'static str,
-    /// The phase in the `TaskFinished` result (`"Running"` for timeouts).
+    /// The phase in the `TaskFinished` result (`"running"` for timeouts).
     phase: Option<&'static str>,
     /// Per attempt, in order: the model, the stop reason in the journal, the usage reported.
     attempts: Vec<(Option<&'static str>, &'static str, U)>,
@@ -128,8 +128,8 @@ fn cases() -> Vec<Case> {
     c.extra = "deadline = \"2s\"\n".into();
     c.state = "timeout";
     c.stop_reason = "timeout";
-    c.phase = Some("Running");
-    c.attempts = vec![(None, "Timeout", U::default())];
+    c.phase = Some("running");
+    c.attempts = vec![(None, "timeout", U::default())];
     c.error_has = Some("deadline".into());
     cases.push(c);
 
@@ -138,8 +138,8 @@ fn cases() -> Vec<Case> {
     c.extra = "attempt_timeout = \"2s\"\n".into();
     c.state = "timeout";
     c.stop_reason = "timeout";
-    c.phase = Some("Running");
-    c.attempts = vec![(None, "Timeout", U::default())];
+    c.phase = Some("running");
+    c.attempts = vec![(None, "timeout", U::default())];
     c.error_has = Some("timed out".into());
     cases.push(c);
 
@@ -153,7 +153,7 @@ fn cases() -> Vec<Case> {
     // (4s of silence in all before the kill: a slow start is seldom taken for a stall; see
     // `settle_stall` for when it is.)
     c.extra = "stall_after = \"2s\"\nstall_kill_after = \"2s\"\n".into();
-    c.attempts = vec![(None, "Stalled", u), (None, "Completed", u)];
+    c.attempts = vec![(None, "stalled", u), (None, "completed", u)];
     cases.push(c);
 
     // Retries exhausted: a transient error every time, max_retries = 1: two attempts.
@@ -165,7 +165,7 @@ fn cases() -> Vec<Case> {
     c.extra = "max_retries = 1\n".into();
     c.state = "failed";
     c.stop_reason = "error";
-    c.attempts = vec![(None, "Error", u), (None, "Error", u)];
+    c.attempts = vec![(None, "error", u), (None, "error", u)];
     c.error_ends = Some("(after 2 attempts: default → default)".into());
     cases.push(c);
 
@@ -175,7 +175,7 @@ fn cases() -> Vec<Case> {
         &["--attempt", "{attempt}", "--fail-attempts", "1:error"],
     )
     .with_usage(next());
-    c.attempts = vec![(None, "Error", u), (None, "Completed", u)];
+    c.attempts = vec![(None, "error", u), (None, "completed", u)];
     cases.push(c);
 
     // A transient failure on the primary; attempt 2 uses the first fallback and succeeds.
@@ -185,7 +185,7 @@ fn cases() -> Vec<Case> {
     )
     .with_usage(next());
     c.extra = "model = \"a\"\nfallback_models = [\"b\"]\n".into();
-    c.attempts = vec![(Some("a"), "Error", u), (Some("b"), "Completed", u)];
+    c.attempts = vec![(Some("a"), "error", u), (Some("b"), "completed", u)];
     cases.push(c);
 
     // A model_error (quota, auth): never retried on that model, the fallback at once.
@@ -195,14 +195,14 @@ fn cases() -> Vec<Case> {
     )
     .with_usage(next());
     c.extra = "model = \"a\"\nfallback_models = [\"b\"]\n".into();
-    c.attempts = vec![(Some("a"), "ModelError", u), (Some("b"), "Completed", u)];
+    c.attempts = vec![(Some("a"), "model_error", u), (Some("b"), "completed", u)];
     cases.push(c);
 
     // A real task failure: nonzero exit with a complete answer, never retried.
     let (mut c, u) = Case::new("nonzero", &["--exit", "3"]).with_usage(next());
     c.state = "failed";
     c.stop_reason = "nonzero_exit";
-    c.attempts = vec![(None, "NonzeroExit", u)];
+    c.attempts = vec![(None, "nonzero_exit", u)];
     c.error_has = Some("code 3".into());
     cases.push(c);
 
@@ -219,14 +219,14 @@ fn cases() -> Vec<Case> {
         let label = format!("ok-{i:02}");
         let answer = format!("answer of {label}");
         let (mut c, u) = Case::new(&label, &["--answer", &answer]).with_usage(next());
-        c.attempts = vec![(None, "Completed", u)];
+        c.attempts = vec![(None, "completed", u)];
         cases.push(c);
     }
 
     // A dependent of a success: runs after it and completes.
     let (mut c, u) = Case::new("after-ok", &[]).with_usage(next());
     c.extra = "needs = [\"ok-00\"]\n".into();
-    c.attempts = vec![(None, "Completed", u)];
+    c.attempts = vec![(None, "completed", u)];
     cases.push(c);
     cases
 }
@@ -254,9 +254,9 @@ fn settle_stall(cases: &mut [Case], events: &[Value]) {
             .as_str()
             .is_some_and(|o| o.contains(&format!("working on attempt {} turn 1", k + 1)));
         if k + 1 < n {
-            attempts.push((None, "Stalled", if printed { u } else { U::default() }));
+            attempts.push((None, "stalled", if printed { u } else { U::default() }));
         } else {
-            attempts.push((None, "Completed", u));
+            attempts.push((None, "completed", u));
         }
     }
     if n > 2 {

@@ -127,7 +127,8 @@ fn interrupt_with(s: &Scratch, run: &str, sortie: Background, signal: Signal) {
     let events = s.events(run);
     for l in LONG {
         let i = index(&events, l);
-        assert_eq!(attempt_reasons(&events, i), ["Interrupted"], "{l}");
+        assert_eq!(attempt_reasons(&events, i), ["interrupted"], "{l}");
+        assert_eq!(task_view(&status, l)["state"], "interrupted", "{status}");
         assert!(
             task_events(&events, "TaskFinished", i).is_empty(),
             "{l} is not finished: resume decides"
@@ -187,7 +188,7 @@ fn ctrl_c_interrupts_resumably_and_resume_finishes_the_run() {
         let i = index(&events, l);
         assert_eq!(
             attempt_reasons(&events, i),
-            ["Interrupted", "Completed"],
+            ["interrupted", "completed"],
             "{l}: the interrupted attempt was retried"
         );
         let t = task_view(&status, l);
@@ -284,7 +285,7 @@ fn cancel_of_a_live_run_cancels_its_unfinished_tasks() {
             t["error"].as_str().is_some_and(|e| e.contains("cancel")),
             "a cancelled task says it was cancelled: {t}"
         );
-        assert_eq!(attempt_reasons(&events, index(&events, l)), ["Cancelled"]);
+        assert_eq!(attempt_reasons(&events, index(&events, l)), ["cancelled"]);
     }
     assert_eq!(count_events(&events, "RunFinished"), 1);
     assert_eq!(count_events(&events, "RetryScheduled"), 0);
@@ -427,7 +428,7 @@ fn a_second_ctrl_c_exits_at_once_and_the_run_stays_resumable() {
             1,
             "{l}: attempt 1 was found orphaned on resume"
         );
-        assert_eq!(attempt_reasons(&events, i), ["Completed"], "{l}");
+        assert_eq!(attempt_reasons(&events, i), ["completed"], "{l}");
         assert_eq!(task_view(&status, l)["attempts"], 2);
     }
     s.audit_clean(run);

@@ -307,7 +307,19 @@ pub(crate) fn view(
         .iter()
         .enumerate()
         .map(|(i, rec)| {
-            let name = rec.state.name().to_owned();
+            // An attempt stopped by an interrupt waits for resume to decide its retry: say so.
+            let interrupted = matches!(rec.state, sortie_core::TaskState::Ended { .. })
+                && rec
+                    .attempts
+                    .last()
+                    .and_then(|a| a.outcome())
+                    .is_some_and(|o| o.stop_reason == sortie_core::StopReason::Interrupted);
+            let name = if interrupted {
+                "interrupted"
+            } else {
+                rec.state.name()
+            }
+            .to_owned();
             *counts.entry(name.clone()).or_insert(0) += 1;
             let result = rec.result();
             TaskView {

@@ -26,6 +26,7 @@ pub struct Stamped {
 
 /// What resume found of an attempt that was live when its run died.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OrphanAction {
     /// A process of the attempt was still running and was killed.
     Killed,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Why an attempt (and so a task) stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The agent finished normally.
     Completed,
@@ -67,6 +68,7 @@ impl fmt::Display for StopReason {
 
 /// Where a task was when a timeout hit it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Waiting for its dependencies or a slot (never started).
     Queued,
@@ -88,6 +90,7 @@ impl fmt::Display for Phase {
 
 /// How an attempt ended, coarsely.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AttemptStatus {
     /// Exit 0, protocol complete, last message did not fail.
     Completed,
@@ -146,6 +149,7 @@ impl AttemptOutcome {
 
 /// A task's terminal state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TerminalState {
     /// Done, fully.
     Completed,
@@ -198,6 +202,7 @@ pub struct TaskResult {
 
 /// The aggregate end of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
     /// Every task completed.
     Completed,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a task's working directory is isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Isolation {
     /// Run in `cwd` as it is.
     #[default]
@@ -18,6 +19,7 @@ pub enum Isolation {
 
 /// How a task's output is shown when it has an artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum OutputMode {
     /// The text is shown (cut to `max_output`) and written to the artifact.
     #[default]
@@ -46,6 +48,7 @@ impl Default for MaxOutput {
 
 /// Which output protocol an agent speaks on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     /// Stdout is the output; exit 0 is success.
     #[default]
