@@ -267,7 +267,7 @@ fn main() {
         line("write with append_all (10k per call)", secs, f64::NAN);
     }
     line(
-        "replay (scan thread + decode and apply)",
+        "replay (2 scan+decode threads, apply)",
         replay_secs,
         replay_cpu,
     );

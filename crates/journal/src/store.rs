@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use crate::{Error, Result};
 
 /// The sled cache capacity (an upper bound, not an allocation). A journal is read front to back
-/// and appended at the end, so a small cache is enough. Measured on a replay of a million
-/// events: 64 MiB saves a little CPU but costs ~170 MB more resident memory than 16 MiB (sled's
-/// accounting undercounts), which matters more (a 100k-task run should fit in 150 MB).
-const CACHE_BYTES: u64 = 16 << 20;
+/// and appended at the end, so a small cache is enough. Measured on replay and audit of a
+/// million events (`journal_bench`): 16 MiB spends ~20% more CPU scanning than 32 MiB, and
+/// 64 MiB saves nothing more but costs ~180 MB more resident memory (sled's accounting
+/// undercounts).
+const CACHE_BYTES: u64 = 32 << 20;
 
 /// The sled database of one run.
 pub(crate) struct Store {
