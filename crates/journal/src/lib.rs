@@ -610,21 +610,21 @@ impl Journal {
         } else {
             ranges.push((0, to.map(|t| t.saturating_add(1))));
         }
-        let mut expected = 0u64;
+        let expected = std::cell::Cell::new(0u64);
         // Checks continuity across halves and feeds `f`; false once the scan must stop.
         let mut feed = |item: Result<Stamped>| -> bool {
             let item = item.and_then(|s| {
-                if s.seq.0 == expected {
+                if s.seq.0 == expected.get() {
                     Ok(s)
                 } else {
                     Err(Error::Corrupt {
-                        seq: Seq(expected),
+                        seq: Seq(expected.get()),
                         reason: format!("missing: the next record is seq {}", s.seq),
                     })
                 }
             });
             let ok = item.is_ok();
-            expected += u64::from(ok);
+            expected.set(expected.get() + u64::from(ok));
             f(item) && ok
         };
         std::thread::scope(|scope| {
@@ -661,6 +661,13 @@ impl Journal {
                         }
                     }
                 }
+            }
+            // Records this handle appended (or found at open) that are gone.
+            if expected.get() < end {
+                feed(Err(Error::Corrupt {
+                    seq: Seq(expected.get()),
+                    reason: format!("missing: the journal holds {end} records"),
+                }));
             }
         });
     }

@@ -323,3 +323,65 @@ fn reads_see_appends_from_other_threads_as_they_land() {
     writer.join().unwrap();
     assert!(j.audit().is_clean());
 }
+
+#[test]
+fn a_journal_long_enough_to_be_scanned_in_two_halves_is_checked_at_the_seam() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    let events: Vec<_> = support::realistic(2_100, 3).collect();
+    for chunk in events.chunks(4096) {
+        j.append_all(chunk).unwrap();
+    }
+    let n = events.len() as u64;
+    assert!(n >= 1 << 14, "long enough to be split");
+    let mid = n / 2;
+    // Replay to points around the seam equals folding the prefix.
+    let mut state = RunState::new();
+    let points = [mid - 2, mid - 1, mid, mid + 1, n - 1];
+    for r in j.read(Seq(0), None) {
+        let r = r.unwrap();
+        state.apply(&r).unwrap();
+        if points.contains(&r.seq.0) {
+            assert_eq!(j.replay(Some(r.seq)).unwrap(), state, "at seq {}", r.seq);
+        }
+    }
+    assert!(j.audit().is_clean());
+
+    let key = |s: u64| s.to_be_bytes();
+    let flip = |s: u64| {
+        let mut bad = j.raw_get(Seq(s)).unwrap().unwrap();
+        let at = bad.len() / 2;
+        bad[at] ^= 0x40;
+        j.raw_put(&key(s), &bad).unwrap();
+    };
+    let first_bad = || j.audit().first_bad.map(|(s, _)| s.0);
+    for s in [mid - 1, mid, mid + 1, 1, n - 1] {
+        let good = j.raw_get(Seq(s)).unwrap().unwrap();
+        flip(s);
+        assert_eq!(first_bad(), Some(s), "flip at {s}");
+        assert_eq!(j.replay(None).unwrap_err().seq(), Some(Seq(s)));
+        j.raw_remove(&key(s)).unwrap();
+        assert_eq!(first_bad(), Some(s), "gap at {s}");
+        j.raw_put(&key(s), &good).unwrap();
+    }
+    // Two bad records: the first is named.
+    let (a, b) = (
+        j.raw_get(Seq(100)).unwrap().unwrap(),
+        j.raw_get(Seq(mid + 50)).unwrap().unwrap(),
+    );
+    flip(mid + 50);
+    flip(100);
+    assert_eq!(first_bad(), Some(100));
+    j.raw_put(&key(100), &a).unwrap();
+    assert_eq!(first_bad(), Some(mid + 50));
+    j.raw_put(&key(mid + 50), &b).unwrap();
+    // A stray key after the last record.
+    let mut stray = key(n - 1).to_vec();
+    stray.push(7);
+    j.raw_put(&stray, b"junk").unwrap();
+    assert_eq!(first_bad(), Some(n));
+    j.raw_remove(&stray).unwrap();
+    let audit = j.audit();
+    assert!(audit.is_clean());
+    assert_eq!(audit.state, state);
+}
