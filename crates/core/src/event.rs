@@ -181,6 +181,23 @@ pub enum Event {
         /// How it ended.
         result: TaskResult,
     },
+    /// A worktree is about to be created for the task (`isolation = "worktree"`). Durable
+    /// before any git command that creates it; `TaskSetUp { worktree: Some(path) }` follows
+    /// once it exists. Resume finds (or re-creates) the worktree from this record.
+    WorktreePlanned {
+        /// The task.
+        task: TaskId,
+        /// The root of the repository the worktree belongs to (the one holding the task's cwd).
+        repo: String,
+        /// The worktree's path: `<state-dir>/worktrees/<run>/<label>`.
+        path: String,
+        /// Its branch: `sortie/<run>/<label>`.
+        branch: String,
+        /// The commit the branch starts at: the repository's HEAD, or with `include_wip` a
+        /// "sortie: seed" commit on top of HEAD that holds the uncommitted and untracked files.
+        /// The worktree counts as changed when it moved past this commit or is dirty.
+        base: String,
+    },
 }
 
 impl Event {
@@ -202,7 +219,8 @@ impl Event {
             | Event::RetryScheduled { task, .. }
             | Event::ArtifactWritten { task, .. }
             | Event::WorktreeFinalized { task, .. }
-            | Event::TaskFinished { task, .. } => Some(*task),
+            | Event::TaskFinished { task, .. }
+            | Event::WorktreePlanned { task, .. } => Some(*task),
         }
     }
 
@@ -225,6 +243,7 @@ impl Event {
             Event::ArtifactWritten { .. } => "ArtifactWritten",
             Event::WorktreeFinalized { .. } => "WorktreeFinalized",
             Event::TaskFinished { .. } => "TaskFinished",
+            Event::WorktreePlanned { .. } => "WorktreePlanned",
         }
     }
 }

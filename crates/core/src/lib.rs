@@ -32,5 +32,7 @@ pub use spec::{
     AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
     TaskSpec, validate_batch,
 };
-pub use state::{AttemptRecord, RunState, RunStatus, TaskRecord, TaskState, Violation};
+pub use state::{
+    AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,
+};
 pub use usage::{Cost, Usage};

@@ -2,9 +2,10 @@
 //! illegal transition with a [`Violation`] and leaving the state untouched when it does.
 //!
 //! Per task, events follow the grammar
-//! `Queued SetUp? (Launching Started? Stalled* Progress* (Finished | Orphaned) Retry?)* Artifact?
-//! Worktree? Finished`, with `Finished` alone allowed from pending (skipped, cancelled) and
-//! nothing after it. Attempt reports carry their attempt number and are refused when that
+//! `Queued Planned? SetUp? (Launching Started? Stalled* Progress* (Finished | Orphaned) Retry?)*
+//! Artifact? Worktree? Finished`, with `Finished` alone allowed from pending (skipped, cancelled) and
+//! nothing after it. A planned worktree must be set up before an attempt launches; it may be
+//! finalized without having been set up (a setup that failed or was cut short). Attempt reports carry their attempt number and are refused when that
 //! attempt is not the live one (fencing).
 
 use std::collections::HashMap;
@@ -170,6 +171,19 @@ pub struct Artifact {
     pub digest: u64,
 }
 
+/// A task's worktree, as `WorktreePlanned` recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedWorktree {
+    /// The root of the repository it belongs to.
+    pub repo: String,
+    /// Its path.
+    pub path: String,
+    /// Its branch.
+    pub branch: String,
+    /// The commit its branch starts at (HEAD, or the seed commit with `include_wip`).
+    pub base: String,
+}
+
 /// One task's state and history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
@@ -179,6 +193,8 @@ pub struct TaskRecord {
     pub ready_at: Option<Timestamp>,
     /// Whether `TaskSetUp` was recorded, and the worktree it named.
     pub setup: Option<Option<String>>,
+    /// The worktree `WorktreePlanned` recorded, if any.
+    pub worktree: Option<PlannedWorktree>,
     /// Its attempts, in order (attempt `i + 1` at index `i`).
     pub attempts: Vec<AttemptRecord>,
     /// Its artifact, once written.
@@ -193,6 +209,7 @@ impl TaskRecord {
             state: TaskState::Pending,
             ready_at: None,
             setup: None,
+            worktree: None,
             attempts: Vec::new(),
             artifact: None,
             worktree_final: None,
@@ -572,12 +589,27 @@ impl RunState {
                 _ => Err(illegal()),
             },
             Event::TaskSetUp { .. } => match rec.state {
-                TaskState::Queued { .. } if rec.setup.is_none() => Ok(()),
+                TaskState::Queued { .. } if rec.setup.is_none() && rec.worktree_final.is_none() => {
+                    Ok(())
+                }
+                _ => Err(illegal()),
+            },
+            Event::WorktreePlanned { .. } => match rec.state {
+                _ if rec.worktree.is_some() => Err(Violation::Duplicate { task, event: name }),
+                TaskState::Queued { .. }
+                    if rec.setup.is_none()
+                        && rec.attempts.is_empty()
+                        && rec.worktree_final.is_none() =>
+                {
+                    Ok(())
+                }
                 _ => Err(illegal()),
             },
             Event::AttemptLaunching { attempt, model, .. } => match &rec.state {
                 // The worktree is gone once finalized: nothing runs in it again.
                 _ if rec.worktree_final.is_some() => Err(illegal()),
+                // A planned worktree must exist before anything runs in it.
+                _ if rec.worktree.is_some() && rec.setup.is_none() => Err(illegal()),
                 TaskState::Queued { .. } => number_ok(*attempt),
                 TaskState::Retrying {
                     next,
@@ -646,7 +678,7 @@ impl RunState {
                     Err(Violation::Duplicate { task, event: name })
                 }
                 TaskState::Ended { .. } | TaskState::Queued { .. } | TaskState::Retrying { .. }
-                    if rec.setup.is_some() =>
+                    if rec.setup.is_some() || rec.worktree.is_some() =>
                 {
                     Ok(())
                 }
@@ -722,6 +754,20 @@ impl RunState {
                 rec.state = TaskState::Queued { since: at };
             }
             Event::TaskSetUp { worktree, .. } => rec.setup = Some(worktree.clone()),
+            Event::WorktreePlanned {
+                repo,
+                path,
+                branch,
+                base,
+                ..
+            } => {
+                rec.worktree = Some(PlannedWorktree {
+                    repo: repo.clone(),
+                    path: path.clone(),
+                    branch: branch.clone(),
+                    base: base.clone(),
+                });
+            }
             Event::AttemptLaunching { attempt, model, .. } => {
                 rec.attempts.push(AttemptRecord {
                     attempt: *attempt,

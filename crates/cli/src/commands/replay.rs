@@ -152,6 +152,7 @@ fn details(e: &Event) -> String {
         }
         Event::ArtifactWritten { path, bytes, .. } => format!("{path} ({bytes} bytes)"),
         Event::WorktreeFinalized { changed, .. } => format!("changed: {changed}"),
+        Event::WorktreePlanned { path, branch, .. } => format!("{path} on {branch}"),
         Event::TaskFinished { result, .. } => format!(
             "{} ({}){}",
             result.state,

@@ -613,9 +613,11 @@ impl<B: Backend> Driver<B> {
             }
             Op::SetUp(sel) => {
                 if let Some(t) = self.pick(*sel, |_, _, r| {
-                    matches!(r.state, TaskState::Queued { .. }) && r.setup.is_none()
+                    matches!(r.state, TaskState::Queued { .. })
+                        && r.setup.is_none()
+                        && r.worktree_final.is_none()
                 }) {
-                    self.emit(self.setup_event(t));
+                    self.set_up(t);
                 }
             }
             Op::Launch(sel) => {
@@ -729,6 +731,22 @@ impl<B: Backend> Driver<B> {
         Event::TaskSetUp { task, worktree }
     }
 
+    /// `WorktreePlanned` (for an isolated task, unless a crash left it recorded already), then
+    /// `TaskSetUp`; a crash may fall between them.
+    fn set_up(&mut self, task: TaskId) -> Option<()> {
+        let planned = self.st()?.tasks[task.index()].worktree.is_some();
+        if self.spec(task).isolation == Isolation::Worktree && !planned {
+            self.emit(Event::WorktreePlanned {
+                task,
+                repo: "/repo".into(),
+                path: format!("/state/worktrees/run/t{}", task.0),
+                branch: format!("sortie/run/t{}", task.0),
+                base: "0".repeat(40),
+            })?;
+        }
+        self.emit(self.setup_event(task))
+    }
+
     fn can_launch(&self, st: &RunState, task: TaskId, rec: &sortie_core::TaskRecord) -> bool {
         if Self::live_count(st) >= self.batch.config.concurrency as usize
             || self.past_deadline(st, task)
@@ -763,7 +781,7 @@ impl<B: Backend> Driver<B> {
         // A runner waits for the backoff before it launches a retry.
         self.now = self.now.max(not_before);
         if needs_setup {
-            self.emit(self.setup_event(task))?;
+            self.set_up(task)?;
         }
         self.emit(Event::AttemptLaunching {
             task,
@@ -872,7 +890,9 @@ impl<B: Backend> Driver<B> {
             self.emit(event)?;
         }
         let rec = &self.st()?.tasks[task.index()];
-        if let (Some(Some(_)), None) = (&rec.setup, &rec.worktree_final) {
+        if (matches!(rec.setup, Some(Some(_))) || rec.worktree.is_some())
+            && rec.worktree_final.is_none()
+        {
             let changed = !rec.attempts.is_empty() && task.0.is_multiple_of(2);
             self.emit(Event::WorktreeFinalized {
                 task,

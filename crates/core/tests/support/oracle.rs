@@ -65,8 +65,9 @@ pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
 }
 
 /// Where a task is in its grammar:
-/// `Queued SetUp? (Launching Started? (Stalled | Progress)* (Finished | Orphaned) Retry?)*
-/// Artifact? Worktree? Finished`, or `Finished` alone from pending.
+/// `Queued Planned? SetUp? (Launching Started? (Stalled | Progress)* (Finished | Orphaned)
+/// Retry?)* Artifact? Worktree? Finished`, or `Finished` alone from pending; a planned worktree
+/// that was never set up may still be finalized (`Queued Planned Worktree? Finished`).
 ///
 /// DESIGN.md writes `Stalled* Progress*`; a live attempt goes silent (stalled) and speaks again
 /// (progress) in any order, and core accepts both orders, so the automaton does too.
@@ -74,6 +75,7 @@ pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
 enum G {
     Pending,
     Queued,
+    Planned,
     SetUp,
     /// Inside an attempt: whether `Started`, and whether a stall or progress came.
     Attempt {
@@ -92,7 +94,10 @@ fn step(g: G, e: &Event) -> Option<G> {
     let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Retried);
     Some(match (g, e) {
         (Pending, Event::TaskQueued { .. }) => Queued,
-        (Queued, Event::TaskSetUp { .. }) => SetUp,
+        (Queued, Event::WorktreePlanned { .. }) => Planned,
+        (Queued | Planned, Event::TaskSetUp { .. }) => SetUp,
+        (Planned, Event::WorktreeFinalized { .. }) => Worktree,
+        (Planned, Event::TaskFinished { .. }) => Done,
         (Queued | SetUp | AttemptEnded | Retried, Event::AttemptLaunching { .. }) => Attempt {
             started: false,
             active: false,
@@ -497,6 +502,13 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
         out.push(Event::TaskSetUp {
             task,
             worktree: None,
+        });
+        out.push(Event::WorktreePlanned {
+            task,
+            repo: "/r".into(),
+            path: "/p".into(),
+            branch: "b".into(),
+            base: "c".into(),
         });
         out.push(Event::ArtifactWritten {
             task,
