@@ -537,6 +537,15 @@ pub(crate) enum StoredEvent {
     },
     /// `Event::TaskFinished`.
     TaskFinished { task: u32, result: TaskResultV1 },
+    /// `Event::WorktreePlanned` (appended after the first v1 fixture; older journals never hold
+    /// it, and appending a variant leaves the earlier ones' encoding unchanged).
+    WorktreePlanned {
+        task: u32,
+        repo: String,
+        path: String,
+        branch: String,
+        base: String,
+    },
 }
 
 impl From<&Event> for StoredEvent {
@@ -662,6 +671,19 @@ impl From<&Event> for StoredEvent {
             Event::TaskFinished { task, result } => StoredEvent::TaskFinished {
                 task: task.0,
                 result: result.into(),
+            },
+            Event::WorktreePlanned {
+                task,
+                repo,
+                path,
+                branch,
+                base,
+            } => StoredEvent::WorktreePlanned {
+                task: task.0,
+                repo: repo.clone(),
+                path: path.clone(),
+                branch: branch.clone(),
+                base: base.clone(),
             },
         }
     }
@@ -789,6 +811,19 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::TaskFinished { task, result } => Event::TaskFinished {
                 task: TaskId(task),
                 result: result.into(),
+            },
+            StoredEvent::WorktreePlanned {
+                task,
+                repo,
+                path,
+                branch,
+                base,
+            } => Event::WorktreePlanned {
+                task: TaskId(task),
+                repo,
+                path,
+                branch,
+                base,
             },
         })
     }

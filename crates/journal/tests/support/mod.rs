@@ -243,6 +243,39 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
     (0u64..).zip(events).map(|(i, e)| (at(i), e)).collect()
 }
 
+/// The variants appended to `StoredEvent` v1 after the fixture was written, each placed where a
+/// run records it. The committed fixture holds none of them; [`every_variant_and_later`] is the
+/// fixture's run with them, so that the fixture test covers them without a new fixture.
+pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
+    vec![(
+        // Before the TaskSetUp of t0 (record 3 of the fixture).
+        3,
+        Event::WorktreePlanned {
+            task: TaskId(0),
+            repo: "/work/project".into(),
+            path: "/work/project/.sortie/worktrees/fixture-v1/t0".into(),
+            branch: "sortie/fixture-v1/t0".into(),
+            base: "0123456789abcdef0123456789abcdef01234567".into(),
+        },
+    )]
+}
+
+/// [`every_variant`] with [`appended_variants`] inserted: a legal run that uses every variant,
+/// stamped 250 ms apart, with `RunResumed.from_seq` moved along.
+pub(crate) fn every_variant_and_later() -> Vec<(Timestamp, Event)> {
+    let mut events: Vec<Event> = every_variant().into_iter().map(|(_, e)| e).collect();
+    let added = appended_variants();
+    for (i, e) in added.iter().rev() {
+        events.insert(*i, e.clone());
+    }
+    for e in &mut events {
+        if let Event::RunResumed { from_seq, .. } = e {
+            *from_seq = Seq(from_seq.0 + added.len() as u64);
+        }
+    }
+    (0u64..).zip(events).map(|(i, e)| (at(i), e)).collect()
+}
+
 /// The events of a realistic run of `tasks` tasks, in order: `RunStarted`, then per task
 /// queued, launching, started, `progress` checkpoints, finished and task finished, four tasks
 /// interleaved at a time, then `RunFinished`. Every event is legal.
