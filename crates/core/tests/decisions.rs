@@ -364,12 +364,14 @@ fn what_is_retried_and_what_is_final() {
         StopReason::UnexpectedSignal,
         StopReason::SpawnError,
         StopReason::Stalled,
-        StopReason::Interrupted,
     ] {
         check(&s, &[(None, fail(reason))], 0, 0, retried);
     }
-    // A crash: the orphaned attempt counts as interrupted.
-    check(&s, &[(None, None)], 0, 0, retried);
+    // sortie itself stopped (Ctrl-C) or died (an orphaned attempt counts as interrupted): that
+    // says nothing about the provider, so the retry starts at once.
+    let at_once = "retry 2 on default after 0ms";
+    check(&s, &[(None, fail(StopReason::Interrupted))], 0, 0, at_once);
+    check(&s, &[(None, None)], 0, 0, at_once);
     check(
         &s,
         &[(None, Some(AttemptOutcome::completed()))],
