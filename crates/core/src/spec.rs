@@ -431,6 +431,9 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
                 err(Some(i), "needs", format!("unknown label {need:?}"));
             }
         }
+        for message in prompt_errors(batch, i) {
+            err(Some(i), "prompt", message);
+        }
     }
     if let Some(cycle) = find_cycle(batch) {
         let names: Vec<&str> = cycle
@@ -448,6 +451,151 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     } else {
         Err(errors)
     }
+}
+
+/// One piece of a task prompt: literal text or a placeholder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PromptPart<'a> {
+    /// Text given as is.
+    Text(&'a str),
+    /// `{previous}`: the output of the task listed just before, which the task needs.
+    Previous,
+    /// `{task}`: the prompt of the chain's root (see [`chain_root`]).
+    Task,
+    /// `{outputs.LABEL}`: the output of a needed task.
+    Output(&'a str),
+}
+
+/// Splits a prompt into literal text and placeholders, in order, in one pass. Only
+/// `{previous}`, `{task}` and `{outputs.LABEL}` are placeholders; any other brace text is
+/// literal text.
+pub fn prompt_parts(text: &str) -> Vec<PromptPart<'_>> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    let mut literal_start = 0usize;
+    let mut pos = 0usize;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let placeholder = after.find('}').and_then(|end| {
+            let name = &after[..end];
+            let part = match name {
+                "previous" => Some(PromptPart::Previous),
+                "task" => Some(PromptPart::Task),
+                _ => name
+                    .strip_prefix("outputs.")
+                    .filter(|l| !l.is_empty())
+                    .map(PromptPart::Output),
+            }?;
+            Some((part, end))
+        });
+        match placeholder {
+            Some((part, end)) => {
+                let start = pos + open;
+                if start > literal_start {
+                    parts.push(PromptPart::Text(&text[literal_start..start]));
+                }
+                parts.push(part);
+                pos = start + 1 + end + 1;
+                literal_start = pos;
+                rest = &text[pos..];
+            }
+            None => {
+                pos += open + 1;
+                rest = &text[pos..];
+            }
+        }
+    }
+    if literal_start < text.len() {
+        parts.push(PromptPart::Text(&text[literal_start..]));
+    }
+    parts
+}
+
+/// The task `{previous}` of task `i` names: the task listed just before it, when `i` needs it.
+pub fn chain_previous(batch: &Batch, i: usize) -> Option<usize> {
+    let prev = i.checked_sub(1)?;
+    let spec = batch.tasks.get(i)?;
+    let label = &batch.tasks.get(prev)?.label;
+    spec.needs.contains(label).then_some(prev)
+}
+
+/// The root of task `i`'s chain, whose prompt `{task}` stands for: walking back from `i` to
+/// the task it follows (the one just before it when it needs that one, else its first listed
+/// need) until a task that needs nothing. A task that needs nothing is its own root. Stops
+/// after as many steps as there are tasks, so a `needs` cycle cannot loop it.
+pub fn chain_root(batch: &Batch, i: usize) -> usize {
+    let mut cur = i;
+    for _ in 0..batch.tasks.len() {
+        let Some(spec) = batch.tasks.get(cur) else {
+            return cur;
+        };
+        let next = chain_previous(batch, cur).or_else(|| {
+            spec.needs
+                .first()
+                .and_then(|n| batch.tasks.iter().position(|t| &t.label == n))
+        });
+        match next {
+            Some(n) => cur = n,
+            None => return cur,
+        }
+    }
+    cur
+}
+
+/// The placeholder problems of task `i`'s prompt.
+fn prompt_errors(batch: &Batch, i: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(spec) = batch.tasks.get(i) else {
+        return out;
+    };
+    let Some(prompt) = &spec.prompt else {
+        return out;
+    };
+    let mut seen = HashSet::new();
+    for part in prompt_parts(prompt) {
+        if !seen.insert(part) {
+            continue;
+        }
+        match part {
+            PromptPart::Text(_) => {}
+            PromptPart::Previous if chain_previous(batch, i).is_none() => {
+                out.push(match i.checked_sub(1).and_then(|p| batch.tasks.get(p)) {
+                    Some(prev) => format!(
+                        "`{{previous}}` is the output of the task listed just before \
+                         ({:?}), which this task does not need; add it to `needs`",
+                        prev.label
+                    ),
+                    None => "`{previous}` is the output of the task listed just before, and \
+                             this is the first task"
+                        .to_owned(),
+                });
+            }
+            PromptPart::Previous => {}
+            PromptPart::Task if spec.needs.is_empty() => out.push(
+                "`{task}` is the prompt of the first task of this task's chain, and this \
+                 task needs nothing (it has no chain)"
+                    .to_owned(),
+            ),
+            PromptPart::Task => {
+                let root = chain_root(batch, i);
+                if root != i && batch.tasks.get(root).is_some_and(|r| r.prompt.is_none()) {
+                    out.push(format!(
+                        "`{{task}}` is the prompt of the chain's first task {:?}, which has \
+                         no prompt (it is a command)",
+                        batch.tasks[root].label
+                    ));
+                }
+            }
+            PromptPart::Output(label) if !spec.needs.iter().any(|n| n == label) => {
+                out.push(format!(
+                    "`{{outputs.{label}}}` names task {label:?}, which this task does not \
+                     need; add it to `needs`"
+                ));
+            }
+            PromptPart::Output(_) => {}
+        }
+    }
+    out
 }
 
 /// Finds a `needs` cycle, returned as task indices with the first repeated at the end.
@@ -608,6 +756,75 @@ mod tests {
         assert_eq!(
             errs[0].to_string(),
             "task 1 field `needs`: dependency cycle: a → c → b → a"
+        );
+    }
+
+    #[test]
+    fn prompt_parts_are_found_in_one_pass() {
+        use PromptPart::*;
+        assert_eq!(
+            prompt_parts("a {previous} b {outputs.x-1}{task} {other} {outputs.} {"),
+            vec![
+                Text("a "),
+                Previous,
+                Text(" b "),
+                Output("x-1"),
+                Task,
+                Text(" {other} {outputs.} {"),
+            ]
+        );
+        assert_eq!(prompt_parts(""), vec![]);
+    }
+
+    #[test]
+    fn chains_and_their_roots() {
+        let mut b1 = task("b1");
+        b1.needs = vec!["a".into()];
+        let mut c = task("c");
+        c.needs = vec!["b1".into()];
+        let mut d = task("d");
+        // Not a chain step (the task before it, c, is not needed): follows its first need.
+        d.needs = vec!["b1".into()];
+        let b = batch(vec![task("a"), b1, c, d]);
+        assert_eq!(chain_previous(&b, 0), None);
+        assert_eq!(chain_previous(&b, 2), Some(1));
+        assert_eq!(chain_previous(&b, 3), None);
+        assert_eq!(
+            (0..4).map(|i| chain_root(&b, i)).collect::<Vec<_>>(),
+            vec![0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn placeholders_must_name_needed_tasks() {
+        let mut first = task("first");
+        first.prompt = Some("{previous} and {task}".into());
+        let mut second = task("second");
+        second.needs = vec!["first".into()];
+        second.prompt = Some("{previous} {task} {outputs.first}".into());
+        let mut third = task("third");
+        third.needs = vec!["first".into()];
+        third.prompt = Some("{previous} {outputs.second} {outputs.second}".into());
+        let errs = validate_batch(&batch(vec![first, second, third])).unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 4, "{text:#?}");
+        assert!(
+            text[0].starts_with("task 1 field `prompt`: `{previous}`"),
+            "{text:#?}"
+        );
+        assert!(
+            text[1].starts_with("task 1 field `prompt`: `{task}`"),
+            "{text:#?}"
+        );
+        assert!(
+            text[2].contains("task 3 field `prompt`: `{previous}` is the output of the task listed just before (\"second\")"),
+            "{text:#?}"
+        );
+        assert!(
+            text[3].contains(
+                "`{outputs.second}` names task \"second\", which this task does not need"
+            ),
+            "{text:#?}"
         );
     }
 
