@@ -1,53 +1,110 @@
-//! The prompt an attempt is given: the task's prompt with `{previous}` and `{outputs.LABEL}`
-//! substituted from the journaled results of the tasks it needs, a `Context:` block when it
-//! needs tasks but names none of them, and `[Read from: a, b]` before it when it lists `reads`.
+//! The prompt an attempt is given, rendered from the task's prompt and the journaled results of
+//! the tasks it needs:
+//!
+//! - `{previous}`: the output of the task listed just before in the file (it must be in
+//!   `needs`: validation refuses it otherwise);
+//! - `{outputs.LABEL}`: the output of needed task `LABEL` (validation refuses a label not in
+//!   `needs`);
+//! - `{task}`: the prompt, as written, of the chain's root (`sortie_core::spec::chain_root`:
+//!   walking back through `{previous}`'s task, else the first need, to a task that needs
+//!   nothing);
+//! - when the task needs tasks but its prompt names none of their outputs (no `{previous}`,
+//!   no `{outputs.LABEL}`), their outputs are appended as a `Context:` block, each under a
+//!   `--- label ---` header when there are several;
+//! - `[Read from: a, b]` goes before it all when the task lists `reads`.
+//!
+//! Substitution is one pass: a substituted output is never scanned for placeholders again.
 
+use sortie_core::spec::{PromptPart, chain_previous, chain_root, prompt_parts};
 use sortie_core::{RunState, TaskId};
 
 /// Renders the prompt of `task` from the state (its dependencies' results are in the journal).
 pub(crate) fn render(state: &RunState, task: TaskId) -> String {
-    let Some(spec) = state.spec(task) else {
+    let (Some(batch), Some(spec)) = (state.batch.as_ref(), state.spec(task)) else {
         return String::new();
     };
-    let Some(mut text) = spec.prompt.clone() else {
+    let Some(prompt) = &spec.prompt else {
         return String::new();
     };
-    let output_of = |label: &str| -> Option<String> {
-        let id = state.task_by_label(label)?;
-        Some(state.task(id)?.result()?.text.clone())
+    let output_of = |label: &str| -> String {
+        state
+            .task_by_label(label)
+            .and_then(|id| state.task(id))
+            .and_then(|r| r.result())
+            .map(|r| r.text.clone())
+            .unwrap_or_default()
     };
-    let mut used_placeholder = false;
-    if text.contains("{previous}") {
-        used_placeholder = true;
-        let previous = task
-            .0
-            .checked_sub(1)
-            .and_then(|i| state.spec(TaskId(i)))
-            .filter(|prev| spec.needs.contains(&prev.label))
-            .and_then(|prev| output_of(&prev.label))
-            .unwrap_or_default();
-        text = text.replace("{previous}", &previous);
-    }
-    for need in &spec.needs {
-        let placeholder = format!("{{outputs.{need}}}");
-        if text.contains(&placeholder) {
-            used_placeholder = true;
-            text = text.replace(&placeholder, &output_of(need).unwrap_or_default());
+    let i = task.index();
+    let root_prompt = || -> String {
+        let root = chain_root(batch, i);
+        if root == i {
+            return String::new();
         }
-    }
-    if !used_placeholder && !spec.needs.is_empty() {
-        text.push_str("\n\n---\nContext:");
-        for need in &spec.needs {
-            let out = output_of(need).unwrap_or_default();
-            if spec.needs.len() == 1 {
-                text.push_str(&format!("\n{out}"));
-            } else {
-                text.push_str(&format!("\n--- {need} ---\n{out}"));
+        batch
+            .tasks
+            .get(root)
+            .and_then(|r| r.prompt.clone())
+            .unwrap_or_default()
+    };
+    let mut text = String::with_capacity(prompt.len());
+    let mut names_an_output = false;
+    for part in prompt_parts(prompt) {
+        match part {
+            PromptPart::Text(t) => text.push_str(t),
+            PromptPart::Previous => {
+                names_an_output = true;
+                if let Some(prev) = chain_previous(batch, i).and_then(|p| batch.tasks.get(p)) {
+                    text.push_str(&output_of(&prev.label));
+                }
             }
+            PromptPart::Output(label) => {
+                names_an_output = true;
+                if spec.needs.iter().any(|n| n == label) {
+                    text.push_str(&output_of(label));
+                }
+            }
+            PromptPart::Task => text.push_str(&root_prompt()),
         }
+    }
+    if !names_an_output && !spec.needs.is_empty() {
+        text.push_str(&context_block(
+            spec.needs.iter().map(|n| (n.as_str(), output_of(n))),
+        ));
     }
     if !spec.reads.is_empty() {
         text = format!("[Read from: {}]\n\n{text}", spec.reads.join(", "));
     }
     text
+}
+
+/// The `Context:` block appended to a prompt that names no output of the tasks it needs: the
+/// one output as is, or each under a `--- label ---` header when there are several.
+fn context_block<'a>(outputs: impl ExactSizeIterator<Item = (&'a str, String)>) -> String {
+    let several = outputs.len() > 1;
+    let mut block = String::from("\n\n---\nContext:");
+    for (label, out) in outputs {
+        if several {
+            block.push_str(&format!("\n--- {label} ---"));
+        }
+        block.push('\n');
+        block.push_str(&out);
+    }
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_block_names_each_output_when_there_are_several() {
+        assert_eq!(
+            context_block([("a", "A out".to_owned())].into_iter()),
+            "\n\n---\nContext:\nA out"
+        );
+        assert_eq!(
+            context_block([("a", "A".to_owned()), ("b", "B".to_owned())].into_iter()),
+            "\n\n---\nContext:\n--- a ---\nA\n--- b ---\nB"
+        );
+    }
 }
