@@ -75,6 +75,10 @@ pub(crate) struct RunArgs {
     /// Stop launching after the first failed task.
     #[arg(long)]
     pub(crate) fail_fast: bool,
+    /// Let agent tasks that may write share a checkout at the same time (off by default: such a
+    /// batch is refused before anything runs).
+    #[arg(long)]
+    pub(crate) allow_shared_writes: bool,
     /// The run's id (default: a fresh one), for scripts.
     #[arg(long)]
     pub(crate) run_id: Option<String>,

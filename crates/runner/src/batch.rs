@@ -79,6 +79,11 @@ pub struct Overrides {
     pub agent: Option<String>,
     /// `--model`.
     pub model: Option<String>,
+    /// `--allow-shared-writes`: overrides the file's `allow_shared_writes`.
+    pub allow_shared_writes: Option<bool>,
+    /// The state dir the batch will run under: an `output` inside its `worktrees/` is refused.
+    /// None: not checked.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// One problem in a batch, located.
@@ -627,7 +632,14 @@ const TASK_FIELDS: &[&str] = &[
 ];
 
 /// The top-level keys of a batch file.
-const RUN_FIELDS: &[&str] = &["concurrency", "fail_fast", "defaults", "agents", "tasks"];
+const RUN_FIELDS: &[&str] = &[
+    "concurrency",
+    "fail_fast",
+    "allow_shared_writes",
+    "defaults",
+    "agents",
+    "tasks",
+];
 
 /// The keys of an `[agents.NAME]` table.
 const AGENT_FIELDS: &[&str] = &[
@@ -1120,6 +1132,7 @@ struct RunDoc {
     concurrency: Option<u32>,
     concurrency_line: Option<usize>,
     fail_fast: Option<bool>,
+    allow_shared_writes: Option<bool>,
     defaults: RawTask,
     agents: Agents,
     tasks: Vec<RawTask>,
@@ -1132,6 +1145,7 @@ impl RunDoc {
             concurrency: None,
             concurrency_line: None,
             fail_fast: None,
+            allow_shared_writes: None,
             defaults: RawTask::new(file, None),
             agents: Agents::default(),
             tasks: Vec::new(),
@@ -1153,6 +1167,7 @@ impl RunDoc {
                     uint(&e.val).map(|c| doc.concurrency = Some(c))
                 }
                 "fail_fast" => boolean(&e.val).map(|b| doc.fail_fast = Some(b)),
+                "allow_shared_writes" => boolean(&e.val).map(|b| doc.allow_shared_writes = Some(b)),
                 "defaults" => match &e.val {
                     Val::Table(t) => {
                         doc.defaults = RawTask::parse(t, file, e.line, Scope::Defaults, issues);
@@ -1425,6 +1440,8 @@ fn resolve(
                 issues.0.push(issue);
             }
         }
+    } else if issues.0.is_empty() {
+        admit(&input, &batch, ov, &mut issues);
     }
     if issues.0.is_empty() {
         Ok(LoadedBatch {
@@ -1434,6 +1451,74 @@ fn resolve(
         })
     } else {
         Err(issues.into_error(&order))
+    }
+}
+
+/// The admission checks that need the filesystem (see `admission`), on a batch that passed
+/// validation: artifacts inside the state dir's worktrees, and agent tasks that could write in
+/// the same checkout at once.
+fn admit(input: &Input<'_>, batch: &Batch, ov: &Overrides, issues: &mut Issues) {
+    let task_at = |i: usize| {
+        input
+            .tasks
+            .get(i)
+            .map_or((input.file, None), |t| (t.file.as_path(), t.line))
+    };
+    if let Some(state_dir) = &ov.state_dir {
+        let worktrees = std::path::absolute(state_dir)
+            .map(|d| clean(&d))
+            .unwrap_or_else(|_| state_dir.clone())
+            .join("worktrees");
+        for (i, spec) in batch.tasks.iter().enumerate() {
+            let Some(out) = &spec.output else { continue };
+            if crate::admission::is_inside(Path::new(out), &worktrees) {
+                let (file, task_line) = task_at(i);
+                let line = input
+                    .tasks
+                    .get(i)
+                    .and_then(|t| t.keys.get("output").copied().flatten())
+                    .or(task_line);
+                issues.add(
+                    file,
+                    line,
+                    Some("output"),
+                    format!(
+                        "{out} is inside sortie's worktrees ({}); an artifact must live \
+                         outside every worktree",
+                        worktrees.display()
+                    ),
+                );
+            }
+        }
+    }
+    let allowed = ov
+        .allow_shared_writes
+        .or(input.run.allow_shared_writes)
+        .unwrap_or(false);
+    if allowed {
+        return;
+    }
+    for c in crate::admission::shared_writes(batch) {
+        let (file, line) = task_at(c.second);
+        let (first_file, first_line) = task_at(c.first);
+        let first_at = match first_line {
+            Some(l) if first_file == file => format!(" (line {l})"),
+            Some(l) => format!(" ({}:{l})", first_file.display()),
+            None => String::new(),
+        };
+        issues.add(
+            file,
+            line,
+            Some("isolation"),
+            format!(
+                "tasks {:?}{first_at} and {:?} may both write in {} at the same time; give \
+                 one of them `isolation = \"worktree\"`, make one need the other, or set \
+                 `allow_shared_writes = true` at the top of the batch file",
+                batch.tasks[c.first].label,
+                batch.tasks[c.second].label,
+                c.checkout.display()
+            ),
+        );
     }
 }
 
@@ -1765,6 +1850,7 @@ mod tests {
             fail_fast: Some(false),
             agent: Some("codex".into()),
             model: Some("flag-model".into()),
+            ..Overrides::default()
         };
         let b = load_toml(&fixture("full.toml"), &flags).unwrap().batch;
         assert_eq!(
@@ -1946,6 +2032,67 @@ mod tests {
     #[test]
     fn batch_error_duplicate_output_path() {
         check_one("duplicate_output.toml", 7, Some("output"), "out/result.md");
+    }
+
+    #[test]
+    fn batch_error_shared_writes_name_both_tasks_and_can_be_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "concurrency = 2\n\n[[tasks]]\nlabel = \"a\"\nprompt = \"x\"\n\n\
+                    [[tasks]]\nlabel = \"b\"\nprompt = \"y\"\n";
+        let path = dir.path().join("w.toml");
+        std::fs::write(&path, text).unwrap();
+        let err = load(&path, None, &Overrides::default()).unwrap_err();
+        let text_err = err.to_string();
+        assert_eq!(err.issues().len(), 1, "{text_err}");
+        assert!(
+            text_err.starts_with(&format!(
+                "{}:7: field `isolation`: tasks \"a\" (line 3) and \"b\" may both write in",
+                path.display()
+            )),
+            "{text_err}"
+        );
+        let allowed = Overrides {
+            allow_shared_writes: Some(true),
+            ..Overrides::default()
+        };
+        assert!(load(&path, None, &allowed).is_ok());
+        std::fs::write(&path, format!("allow_shared_writes = true\n{text}")).unwrap();
+        assert!(load(&path, None, &Overrides::default()).is_ok());
+        let serial = Overrides {
+            concurrency: Some(1),
+            ..Overrides::default()
+        };
+        std::fs::write(&path, text).unwrap();
+        assert!(load(&path, None, &serial).is_ok());
+    }
+
+    #[test]
+    fn batch_error_output_inside_the_worktrees() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("o.toml");
+        std::fs::write(
+            &path,
+            "[[tasks]]\nprompt = \"x\"\noutput = \"st/worktrees/r/x/out.md\"\n",
+        )
+        .unwrap();
+        let with_state = Overrides {
+            state_dir: Some(dir.path().join("st")),
+            ..Overrides::default()
+        };
+        let err = load(&path, None, &with_state).unwrap_err();
+        assert_eq!(
+            err.issues()
+                .iter()
+                .map(|i| (i.line, i.field.as_deref()))
+                .collect::<Vec<_>>(),
+            vec![(Some(3), Some("output"))],
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("inside sortie's worktrees"),
+            "{err}"
+        );
+        assert!(load(&path, None, &Overrides::default()).is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! Invariant: the runner never mutates run state directly. It decides an event, checks it
 //! against the state, appends it to the journal (durable on return), then applies it.
 
+mod admission;
 mod attempt;
 pub mod batch;
 pub mod engine;

@@ -27,6 +27,8 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         fail_fast: args.fail_fast.then_some(true),
         agent: args.agent.clone(),
         model: args.model.clone(),
+        allow_shared_writes: args.allow_shared_writes.then_some(true),
+        state_dir: Some(g.state_dir.clone()),
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let loaded = match (&args.batch, &args.prompt, args.command.is_empty()) {
