@@ -331,18 +331,7 @@ impl Journal {
         read_only: bool,
         snapshot: Option<SnapshotDir>,
     ) -> Result<Journal> {
-        let next = match store.last_key()? {
-            None => 0,
-            Some(k) => match store::seq_of_key(&k) {
-                Some(seq) => seq.saturating_add(1),
-                None => {
-                    return Err(Error::Corrupt {
-                        seq: Seq(0),
-                        reason: format!("a key of {} bytes is not a seq", k.len()),
-                    });
-                }
-            },
-        };
+        let next = store.last_seq()?.map_or(0, |seq| seq.saturating_add(1));
         Ok(Journal {
             store,
             run_dir: run_dir.to_owned(),

@@ -82,14 +82,16 @@ impl Store {
         sled_error(&self.path, e)
     }
 
-    /// The last key, as a seq. A key that is not 8 bytes long is reported as `Err(None)`-like
-    /// corruption by the caller, so it is returned raw.
-    pub(crate) fn last_key(&self) -> Result<Option<Vec<u8>>> {
-        match self.db.last() {
-            Ok(Some((k, _))) => Ok(Some(k.to_vec())),
-            Ok(None) => Ok(None),
-            Err(e) => Err(self.err(e)),
+    /// The greatest key that is a seq. Keys of another length (only corruption puts them
+    /// there) are skipped here; reading reports them.
+    pub(crate) fn last_seq(&self) -> Result<Option<u64>> {
+        for entry in self.db.iter().rev() {
+            let (k, _) = entry.map_err(|e| self.err(e))?;
+            if let Some(seq) = seq_of_key(&k) {
+                return Ok(Some(seq));
+            }
         }
+        Ok(None)
     }
 
     /// Stores one value (not yet durable: see [`Store::flush`]).

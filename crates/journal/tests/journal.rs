@@ -263,6 +263,17 @@ fn gaps_misplaced_records_and_bad_keys_are_named() {
     assert_eq!(j.audit().first_bad.unwrap().0, Seq(10));
     j.raw_remove(&[0, 0, 0, 0, 0, 0, 0, 9, 1]).unwrap();
     assert!(j.audit().is_clean());
+    // A stray key after the last record still opens, and audit names the seq after the last.
+    let n = j.next_seq().0;
+    j.raw_put(&[0xff; 3], b"stray").unwrap();
+    let dir = j.path().to_owned();
+    drop(j);
+    let j = Journal::open(&dir).unwrap();
+    assert_eq!(j.next_seq(), Seq(n));
+    assert_eq!(j.audit().first_bad.unwrap().0, Seq(n));
+    assert!(j.read(Seq(0), None).last().unwrap().is_err());
+    j.raw_remove(&[0xff; 3]).unwrap();
+    assert!(j.audit().is_clean());
 }
 
 #[test]
