@@ -9,6 +9,9 @@ extensions let it act like a real agent:
 Behaviour is chosen with flags (sortie passes {model} and {attempt} through the argv template):
   --model M --attempt N        what sortie says this attempt is
   --answer TEXT                the final answer (default: "done")
+  --answer-prompt              answer with the prompt it was given (the positional arguments,
+                               joined by spaces), to show what sortie rendered
+  --quiet                      print no "working on ..." progress lines: stdout is the answer
   --usage IN,OUT,COST          usage to report (cost in USD); unique values make ledgers checkable
   --turns N                    report usage over N turns, one SORTIE_USAGE line per turn
   --sleep SECONDS              work this long before answering (split across turns)
@@ -41,6 +44,8 @@ def main():
     p.add_argument("--model", default="")
     p.add_argument("--attempt", type=int, default=1)
     p.add_argument("--answer", default="done")
+    p.add_argument("--answer-prompt", action="store_true")
+    p.add_argument("--quiet", action="store_true")
     p.add_argument("--usage", default="")
     p.add_argument("--turns", type=int, default=1)
     p.add_argument("--sleep", type=float, default=0.0)
@@ -110,7 +115,8 @@ def main():
                 "turns": t,
             }
             out.write("SORTIE_USAGE " + json.dumps(usage) + "\n")
-        out.write(f"working on attempt {a.attempt} turn {t}\n")
+        if not a.quiet:
+            out.write(f"working on attempt {a.attempt} turn {t}\n")
         out.flush()
         if a.attempt <= a.stall_attempts and t >= min(a.stall_at_turn, turns):
             while True:
@@ -130,7 +136,8 @@ def main():
     if a.counter:
         with open(a.counter, "a") as f:
             f.write(f"attempt {a.attempt} model {a.model}\n")
-    out.write(a.answer + "\n")
+    answer = " ".join(a.prompt) if a.answer_prompt else a.answer
+    out.write(answer + "\n")
     out.flush()
     return a.exit
 

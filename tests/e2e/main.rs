@@ -8,6 +8,7 @@
 
 mod bad_input;
 mod crash;
+mod graphs;
 mod mixed;
 mod signals;
 mod support;

@@ -329,6 +329,15 @@ impl Background {
         }
     }
 
+    /// Starts `cmd` (a [`Scratch::sortie`] command with its arguments, and whatever extra
+    /// environment the test needs) in the background for `run`.
+    pub fn from_command(mut cmd: Command, run: &str) -> Background {
+        Background {
+            child: Some(cmd.spawn().expect("spawn sortie")),
+            run: run.to_owned(),
+        }
+    }
+
     /// The pid of the `sortie` process.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
