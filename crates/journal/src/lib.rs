@@ -620,31 +620,46 @@ impl Journal {
             let mut sources = Vec::with_capacity(ranges.len());
             for (from, until) in ranges {
                 let (tx, rx) = std::sync::mpsc::sync_channel(DEPTH);
+                // Emptied batches go back to the producer: a batch is ~200 KiB, and allocating
+                // it in one thread and freeing it in another costs glibc an mmap, page faults
+                // and a heap consolidation per batch.
+                let (back, recycled) = std::sync::mpsc::channel::<Vec<Result<Stamped>>>();
                 let spawned = std::thread::Builder::new()
                     .name("journal-scan".into())
                     .spawn_scoped(scope, move || {
-                        self.produce(from, until, |batch| tx.send(batch).is_ok());
+                        self.produce(
+                            from,
+                            until,
+                            |batch| tx.send(batch).is_ok(),
+                            || recycled.try_recv().unwrap_or_default(),
+                        );
                     });
-                sources.push(spawned.map(|_| rx).map_err(|_| (from, until)));
+                sources.push(spawned.map(|_| (rx, back)).map_err(|_| (from, until)));
             }
             for source in sources {
                 match source {
-                    Ok(rx) => {
-                        for batch in rx {
-                            for item in batch {
+                    Ok((rx, back)) => {
+                        for mut batch in rx {
+                            for item in batch.drain(..) {
                                 if !feed(item) {
                                     return; // drops the receivers: the producers stop
                                 }
                             }
+                            let _ = back.send(batch);
                         }
                     }
                     Err((from, until)) => {
                         // No thread: scan this half here.
                         let mut go = true;
-                        self.produce(from, until, |batch| {
-                            go = batch.into_iter().all(&mut feed);
-                            go
-                        });
+                        self.produce(
+                            from,
+                            until,
+                            |batch| {
+                                go = batch.into_iter().all(&mut feed);
+                                go
+                            },
+                            Vec::new,
+                        );
                         if !go {
                             return;
                         }
@@ -662,19 +677,26 @@ impl Journal {
     }
 
     /// Scans, checks and decodes the records with keys in `from..until` (`until` = None: to the
-    /// end, garbage keys included), handing them to `send` in batches, in order, until `send`
-    /// returns false or a record is bad (the batch with the error is the last).
+    /// end, garbage keys included), handing them to `send` in batches (vectors from `empty`),
+    /// in order, until `send` returns false or a record is bad (the batch with the error is
+    /// the last).
     fn produce(
         &self,
         from: u64,
         until: Option<u64>,
         mut send: impl FnMut(Vec<Result<Stamped>>) -> bool,
+        mut empty: impl FnMut() -> Vec<Result<Stamped>>,
     ) {
         const BATCH: usize = 1024;
         const BATCH_BYTES: usize = 64 << 10;
         let limit = until.map(store::key);
         let mut checker = Checker { expected: from };
-        let mut batch = Vec::with_capacity(BATCH);
+        let mut next_batch = || {
+            let mut batch = empty();
+            batch.reserve(BATCH);
+            batch
+        };
+        let mut batch = next_batch();
         let mut bytes = 0;
         for raw in self.store.range(from) {
             if let (Ok(r), Some(limit)) = (&raw, &limit)
@@ -688,7 +710,7 @@ impl Journal {
             batch.push(item);
             if batch.len() == BATCH || bytes >= BATCH_BYTES || failed {
                 bytes = 0;
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                let full = std::mem::replace(&mut batch, next_batch());
                 if !send(full) || failed {
                     return;
                 }
