@@ -40,9 +40,11 @@
 //! cost is a file copy (a million-event journal is ~200 MB). A read-only handle on an idle run
 //! holds the lock while it lives, so commands keep such handles short-lived.
 //!
-//! Replay and audit run sled's iteration on a second thread, ahead of decoding and
-//! `RunState::apply` (sled's scan alone costs about as much as the rest; see
-//! `examples/journal_bench.rs`).
+//! Performance: replay and audit scan, check and decode the two halves of the key space on two
+//! threads while the caller's thread applies the records in order (sled's leaves hold 16 items,
+//! so its scan alone costs about as much as decoding and applying together); a million
+//! realistic events take ~1.6 s of CPU in all. Concurrent appends share flushes. Measured by
+//! `examples/journal_bench.rs`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
