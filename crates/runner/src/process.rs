@@ -2,8 +2,9 @@
 //! its output, stopping it, and hunting the orphans of a crashed run.
 //!
 //! Invariants:
-//! - [`spawn`] is the only place in sortie that creates a `Command` (clippy bans it elsewhere).
-//!   No shell is ever involved: the argv is executed as is.
+//! - [`spawn`] (attempts) and [`run_tool`] (short-lived tools such as git) are the only places
+//!   in sortie that create a `Command` (clippy bans it elsewhere). No shell is ever involved:
+//!   the argv is executed as is.
 //! - A child runs in its own process group, with stdin `/dev/null`, stdout and stderr piped,
 //!   and our environment plus the spec's variables plus a marker variable by which a crashed
 //!   run's children are found again ([`find_marked`]).
@@ -1060,6 +1061,82 @@ async fn wait_gone(pid: u32, start_time: u64, limit: Duration) -> bool {
         }
         tokio::time::sleep(GONE_POLL).await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+
+/// What a short-lived tool (git) printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// Its exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// Everything it printed on stdout.
+    pub stdout: Vec<u8>,
+    /// Everything it printed on stderr, decoded lossily.
+    pub stderr: String,
+}
+
+impl ToolOutput {
+    /// True when it exited 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Its stdout, decoded lossily, with surrounding whitespace trimmed.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).trim().to_owned()
+    }
+}
+
+/// Why a tool could not be run at all (a tool that ran and failed is a [`ToolOutput`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The argv is empty.
+    #[error("nothing to run: the command is empty")]
+    EmptyArgv,
+    /// It could not be started or waited for.
+    #[error("cannot run `{program}`: {error}")]
+    Io {
+        /// The program as given.
+        program: String,
+        /// The failure.
+        error: io::Error,
+    },
+}
+
+/// Runs a short-lived tool (e.g. `git`) to its end in `cwd`, with `env` added to sortie's own
+/// environment and stdin `/dev/null`, and returns what it printed. No shell is involved.
+/// Dropping the future kills the tool. Unlike [`spawn`], for commands sortie runs itself, not
+/// for attempts: no process group, no marker, output held in memory.
+#[allow(clippy::disallowed_methods, reason = "the one place besides spawn")]
+pub async fn run_tool(
+    argv: &[String],
+    cwd: &std::path::Path,
+    env: &[(String, String)],
+) -> Result<ToolOutput, ToolError> {
+    let Some(program) = argv.first() else {
+        return Err(ToolError::EmptyArgv);
+    };
+    let out = tokio::process::Command::new(program)
+        .args(&argv[1..])
+        .current_dir(cwd)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|error| ToolError::Io {
+            program: program.clone(),
+            error,
+        })?;
+    Ok(ToolOutput {
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
 }
 
 #[cfg(test)]
