@@ -14,6 +14,14 @@
 //! their attempts as interrupted, then `RunInterrupted`: resumable); a second SIGINT kills the
 //! children's process groups and returns at once (still resumable: resume finds the orphans).
 //! SIGUSR1 (sent by `sortie cancel`) cancels: every unfinished task ends cancelled.
+//!
+//! Worktrees (`isolation = "worktree"`, see `worktree`): a queued task is set up before its
+//! first attempt by jobs that run beside the loop and report back like attempts: plan (read the
+//! repository) → `WorktreePlanned` → create → `TaskSetUp`. A setup job holds a concurrency slot
+//! and is bounded by the task's deadline. Before `TaskFinished` of a task with a planned worktree
+//! (whatever its end: completed, failed, timeout, cancelled, fail_fast, setup error), a finalize
+//! job keeps or removes it → `WorktreeFinalized`. Each step is idempotent and derived from the
+//! journal, so resume finishes whatever a crash cut short.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,6 +33,7 @@ use sortie_core::{
     Attempt, Event, NextStep, OrphanAction, Phase, RunId, RunOutcome, RunState, RunStatus, Seq,
     Stamped, StopReason, TaskId, TaskState, TerminalState, Timestamp,
 };
+use sortie_core::{Isolation, PlannedWorktree, TaskRecord, TaskResult};
 use sortie_journal::Journal;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -32,6 +41,7 @@ use tokio::sync::mpsc;
 use crate::attempt::{self, AttemptCtx, AttemptHandle, Msg, StopRequest};
 use crate::batch::LoadedBatch;
 use crate::statedir::{self, OwnerLock, now};
+use crate::worktree::{self, Finalized};
 use crate::{Error, Result, process, prompt};
 
 /// The environment variable that marks every attempt's process with
@@ -45,6 +55,8 @@ pub const MARKER: &str = "SORTIE_ATTEMPT";
 /// names an event (`AttemptFinished`, `AttemptLaunching`, ...), the run loop, once the round that
 /// committed the first such event has done its side effects (spawns, artifact writes), waits
 /// forever, so that a test can SIGKILL sortie at exactly that point. Unset: no effect.
+/// `before:WorktreeFinalized` instead freezes the loop once the first finalize job has done its
+/// work (worktree removed, or patch written), right before its event is committed.
 pub const TEST_PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 
 /// Something that wants to see each event as it is applied (progress display, logs).
@@ -115,6 +127,7 @@ pub async fn run(
     };
     engine.commit(vec![started])?;
     engine.sched.rebuild(&engine.state);
+    engine.rebuild_isolated();
     engine.drive().await
 }
 
@@ -157,6 +170,7 @@ pub async fn take_over(
     }])?;
     engine.reap_orphans().await?;
     engine.sched.rebuild(&engine.state);
+    engine.rebuild_isolated();
     if how == Takeover::Cancel {
         engine.stopping = Some(Stopping::Cancel);
     }
@@ -204,6 +218,39 @@ struct Engine {
     observer: Box<dyn Observer>,
     /// [`TEST_PAUSE_AFTER`]'s event name, and whether such an event was committed.
     pause_after: (Option<String>, bool),
+    /// Worktree jobs in flight (setup or finalize), by task.
+    jobs: HashMap<TaskId, Job>,
+    wt_tx: mpsc::UnboundedSender<WtMsg>,
+    wt_rx: mpsc::UnboundedReceiver<WtMsg>,
+    /// Tasks whose worktree setup failed, and why: they end `setup_error` (or timeout).
+    setup_failed: HashMap<TaskId, String>,
+    /// Tasks whose worktree finalize failed, and why: they end without `WorktreeFinalized`.
+    finalize_failed: HashMap<TaskId, String>,
+    /// Unfinished tasks with `isolation = "worktree"`.
+    isolated: BTreeSet<TaskId>,
+}
+
+/// What a worktree job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobKind {
+    /// Read the repository: `WorktreePlanned` follows.
+    Plan,
+    /// Create the planned worktree (or re-create a missing one): `TaskSetUp` follows.
+    Create,
+    /// Keep or remove it: `WorktreeFinalized` follows.
+    Finalize,
+}
+
+struct Job {
+    kind: JobKind,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+/// A worktree job's report.
+enum WtMsg {
+    Planned(TaskId, std::result::Result<PlannedWorktree, String>),
+    Created(TaskId, std::result::Result<(), String>),
+    Finalized(TaskId, std::result::Result<Finalized, String>),
 }
 
 impl Engine {
@@ -217,6 +264,7 @@ impl Engine {
         observer: Box<dyn Observer>,
     ) -> Engine {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (wt_tx, wt_rx) = mpsc::unbounded_channel();
         Engine {
             state_dir: state_dir.to_path_buf(),
             run_id,
@@ -233,6 +281,12 @@ impl Engine {
             fail_fast_tripped: false,
             observer,
             pause_after: (std::env::var(TEST_PAUSE_AFTER).ok(), false),
+            jobs: HashMap::new(),
+            wt_tx,
+            wt_rx,
+            setup_failed: HashMap::new(),
+            finalize_failed: HashMap::new(),
+            isolated: BTreeSet::new(),
         }
     }
 
@@ -256,6 +310,11 @@ impl Engine {
                 event,
             };
             self.state.apply(&stamped)?;
+            if let Event::TaskFinished { task, .. } = &stamped.event {
+                self.isolated.remove(task);
+                self.setup_failed.remove(task);
+                self.finalize_failed.remove(task);
+            }
             if let Event::TaskFinished { result, .. } = &stamped.event {
                 let fail_fast = self
                     .state
@@ -388,6 +447,9 @@ impl Engine {
                 for (task, result) in round.write_artifacts {
                     self.write_artifact(task, result)?;
                 }
+                for (task, kind) in round.jobs {
+                    self.start_job(task, kind);
+                }
             }
             if self.state.all_finished() {
                 let state = self.state.aggregate();
@@ -396,7 +458,10 @@ impl Engine {
                 self.update_index();
                 return Ok(self.end(End::Finished(state)));
             }
-            if self.stopping == Some(Stopping::Interrupt) && self.live.is_empty() {
+            if self.stopping == Some(Stopping::Interrupt)
+                && self.live.is_empty()
+                && self.jobs.is_empty()
+            {
                 self.commit(vec![Event::RunInterrupted {
                     reason: "interrupted by a signal".into(),
                 }])?;
@@ -429,6 +494,11 @@ impl Engine {
                 }
                 _ = sigterm.recv() => self.stop_all(Stopping::Interrupt),
                 _ = sigusr1.recv() => self.stop_all(Stopping::Cancel),
+                msg = self.wt_rx.recv() => {
+                    if let Some(msg) = msg {
+                        self.handle_wt(msg).await?;
+                    }
+                }
             }
         }
     }
@@ -470,6 +540,10 @@ impl Engine {
     fn abort_now(&mut self) {
         for h in self.live.values() {
             h.kill_now();
+        }
+        // Their git commands die with them; resume redoes each step from the journal.
+        for (_, job) in self.jobs.drain() {
+            job.handle.abort();
         }
     }
 
@@ -578,6 +652,11 @@ impl Engine {
                 self.sched.ended.remove(&task);
                 continue;
             }
+            if self.jobs.contains_key(&task) {
+                // Its worktree is being finalized.
+                used.insert(task);
+                continue;
+            }
             let jitter = jitter(&self.run_id, task, rec.attempts.len() as u32);
             let step = sortie_core::next_step(spec, rec, now, jitter);
             let event = match step {
@@ -586,7 +665,7 @@ impl Engine {
                     model,
                     delay,
                     reason,
-                } if !no_launch => Event::RetryScheduled {
+                } if !no_launch && rec.worktree_final.is_none() => Event::RetryScheduled {
                     task,
                     next_attempt: attempt,
                     model,
@@ -624,7 +703,12 @@ impl Engine {
                         Some(e) => format!("{why} (last attempt: {e})"),
                         None => why.to_owned(),
                     });
-                    Event::TaskFinished { task, result }
+                    used.insert(task);
+                    match end_event(task, rec, result, &self.finalize_failed) {
+                        Some(e) => round.events.push(e),
+                        None => round.jobs.push((task, JobKind::Finalize)),
+                    }
+                    continue;
                 }
                 NextStep::GiveUp(result) => {
                     // fail_fast: nothing launches in the round that decides a failure (the
@@ -638,11 +722,76 @@ impl Engine {
                         round.write_artifacts.push((task, result));
                         continue;
                     }
-                    Event::TaskFinished { task, result }
+                    used.insert(task);
+                    match end_event(task, rec, result, &self.finalize_failed) {
+                        Some(e) => round.events.push(e),
+                        None => round.jobs.push((task, JobKind::Finalize)),
+                    }
+                    continue;
                 }
             };
             used.insert(task);
             round.events.push(event);
+        }
+
+        // Worktrees of waiting tasks: set up (plan, create, or re-create a missing one), end a
+        // task whose setup failed, finalize before cancellation, fail_fast or a deadline ends a
+        // task (the section below ends those without a worktree), and end a task whose
+        // worktree a crash left finalized.
+        let mut setup_slots =
+            (batch.config.concurrency as usize).saturating_sub(self.live.len() + self.setup_jobs());
+        let mut new_setups = 0;
+        for &task in &self.isolated {
+            if used.contains(&task) || self.jobs.contains_key(&task) {
+                continue;
+            }
+            let Some(rec) = self.state.task(task) else {
+                continue;
+            };
+            let Some(spec) = self.state.spec(task) else {
+                continue;
+            };
+            if !matches!(
+                rec.state,
+                TaskState::Queued { .. } | TaskState::Retrying { .. }
+            ) {
+                continue;
+            }
+            let expired =
+                matches!((spec.deadline, rec.ready_at), (Some(d), Some(r)) if now >= r.plus(d));
+            let ending = cancelling || self.fail_fast_tripped || expired;
+            let failed = self.setup_failed.contains_key(&task);
+            if rec.worktree_final.is_some() || (rec.worktree.is_none() && failed) {
+                used.insert(task);
+                let result = self.waiting_result(task, rec, now, cancelling);
+                round.events.push(Event::TaskFinished { task, result });
+                continue;
+            }
+            if failed || ending {
+                if rec.worktree.is_none() {
+                    continue; // nothing to finalize: the section below ends it
+                }
+                used.insert(task);
+                let result = self.waiting_result(task, rec, now, cancelling);
+                match end_event(task, rec, result, &self.finalize_failed) {
+                    Some(e) => round.events.push(e),
+                    None => round.jobs.push((task, JobKind::Finalize)),
+                }
+                continue;
+            }
+            if no_launch || setup_slots == 0 {
+                continue;
+            }
+            let kind = match &rec.worktree {
+                None => JobKind::Plan,
+                Some(_) if rec.setup.is_none() => JobKind::Create,
+                Some(p) if !Path::new(&p.path).exists() => JobKind::Create,
+                Some(_) => continue,
+            };
+            used.insert(task);
+            round.jobs.push((task, kind));
+            setup_slots -= 1;
+            new_setups += 1;
         }
 
         // Pending tasks whose dependencies all ended.
@@ -701,7 +850,7 @@ impl Engine {
             self.sched.expired(&self.state, now)
         };
         for (task, phase) in waiting {
-            if used.contains(&task) {
+            if used.contains(&task) || self.jobs.contains_key(&task) {
                 continue;
             }
             let Some(rec) = self.state.task(task) else {
@@ -727,8 +876,12 @@ impl Engine {
         // Launches, oldest first, up to the concurrency limit.
         if !no_launch && !self.fail_fast_tripped {
             let limit = batch.config.concurrency as usize;
-            let mut free = limit.saturating_sub(self.live.len());
-            for task in self.sched.launchable(now, free + used.len()) {
+            let setups = self.setup_jobs() + new_setups;
+            let mut free = limit.saturating_sub(self.live.len() + setups);
+            for task in self
+                .sched
+                .launchable(now, free + used.len() + self.jobs.len())
+            {
                 if free == 0 {
                     break;
                 }
@@ -741,6 +894,9 @@ impl Engine {
                 let Some(spec) = self.state.spec(task) else {
                     continue;
                 };
+                if spec.isolation == Isolation::Worktree && !worktree_ready(rec) {
+                    continue; // set up by the section above
+                }
                 let (attempt, model) = match &rec.state {
                     TaskState::Queued { .. } => {
                         let a = Attempt(rec.attempts.len() as u32 + 1);
@@ -762,6 +918,188 @@ impl Engine {
         round
     }
 
+    /// Indexes the unfinished tasks with `isolation = "worktree"`.
+    fn rebuild_isolated(&mut self) {
+        let Some(batch) = &self.state.batch else {
+            return;
+        };
+        self.isolated = batch
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| (TaskId(i as u32), spec))
+            .filter(|(t, spec)| {
+                spec.isolation == Isolation::Worktree
+                    && self.state.task(*t).is_some_and(|r| !r.state.is_terminal())
+            })
+            .map(|(t, _)| t)
+            .collect();
+    }
+
+    /// Setup jobs in flight: each holds a concurrency slot.
+    fn setup_jobs(&self) -> usize {
+        self.jobs
+            .values()
+            .filter(|j| j.kind != JobKind::Finalize)
+            .count()
+    }
+
+    /// How a waiting (queued or retrying) task with a worktree ends: its deadline, its failed
+    /// setup, cancellation or fail_fast; a task whose worktree a crash left finalized ends as
+    /// cancelled.
+    fn waiting_result(
+        &self,
+        task: TaskId,
+        rec: &TaskRecord,
+        now: Timestamp,
+        cancelling: bool,
+    ) -> TaskResult {
+        let expired = match (self.state.spec(task).and_then(|s| s.deadline), rec.ready_at) {
+            (Some(d), Some(ready)) => now >= ready.plus(d),
+            _ => false,
+        };
+        if expired {
+            let output = rec
+                .attempts
+                .last()
+                .and_then(|a| a.output())
+                .unwrap_or_default();
+            let phase = if rec.attempts.is_empty() && rec.worktree.is_none() {
+                Phase::Queued
+            } else {
+                Phase::Starting
+            };
+            return deadline_result(rec, phase, output);
+        }
+        if let Some(why) = self.setup_failed.get(&task) {
+            return result_without_attempt(
+                TerminalState::Failed,
+                StopReason::SetupError,
+                None,
+                &format!("worktree setup failed: {why}"),
+            );
+        }
+        match cancelled(task, cancelling || !self.fail_fast_tripped) {
+            Event::TaskFinished { result, .. } => result,
+            _ => result_without_attempt(
+                TerminalState::Cancelled,
+                StopReason::Cancelled,
+                None,
+                "cancelled",
+            ),
+        }
+    }
+
+    /// Starts a worktree job for a task; its report comes back through `wt_rx`.
+    fn start_job(&mut self, task: TaskId, kind: JobKind) {
+        let (Some(spec), Some(rec)) = (self.state.spec(task), self.state.task(task)) else {
+            return;
+        };
+        let tx = self.wt_tx.clone();
+        // Setup counts against the task's deadline; a finalize always runs to its end.
+        let budget = match (spec.deadline, rec.ready_at) {
+            (Some(d), Some(ready)) => ready.plus(d).since(now()),
+            _ => Duration::MAX,
+        };
+        let handle = match (kind, rec.worktree.clone()) {
+            (JobKind::Plan, _) => {
+                let state_dir =
+                    std::fs::canonicalize(&self.state_dir).unwrap_or(self.state_dir.clone());
+                let (path, branch) =
+                    worktree::location(&state_dir, self.run_id.as_str(), &spec.label, task.0);
+                let scratch = path.with_extension("index.tmp");
+                let cwd = PathBuf::from(&spec.cwd);
+                let wip = spec.include_wip;
+                let fut = async move {
+                    worktree::plan(&cwd, &path, &branch, wip, &scratch)
+                        .await
+                        .map_err(|e| e.to_string())
+                };
+                tokio::spawn(async move {
+                    let _ = tx.send(WtMsg::Planned(task, within(budget, fut).await));
+                })
+            }
+            (JobKind::Create, Some(plan)) => {
+                let fut = async move { worktree::create(&plan).await.map_err(|e| e.to_string()) };
+                tokio::spawn(async move {
+                    let _ = tx.send(WtMsg::Created(task, within(budget, fut).await));
+                })
+            }
+            (JobKind::Finalize, Some(plan)) => {
+                let patch = worktree::patch_path(&self.run_dir, &spec.label, task.0);
+                tokio::spawn(async move {
+                    let r = worktree::finalize(&plan, &patch)
+                        .await
+                        .map_err(|e| e.to_string());
+                    let _ = tx.send(WtMsg::Finalized(task, r));
+                })
+            }
+            (JobKind::Create | JobKind::Finalize, None) => return,
+        };
+        self.jobs.insert(task, Job { kind, handle });
+    }
+
+    /// Turns a worktree job's report into its event (checked first: a report that no longer
+    /// fits the state is dropped), or records why the step failed.
+    async fn handle_wt(&mut self, msg: WtMsg) -> Result<()> {
+        let (task, event) = match msg {
+            WtMsg::Planned(task, Ok(plan)) => (
+                task,
+                Event::WorktreePlanned {
+                    task,
+                    repo: plan.repo,
+                    path: plan.path,
+                    branch: plan.branch,
+                    base: plan.base,
+                },
+            ),
+            WtMsg::Created(task, Ok(())) => {
+                self.jobs.remove(&task);
+                let Some(rec) = self.state.task(task) else {
+                    return Ok(());
+                };
+                if rec.setup.is_some() {
+                    return Ok(()); // a missing worktree was made again
+                }
+                let worktree = rec.worktree.as_ref().map(|p| p.path.clone());
+                (task, Event::TaskSetUp { task, worktree })
+            }
+            WtMsg::Finalized(task, Ok(f)) => {
+                if self.pause_after.0.as_deref() == Some("before:WorktreeFinalized") {
+                    std::future::pending::<()>().await;
+                }
+                (
+                    task,
+                    Event::WorktreeFinalized {
+                        task,
+                        changed: f.changed,
+                        diff: f.diff,
+                    },
+                )
+            }
+            WtMsg::Planned(task, Err(why)) | WtMsg::Created(task, Err(why)) => {
+                tracing::warn!("worktree setup of task {task} failed: {why}");
+                self.jobs.remove(&task);
+                self.setup_failed.insert(task, why);
+                return Ok(());
+            }
+            WtMsg::Finalized(task, Err(why)) => {
+                tracing::warn!("worktree finalize of task {task} failed: {why}");
+                self.jobs.remove(&task);
+                self.finalize_failed.insert(task, why);
+                return Ok(());
+            }
+        };
+        self.jobs.remove(&task);
+        match self.state.check(&event) {
+            Ok(()) => self.commit(vec![event]),
+            Err(v) => {
+                tracing::warn!("dropping a worktree report: {v}");
+                Ok(())
+            }
+        }
+    }
+
     /// Spawns the attempt that was just journaled as launching.
     fn launch(&mut self, task: TaskId) {
         let Some(ctx) = self.attempt_ctx(task) else {
@@ -777,10 +1115,14 @@ impl Engine {
         let rec = self.state.task(task)?;
         let live = rec.live_attempt()?;
         let prompt_text = prompt::render(&self.state, task);
+        let cwd = match (&spec.isolation, &rec.worktree) {
+            (Isolation::Worktree, Some(plan)) => worktree::agent_cwd(plan, &spec.cwd),
+            _ => PathBuf::from(&spec.cwd),
+        };
         let vars = process::Vars {
             prompt: prompt_text,
             model: live.model.clone(),
-            cwd: spec.cwd.clone(),
+            cwd: cwd.display().to_string(),
             attempt: live.attempt.0,
             label: spec.label.clone(),
         };
@@ -807,7 +1149,7 @@ impl Engine {
             task,
             attempt: live.attempt,
             argv,
-            cwd: PathBuf::from(&spec.cwd),
+            cwd,
             env: self.env.get(task.index()).cloned().unwrap_or_default(),
             marker: (
                 MARKER.to_owned(),
@@ -894,12 +1236,59 @@ struct Round {
     events: Vec<Event>,
     launch: Vec<TaskId>,
     write_artifacts: Vec<(TaskId, sortie_core::TaskResult)>,
+    /// Worktree jobs to start.
+    jobs: Vec<(TaskId, JobKind)>,
 }
 
 impl Round {
     fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.launch.is_empty() && self.write_artifacts.is_empty()
+        self.events.is_empty()
+            && self.launch.is_empty()
+            && self.write_artifacts.is_empty()
+            && self.jobs.is_empty()
     }
+}
+
+/// Runs a setup step within the task's deadline (dropping it kills its git command).
+async fn within<T>(
+    budget: Duration,
+    fut: impl std::future::Future<Output = std::result::Result<T, String>>,
+) -> std::result::Result<T, String> {
+    match tokio::time::timeout(budget, fut).await {
+        Ok(r) => r,
+        Err(_) => Err("the task's deadline ran out during worktree setup".to_owned()),
+    }
+}
+
+/// Whether an isolated task's worktree is planned, set up, and there.
+fn worktree_ready(rec: &TaskRecord) -> bool {
+    match &rec.worktree {
+        Some(plan) => rec.setup.is_some() && Path::new(&plan.path).exists(),
+        None => false,
+    }
+}
+
+/// The event that ends a task with `result`, or `None` when its worktree must be finalized
+/// first. A finalize that failed leaves the worktree as it is (kept) and says so in the
+/// result: a completed task becomes partial.
+fn end_event(
+    task: TaskId,
+    rec: &TaskRecord,
+    mut result: TaskResult,
+    finalize_failed: &HashMap<TaskId, String>,
+) -> Option<Event> {
+    if rec.worktree.is_some() && rec.worktree_final.is_none() {
+        let why = finalize_failed.get(&task)?;
+        if result.state == TerminalState::Completed {
+            result.state = TerminalState::Partial;
+        }
+        let msg = format!("Worktree finalize failed (the worktree is kept): {why}");
+        result.error = Some(match result.error.take() {
+            Some(e) => format!("{e}; {msg}"),
+            None => msg,
+        });
+    }
+    Some(Event::TaskFinished { task, result })
 }
 
 /// Indexes over the state that let a round avoid scanning every task. They are caches: rebuilt
@@ -1013,7 +1402,10 @@ impl Sched {
         for task in expired {
             match state.task(task).map(|r| &r.state) {
                 Some(TaskState::Queued { .. }) => {
-                    let started = state.task(task).is_some_and(|r| !r.attempts.is_empty());
+                    // A worktree being set up counts as starting.
+                    let started = state
+                        .task(task)
+                        .is_some_and(|r| !r.attempts.is_empty() || r.worktree.is_some());
                     out.push((
                         task,
                         if started {

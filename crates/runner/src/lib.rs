@@ -14,5 +14,6 @@ pub mod process;
 mod prompt;
 pub mod protocol;
 pub mod statedir;
+pub mod worktree;
 
 pub use error::{Error, Result};
