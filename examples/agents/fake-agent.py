@@ -27,6 +27,9 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
   --ignore-term                ignore SIGTERM (sortie must SIGKILL after the grace)
   --grandchild                 fork a grandchild that sleeps forever in the same process group
   --counter FILE               append one line to FILE when the answer is given (side effect)
+  --write FILE:TEXT            append TEXT and a newline to FILE (relative to the cwd) before
+                               answering, even when exiting nonzero (repeatable); --cat FILE
+                               prints FILE's content (or "(missing FILE)") as a progress line
   --garbage N                  print N bytes of binary garbage first
   --big-line N                 print one line of N bytes first
   --stderr TEXT                write TEXT to stderr
@@ -59,6 +62,8 @@ def main():
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--grandchild", action="store_true")
     p.add_argument("--counter", default="")
+    p.add_argument("--write", action="append", default=[])
+    p.add_argument("--cat", action="append", default=[])
     p.add_argument("--garbage", type=int, default=0)
     p.add_argument("--big-line", type=int, default=0)
     p.add_argument("--stderr", default="")
@@ -133,6 +138,18 @@ def main():
         out.write(f"SORTIE_ERROR {fail} {msg}\n")
         out.flush()
         return 1
+    for name in a.cat:
+        try:
+            with open(name) as f:
+                text = f.read().strip().replace("\n", " | ")
+        except OSError:
+            text = f"(missing {name})"
+        out.write(f"cat {name}: {text}\n")
+        out.flush()
+    for spec in a.write:
+        name, text = spec.split(":", 1)
+        with open(name, "a") as f:
+            f.write(text + "\n")
     if a.counter:
         with open(a.counter, "a") as f:
             f.write(f"attempt {a.attempt} model {a.model}\n")

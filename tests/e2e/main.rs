@@ -12,3 +12,4 @@ mod graphs;
 mod mixed;
 mod signals;
 mod support;
+mod worktree;
