@@ -10,6 +10,7 @@ mod attempt;
 pub mod batch;
 pub mod engine;
 mod error;
+pub mod kept;
 pub mod process;
 mod prompt;
 pub mod protocol;
