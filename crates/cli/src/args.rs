@@ -50,6 +50,16 @@ pub(crate) enum Command {
     Cancel(RunId),
     /// Print a run's events as JSON Lines.
     Export(ExportArgs),
+    /// Print the change a task made in its kept worktree (its patch).
+    Diff(TaskRef),
+    /// Apply a kept worktree's change onto your checkout as uncommitted changes (three-way);
+    /// a conflict changes nothing and exits 1.
+    Apply(TaskRef),
+    /// Remove a kept worktree and its branch (the patch stays in the run dir).
+    Discard(TaskRef),
+    /// Remove kept worktrees of finished runs older than a retention; a branch with commits
+    /// found nowhere else is kept.
+    Gc(GcArgs),
 }
 
 /// `sortie run`.
@@ -112,6 +122,23 @@ pub(crate) struct ReplayArgs {
     /// Stop at this seq and show the state as of it.
     #[arg(long)]
     pub(crate) at: Option<u64>,
+}
+
+/// A task of a run, by label.
+#[derive(Debug, Args)]
+pub(crate) struct TaskRef {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The task's label.
+    pub(crate) label: String,
+}
+
+/// `sortie gc`.
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Only runs that finished at least this long ago ("7d", "12h", "0s").
+    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+    pub(crate) older_than: std::time::Duration,
 }
 
 /// `sortie export`.

@@ -1,7 +1,11 @@
 //! One module per command; `dispatch` picks it, `exit_code_of` maps errors to exit codes.
 
+mod apply;
 mod audit;
+mod diff;
+mod discard;
 mod export;
+mod gc;
 mod list;
 mod replay;
 mod run;
@@ -48,6 +52,10 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Replay(args) => replay::replay(g, args),
         Command::Audit(r) => audit::audit(g, &r.run),
         Command::Export(args) => export::export(g, &args.run),
+        Command::Diff(t) => diff::diff(g, &t),
+        Command::Apply(t) => apply::apply(g, &t),
+        Command::Discard(t) => discard::discard(g, &t),
+        Command::Gc(args) => gc::gc(g, &args),
     }
 }
 
@@ -56,6 +64,13 @@ pub(crate) fn exit_code_of(err: &anyhow::Error) -> Code {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<sortie_journal::Error>() {
             return journal_code(e);
+        }
+        if let Some(e) = cause.downcast_ref::<sortie_runner::kept::KeptError>() {
+            return if e.is_usage() {
+                Code::Usage
+            } else {
+                Code::Failed
+            };
         }
         if let Some(e) = cause.downcast_ref::<sortie_runner::Error>() {
             return match e {
@@ -144,6 +159,27 @@ fn is_finished_status(status: &str) -> bool {
         status,
         "completed" | "partial" | "failed" | "timeout" | "cancelled"
     )
+}
+
+/// Runs a future of the runner (git through `process::run_tool`) to its end.
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    Ok(rt.block_on(f))
+}
+
+/// Task `label`'s kept worktree in run `run`, from the run's journal.
+fn find_kept(g: &crate::args::Global, run: &str, label: &str) -> Result<sortie_runner::kept::Kept> {
+    let run = run_id(run)?;
+    let state = replay_all(&open_read(&g.state_dir, &run)?)?;
+    Ok(sortie_runner::kept::find(
+        &state,
+        &g.state_dir,
+        &run,
+        label,
+    )?)
 }
 
 /// Replays a run fully, turning a corrupt journal into an error that names the record.
