@@ -582,27 +582,32 @@ impl Journal {
     /// `f` returns false or a record is bad (`f` sees that error, then the scan stops).
     ///
     /// sled's iteration costs about as much as decoding and applying together (its leaves hold
-    /// 16 items, so a scan loads a page every few records), so the key space is split in two
-    /// halves, each scanned, checked and decoded on a thread of its own, while this thread
-    /// applies the records in order: a replay uses both cores. Each half runs at most 128
-    /// batches (of 1024 records or 64 KiB of raw records) ahead: ~20 MB of decoded records
-    /// each in a realistic journal. Without threads, it runs here.
+    /// 16 items, so a scan loads a page every few records). So the key space is cut into
+    /// chunks (1/8 of the journal, 1024 to 32768 records), dealt alternately to two threads
+    /// that scan, check and decode them, while this thread applies the records in order: both
+    /// cores stay busy, each scanner working a chunk ahead while the other's is applied. Each
+    /// scanner runs at most 64 batches (of up to 1024 records or 64 KiB) ahead, ~15 MB of
+    /// decoded records. Without threads, it all runs here.
     fn scan(&self, upto: Option<Seq>, mut f: impl FnMut(Result<Stamped>) -> bool) {
-        const DEPTH: usize = 128;
-        /// Journals shorter than this are not split.
-        const MIN_SPLIT: u64 = 1 << 14;
+        const DEPTH: usize = 64;
+        const SCANNERS: u64 = 2;
         let to = upto.map(|s| s.0);
         let known = self.next_seq().0;
         let end = to.map_or(known, |t| t.saturating_add(1).min(known));
-        let mut ranges = Vec::with_capacity(2);
-        if end >= MIN_SPLIT {
-            ranges.push((0, Some(end / 2)));
-            ranges.push((end / 2, to.map(|t| t.saturating_add(1))));
-        } else {
-            ranges.push((0, to.map(|t| t.saturating_add(1))));
-        }
+        let chunk = (end / 8).clamp(1024, 32768);
+        // Chunk i covers keys [i * chunk, (i + 1) * chunk); the last one runs to `upto` (or to
+        // the very end, stray keys included).
+        let chunks = end.div_ceil(chunk).max(1);
+        let bounds = move |i: u64| {
+            let until = if i + 1 == chunks {
+                to.map(|t| t.saturating_add(1))
+            } else {
+                Some((i + 1) * chunk)
+            };
+            (i * chunk, until)
+        };
         let expected = std::cell::Cell::new(0u64);
-        // Checks continuity across halves and feeds `f`; false once the scan must stop.
+        // Checks continuity across chunks and feeds `f`; false once the scan must stop.
         let mut feed = |item: Result<Stamped>| -> bool {
             let item = item.and_then(|s| {
                 if s.seq.0 == expected.get() {
@@ -619,52 +624,81 @@ impl Journal {
             f(item) && ok
         };
         std::thread::scope(|scope| {
-            let mut sources = Vec::with_capacity(ranges.len());
-            for (from, until) in ranges {
-                let (tx, rx) = std::sync::mpsc::sync_channel(DEPTH);
-                // Emptied batches go back to the producer: a batch is ~200 KiB, and allocating
+            let mut scanners = Vec::new();
+            for first in 0..SCANNERS.min(chunks) {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Result<Stamped>>>(DEPTH);
+                // Emptied batches go back to the scanner: a batch is ~200 KiB, and allocating
                 // it in one thread and freeing it in another costs glibc an mmap, page faults
                 // and a heap consolidation per batch.
                 let (back, recycled) = std::sync::mpsc::channel::<Vec<Result<Stamped>>>();
                 let spawned = std::thread::Builder::new()
                     .name("journal-scan".into())
                     .spawn_scoped(scope, move || {
-                        self.produce(
-                            from,
-                            until,
-                            |batch| tx.send(batch).is_ok(),
-                            || recycled.try_recv().unwrap_or_default(),
-                        );
-                    });
-                sources.push(spawned.map(|_| (rx, back)).map_err(|_| (from, until)));
-            }
-            for source in sources {
-                match source {
-                    Ok((rx, back)) => {
-                        for mut batch in rx {
-                            for item in batch.drain(..) {
-                                if !feed(item) {
-                                    return; // drops the receivers: the producers stop
-                                }
+                        for i in (first..chunks).step_by(SCANNERS as usize) {
+                            let (from, until) = bounds(i);
+                            let mut go = true;
+                            let mut failed = false;
+                            self.produce(
+                                from,
+                                until,
+                                |batch| {
+                                    failed = batch.last().is_some_and(Result::is_err);
+                                    go = tx.send(batch).is_ok();
+                                    go
+                                },
+                                || recycled.try_recv().unwrap_or_default(),
+                            );
+                            // An empty batch ends the chunk.
+                            if !go || failed || tx.send(Vec::new()).is_err() {
+                                return;
                             }
-                            let _ = back.send(batch);
                         }
+                    });
+                match spawned {
+                    Ok(_) => scanners.push((rx, back)),
+                    Err(_) => break,
+                }
+            }
+            if scanners.len() as u64 != SCANNERS.min(chunks) {
+                scanners.clear(); // the scanners' next send fails and they stop
+            }
+            if scanners.is_empty() {
+                // No thread: scan everything here.
+                for i in 0..chunks {
+                    let (from, until) = bounds(i);
+                    let mut go = true;
+                    self.produce(
+                        from,
+                        until,
+                        |batch| {
+                            go = batch.into_iter().all(&mut feed);
+                            go
+                        },
+                        Vec::new,
+                    );
+                    if !go {
+                        return;
                     }
-                    Err((from, until)) => {
-                        // No thread: scan this half here.
-                        let mut go = true;
-                        self.produce(
-                            from,
-                            until,
-                            |batch| {
-                                go = batch.into_iter().all(&mut feed);
-                                go
-                            },
-                            Vec::new,
-                        );
-                        if !go {
-                            return;
+                }
+            } else {
+                let n = scanners.len() as u64;
+                for i in 0..chunks {
+                    let Some((rx, back)) =
+                        usize::try_from(i % n).ok().and_then(|k| scanners.get(k))
+                    else {
+                        return;
+                    };
+                    // Until the chunk's end marker (or the scanner stopped).
+                    while let Ok(mut batch) = rx.recv() {
+                        if batch.is_empty() {
+                            break;
                         }
+                        for item in batch.drain(..) {
+                            if !feed(item) {
+                                return; // drops the receivers: the scanners stop
+                            }
+                        }
+                        let _ = back.send(batch);
                     }
                 }
             }

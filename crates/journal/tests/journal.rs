@@ -336,7 +336,7 @@ fn reads_see_appends_from_other_threads_as_they_land() {
 }
 
 #[test]
-fn a_journal_long_enough_to_be_scanned_in_two_halves_is_checked_at_the_seam() {
+fn a_journal_scanned_in_chunks_on_two_threads_is_checked_at_every_seam() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::create(tmp.path()).unwrap();
     let events: Vec<_> = support::realistic(2_100, 3).collect();
@@ -344,11 +344,21 @@ fn a_journal_long_enough_to_be_scanned_in_two_halves_is_checked_at_the_seam() {
         j.append_all(chunk).unwrap();
     }
     let n = events.len() as u64;
-    assert!(n >= 1 << 14, "long enough to be split");
-    let mid = n / 2;
-    // Replay to points around the seam equals folding the prefix.
+    // Replay and audit scan chunks of n / 8 records, dealt alternately to two threads.
+    let chunk = n / 8;
+    assert!(chunk >= 1024, "long enough for 8 chunks");
+    let mid = 4 * chunk;
+    // Replay to points around seams equals folding the prefix.
     let mut state = RunState::new();
-    let points = [mid - 2, mid - 1, mid, mid + 1, n - 1];
+    let points = [
+        chunk - 1,
+        chunk,
+        chunk + 1,
+        mid - 1,
+        mid,
+        2 * chunk + 1,
+        n - 1,
+    ];
     for r in j.read(Seq(0), None) {
         let r = r.unwrap();
         state.apply(&r).unwrap();
@@ -366,7 +376,7 @@ fn a_journal_long_enough_to_be_scanned_in_two_halves_is_checked_at_the_seam() {
         j.raw_put(&key(s), &bad).unwrap();
     };
     let first_bad = || j.audit().first_bad.map(|(s, _)| s.0);
-    for s in [mid - 1, mid, mid + 1, 1, n - 1] {
+    for s in [chunk - 1, chunk, mid - 1, mid, mid + 1, 1, n - 1] {
         let good = j.raw_get(Seq(s)).unwrap().unwrap();
         flip(s);
         assert_eq!(first_bad(), Some(s), "flip at {s}");
