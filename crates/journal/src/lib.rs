@@ -846,12 +846,18 @@ impl Journal {
     /// Overwrites the raw bytes stored under a key, without a flush (to corrupt journals in tests).
     #[doc(hidden)]
     pub fn raw_put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
         self.store.put_raw(key, value)
     }
 
     /// Removes a raw key, without a flush (to corrupt journals in tests).
     #[doc(hidden)]
     pub fn raw_remove(&self, key: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
         self.store.remove_raw(key)
     }
 
