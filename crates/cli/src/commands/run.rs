@@ -50,7 +50,8 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
     let observer = output::observer(g.json);
-    let end = runtime()?.block_on(engine::run(&g.state_dir, run_id, loaded, observer))?;
+    let state_dir = absolute(&g.state_dir)?;
+    let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
 }
 
@@ -62,7 +63,7 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
     };
     let observer = output::observer(g.json);
     let end = runtime()?.block_on(engine::take_over(
-        &g.state_dir,
+        &absolute(&g.state_dir)?,
         run,
         Takeover::Resume,
         observer,
@@ -93,12 +94,20 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
         });
     }
     let end = runtime()?.block_on(engine::take_over(
-        &g.state_dir,
+        &absolute(&g.state_dir)?,
         run,
         Takeover::Cancel,
         output::observer(g.json),
     ))?;
     Ok(report(g, &end))
+}
+
+/// The state dir as an absolute path: the engine hands paths under it to git, which runs in
+/// other directories (a worktree's patch and scratch index), so a relative `--state-dir` (the
+/// default `.sortie` is one) must not reach it.
+fn absolute(state_dir: &Path) -> Result<std::path::PathBuf> {
+    std::path::absolute(state_dir)
+        .with_context(|| format!("cannot resolve the state dir {}", state_dir.display()))
 }
 
 fn signal_cancel(pid: u32) -> Result<()> {
