@@ -43,7 +43,8 @@ fn repo(s: &Scratch) -> PathBuf {
     repo
 }
 
-/// Runs a batch of isolated tasks (label, TOML `command` array) in `repo/` to its end.
+/// Runs a batch of isolated tasks (label, TOML `command` array) in `repo/` to its end, with
+/// the state dir given as a relative path.
 fn run_isolated(s: &Scratch, run: &str, tasks: &[(&str, String)]) {
     let mut batch = String::new();
     for (label, command) in tasks {
@@ -52,8 +53,15 @@ fn run_isolated(s: &Scratch, run: &str, tasks: &[(&str, String)]) {
              command = {command}\n\n"
         ));
     }
-    let file = s.write("batch.toml", &batch);
-    let out = s.run(&["run", "--run-id", run, file.to_str().expect("utf-8 path")]);
+    s.write("batch.toml", &batch);
+    // A relative state dir (as the default `.sortie` is): git runs elsewhere, in worktrees.
+    let out = Command::new(env!("CARGO_BIN_EXE_sortie"))
+        .current_dir(s.path())
+        .env_remove("SORTIE_DIR")
+        .args(["--state-dir", "state", "run", "--run-id", run, "batch.toml"])
+        .output()
+        .expect("run sortie");
+    assert_eq!(s.state_dir(), s.path().join("state"));
     assert_eq!(
         out.status.code(),
         Some(0),
