@@ -738,8 +738,20 @@ impl Engine {
         // task whose setup failed, finalize before cancellation, fail_fast or a deadline ends a
         // task (the section below ends those without a worktree), and end a task whose
         // worktree a crash left finalized.
-        let mut setup_slots =
-            (batch.config.concurrency as usize).saturating_sub(self.live.len() + self.setup_jobs());
+        // Set up and about to launch: they hold their slots too.
+        let ready = self
+            .isolated
+            .iter()
+            .filter(|t| !self.jobs.contains_key(t))
+            .filter_map(|t| self.state.task(*t))
+            .filter(|r| {
+                matches!(r.state, TaskState::Queued { .. })
+                    && r.worktree_final.is_none()
+                    && worktree_ready(r)
+            })
+            .count();
+        let mut setup_slots = (batch.config.concurrency as usize)
+            .saturating_sub(self.live.len() + self.setup_jobs() + ready);
         let mut new_setups = 0;
         for &task in &self.isolated {
             if used.contains(&task) || self.jobs.contains_key(&task) {
@@ -779,7 +791,7 @@ impl Engine {
                 }
                 continue;
             }
-            if no_launch || setup_slots == 0 {
+            if no_launch || self.fail_fast_tripped || setup_slots == 0 {
                 continue;
             }
             let kind = match &rec.worktree {

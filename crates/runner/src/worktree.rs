@@ -25,6 +25,14 @@ use sortie_core::PlannedWorktree;
 use crate::process::{self, ToolOutput};
 use crate::statedir;
 
+/// Serializes this process's changes to worktrees: git reads every worktree's metadata when it
+/// adds one, and a concurrent `git worktree add` may catch another one half-written ("failed
+/// to read .git/worktrees/x/commondir").
+static WORKTREE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How many times [`create`] tries (another process may race it the same way).
+const CREATE_TRIES: u32 = 3;
+
 /// Why a worktree step failed. The text is complete on its own: it becomes a task's error.
 #[derive(Debug, thiserror::Error)]
 pub enum WorktreeError {
@@ -309,6 +317,20 @@ async fn clear_leftovers(plan: &PlannedWorktree) -> Result<(), WorktreeError> {
 /// Makes sure the planned worktree exists (idempotent): an existing one is left alone, a
 /// half-created one is cleared and made again, an existing branch is checked out as it is.
 pub async fn create(plan: &PlannedWorktree) -> Result<(), WorktreeError> {
+    let _serial = WORKTREE_LOCK.lock().await;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match create_once(plan).await {
+            Err(_) if tries < CREATE_TRIES => {
+                tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(tries))).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn create_once(plan: &PlannedWorktree) -> Result<(), WorktreeError> {
     if registered(plan).await? {
         return Ok(());
     }
@@ -346,6 +368,7 @@ pub async fn create(plan: &PlannedWorktree) -> Result<(), WorktreeError> {
 /// Finalizes a worktree (idempotent): changed → kept, its patch against `base` written
 /// atomically to `patch`; unchanged → worktree removed and branch deleted.
 pub async fn finalize(plan: &PlannedWorktree, patch: &Path) -> Result<Finalized, WorktreeError> {
+    let _serial = WORKTREE_LOCK.lock().await;
     let repo = Path::new(&plan.repo);
     let path = Path::new(&plan.path);
     let exists = registered(plan).await?;
