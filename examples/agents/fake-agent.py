@@ -30,6 +30,7 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
   --write FILE:TEXT            append TEXT and a newline to FILE (relative to the cwd) before
                                answering, even when exiting nonzero (repeatable); --cat FILE
                                prints FILE's content (or "(missing FILE)") as a progress line
+  --write-first FILE:TEXT      like --write, but before working (sleeping), on every attempt
   --garbage N                  print N bytes of binary garbage first
   --big-line N                 print one line of N bytes first
   --stderr TEXT                write TEXT to stderr
@@ -64,6 +65,7 @@ def main():
     p.add_argument("--counter", default="")
     p.add_argument("--write", action="append", default=[])
     p.add_argument("--cat", action="append", default=[])
+    p.add_argument("--write-first", action="append", default=[])
     p.add_argument("--garbage", type=int, default=0)
     p.add_argument("--big-line", type=int, default=0)
     p.add_argument("--stderr", default="")
@@ -89,6 +91,11 @@ def main():
     if a.hang:
         while True:
             time.sleep(3600)
+
+    for spec in a.write_first:
+        name, text = spec.split(":", 1)
+        with open(name, "a") as f:
+            f.write(text + "\n")
 
     fail = None
     if a.fail_attempts:

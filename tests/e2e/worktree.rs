@@ -78,12 +78,30 @@ fn batch(s: &Scratch, cwd: &Path, concurrency: u32, tasks: &[Task<'_>]) -> Strin
 
 fn start(s: &Scratch, args: &[&str], pause: Option<&str>) -> Child {
     let mut c = s.sortie();
-    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    // A file, not a pipe: a paused run is never blocked on a full pipe.
+    let err = std::fs::File::create(s.path().join("sortie.err")).expect("log file");
+    c.args(args).stdout(Stdio::null()).stderr(err);
     match pause {
         Some(p) => c.env(PAUSE_AFTER, p),
         None => c.env_remove(PAUSE_AFTER),
     };
     c.spawn().expect("spawn sortie")
+}
+
+/// Panics, saying how the run ended, when a run that should pause has exited instead.
+fn exited(child: &mut Child, s: &Scratch, run: &str) -> bool {
+    if let Some(status) = child.try_wait().expect("try_wait") {
+        let err = std::fs::read_to_string(s.path().join("sortie.err")).unwrap_or_default();
+        let ends: Vec<String> = s
+            .try_events(run)
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| event_kind(e).0 == "TaskFinished")
+            .map(|e| e.to_string())
+            .collect();
+        panic!("the run exited ({status}) instead of pausing: {err}\n{ends:#?}");
+    }
+    false
 }
 
 fn kill9(mut child: Child) {
@@ -158,12 +176,22 @@ fn assert_matches_journal(s: &Scratch, run: &str, repo: &Path) -> BTreeMap<Strin
         let set_up = task_events(&events, "TaskSetUp", i);
         let finals = task_events(&events, "WorktreeFinalized", i);
         assert_eq!(task_events(&events, "TaskFinished", i).len(), 1, "{label}");
+        if planned.is_empty() {
+            // Ended before its setup began (e.g. cancelled while queued): nothing to finalize.
+            assert!(set_up.is_empty() && finals.is_empty(), "{label}");
+            continue;
+        }
         assert_eq!(
             planned.len(),
             1,
             "{label}: planned once, reused after resume"
         );
-        assert_eq!(set_up.len(), 1, "{label}: set up once");
+        assert_eq!(
+            set_up.len(),
+            1,
+            "{label}: set up once; {:?}",
+            task_events(&events, "TaskFinished", i)
+        );
         assert_eq!(finals.len(), 1, "{label}: finalized once");
         let p = planned[0];
         let path = p["path"].as_str().expect("path").to_owned();
@@ -460,8 +488,10 @@ fn sigkill_during_setup_then_resume() {
         let repo = repo(&s);
         let file = crash_batch(&s, &repo, &[]);
         let run = unique_run("wt-setup");
-        let child = start(&s, &["run", "--run-id", &run, &file], Some(pause));
-        poll(pause, 60, || has_event(&s, &run, pause).then_some(()));
+        let mut child = start(&s, &["run", "--run-id", &run, &file], Some(pause));
+        poll(pause, 60, || {
+            (!exited(&mut child, &s, &run) && has_event(&s, &run, pause)).then_some(())
+        });
         kill9(child);
         let at_kill = s.events(&run);
         assert_eq!(
@@ -542,9 +572,10 @@ fn sigkill_mid_finalize_then_resume() {
             .display()
             .to_string();
         let run = unique_run("wt-final");
-        let child = start(&s, &["run", "--run-id", &run, &file], Some(pause));
+        let mut child = start(&s, &["run", "--run-id", &run, &file], Some(pause));
         let state_dir = s.state_dir();
         poll(pause, 60, || match (pause, only) {
+            _ if exited(&mut child, &s, &run) => None,
             ("ArtifactWritten", _) => has_event(&s, &run, pause).then_some(()),
             (_, "idle") => {
                 let gone = !state_dir.join("worktrees").join(&run).join("idle").exists();
@@ -582,4 +613,99 @@ fn sigkill_mid_finalize_then_resume() {
             assert_eq!(fates[label].changed, label != "idle", "{pause}: {label}");
         }
     }
+}
+
+/// `sortie cancel` of a live run finalizes the worktrees of the tasks it stops: a cancelled
+/// task's change is kept, an unchanged one is removed. fail_fast ends a task that had a
+/// worktree (its retry is not launched) after finalizing it, keeps the failed task's change, and
+/// a task that never started has no worktree.
+#[test]
+fn cancel_and_fail_fast_finalize_worktrees() {
+    // Cancel.
+    let s = Scratch::new();
+    let repo = repo(&s);
+    let tasks: Vec<Task<'_>> = vec![
+        (
+            "early",
+            vec!["--write-first", "shared.txt:early", "--sleep", "60"],
+            String::new(),
+        ),
+        ("quiet", vec!["--sleep", "60"], String::new()),
+    ];
+    let file = batch(&s, &repo, 2, &tasks);
+    let run = unique_run("wt-cancel");
+    let child = start(&s, &["run", "--run-id", &run, &file], None);
+    let early = s.state_dir().join("worktrees").join(&run).join("early");
+    poll("both attempts started and early wrote", 60, || {
+        let events = s.try_events(&run)?;
+        let wrote =
+            std::fs::read_to_string(early.join("shared.txt")).is_ok_and(|t| t.contains("early"));
+        (crate::support::count_events(&events, "AttemptStarted") == 2 && wrote).then_some(())
+    });
+    let out = s.run(&["cancel", &run]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "cancel: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::support::finish(child, 60);
+    let fates = assert_matches_journal(&s, &run, &repo);
+    assert!(fates["early"].changed, "a cancelled task's change is kept");
+    assert!(!fates["quiet"].changed);
+    let events = s.events(&run);
+    for i in 0..2 {
+        assert_eq!(
+            task_events(&events, "TaskFinished", i)[0]["result"]["state"],
+            "cancelled"
+        );
+    }
+
+    // fail_fast.
+    let s = Scratch::new();
+    let repo = self::repo(&s);
+    let tasks: Vec<Task<'_>> = vec![
+        (
+            "flaky",
+            vec![
+                "--attempt",
+                "{attempt}",
+                "--sleep",
+                "1",
+                "--fail-attempts",
+                "1:error",
+            ],
+            String::new(),
+        ),
+        (
+            "bad",
+            vec!["--write", "shared.txt:bad", "--exit", "1"],
+            String::new(),
+        ),
+        ("later", vec![], String::new()),
+    ];
+    let file = batch(&s, &repo, 2, &tasks);
+    let text = std::fs::read_to_string(&file).expect("read");
+    std::fs::write(&file, format!("fail_fast = true\n{text}")).expect("write");
+    let run = unique_run("wt-failfast");
+    let out = s.run(&["run", "--run-id", &run, &file]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fates = assert_matches_journal(&s, &run, &repo);
+    assert!(fates["bad"].changed, "the failed task's change is kept");
+    assert!(
+        !fates["flaky"].changed,
+        "the cancelled retry's worktree is removed"
+    );
+    assert!(!fates.contains_key("later"), "never set up");
+    let events = s.events(&run);
+    let state = |i: usize| task_events(&events, "TaskFinished", i)[0]["result"]["state"].clone();
+    assert_eq!(state(0), "cancelled");
+    assert_eq!(state(1), "failed");
+    assert_eq!(state(2), "cancelled");
+    assert_eq!(task_events(&events, "AttemptLaunching", 0).len(), 1);
 }
