@@ -7,31 +7,124 @@
     reason = "test helpers: a failure is a test failure"
 )]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sortie_core::spec::{AgentProfile, Batch, RunConfig};
+use sortie_core::spec::{AgentProfile, Batch, MaxOutput, OutputMode, Protocol, RunConfig};
 use sortie_core::{
     Attempt, AttemptOutcome, AttemptStatus, Cost, Event, Isolation, OrphanAction, Phase, RunId,
     RunOutcome, Seq, StopReason, TaskId, TaskResult, TaskSpec, TerminalState, Timestamp, Usage,
 };
 
 /// A batch of `n` tasks named `t0`, `t1`, ...
+///
+/// Every value is written out here rather than taken from `TaskSpec::new` or
+/// `AgentProfile::builtins()`: the committed v1 fixture holds this batch, and it must keep
+/// replaying to it when the product's defaults or built-in profiles change.
 pub(crate) fn batch(n: u32) -> Batch {
     let tasks = (0..n)
-        .map(|i| {
-            let mut t = TaskSpec::new(format!("t{i}"), "/work/project");
-            t.prompt = Some(format!("do step {i} of the plan"));
-            t.model = Some("anthropic/claude-sonnet".into());
-            t.fallback_models = vec!["openai/gpt".into()];
-            t
+        .map(|i| TaskSpec {
+            label: format!("t{i}"),
+            prompt: Some(format!("do step {i} of the plan")),
+            command: None,
+            agent: "pi".into(),
+            model: Some("anthropic/claude-sonnet".into()),
+            fallback_models: vec!["openai/gpt".into()],
+            max_retries: 2,
+            attempt_timeout: Duration::from_secs(15 * 60),
+            deadline: None,
+            stall_after: Duration::from_secs(5 * 60),
+            stall_kill_after: Duration::from_secs(60),
+            kill_grace: Duration::from_secs(3),
+            max_turns: None,
+            max_tokens: None,
+            max_cost_nanos: None,
+            grace_turns: 2,
+            cwd: "/work/project".into(),
+            isolation: Isolation::None,
+            include_wip: false,
+            output: None,
+            output_mode: OutputMode::Inline,
+            max_output: MaxOutput {
+                bytes: 200 * 1024,
+                lines: 5000,
+            },
+            reads: vec![],
+            needs: vec![],
+            env_keys: vec![],
+            retry_after_side_effects: false,
         })
         .collect();
     Batch {
         tasks,
-        agents: AgentProfile::builtins(),
-        config: RunConfig::default(),
+        agents: frozen_profiles(),
+        config: RunConfig {
+            concurrency: 4,
+            fail_fast: false,
+        },
         source: "/work/project/batch.toml".into(),
     }
+}
+
+/// The built-in profiles as they were when the v1 fixture was written.
+fn frozen_profiles() -> BTreeMap<String, AgentProfile> {
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let profile =
+        |name: &str, command: Vec<String>, model_args: Vec<String>, protocol, may_write| {
+            AgentProfile {
+                name: name.into(),
+                command,
+                model_args,
+                protocol,
+                env_keys: vec![],
+                can_steer: false,
+                can_continue: false,
+                may_write,
+            }
+        };
+    let model = s(&["--model", "{model}"]);
+    [
+        profile(
+            "pi",
+            s(&[
+                "pi",
+                "--mode",
+                "json",
+                "--no-session",
+                "{model_args}",
+                "{prompt}",
+            ]),
+            model.clone(),
+            Protocol::PiJson,
+            true,
+        ),
+        profile(
+            "claude",
+            s(&[
+                "claude",
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "{model_args}",
+                "{prompt}",
+            ]),
+            model.clone(),
+            Protocol::ClaudeStreamJson,
+            true,
+        ),
+        profile(
+            "codex",
+            s(&["codex", "exec", "--json", "{model_args}", "{prompt}"]),
+            model,
+            Protocol::CodexJson,
+            true,
+        ),
+        profile("command", vec![], vec![], Protocol::Plain, false),
+    ]
+    .into_iter()
+    .map(|p| (p.name.clone(), p))
+    .collect()
 }
 
 /// A usage that grows with `k`.
