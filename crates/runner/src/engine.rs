@@ -1023,7 +1023,7 @@ impl Engine {
                 let cwd = PathBuf::from(&spec.cwd);
                 let wip = spec.include_wip;
                 let fut = async move {
-                    worktree::plan(&cwd, &path, &branch, wip, &scratch)
+                    worktree::plan(&cwd, &path, &branch, wip, &scratch, &state_dir)
                         .await
                         .map_err(|e| e.to_string())
                 };

@@ -185,14 +185,16 @@ pub fn agent_cwd(plan: &PlannedWorktree, task_cwd: &str) -> PathBuf {
 
 /// Reads what a worktree needs: the repository holding `cwd`, its HEAD and, with
 /// `include_wip`, the seed commit of its uncommitted and untracked files (when there are any).
-/// `scratch` is a file path sortie may use for a scratch index (removed afterwards). Nothing of
-/// the repository's refs, index or files changes.
+/// `scratch` is a file path sortie may use for a scratch index (removed afterwards); the
+/// state dir (`state_dir`) never enters the seed, even when it lies inside the repository (the
+/// default `./.sortie`). Nothing of the repository's refs, index or files changes.
 pub async fn plan(
     cwd: &Path,
     path: &Path,
     branch: &str,
     include_wip: bool,
     scratch: &Path,
+    state_dir: &Path,
 ) -> Result<PlannedWorktree, WorktreeError> {
     let repo = git(cwd, &["rev-parse", "--show-toplevel"], &[])
         .await
@@ -208,7 +210,13 @@ pub async fn plan(
             detail: e.to_string(),
         })?;
     let base = if include_wip {
-        seed(&repo_dir, &head, scratch).await?
+        let state = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+        let exclude = state
+            .strip_prefix(&repo_dir)
+            .ok()
+            .filter(|rel| !rel.as_os_str().is_empty())
+            .map(|rel| format!(":(exclude,top){}", rel.display()));
+        seed(&repo_dir, &head, scratch, exclude.as_deref()).await?
     } else {
         head
     };
@@ -222,7 +230,13 @@ pub async fn plan(
 
 /// The tree of a checkout's files as `git add -A` sees them (tracked, modified, untracked;
 /// not ignored), written through a scratch index copied from the checkout's own.
-async fn snapshot_tree(dir: &Path, scratch: &Path) -> Result<String, WorktreeError> {
+async fn snapshot_tree(
+    dir: &Path,
+    scratch: &Path,
+    exclude: Option<&str>,
+) -> Result<String, WorktreeError> {
+    // Git runs in `dir`: a relative index path would land inside the checkout.
+    let scratch = &std::path::absolute(scratch).map_err(io_err(scratch))?;
     let index = git(dir, &["rev-parse", "--git-path", "index"], &[]).await?;
     let index = dir.join(index);
     if let Some(parent) = scratch.parent() {
@@ -234,7 +248,9 @@ async fn snapshot_tree(dir: &Path, scratch: &Path) -> Result<String, WorktreeErr
     }
     let env = [("GIT_INDEX_FILE".to_owned(), scratch.display().to_string())];
     let tree = async {
-        git(dir, &["add", "-A", "--", "."], &env).await?;
+        let mut args = vec!["add", "-A", "--", "."];
+        args.extend(exclude);
+        git(dir, &args, &env).await?;
         git(dir, &["write-tree"], &env).await
     }
     .await;
@@ -243,8 +259,13 @@ async fn snapshot_tree(dir: &Path, scratch: &Path) -> Result<String, WorktreeErr
 }
 
 /// The seed commit of a repository's work in progress, or `head` when there is none.
-async fn seed(repo: &Path, head: &str, scratch: &Path) -> Result<String, WorktreeError> {
-    let tree = snapshot_tree(repo, scratch).await?;
+async fn seed(
+    repo: &Path,
+    head: &str,
+    scratch: &Path,
+    exclude: Option<&str>,
+) -> Result<String, WorktreeError> {
+    let tree = snapshot_tree(repo, scratch, exclude).await?;
     let head_tree = git(repo, &["rev-parse", &format!("{head}^{{tree}}")], &[]).await?;
     if tree == head_tree {
         return Ok(head.to_owned());
@@ -368,6 +389,7 @@ async fn create_once(plan: &PlannedWorktree) -> Result<(), WorktreeError> {
 /// Finalizes a worktree (idempotent): changed → kept, its patch against `base` written
 /// atomically to `patch`; unchanged → worktree removed and branch deleted.
 pub async fn finalize(plan: &PlannedWorktree, patch: &Path) -> Result<Finalized, WorktreeError> {
+    let patch = &std::path::absolute(patch).map_err(io_err(patch))?;
     let _serial = WORKTREE_LOCK.lock().await;
     let repo = Path::new(&plan.repo);
     let path = Path::new(&plan.path);
@@ -387,7 +409,7 @@ pub async fn finalize(plan: &PlannedWorktree, patch: &Path) -> Result<Finalized,
             None
         } else {
             let scratch = patch.with_extension("index.tmp");
-            Some(snapshot_tree(path, &scratch).await?)
+            Some(snapshot_tree(path, &scratch, None).await?)
         }
     } else {
         clear_leftovers(plan).await?;

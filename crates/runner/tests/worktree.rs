@@ -101,7 +101,7 @@ async fn create_and_finalize_are_idempotent() {
         path.display()
     );
     let scratch = state.join("scratch.index");
-    let plan = worktree::plan(&repo.join("sub"), &path, &branch, false, &scratch)
+    let plan = worktree::plan(&repo.join("sub"), &path, &branch, false, &scratch, &state)
         .await
         .expect("plan");
     assert_eq!(Path::new(&plan.repo), repo);
@@ -148,7 +148,7 @@ async fn create_and_finalize_are_idempotent() {
 async fn changes_are_kept_with_a_patch_and_nothing_of_the_agents_is_committed() {
     let (_tmp, repo, state) = setup();
     let (path, branch) = location(&state, "run2", "edit", 1);
-    let plan = worktree::plan(&repo, &path, &branch, false, &state.join("s.index"))
+    let plan = worktree::plan(&repo, &path, &branch, false, &state.join("s.index"), &state)
         .await
         .expect("plan");
     worktree::create(&plan).await.expect("create");
@@ -186,7 +186,7 @@ async fn include_wip_seeds_a_commit_and_leaves_the_users_index_alone() {
     std::fs::write(repo.join("untracked.txt"), "u\n").expect("write");
     let status = git(&repo, &["status", "--porcelain"]);
     let (path, branch) = location(&state, "run3", "wip", 2);
-    let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"))
+    let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"), &state)
         .await
         .expect("plan");
     let head = git(&repo, &["rev-parse", "HEAD"]);
@@ -210,9 +210,28 @@ async fn include_wip_seeds_a_commit_and_leaves_the_users_index_alone() {
     assert!(!f.changed, "the seed alone is no change");
     assert!(!path.exists());
 
+    // A state dir inside the repository (the default ./.sortie) never enters the seed.
+    let inside = repo.join(".sortie");
+    std::fs::create_dir_all(inside.join("runs")).expect("mkdir");
+    std::fs::write(inside.join("runs/journal"), "journal\n").expect("write");
+    let plan = worktree::plan(
+        &repo,
+        &path,
+        &branch,
+        true,
+        &inside.join("s.index"),
+        &inside,
+    )
+    .await
+    .expect("plan");
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", &plan.base]);
+    assert!(files.contains("untracked.txt"), "{files}");
+    assert!(!files.contains(".sortie"), "{files}");
+    std::fs::remove_dir_all(&inside).expect("rm");
+
     // No work in progress: the base is HEAD itself.
     git(&repo, &["stash", "-u", "-q"]);
-    let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"))
+    let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"), &state)
         .await
         .expect("plan");
     assert_eq!(plan.base, head);
@@ -224,13 +243,27 @@ async fn plan_fails_outside_a_repository_and_without_a_commit() {
     let dir = tmp.path().join("plain");
     std::fs::create_dir_all(&dir).expect("mkdir");
     let p = tmp.path().join("wt");
-    let e = worktree::plan(&dir, &p, "sortie/r/x", false, &tmp.path().join("i"))
-        .await
-        .expect_err("not a repository");
+    let e = worktree::plan(
+        &dir,
+        &p,
+        "sortie/r/x",
+        false,
+        &tmp.path().join("i"),
+        tmp.path(),
+    )
+    .await
+    .expect_err("not a repository");
     assert!(e.to_string().contains("not in a git repository"), "{e}");
     git(&dir, &["init", "-q"]);
-    let e = worktree::plan(&dir, &p, "sortie/r/x", false, &tmp.path().join("i"))
-        .await
-        .expect_err("no commit");
+    let e = worktree::plan(
+        &dir,
+        &p,
+        "sortie/r/x",
+        false,
+        &tmp.path().join("i"),
+        tmp.path(),
+    )
+    .await
+    .expect_err("no commit");
     assert!(e.to_string().contains("no commit"), "{e}");
 }
