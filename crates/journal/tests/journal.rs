@@ -72,6 +72,25 @@ fn appends_read_back_and_replay_to_any_seq() {
 }
 
 #[test]
+fn sync_durability_appends_and_reads_back_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    assert_eq!(j.durability(), sortie_journal::Durability::Flush);
+    j.set_durability(sortie_journal::Durability::Sync);
+    assert_eq!(j.durability(), sortie_journal::Durability::Sync);
+    let events = support::every_variant();
+    j.append_all(&events[..4]).unwrap();
+    for (at, e) in &events[4..] {
+        j.append(*at, e).unwrap();
+    }
+    assert!(j.flush_count() <= events.len() as u64 - 3);
+    drop(j);
+    let j = Journal::open(tmp.path()).unwrap();
+    assert!(j.audit().is_clean());
+    assert_eq!(j.next_seq(), Seq(events.len() as u64));
+}
+
+#[test]
 fn a_journal_is_send_and_sync() {
     fn shared<T: Send + Sync>() {}
     shared::<Journal>();
