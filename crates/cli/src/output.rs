@@ -314,8 +314,14 @@ pub(crate) fn view(
                     .last()
                     .and_then(|a| a.outcome())
                     .is_some_and(|o| o.stop_reason == sortie_core::StopReason::Interrupted);
+            // A queued task whose worktree is planned but not yet made is setting up.
+            let setting_up = matches!(rec.state, sortie_core::TaskState::Queued { .. })
+                && rec.worktree.is_some()
+                && rec.setup.is_none();
             let name = if interrupted {
                 "interrupted"
+            } else if setting_up {
+                "setting-up"
             } else {
                 rec.state.name()
             }
