@@ -198,6 +198,26 @@ pub enum Event {
         /// The worktree counts as changed when it moved past this commit or is dirty.
         base: String,
     },
+    /// The live attempt ran a side-effecting tool (bash, write, edit): recorded once per
+    /// attempt, as soon as the agent's stream shows it, so that an attempt cut short by a crash
+    /// is still known to have changed things (it is then retried only inside a worktree).
+    AttemptSideEffects {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+    },
+    /// The launching attempt continues the conversation of an earlier, interrupted attempt of
+    /// the same task (the agent's session file). Durable after `AttemptLaunching` and before
+    /// the spawn; at most once per attempt.
+    AttemptContinues {
+        /// The task.
+        task: TaskId,
+        /// The attempt that continues.
+        attempt: Attempt,
+        /// The session it continues: the agent's session file, as passed to the agent.
+        session: String,
+    },
 }
 
 impl Event {
@@ -220,7 +240,9 @@ impl Event {
             | Event::ArtifactWritten { task, .. }
             | Event::WorktreeFinalized { task, .. }
             | Event::TaskFinished { task, .. }
-            | Event::WorktreePlanned { task, .. } => Some(*task),
+            | Event::WorktreePlanned { task, .. }
+            | Event::AttemptSideEffects { task, .. }
+            | Event::AttemptContinues { task, .. } => Some(*task),
         }
     }
 
@@ -244,6 +266,8 @@ impl Event {
             Event::WorktreeFinalized { .. } => "WorktreeFinalized",
             Event::TaskFinished { .. } => "TaskFinished",
             Event::WorktreePlanned { .. } => "WorktreePlanned",
+            Event::AttemptSideEffects { .. } => "AttemptSideEffects",
+            Event::AttemptContinues { .. } => "AttemptContinues",
         }
     }
 }

@@ -2,8 +2,9 @@
 //! illegal transition with a [`Violation`] and leaving the state untouched when it does.
 //!
 //! Per task, events follow the grammar
-//! `Queued Planned? SetUp? (Launching Started? Stalled* Progress* (Finished | Orphaned) Retry?)*
-//! Artifact? Worktree? Finished`, with `Finished` alone allowed from pending (skipped, cancelled) and
+//! `Queued Planned? SetUp? (Launching Continues? Started? (Stalled | Progress | SideEffects)*
+//! (Finished | Orphaned) Retry?)* Artifact? Worktree? Finished`, with at most one
+//! `SideEffects` per attempt, with `Finished` alone allowed from pending (skipped, cancelled) and
 //! nothing after it. A planned worktree must be set up before an attempt launches; it may be
 //! finalized without having been set up (a setup that failed or was cut short). Attempt reports carry their attempt number and are refused when that
 //! attempt is not the live one (fencing).
@@ -128,12 +129,18 @@ pub struct AttemptRecord {
     pub usage: Usage,
     /// Whether it is marked stalled.
     pub stalled: bool,
+    /// Whether it ran a side-effecting tool (`AttemptSideEffects`, or its finished outcome
+    /// says so).
+    pub side_effects: bool,
+    /// The session of an earlier attempt it continues (`AttemptContinues`).
+    pub continues: Option<String>,
     /// How it ended, once it has.
     pub end: Option<AttemptEnd>,
 }
 
 impl AttemptRecord {
-    /// The outcome that decisions see: an orphaned attempt counts as interrupted.
+    /// The outcome that decisions see: an orphaned attempt counts as interrupted, with the
+    /// side effects its `AttemptSideEffects` recorded.
     pub fn outcome(&self) -> Option<AttemptOutcome> {
         match &self.end {
             Some(AttemptEnd::Finished { outcome, .. }) => Some(outcome.clone()),
@@ -142,10 +149,13 @@ impl AttemptRecord {
                     OrphanAction::Killed => "its process was still running and was killed",
                     OrphanAction::Gone => "its process was gone",
                 };
-                Some(AttemptOutcome::failed(
-                    StopReason::Interrupted,
-                    format!("sortie stopped while attempt {} ran; {what}", self.attempt),
-                ))
+                Some(AttemptOutcome {
+                    side_effects: self.side_effects,
+                    ..AttemptOutcome::failed(
+                        StopReason::Interrupted,
+                        format!("sortie stopped while attempt {} ran; {what}", self.attempt),
+                    )
+                })
             }
             None => None,
         }
@@ -658,6 +668,25 @@ impl RunState {
             Event::AttemptStalled { attempt, .. } | Event::AttemptOrphaned { attempt, .. } => {
                 live(*attempt)
             }
+            Event::AttemptSideEffects { attempt, .. } => {
+                live(*attempt)?;
+                match rec.attempts.last() {
+                    Some(a) if a.side_effects => Err(Violation::Duplicate { task, event: name }),
+                    Some(_) => Ok(()),
+                    None => Err(illegal()),
+                }
+            }
+            Event::AttemptContinues { attempt, .. } => {
+                live(*attempt)?;
+                match rec.attempts.last() {
+                    Some(a) if a.continues.is_some() => {
+                        Err(Violation::Duplicate { task, event: name })
+                    }
+                    // Only before the process exists: it is how the process is started.
+                    Some(a) if a.pid.is_none() => Ok(()),
+                    _ => Err(illegal()),
+                }
+            }
             Event::RetryScheduled { next_attempt, .. } => match rec.state {
                 // Artifact and worktree steps only come once the task gave up.
                 TaskState::Ended { .. }
@@ -777,6 +806,8 @@ impl RunState {
                     start_time: None,
                     usage: Usage::ZERO,
                     stalled: false,
+                    side_effects: false,
+                    continues: None,
                     end: None,
                 });
                 rec.state = TaskState::Running { attempt: *attempt };
@@ -809,6 +840,7 @@ impl RunState {
             } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.usage = *usage;
+                    a.side_effects |= outcome.side_effects;
                     a.end = Some(AttemptEnd::Finished {
                         outcome: outcome.clone(),
                         output: output.clone(),
@@ -856,6 +888,16 @@ impl RunState {
                 rec.worktree_final = Some((*changed, diff.clone()));
             }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            Event::AttemptSideEffects { .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.side_effects = true;
+                }
+            }
+            Event::AttemptContinues { session, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.continues = Some(session.clone());
+                }
+            }
             Event::RunStarted { .. }
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }

@@ -329,6 +329,94 @@ fn side_effects_outside_a_worktree_are_not_retried() {
     );
 }
 
+/// Replays one task whose first attempt started, ran a side-effecting tool (when `fx`) and was
+/// orphaned by a crash.
+fn orphaned_after(spec: &TaskSpec, fx: bool) -> RunState {
+    let mut state = replay(spec, &[]);
+    let mut events = vec![
+        Event::AttemptLaunching {
+            task: T,
+            attempt: Attempt(1),
+            model: None,
+        },
+        Event::AttemptStarted {
+            task: T,
+            attempt: Attempt(1),
+            pid: 101,
+            start_time: 1,
+        },
+    ];
+    if fx {
+        events.push(Event::AttemptSideEffects {
+            task: T,
+            attempt: Attempt(1),
+        });
+    }
+    events.push(Event::AttemptOrphaned {
+        task: T,
+        attempt: Attempt(1),
+        action: OrphanAction::Killed,
+    });
+    for event in events {
+        let stamped = Stamped {
+            seq: state.next_seq,
+            at: Timestamp(5000),
+            event,
+        };
+        state.apply(&stamped).expect("legal");
+    }
+    state
+}
+
+#[test]
+fn an_orphan_remembers_its_side_effects() {
+    let s = spec(None, &[], 2);
+    let step = |spec: &TaskSpec, fx: bool| {
+        let state = orphaned_after(spec, fx);
+        let rec = state.task(T).expect("task 0");
+        assert_eq!(rec.attempts[0].side_effects, fx);
+        assert_eq!(rec.attempts[0].outcome().map(|o| o.side_effects), Some(fx));
+        show(&next_step(spec, rec, Timestamp(6000), 0))
+    };
+    assert_eq!(step(&s, false), "retry 2 on default after 0ms");
+    assert_eq!(
+        step(&s, true),
+        "give up: failed interrupted: sortie stopped while attempt 1 ran; its process was still \
+         running and was killed; not retried: the agent ran side-effecting tools outside a \
+         worktree"
+    );
+    let mut isolated = s.clone();
+    isolated.isolation = Isolation::Worktree;
+    assert_eq!(step(&isolated, true), "retry 2 on default after 0ms");
+
+    // Recorded once per attempt.
+    let mut live = replay(&s, &[]);
+    let events = [
+        Event::AttemptLaunching {
+            task: T,
+            attempt: Attempt(1),
+            model: None,
+        },
+        Event::AttemptSideEffects {
+            task: T,
+            attempt: Attempt(1),
+        },
+    ];
+    for event in events.iter().cloned() {
+        let seq = live.next_seq;
+        live.apply(&Stamped {
+            seq,
+            at: Timestamp(5000),
+            event,
+        })
+        .expect("legal");
+    }
+    assert!(
+        live.check(&events[1]).is_err(),
+        "a second AttemptSideEffects"
+    );
+}
+
 #[test]
 fn attempts_stop_at_the_policy() {
     let e = || fail(StopReason::Error);

@@ -153,6 +153,10 @@ fn details(e: &Event) -> String {
         Event::ArtifactWritten { path, bytes, .. } => format!("{path} ({bytes} bytes)"),
         Event::WorktreeFinalized { changed, .. } => format!("changed: {changed}"),
         Event::WorktreePlanned { path, branch, .. } => format!("{path} on {branch}"),
+        Event::AttemptSideEffects { attempt, .. } => format!("attempt {attempt}"),
+        Event::AttemptContinues {
+            attempt, session, ..
+        } => format!("attempt {attempt} continues {session}"),
         Event::TaskFinished { result, .. } => format!(
             "{} ({}){}",
             result.state,

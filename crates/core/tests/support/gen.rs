@@ -150,6 +150,10 @@ pub(crate) enum Op {
     Progress(u8, u8, bool),
     /// A running attempt is marked stalled.
     Stall(u8),
+    /// A running attempt's agent runs a side-effecting tool (`AttemptSideEffects`, once).
+    SideEffects(u8),
+    /// A launching retry continues an earlier attempt's session (`AttemptContinues`).
+    Continue(u8),
     /// A live attempt ends (side effects or not).
     Finish(u8, OutcomeKind, bool),
     /// The next step of an ended task is decided and recorded.
@@ -294,6 +298,8 @@ pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
         80 => (any::<u8>(), any::<u8>(), prop::bool::weighted(0.7))
             .prop_map(|(s, i, j)| Op::Progress(s, i, j)),
         5 => any::<u8>().prop_map(Op::Stall),
+        8 => any::<u8>().prop_map(Op::SideEffects),
+        5 => any::<u8>().prop_map(Op::Continue),
         40 => (any::<u8>(), outcome_kind(), prop::bool::weighted(0.3))
             .prop_map(|(s, k, fx)| Op::Finish(s, k, fx)),
         40 => any::<u8>().prop_map(Op::Decide),
@@ -655,6 +661,31 @@ impl<B: Backend> Driver<B> {
                     self.emit(Event::AttemptStalled { task: t, attempt });
                 }
             }
+            Op::SideEffects(sel) => {
+                if let Some(t) = self.pick(*sel, |_, _, r| {
+                    r.live_attempt()
+                        .is_some_and(|a| a.pid.is_some() && !a.side_effects)
+                }) {
+                    let attempt = self.live_attempt(t);
+                    self.emit(Event::AttemptSideEffects { task: t, attempt });
+                }
+            }
+            Op::Continue(sel) => {
+                if let Some(t) = self.pick(*sel, |_, _, r| {
+                    r.attempts.len() >= 2
+                        && r.live_attempt()
+                            .is_some_and(|a| a.pid.is_none() && a.continues.is_none())
+                }) {
+                    let attempt = self.live_attempt(t);
+                    let session =
+                        format!("/state/runs/model-run/sessions/{}.{}", t.0, attempt.0 - 1);
+                    self.emit(Event::AttemptContinues {
+                        task: t,
+                        attempt,
+                        session,
+                    });
+                }
+            }
             Op::Finish(sel, kind, fx) => {
                 if let Some(t) = self.pick(*sel, |_, _, r| r.live_attempt().is_some()) {
                     self.finish_attempt(t, *kind, *fx);
@@ -819,6 +850,8 @@ impl<B: Backend> Driver<B> {
             // Without a process, the only way for an attempt to end is a spawn error.
             (OutcomeKind::SpawnError.outcome(false), a.usage)
         } else {
+            // The reader that reported side effects live says so again at the end.
+            let side_effects = side_effects || a.side_effects;
             let usage = self.bump(task, attempt, attempt.0 as u8);
             (kind.outcome(side_effects), usage)
         };

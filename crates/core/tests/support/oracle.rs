@@ -65,9 +65,11 @@ pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
 }
 
 /// Where a task is in its grammar:
-/// `Queued Planned? SetUp? (Launching Started? (Stalled | Progress)* (Finished | Orphaned)
-/// Retry?)* Artifact? Worktree? Finished`, or `Finished` alone from pending; a planned worktree
-/// that was never set up may still be finalized (`Queued Planned Worktree? Finished`).
+/// `Queued Planned? SetUp? (Launching Continues? Started? (Stalled | Progress | SideEffects)*
+/// (Finished | Orphaned) Retry?)* Artifact? Worktree? Finished`, or `Finished` alone from
+/// pending; a planned worktree that was never set up may still be finalized
+/// (`Queued Planned Worktree? Finished`). `SideEffects` comes at most once per attempt and
+/// `Continues` at most once, before `Started`.
 ///
 /// DESIGN.md writes `Stalled* Progress*`; a live attempt goes silent (stalled) and speaks again
 /// (progress) in any order, and core accepts both orders, so the automaton does too.
@@ -77,10 +79,13 @@ enum G {
     Queued,
     Planned,
     SetUp,
-    /// Inside an attempt: whether `Started`, and whether a stall or progress came.
+    /// Inside an attempt: whether `Started`, whether a stall or progress came, whether its side
+    /// effects and its continued session were recorded.
     Attempt {
         started: bool,
         active: bool,
+        side: bool,
+        cont: bool,
     },
     AttemptEnded,
     Retried,
@@ -101,23 +106,65 @@ fn step(g: G, e: &Event) -> Option<G> {
         (Queued | SetUp | AttemptEnded | Retried, Event::AttemptLaunching { .. }) => Attempt {
             started: false,
             active: false,
+            side: false,
+            cont: false,
         },
         (
             Attempt {
                 started: false,
                 active: false,
+                side,
+                cont,
             },
             Event::AttemptStarted { .. },
         ) => Attempt {
             started: true,
             active: false,
+            side,
+            cont,
         },
-        (Attempt { started, .. }, Event::AttemptStalled { .. } | Event::AttemptProgress { .. }) => {
+        (
             Attempt {
                 started,
-                active: true,
-            }
-        }
+                side,
+                cont,
+                ..
+            },
+            Event::AttemptStalled { .. } | Event::AttemptProgress { .. },
+        ) => Attempt {
+            started,
+            active: true,
+            side,
+            cont,
+        },
+        (
+            Attempt {
+                started,
+                active,
+                side: false,
+                cont,
+            },
+            Event::AttemptSideEffects { .. },
+        ) => Attempt {
+            started,
+            active,
+            side: true,
+            cont,
+        },
+        (
+            Attempt {
+                started: false,
+                active,
+                side,
+                cont: false,
+            },
+            Event::AttemptContinues { .. },
+        ) => Attempt {
+            started: false,
+            active,
+            side,
+            cont: true,
+        },
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
         }
@@ -173,7 +220,9 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptProgress { attempt, .. }
         | Event::AttemptStalled { attempt, .. }
         | Event::AttemptFinished { attempt, .. }
-        | Event::AttemptOrphaned { attempt, .. } => Some(*attempt),
+        | Event::AttemptOrphaned { attempt, .. }
+        | Event::AttemptSideEffects { attempt, .. }
+        | Event::AttemptContinues { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -565,6 +614,12 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 usage: Usage::ZERO,
             });
             out.push(Event::AttemptStalled { task, attempt: a });
+            out.push(Event::AttemptSideEffects { task, attempt: a });
+            out.push(Event::AttemptContinues {
+                task,
+                attempt: a,
+                session: "/s".into(),
+            });
             out.push(Event::AttemptFinished {
                 task,
                 attempt: a,
