@@ -546,6 +546,14 @@ pub(crate) enum StoredEvent {
         branch: String,
         base: String,
     },
+    /// `Event::AttemptSideEffects` (appended after `WorktreePlanned`).
+    AttemptSideEffects { task: u32, attempt: u32 },
+    /// `Event::AttemptContinues` (appended after `AttemptSideEffects`).
+    AttemptContinues {
+        task: u32,
+        attempt: u32,
+        session: String,
+    },
 }
 
 impl From<&Event> for StoredEvent {
@@ -684,6 +692,19 @@ impl From<&Event> for StoredEvent {
                 path: path.clone(),
                 branch: branch.clone(),
                 base: base.clone(),
+            },
+            Event::AttemptSideEffects { task, attempt } => StoredEvent::AttemptSideEffects {
+                task: task.0,
+                attempt: attempt.0,
+            },
+            Event::AttemptContinues {
+                task,
+                attempt,
+                session,
+            } => StoredEvent::AttemptContinues {
+                task: task.0,
+                attempt: attempt.0,
+                session: session.clone(),
             },
         }
     }
@@ -824,6 +845,19 @@ impl TryFrom<StoredEvent> for Event {
                 path,
                 branch,
                 base,
+            },
+            StoredEvent::AttemptSideEffects { task, attempt } => Event::AttemptSideEffects {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+            },
+            StoredEvent::AttemptContinues {
+                task,
+                attempt,
+                session,
+            } => Event::AttemptContinues {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                session,
             },
         })
     }

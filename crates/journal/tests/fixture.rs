@@ -157,7 +157,7 @@ fn variants_appended_after_the_fixture_round_trip() {
     let mut names: Vec<&str> = events.iter().map(|(_, e)| e.name()).collect();
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 17, "every event variant, old and appended");
+    assert_eq!(names.len(), 19, "every event variant, old and appended");
 
     let j = Journal::create(&tmp.path().join("later")).unwrap();
     for (at, e) in &events {
@@ -176,6 +176,12 @@ fn variants_appended_after_the_fixture_round_trip() {
     let planned = state.tasks[0].worktree.as_ref().unwrap();
     assert_eq!(planned.branch, "sortie/fixture-v1/t0");
     assert_eq!(planned.base.len(), 40);
+    let attempts = &state.tasks[0].attempts;
+    assert!(attempts[0].side_effects, "AttemptSideEffects is replayed");
+    assert_eq!(
+        attempts[2].continues.as_deref(),
+        Some("/work/project/.sortie/runs/fixture-v1/sessions/0.2/s.jsonl")
+    );
     assert!(j.audit().is_clean());
 
     let first = support::appended_variants()

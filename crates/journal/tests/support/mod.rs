@@ -340,17 +340,37 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
 /// run records it. The committed fixture holds none of them; [`every_variant_and_later`] is the
 /// fixture's run with them, so that the fixture test covers them without a new fixture.
 pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
-    vec![(
-        // Before the TaskSetUp of t0 (record 3 of the fixture).
-        3,
-        Event::WorktreePlanned {
-            task: TaskId(0),
-            repo: "/work/project".into(),
-            path: "/work/project/.sortie/worktrees/fixture-v1/t0".into(),
-            branch: "sortie/fixture-v1/t0".into(),
-            base: "0123456789abcdef0123456789abcdef01234567".into(),
-        },
-    )]
+    vec![
+        (
+            // Before the TaskSetUp of t0 (record 3 of the fixture).
+            3,
+            Event::WorktreePlanned {
+                task: TaskId(0),
+                repo: "/work/project".into(),
+                path: "/work/project/.sortie/worktrees/fixture-v1/t0".into(),
+                branch: "sortie/fixture-v1/t0".into(),
+                base: "0123456789abcdef0123456789abcdef01234567".into(),
+            },
+        ),
+        (
+            // After the AttemptStarted of t0's attempt 1 (record 5 of the fixture).
+            6,
+            Event::AttemptSideEffects {
+                task: TaskId(0),
+                attempt: Attempt(1),
+            },
+        ),
+        (
+            // Right after the AttemptLaunching of t0's attempt 3 (record 16), which follows the
+            // orphaned attempt 2.
+            17,
+            Event::AttemptContinues {
+                task: TaskId(0),
+                attempt: Attempt(3),
+                session: "/work/project/.sortie/runs/fixture-v1/sessions/0.2/s.jsonl".into(),
+            },
+        ),
+    ]
 }
 
 /// [`every_variant`] with [`appended_variants`] inserted: a legal run that uses every variant,
@@ -363,7 +383,11 @@ pub(crate) fn every_variant_and_later() -> Vec<(Timestamp, Event)> {
     }
     for e in &mut events {
         if let Event::RunResumed { from_seq, .. } = e {
-            *from_seq = Seq(from_seq.0 + added.len() as u64);
+            let before = added
+                .iter()
+                .filter(|(i, _)| (*i as u64) <= from_seq.0)
+                .count();
+            *from_seq = Seq(from_seq.0 + before as u64);
         }
     }
     (0u64..).zip(events).map(|(i, e)| (at(i), e)).collect()
