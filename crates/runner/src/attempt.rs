@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::agent_home;
 use crate::process::{self, SpawnSpec};
 use crate::protocol::{self, Exit};
 use crate::statedir::now;
@@ -41,6 +42,18 @@ pub(crate) struct AttemptCtx {
     /// Where the attempt's stderr tail is kept for post-mortems
     /// (`<run-dir>/logs/<task>.<attempt>.stderr`).
     pub(crate) stderr_log: PathBuf,
+    /// The attempt's own agent config directory, prepared right before the spawn.
+    pub(crate) home: Option<HomePlan>,
+}
+
+/// Which agent home an attempt gets (see `agent_home`).
+#[derive(Debug, Clone)]
+pub(crate) struct HomePlan {
+    pub(crate) kind: agent_home::Kind,
+    /// `<run-dir>/agents/<task>.<attempt>`.
+    pub(crate) dir: PathBuf,
+    /// Where the user's own config is looked for.
+    pub(crate) user: agent_home::UserEnv,
 }
 
 /// A report from an attempt to the run loop.
@@ -157,6 +170,19 @@ fn keep_stderr(path: &std::path::Path, stderr: &str) {
     }
 }
 
+/// Prepares an agent home off the async threads (it copies files).
+async fn prepare_home(plan: HomePlan) -> Result<agent_home::AgentHome, agent_home::HomeError> {
+    let dir = plan.dir.clone();
+    tokio::task::spawn_blocking(move || agent_home::prepare(plan.kind, &plan.dir, &plan.user))
+        .await
+        .unwrap_or_else(|e| {
+            Err(agent_home::HomeError::Io {
+                path: dir,
+                source: std::io::Error::other(e.to_string()),
+            })
+        })
+}
+
 fn instant_of(t: Timestamp) -> Instant {
     Instant::now() + t.since(now())
 }
@@ -204,10 +230,29 @@ async fn run(
             return (o, Usage::ZERO, e.to_string());
         }
     };
+    let env = match &ctx.home {
+        None => ctx.env.clone(),
+        Some(plan) => match prepare_home(plan.clone()).await {
+            Ok(home) => home.child_env(&ctx.env),
+            Err(e) => {
+                let reason = match e {
+                    // A file operation may work next time; a broken user config will not.
+                    agent_home::HomeError::Io { .. } => StopReason::SpawnError,
+                    agent_home::HomeError::Invalid { .. } => StopReason::SetupError,
+                };
+                let msg = e.to_string();
+                return (
+                    AttemptOutcome::failed(reason, msg.clone()),
+                    Usage::ZERO,
+                    msg,
+                );
+            }
+        },
+    };
     let spec = SpawnSpec {
         argv,
         cwd: ctx.cwd.clone(),
-        env: ctx.env.clone(),
+        env,
         marker: ctx.marker.clone(),
     };
     let mut child = match process::spawn(&spec).await {

@@ -42,7 +42,7 @@ use crate::attempt::{self, AttemptCtx, AttemptHandle, Msg, StopRequest};
 use crate::batch::LoadedBatch;
 use crate::statedir::{self, OwnerLock, now};
 use crate::worktree::{self, Finalized};
-use crate::{Error, Result, process, prompt};
+use crate::{Error, Result, agent_home, process, prompt};
 
 /// The environment variable that marks every attempt's process with
 /// `<run>/<task>/<attempt>/<incarnation>`, so that resume finds a crashed run's children even
@@ -1147,6 +1147,10 @@ impl Engine {
             .agents
             .get(profile_name)
             .or_else(|| batch.agents.get(&spec.agent))?;
+        let mut vars = vars;
+        if spec.command.is_none() && profile.protocol == sortie_core::Protocol::PiJson {
+            vars.prompt = crate::protocol::pi::guard_prompt(&vars.prompt).into_owned();
+        }
         let argv = process::render_argv(profile, spec.command.as_deref(), &vars);
         let prior = sortie_core::Usage::sum(
             rec.attempts[..rec.attempts.len().saturating_sub(1)]
@@ -1157,12 +1161,23 @@ impl Engine {
             (Some(d), Some(ready)) => Some(ready.plus(d)),
             _ => None,
         };
+        let env = self.env.get(task.index()).cloned().unwrap_or_default();
+        // An agent that keeps state in a config directory gets its own per attempt, seeded
+        // from the user's (see `agent_home`); a task's own `command` is plain and gets none.
+        let home = agent_home::Kind::for_protocol(profile.protocol)
+            .filter(|_| spec.command.is_none())
+            .map(|kind| attempt::HomePlan {
+                kind,
+                dir: agent_home::dir_for(&self.run_dir, task.0, live.attempt.0),
+                user: agent_home::UserEnv::inherited(&env),
+            });
         Some(AttemptCtx {
             task,
             attempt: live.attempt,
             argv,
             cwd,
-            env: self.env.get(task.index()).cloned().unwrap_or_default(),
+            env,
+            home,
             marker: (
                 MARKER.to_owned(),
                 format!(

@@ -6,6 +6,7 @@
 //! against the state, appends it to the journal (durable on return), then applies it.
 
 mod admission;
+pub mod agent_home;
 mod attempt;
 pub mod batch;
 pub mod engine;
