@@ -117,11 +117,20 @@ impl AgentProfile {
         let profiles = [
             AgentProfile {
                 name: "pi".into(),
+                // Headless: JSON events, no session file, no start-up network traffic, none
+                // of the user's extensions, skills, prompt templates or themes (context files
+                // such as AGENTS.md still load). pi has no `--`: the runner guards a prompt
+                // that would read as an option or an @file.
                 command: s(&[
                     "pi",
                     "--mode",
                     "json",
                     "--no-session",
+                    "--offline",
+                    "--no-extensions",
+                    "--no-skills",
+                    "--no-prompt-templates",
+                    "--no-themes",
                     "{model_args}",
                     "{prompt}",
                 ]),
@@ -140,7 +149,9 @@ impl AgentProfile {
                     "--output-format",
                     "stream-json",
                     "--verbose",
+                    "--no-session-persistence",
                     "{model_args}",
+                    "--",
                     "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),

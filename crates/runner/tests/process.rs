@@ -404,31 +404,42 @@ fn vars(model: Option<&str>) -> Vars {
 
 #[test]
 fn render_argv_substitutes_placeholders_and_model_args() {
+    const HEADLESS: [&str; 9] = [
+        "pi",
+        "--mode",
+        "json",
+        "--no-session",
+        "--offline",
+        "--no-extensions",
+        "--no-skills",
+        "--no-prompt-templates",
+        "--no-themes",
+    ];
     let argv = render_argv(&profile(), None, &vars(Some("gpt-x"))).unwrap();
+    let mut want: Vec<&str> = HEADLESS.to_vec();
+    want.extend(["--model", "gpt-x", "fix {cwd} bug; echo $HOME"]);
     assert_eq!(
-        argv,
-        [
-            "pi",
-            "--mode",
-            "json",
-            "--no-session",
-            "--model",
-            "gpt-x",
-            "fix {cwd} bug; echo $HOME",
-        ],
+        argv, want,
         "the prompt is one argument and is not substituted again"
     );
     let argv = render_argv(&profile(), None, &vars(None)).unwrap();
+    let mut want: Vec<&str> = HEADLESS.to_vec();
+    want.push("fix {cwd} bug; echo $HOME");
     assert_eq!(
-        argv,
-        [
-            "pi",
-            "--mode",
-            "json",
-            "--no-session",
-            "fix {cwd} bug; echo $HOME"
-        ],
+        argv, want,
         "{{model_args}} expands to nothing without a model"
+    );
+}
+
+#[test]
+fn the_claude_profile_ends_its_options_before_the_prompt() {
+    let claude = AgentProfile::builtins()["claude"].clone();
+    let mut v = vars(Some("sonnet"));
+    v.prompt = "-p is not an option here".into();
+    let argv = render_argv(&claude, None, &v).unwrap();
+    assert_eq!(
+        argv[argv.len() - 4..],
+        ["--model", "sonnet", "--", "-p is not an option here"]
     );
 }
 
