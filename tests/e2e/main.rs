@@ -6,11 +6,13 @@
     reason = "the tests run the sortie binary and tools"
 )]
 
+mod agents;
 mod apply;
 mod bad_input;
 mod crash;
 mod graphs;
 mod mixed;
+mod real_pi;
 mod signals;
 mod support;
 mod worktree;

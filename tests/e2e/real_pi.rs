@@ -1,0 +1,453 @@
+//! The real pi (`@mariozechner/pi-coding-agent` 0.73.1, installed by `.ci/run`) under sortie,
+//! against the project's mock model server (`tests/mock-llm/server.py`, on 127.0.0.1): nothing
+//! contacts a model provider (pi runs with `--offline`, its only provider is the mock).
+//!
+//! One batch, four tasks at concurrency 4, so several pi processes run at once, each in its own
+//! agent home seeded from a fake user's `~/.pi/agent` (whose settings turn pi's retries *on*,
+//! so the test also shows that sortie turns them off):
+//! - `plain`: a plain answer → completed, the text is the mock's answer;
+//! - `tool`: a `bash` tool call (`echo hi > out.txt`), then an answer → completed, side effects
+//!   recorded, `out.txt` in the task's cwd;
+//! - `fallback`: `mock/bad` answers HTTP 500 every time → attempt 1 fails with `error` after a
+//!   single request (pi's own retries are off), attempt 2 on the fallback `mock/good` completes;
+//! - `stall`: `mock/hang` sends headers and then nothing → the stall watchdog marks attempt 1
+//!   stalled and stops it (`stalled`, transient), attempt 2 on `mock/good` completes.
+//!
+//! The journal's usage (the `audit` ledger, per model and in total, and the attempts in
+//! `export`) equals what the mock logged it served.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::support::{Scratch, event_kind, task_events, unique_run};
+
+const PI_VERSION: &str = "0.73.1";
+const ANSWER: &str = "Hello from the mock model.";
+
+/// Fails the test, saying how to install pi, unless `pi --version` is 0.73.1.
+fn require_pi() {
+    let out = Command::new("pi")
+        .arg("--version")
+        .env("PI_OFFLINE", "1")
+        .stdin(Stdio::null())
+        .output();
+    let version = match out {
+        // pi prints its version on stderr.
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout).trim(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("not runnable ({e})"),
+    };
+    assert!(
+        version == PI_VERSION,
+        "this test runs the real pi {PI_VERSION}, but `pi --version` is {version:?}: run \
+         `bash .ci/run` (or `npm install -g @mariozechner/pi-coding-agent@{PI_VERSION}`) first"
+    );
+}
+
+/// `tests/mock-llm/server.py`, running until dropped.
+struct MockServer {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl MockServer {
+    fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/server.py");
+        let log = dir.join("served.jsonl");
+        let mut cmd = Command::new("python3");
+        cmd.arg(script)
+            .arg("--log")
+            .arg(&log)
+            .args(["--answer", ANSWER, "--hang-seconds", "120"]);
+        for (id, kind) in models {
+            cmd.arg("--model").arg(format!("{id}={kind}"));
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the mock model server (python3)");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("piped stdout"))
+            .read_line(&mut first)
+            .expect("read the mock's port");
+        let port = first
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the mock printed {first:?}, not a port"));
+        MockServer { child, port, log }
+    }
+
+    /// Every response the mock logged.
+    fn served(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("the mock logs JSON lines"))
+            .collect()
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Token counts as the ledger keeps them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tokens {
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+}
+
+impl Tokens {
+    fn of(v: &Value) -> Tokens {
+        let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+        Tokens {
+            input: n("input"),
+            output: n("output"),
+            cache_read: n("cache_read"),
+            cache_write: n("cache_write"),
+        }
+    }
+
+    fn add(&mut self, o: Tokens) {
+        self.input += o.input;
+        self.output += o.output;
+        self.cache_read += o.cache_read;
+        self.cache_write += o.cache_write;
+    }
+
+    /// The cost at the test's price ($3 / $15 / $0.30 / $3.75 per Mtok) in nano-dollars.
+    fn nanos(self) -> u64 {
+        self.input * 3_000 + self.output * 15_000 + self.cache_read * 300 + self.cache_write * 3_750
+    }
+}
+
+/// Every file under `dir` (relative path → bytes, or `-> target` for a symlink).
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = entry.path();
+            let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
+            let meta = std::fs::symlink_metadata(&p).expect("metadata");
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&p).expect("read_link");
+                out.insert(rel, format!("-> {}", target.display()));
+            } else if meta.is_dir() {
+                out.insert(rel, "<dir>".into());
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).expect("read");
+                out.insert(rel, String::from_utf8_lossy(&bytes).into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// A fake user whose `~/.pi/agent` points pi at the mock, with pi's retries on.
+fn fake_user(home: &Path, port: u16) -> PathBuf {
+    let agent = home.join(".pi/agent");
+    std::fs::create_dir_all(agent.join("sessions")).expect("mkdir");
+    let model = |id: &str| {
+        serde_json::json!({
+            "id": id, "contextWindow": 128000, "maxTokens": 4096,
+            "cost": {"input": 3, "output": 15, "cacheRead": 0.3, "cacheWrite": 3.75}
+        })
+    };
+    let models = serde_json::json!({"providers": {"mock": {
+        "baseUrl": format!("http://127.0.0.1:{port}/v1"),
+        "api": "openai-completions",
+        "apiKey": "mock-key",
+        "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false,
+                   "supportsStore": false},
+        "models": [model("good"), model("tool"), model("bad"), model("hang")]
+    }}});
+    std::fs::write(agent.join("models.json"), models.to_string()).expect("models.json");
+    // The user's own settings keep pi's retries on: 12 requests and ~21 s per failed call.
+    std::fs::write(
+        agent.join("settings.json"),
+        r#"{"retry":{"enabled":true,"maxRetries":3},"quietStartup":true}"#,
+    )
+    .expect("settings.json");
+    std::fs::write(agent.join("auth.json"), "{}").expect("auth.json");
+    std::fs::write(agent.join("sessions/old.jsonl"), "{\"type\":\"session\"}\n").expect("old");
+    agent
+}
+
+/// The attempts of task number `task`: (attempt, model, status, stop reason, error, output).
+fn attempts(events: &[Value], task: usize) -> Vec<(u64, String, String, String, String, String)> {
+    let models: BTreeMap<u64, String> = task_events(events, "AttemptLaunching", task)
+        .iter()
+        .map(|b| {
+            (
+                b["attempt"].as_u64().expect("attempt"),
+                b["model"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    task_events(events, "AttemptFinished", task)
+        .iter()
+        .map(|b| {
+            let a = b["attempt"].as_u64().expect("attempt");
+            let o = &b["outcome"];
+            let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+            (
+                a,
+                models.get(&a).cloned().unwrap_or_default(),
+                s(&o["status"]),
+                s(&o["stop_reason"]),
+                s(&o["error"]),
+                s(&b["output"]),
+            )
+        })
+        .collect()
+}
+
+/// The most attempts the journal shows live at once.
+fn most_at_once(events: &[Value]) -> usize {
+    let (mut live, mut most) = (0usize, 0usize);
+    for e in events {
+        match event_kind(e).0 {
+            "AttemptStarted" => {
+                live += 1;
+                most = most.max(live);
+            }
+            "AttemptFinished" => live = live.saturating_sub(1),
+            _ => {}
+        }
+    }
+    most
+}
+
+#[test]
+fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_served() {
+    require_pi();
+    let s = Scratch::new();
+    let mock = MockServer::start(
+        s.path(),
+        &[
+            ("good", "answer"),
+            ("tool", "tool"),
+            ("bad", "error500"),
+            ("hang", "hang"),
+        ],
+    );
+    let home = s.path().join("home");
+    let user_agent = fake_user(&home, mock.port);
+    let before = snapshot(&home);
+    for dir in ["work/plain", "work/tool", "work/fallback", "work/stall"] {
+        std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
+    }
+    let run = unique_run("real-pi");
+    let batch = s.write(
+        "batch.toml",
+        "concurrency = 4\n\n\
+         [defaults]\nagent = \"pi\"\nmax_retries = 1\nattempt_timeout = \"2m\"\n\n\
+         [[tasks]]\nlabel = \"plain\"\ncwd = \"work/plain\"\nmodel = \"mock/good\"\n\
+         prompt = \"Say hello.\"\n\n\
+         [[tasks]]\nlabel = \"tool\"\ncwd = \"work/tool\"\nmodel = \"mock/tool\"\n\
+         prompt = \"Write hi into out.txt.\"\n\n\
+         [[tasks]]\nlabel = \"fallback\"\ncwd = \"work/fallback\"\nmodel = \"mock/bad\"\n\
+         fallback_models = [\"mock/good\"]\nprompt = \"Say hello.\"\n\n\
+         [[tasks]]\nlabel = \"stall\"\ncwd = \"work/stall\"\nmodel = \"mock/hang\"\n\
+         fallback_models = [\"mock/good\"]\nstall_after = \"5s\"\nstall_kill_after = \"3s\"\n\
+         prompt = \"Say hello.\"\n",
+    );
+    let started = std::time::Instant::now();
+    let out = s
+        .sortie()
+        .env("HOME", &home)
+        .env_remove("PI_CODING_AGENT_DIR")
+        .env_remove("PI_CODING_AGENT_SESSION_DIR")
+        .args(["run", "--run-id", &run])
+        .arg(&batch)
+        .output()
+        .expect("run sortie");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
+
+    let events = s.events(&run);
+    // plain: one attempt, completed, the mock's answer.
+    let plain = attempts(&events, 0);
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert_eq!(
+        (plain[0].2.as_str(), plain[0].3.as_str()),
+        ("completed", "completed")
+    );
+    assert_eq!(plain[0].5, ANSWER);
+
+    // tool: completed, the bash call's side effect seen and done in the task's cwd.
+    let tool = attempts(&events, 1);
+    assert_eq!(tool.len(), 1, "{tool:?}");
+    assert_eq!(tool[0].2, "completed", "{tool:?}");
+    assert_eq!(tool[0].5, ANSWER);
+    let finished = task_events(&events, "AttemptFinished", 1);
+    assert_eq!(finished[0]["outcome"]["side_effects"], true);
+    assert_eq!(
+        std::fs::read_to_string(s.path().join("work/tool/out.txt")).expect("out.txt"),
+        "hi\n"
+    );
+
+    // fallback: attempt 1 on mock/bad failed with a provider error, attempt 2 on mock/good.
+    let fb = attempts(&events, 2);
+    assert_eq!(fb.len(), 2, "{fb:?}");
+    assert_eq!(
+        (fb[0].1.as_str(), fb[0].2.as_str(), fb[0].3.as_str()),
+        ("mock/bad", "failed", "error"),
+        "{fb:?}"
+    );
+    assert!(fb[0].4.contains("500"), "{fb:?}");
+    assert_eq!(
+        (fb[1].1.as_str(), fb[1].2.as_str()),
+        ("mock/good", "completed")
+    );
+    assert_eq!(fb[1].5, ANSWER);
+
+    // stall: attempt 1 on mock/hang marked stalled, then stopped as stalled; attempt 2 done.
+    let st = attempts(&events, 3);
+    assert_eq!(st.len(), 2, "{st:?}");
+    assert_eq!(
+        (st[0].1.as_str(), st[0].3.as_str()),
+        ("mock/hang", "stalled"),
+        "{st:?}"
+    );
+    assert_eq!(task_events(&events, "AttemptStalled", 3).len(), 1);
+    assert_eq!(
+        (st[1].1.as_str(), st[1].2.as_str()),
+        ("mock/good", "completed")
+    );
+
+    // pi's own retries were off: one request to the failing model, one to the hanging one.
+    let served = mock.served();
+    let requests = |model: &str| served.iter().filter(|r| r["model"] == model).count();
+    assert_eq!(requests("bad"), 1, "pi retried on its own: {served:?}");
+    assert_eq!(requests("hang"), 1, "{served:?}");
+    assert_eq!(requests("tool"), 2, "{served:?}");
+    assert_eq!(requests("good"), 3, "{served:?}");
+    assert!(
+        took < std::time::Duration::from_secs(90),
+        "the run took {took:?}: pi's own retry loops were not off"
+    );
+
+    // Several pi processes ran at once, each in its own home under the run dir.
+    assert!(
+        most_at_once(&events) >= 3,
+        "the attempts did not overlap: {}",
+        most_at_once(&events)
+    );
+    let agents = s.state_dir().join("runs").join(&run).join("agents");
+    let mut homes: Vec<String> = std::fs::read_dir(&agents)
+        .expect("the run has agent homes")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    homes.sort();
+    assert_eq!(homes, ["0.1", "1.1", "2.1", "2.2", "3.1", "3.2"]);
+    for h in &homes {
+        let dir = agents.join(h);
+        let settings: Value = serde_json::from_slice(
+            &std::fs::read(dir.join("settings.json")).expect("the home's settings.json"),
+        )
+        .expect("JSON settings");
+        assert_eq!(settings["retry"]["enabled"], false, "{h}: {settings}");
+        assert_eq!(settings["retry"]["provider"]["maxRetries"], 0, "{h}");
+        assert_eq!(
+            settings["quietStartup"], true,
+            "{h}: the user's settings are kept"
+        );
+        let auth = dir.join("auth.json");
+        assert!(
+            std::fs::symlink_metadata(&auth)
+                .expect("auth.json")
+                .file_type()
+                .is_symlink(),
+            "{h}: credentials are linked, not copied"
+        );
+        assert_eq!(
+            std::fs::read_link(&auth).expect("link"),
+            user_agent.join("auth.json")
+        );
+        assert!(dir.join("models.json").is_file(), "{h}");
+        assert!(
+            !dir.join("sessions").exists(),
+            "{h}: sessions are not seeded"
+        );
+    }
+    // Nothing was written to the fake user's home (pi may touch its credentials file only).
+    let mut after = snapshot(&home);
+    let mut before = before;
+    let auth_key = PathBuf::from(".pi/agent/auth.json");
+    before.remove(&auth_key);
+    let auth_after = after.remove(&auth_key).expect("auth.json is still there");
+    assert!(serde_json::from_str::<Value>(&auth_after).is_ok());
+    assert_eq!(before, after, "the user's pi dir changed");
+
+    // The journal's usage is what the mock served: per model, in total, and per attempt.
+    let mut served_by_model: BTreeMap<String, Tokens> = BTreeMap::new();
+    let mut served_total = Tokens::default();
+    for r in &served {
+        let t = Tokens::of(&r["tokens"]);
+        let model = format!("mock/{}", r["model"].as_str().expect("a model"));
+        served_by_model.entry(model).or_default().add(t);
+        served_total.add(t);
+    }
+    let audit = s.audit_clean(&run);
+    let ledger = &audit["ledger"];
+    assert_eq!(
+        Tokens::of(&ledger["total"]),
+        served_total,
+        "audit: {ledger}"
+    );
+    for row in ledger["models"].as_array().expect("ledger models") {
+        let model = row[0].as_str().expect("every attempt had a model");
+        let served = served_by_model.get(model).copied().unwrap_or_default();
+        assert_eq!(Tokens::of(&row[1]), served, "model {model}: {ledger}");
+    }
+    let mut exported = Tokens::default();
+    let mut turns = 0;
+    for e in &events {
+        if let ("AttemptFinished", b) = event_kind(e) {
+            exported.add(Tokens::of(&b["usage"]));
+            turns += b["usage"]["turns"].as_u64().expect("turns");
+        }
+    }
+    assert_eq!(exported, served_total, "export");
+    // One turn per assistant message: 1 (plain) + 2 (tool) + 1 + 1 (fallback) + 1 (stall).
+    assert_eq!(turns, 6);
+    // Cost: pi prices what it read at the models.json price; the ledger keeps nano-dollars.
+    let cost = ledger["total"]["cost"]["nanos"].as_u64().expect("nanos");
+    let want = served_total.nanos();
+    assert!(
+        cost.abs_diff(want) <= 6,
+        "cost {cost} nanos, served tokens at the price make {want}"
+    );
+    // The attempt stopped while its request hung never heard what that request cost: unknown,
+    // which the ledger says (one unreported part), rather than a made-up zero.
+    assert_eq!(ledger["total"]["cost"]["unreported"], 1, "{ledger}");
+    for row in ledger["models"].as_array().expect("ledger models") {
+        let unreported = u64::from(row[0] == "mock/hang");
+        assert_eq!(row[1]["cost"]["unreported"], unreported, "{ledger}");
+    }
+    println!(
+        "served {served_total:?} ({} responses); journaled {:?}, cost {cost} nanos; took {took:?}",
+        served.len(),
+        Tokens::of(&ledger["total"])
+    );
+}
