@@ -269,7 +269,12 @@ impl Engine {
             state_dir: state_dir.to_path_buf(),
             run_id,
             run_dir,
-            journal: Arc::new(journal),
+            journal: {
+                // The journal is the product: an acknowledged event survives a power loss too,
+                // not only the death of this process. Group commit shares the fdatasync.
+                journal.set_durability(sortie_journal::Durability::Sync);
+                Arc::new(journal)
+            },
             _lock: lock,
             env,
             state: RunState::new(),
@@ -442,7 +447,7 @@ impl Engine {
                 }
                 self.commit(round.events)?;
                 for task in round.launch {
-                    self.launch(task);
+                    self.launch(task)?;
                 }
                 for (task, result) in round.write_artifacts {
                     self.write_artifact(task, result)?;
@@ -610,6 +615,12 @@ impl Engine {
                 }
             }
             Msg::Stalled { task, attempt } => Event::AttemptStalled { task, attempt },
+            Msg::SideEffects { task, attempt } => {
+                if self.state.task(task)?.attempts.last()?.side_effects {
+                    return None;
+                }
+                Event::AttemptSideEffects { task, attempt }
+            }
             Msg::Finished {
                 task,
                 attempt,
@@ -1112,16 +1123,60 @@ impl Engine {
         }
     }
 
-    /// Spawns the attempt that was just journaled as launching.
-    fn launch(&mut self, task: TaskId) {
-        let Some(ctx) = self.attempt_ctx(task) else {
-            return;
+    /// Spawns the attempt that was just journaled as launching. An attempt that continues an
+    /// interrupted attempt's session has `AttemptContinues` journaled first.
+    fn launch(&mut self, task: TaskId) -> Result<()> {
+        let Some((ctx, continues)) = self.attempt_ctx(task) else {
+            return Ok(());
         };
+        if let Some(session) = continues {
+            self.commit(vec![Event::AttemptContinues {
+                task,
+                attempt: ctx.attempt,
+                session,
+            }])?;
+        }
         let handle = attempt::start(ctx, self.tx.clone());
         self.live.insert(task, handle);
+        Ok(())
     }
 
-    fn attempt_ctx(&self, task: TaskId) -> Option<AttemptCtx> {
+    /// The session arguments of a live attempt of a continuable pi profile (see
+    /// [`process::SESSION_ARGS`]): its own session directory under the run dir, and, when the
+    /// task's previous attempt was interrupted (a crash or a Ctrl-C) and left a session file,
+    /// that file to continue. Returns the directory, the arguments and the continued session.
+    fn session_plan(
+        &self,
+        task: TaskId,
+        rec: &TaskRecord,
+        attempt: Attempt,
+    ) -> (PathBuf, Vec<String>, Option<String>) {
+        let dir = session_dir(&self.run_dir, task, attempt);
+        let mut args = vec!["--session-dir".to_owned(), dir.display().to_string()];
+        let previous = rec
+            .attempts
+            .len()
+            .checked_sub(2)
+            .and_then(|i| rec.attempts.get(i));
+        let continued = previous
+            .filter(|p| {
+                p.outcome()
+                    .is_some_and(|o| o.stop_reason == StopReason::Interrupted)
+            })
+            .and_then(|p| {
+                p.continues
+                    .clone()
+                    .filter(|s| Path::new(s).is_file())
+                    .or_else(|| latest_session(&session_dir(&self.run_dir, task, p.attempt)))
+            });
+        if let Some(session) = &continued {
+            args.push("--session".to_owned());
+            args.push(session.clone());
+        }
+        (dir, args, continued)
+    }
+
+    fn attempt_ctx(&self, task: TaskId) -> Option<(AttemptCtx, Option<String>)> {
         let batch = self.state.batch.as_ref()?;
         let spec = self.state.spec(task)?;
         let rec = self.state.task(task)?;
@@ -1151,7 +1206,25 @@ impl Engine {
         if spec.command.is_none() && profile.protocol == sortie_core::Protocol::PiJson {
             vars.prompt = crate::protocol::pi::guard_prompt(&vars.prompt).into_owned();
         }
-        let argv = process::render_argv(profile, spec.command.as_deref(), &vars);
+        let protocol = if spec.command.is_some() {
+            sortie_core::Protocol::Plain
+        } else {
+            profile.protocol
+        };
+        let pi = matches!(
+            protocol,
+            sortie_core::Protocol::PiJson | sortie_core::Protocol::PiRpc
+        );
+        let (session_dir, session_args, continues) = if pi && profile.can_continue {
+            let (dir, args, continues) = self.session_plan(task, rec, live.attempt);
+            (Some(dir), args, continues)
+        } else {
+            (None, Vec::new(), None)
+        };
+        let drive = (protocol == sortie_core::Protocol::PiRpc)
+            .then(|| attempt::Drive::pi_rpc(&vars.prompt, profile.can_steer));
+        let argv = process::render_argv(profile, spec.command.as_deref(), &vars)
+            .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &session_args));
         let prior = sortie_core::Usage::sum(
             rec.attempts[..rec.attempts.len().saturating_sub(1)]
                 .iter()
@@ -1171,42 +1244,44 @@ impl Engine {
                 dir: agent_home::dir_for(&self.run_dir, task.0, live.attempt.0),
                 user: agent_home::UserEnv::inherited(&env),
             });
-        Some(AttemptCtx {
-            task,
-            attempt: live.attempt,
-            argv,
-            cwd,
-            env,
-            home,
-            marker: (
-                MARKER.to_owned(),
-                format!(
-                    "{}/{}/{}/{:x}",
-                    self.run_id,
-                    task.0,
-                    live.attempt.0,
-                    self.incarnation()
+        Some((
+            AttemptCtx {
+                task,
+                attempt: live.attempt,
+                argv,
+                cwd,
+                env,
+                home,
+                marker: (
+                    MARKER.to_owned(),
+                    format!(
+                        "{}/{}/{}/{:x}",
+                        self.run_id,
+                        task.0,
+                        live.attempt.0,
+                        self.incarnation()
+                    ),
                 ),
-            ),
-            stderr_log: self
-                .run_dir
-                .join("logs")
-                .join(format!("{}.{}.stderr", task.0, live.attempt.0)),
-            protocol: if spec.command.is_some() {
-                sortie_core::Protocol::Plain
-            } else {
-                profile.protocol
+                stderr_log: self
+                    .run_dir
+                    .join("logs")
+                    .join(format!("{}.{}.stderr", task.0, live.attempt.0)),
+                protocol,
+                grace_turns: spec.grace_turns,
+                drive,
+                session_dir,
+                attempt_timeout: spec.attempt_timeout,
+                deadline_at,
+                stall_after: spec.stall_after,
+                stall_kill_after: spec.stall_kill_after,
+                kill_grace: spec.kill_grace,
+                max_turns: spec.max_turns,
+                max_tokens: spec.max_tokens,
+                max_cost_nanos: spec.max_cost_nanos,
+                prior,
             },
-            attempt_timeout: spec.attempt_timeout,
-            deadline_at,
-            stall_after: spec.stall_after,
-            stall_kill_after: spec.stall_kill_after,
-            kill_grace: spec.kill_grace,
-            max_turns: spec.max_turns,
-            max_tokens: spec.max_tokens,
-            max_cost_nanos: spec.max_cost_nanos,
-            prior,
-        })
+            continues,
+        ))
     }
 
     /// Writes a finished task's artifact atomically, then journals it. A failed write ends the
@@ -1499,6 +1574,27 @@ fn parse_marker(value: &str, run: &RunId) -> Option<(TaskId, Attempt, Option<u64
         None => None,
     };
     Some((TaskId(task), Attempt(attempt), incarnation))
+}
+
+/// Where attempt `attempt` of `task` keeps its agent session: `<run-dir>/sessions/<task>.<attempt>`.
+fn session_dir(run_dir: &Path, task: TaskId, attempt: Attempt) -> PathBuf {
+    run_dir
+        .join("sessions")
+        .join(format!("{}.{}", task.0, attempt.0))
+}
+
+/// The most recently modified session file (`*.jsonl`) in a session directory, if any.
+fn latest_session(dir: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| {
+            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((modified, e.path()))
+        })
+        .max()
+        .map(|(_, p)| p.display().to_string())
 }
 
 /// A deterministic jitter seed for a task's retry.
