@@ -59,6 +59,10 @@ pub enum Protocol {
     ClaudeStreamJson,
     /// `codex exec --json`.
     CodexJson,
+    /// `pi --mode rpc`: the same event stream as `pi --mode json`, plus command responses;
+    /// the prompt is sent as a command on stdin, which also lets sortie steer the agent (ask
+    /// it to wrap up on a budget breach). Appended after the first v1 journal fixture.
+    PiRpc,
 }
 
 impl Protocol {
@@ -69,6 +73,7 @@ impl Protocol {
             Protocol::PiJson => "pi-json",
             Protocol::ClaudeStreamJson => "claude-stream-json",
             Protocol::CodexJson => "codex-json",
+            Protocol::PiRpc => "pi-rpc",
         }
     }
 
@@ -79,6 +84,7 @@ impl Protocol {
             Protocol::PiJson,
             Protocol::ClaudeStreamJson,
             Protocol::CodexJson,
+            Protocol::PiRpc,
         ]
         .into_iter()
         .find(|p| p.as_str() == name)
@@ -111,7 +117,12 @@ pub struct AgentProfile {
 }
 
 impl AgentProfile {
-    /// The built-in profiles: `pi`, `claude`, `codex` and `command`.
+    /// The built-in profiles: `pi`, `pi-rpc`, `claude`, `codex` and `command`.
+    ///
+    /// `pi-rpc` runs pi in RPC mode: the prompt goes to pi's stdin as a command, so that
+    /// sortie can ask it to wrap up when a budget runs out (`can_steer`), and pi keeps its
+    /// session under the run dir (`{session_args}`), so that a retry after a crash or an
+    /// interrupt continues the conversation (`can_continue`).
     pub fn builtins() -> BTreeMap<String, AgentProfile> {
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
         let profiles = [
@@ -169,6 +180,27 @@ impl AgentProfile {
                 env_keys: vec![],
                 can_steer: false,
                 can_continue: false,
+                may_write: true,
+            },
+            AgentProfile {
+                name: "pi-rpc".into(),
+                command: s(&[
+                    "pi",
+                    "--mode",
+                    "rpc",
+                    "--offline",
+                    "--no-extensions",
+                    "--no-skills",
+                    "--no-prompt-templates",
+                    "--no-themes",
+                    "{session_args}",
+                    "{model_args}",
+                ]),
+                model_args: s(&["--model", "{model}"]),
+                protocol: Protocol::PiRpc,
+                env_keys: vec![],
+                can_steer: true,
+                can_continue: true,
                 may_write: true,
             },
             AgentProfile {
