@@ -144,7 +144,8 @@ mirror_enum!(
 );
 mirror_enum!(
     /// Mirrors `sortie_core::Protocol`.
-    ProtocolV1 <=> Protocol { Plain, PiJson, ClaudeStreamJson, CodexJson }
+    // PiRpc was appended after the first v1 fixture: the earlier variants encode as before.
+    ProtocolV1 <=> Protocol { Plain, PiJson, ClaudeStreamJson, CodexJson, PiRpc }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::StopReason`.
