@@ -119,7 +119,7 @@ impl Kind {
     /// The kind of home an attempt speaking `protocol` gets; `None` for `plain`.
     pub fn for_protocol(protocol: Protocol) -> Option<Kind> {
         match protocol {
-            Protocol::PiJson => Some(Kind::Pi),
+            Protocol::PiJson | Protocol::PiRpc => Some(Kind::Pi),
             Protocol::ClaudeStreamJson => Some(Kind::Claude),
             Protocol::CodexJson => Some(Kind::Codex),
             Protocol::Plain => None,

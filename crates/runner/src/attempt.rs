@@ -2,6 +2,12 @@
 //! watch the clocks (attempt timeout, deadline, stall), enforce the budgets, stop the process
 //! group when told to (first stop reason wins), and report everything to the run loop as
 //! [`Msg`]s. The attempt never touches the journal: the run loop turns its reports into events.
+//!
+//! An agent driven over stdin (pi's RPC mode, [`Drive`]) gets its prompt as a command, and its
+//! stdin is closed once its run ended (it exits then). On a budget breach a steerable agent is
+//! asked to wrap up and given `grace_turns` more turns; when it ends within them the attempt is
+//! partial (budget) and "wrapped up", otherwise it is stopped. An agent that cannot be steered
+//! is stopped at once. Either way the output so far is kept.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,11 +19,40 @@ use tokio::time::Instant;
 
 use crate::agent_home;
 use crate::process::{self, SpawnSpec};
-use crate::protocol::{self, Exit};
+use crate::protocol::{self, Exit, RunPhase};
 use crate::statedir::now;
 
 /// How often at most a progress report is sent while usage moves.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+/// How long a driven agent whose last call failed may stay silent before its stdin is closed:
+/// pi announces a retry of its own (`auto_retry_start`) right after such a run's end.
+const RETRY_SETTLE: Duration = Duration::from_secs(2);
+
+/// What sortie tells an agent whose budget ran out, when it can be steered.
+pub(crate) const WRAP_UP: &str = "You have reached your budget for this task. Stop starting new \
+work: give your final answer now, summarizing what you did and what is left.";
+
+/// How an agent driven over stdin is driven (pi's RPC mode).
+#[derive(Debug, Clone)]
+pub(crate) struct Drive {
+    /// The first command line: the prompt.
+    pub(crate) prompt_command: String,
+    /// The command line that asks the agent to wrap up, when it can be steered.
+    pub(crate) wrap_up_command: Option<String>,
+}
+
+impl Drive {
+    /// pi's RPC mode: `prompt`, and `steer` to wrap up.
+    pub(crate) fn pi_rpc(prompt: &str, can_steer: bool) -> Drive {
+        let command = |kind: &str, message: &str| {
+            serde_json::json!({ "type": kind, "message": message }).to_string()
+        };
+        Drive {
+            prompt_command: command("prompt", prompt),
+            wrap_up_command: can_steer.then(|| command("steer", WRAP_UP)),
+        }
+    }
+}
 
 /// What an attempt needs to know.
 #[derive(Debug, Clone)]
@@ -37,6 +72,12 @@ pub(crate) struct AttemptCtx {
     pub(crate) max_turns: Option<u32>,
     pub(crate) max_tokens: Option<u64>,
     pub(crate) max_cost_nanos: Option<u64>,
+    /// Turns granted to wrap up after a budget breach (steerable agents only).
+    pub(crate) grace_turns: u32,
+    /// Set for an agent driven over stdin.
+    pub(crate) drive: Option<Drive>,
+    /// The agent's session directory, created before the spawn (continuable profiles).
+    pub(crate) session_dir: Option<PathBuf>,
     /// The usage of the task's earlier attempts (budgets cover the whole task).
     pub(crate) prior: Usage,
     /// Where the attempt's stderr tail is kept for post-mortems
@@ -74,6 +115,11 @@ pub(crate) enum Msg {
         task: TaskId,
         attempt: Attempt,
     },
+    /// The agent ran a side-effecting tool (sent once).
+    SideEffects {
+        task: TaskId,
+        attempt: Attempt,
+    },
     Finished {
         task: TaskId,
         attempt: Attempt,
@@ -89,6 +135,7 @@ impl Msg {
             Msg::Started { task, .. }
             | Msg::Progress { task, .. }
             | Msg::Stalled { task, .. }
+            | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. } => *task,
         }
     }
@@ -98,6 +145,7 @@ impl Msg {
             Msg::Started { attempt, .. }
             | Msg::Progress { attempt, .. }
             | Msg::Stalled { attempt, .. }
+            | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. } => *attempt,
         }
     }
@@ -106,6 +154,14 @@ impl Msg {
 enum Step {
     Line(Option<process::Line>),
     Exit(Result<Exit, process::WaitError>),
+}
+
+/// A wrap-up request sent to a steerable agent after a budget breach.
+struct WrapUp {
+    /// Which budget, for people.
+    why: String,
+    /// The task's turns when it was sent.
+    at_turns: u32,
 }
 
 /// A request to stop an attempt.
@@ -187,6 +243,15 @@ fn instant_of(t: Timestamp) -> Instant {
     Instant::now() + t.since(now())
 }
 
+/// An attempt's final usage: the counters never below what progress showed, but whether the
+/// cost is known is the reader's last word (Claude Code's cost is unknown until its `result`
+/// line, which then reports it).
+pub(crate) fn final_usage(last_word: Usage, seen: &Usage) -> Usage {
+    let mut u = last_word.max(seen);
+    u.cost.unreported = last_word.cost.unreported;
+    u
+}
+
 /// Which budget, if any, the task's usage has reached.
 fn budget_breach(ctx: &AttemptCtx, usage: &Usage) -> Option<String> {
     let total = ctx.prior.plus(usage);
@@ -255,7 +320,22 @@ async fn run(
         env,
         marker: ctx.marker.clone(),
     };
-    let mut child = match process::spawn(&spec).await {
+    if let Some(dir) = &ctx.session_dir
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        let msg = format!("cannot create the session directory {}: {e}", dir.display());
+        return (
+            AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+            Usage::ZERO,
+            msg,
+        );
+    }
+    let spawned = if ctx.drive.is_some() {
+        process::spawn_piped(&spec).await
+    } else {
+        process::spawn(&spec).await
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let msg = e.to_string();
@@ -275,6 +355,17 @@ async fn run(
     });
 
     let mut reader = protocol::reader_for(ctx.protocol);
+    let mut stdin = child.take_stdin();
+    if let (Some(drive), Some(w)) = (&ctx.drive, stdin.as_mut())
+        && let Err(e) = w.send_line(&drive.prompt_command).await
+    {
+        // It exited at once; its exit and stderr say why.
+        tracing::debug!("cannot send the prompt to attempt {}: {e}", ctx.attempt);
+        stdin = None;
+    }
+    let mut settle_at: Option<Instant> = None;
+    let mut wrap_up: Option<WrapUp> = None;
+    let mut side_effects_sent = false;
     let stopper = child.stopper();
     let timeout_at = Instant::now() + ctx.attempt_timeout;
     let deadline_at = ctx.deadline_at.map(instant_of);
@@ -325,11 +416,59 @@ async fn run(
                     }
                     if let Some(p) = reader.line(&line.text) {
                         usage = usage.max(&p.usage);
-                        if stop.is_none()
+                        if p.side_effects && !side_effects_sent {
+                            side_effects_sent = true;
+                            let _ = tx.send(Msg::SideEffects { task, attempt });
+                        }
+                        let phase = reader.run_phase();
+                        if stop.is_none() && wrap_up.is_none()
                             && let Some(why) = budget_breach(&ctx, &usage)
                         {
-                            let req = StopRequest { reason: StopReason::Budget, phase: None, message: why };
+                            let steer = ctx.drive.as_ref().and_then(|d| d.wrap_up_command.as_ref());
+                            match (steer, stdin.as_mut()) {
+                                (Some(cmd), Some(w)) if ctx.grace_turns > 0 => {
+                                    if w.send_line(cmd).await.is_ok() {
+                                        let at_turns = ctx.prior.plus(&usage).turns;
+                                        wrap_up = Some(WrapUp { why, at_turns });
+                                    } else {
+                                        let message = format!("{why}; stopped (the wrap-up request could not be sent)");
+                                        let req = StopRequest { reason: StopReason::Budget, phase: None, message };
+                                        request_stop(req, &mut stop, &mut stop_task);
+                                    }
+                                }
+                                (Some(_), Some(_)) => {
+                                    let message = format!("{why}; stopped at once (grace_turns = 0), not wrapped up");
+                                    let req = StopRequest { reason: StopReason::Budget, phase: None, message };
+                                    request_stop(req, &mut stop, &mut stop_task);
+                                }
+                                _ => {
+                                    let message = format!("{why}; stopped at once (the agent cannot be steered), not wrapped up");
+                                    let req = StopRequest { reason: StopReason::Budget, phase: None, message };
+                                    request_stop(req, &mut stop, &mut stop_task);
+                                }
+                            }
+                        } else if stop.is_none()
+                            && let Some(w) = &wrap_up
+                            && ctx.prior.plus(&usage).turns >= w.at_turns.saturating_add(ctx.grace_turns)
+                            && phase == RunPhase::Working
+                        {
+                            let message = format!(
+                                "{}; asked to wrap up, but still working after {} grace turn(s): \
+                                 stopped, not wrapped up",
+                                w.why, ctx.grace_turns
+                            );
+                            let req = StopRequest { reason: StopReason::Budget, phase: None, message };
                             request_stop(req, &mut stop, &mut stop_task);
+                        }
+                    }
+                    if stdin.is_some() {
+                        match reader.run_phase() {
+                            // Its run ended: closing stdin lets it exit.
+                            RunPhase::Ended { failed: false } => stdin = None,
+                            RunPhase::Ended { failed: true } => {
+                                settle_at.get_or_insert_with(|| Instant::now() + RETRY_SETTLE);
+                            }
+                            _ => settle_at = None,
                         }
                     }
                     if usage != sent_usage && last_sent.elapsed() >= PROGRESS_EVERY {
@@ -349,6 +488,11 @@ async fn run(
                 let _ = tx.send(Msg::Progress { task, attempt, usage });
                 sent_usage = usage;
                 last_sent = Instant::now();
+            }
+            _ = tokio::time::sleep_until(settle_at.unwrap_or(far)), if settle_at.is_some() => {
+                // The failed run was not retried by the agent itself: let it exit.
+                settle_at = None;
+                stdin = None;
             }
             _ = tokio::time::sleep_until(stall_at), if stop.is_none() => {
                 if stalled {
@@ -402,9 +546,21 @@ async fn run(
     };
     let stderr = child.stderr_tail();
     keep_stderr(&ctx.stderr_log, &stderr);
+    drop(stdin);
     let mut finished = reader.finish(exit, &stderr);
-    finished.usage = finished.usage.max(&usage);
-    if let (Some(reason), Some(req)) = (stopper.sent_reason(), &stop) {
+    finished.usage = final_usage(finished.usage, &usage);
+    if let (Some(w), None) = (&wrap_up, stopper.sent_reason()) {
+        // It ended by itself after the wrap-up request: partial, output kept.
+        finished = finished.stopped_by(StopReason::Budget);
+        let message = format!(
+            "{}; asked to wrap up, and it wrapped up within {} grace turn(s)",
+            w.why, ctx.grace_turns
+        );
+        finished.outcome.error = Some(message.clone());
+        if !finished.has_output {
+            finished.output = message;
+        }
+    } else if let (Some(reason), Some(req)) = (stopper.sent_reason(), &stop) {
         finished = finished.stopped_by(reason);
         finished.outcome.error = Some(req.message.clone());
         if reason == req.reason && req.phase.is_some() {

@@ -1089,7 +1089,7 @@ impl Agents {
                             .ok_or_else(|| {
                                 format!(
                                     "unknown protocol {s:?}; expected plain, pi-json, \
-                                 claude-stream-json or codex-json"
+                                 pi-rpc, claude-stream-json or codex-json"
                                 )
                             })
                     }),

@@ -633,7 +633,7 @@ impl Engine {
                     task,
                     attempt,
                     outcome,
-                    usage: usage.max(&last),
+                    usage: attempt::final_usage(usage, &last),
                     output,
                 }
             }

@@ -5,7 +5,8 @@
 //! - [`spawn`] (attempts) and [`run_tool`] (short-lived tools such as git) are the only places
 //!   in sortie that create a `Command` (clippy bans it elsewhere). No shell is ever involved:
 //!   the argv is executed as is.
-//! - A child runs in its own process group, with stdin `/dev/null`, stdout and stderr piped,
+//! - A child runs in its own process group, with stdin `/dev/null` (or, from [`spawn_piped`],
+//!   a pipe the caller writes lines to: agents driven over stdin), stdout and stderr piped,
 //!   and our environment plus the spec's variables plus a marker variable by which a crashed
 //!   run's children are found again ([`find_marked`]).
 //! - The group leader is always reaped, by a monitor task. The monitor first sees the exit
@@ -150,6 +151,25 @@ pub fn render_argv(
     }
 }
 
+/// The argv element that expands to an attempt's session arguments (see [`expand_element`]):
+/// for a profile that can continue a conversation, where the agent keeps its session and, on a
+/// continuation, which session to continue. Left alone by [`render_argv`].
+pub const SESSION_ARGS: &str = "{session_args}";
+
+/// Replaces every element of a rendered argv that is exactly `placeholder` with `values`
+/// (with no values, the element is removed).
+pub fn expand_element(argv: Vec<String>, placeholder: &str, values: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len() + values.len());
+    for element in argv {
+        if element == placeholder {
+            out.extend(values.iter().cloned());
+        } else {
+            out.push(element);
+        }
+    }
+    out
+}
+
 /// Substitutes the known placeholders of one element.
 fn substitute(element: &str, vars: &Vars) -> Result<String, RenderError> {
     let mut out = String::with_capacity(element.len());
@@ -278,8 +298,19 @@ pub enum SpawnError {
 /// Starts a child as described by `spec` (see the module doc for what the child gets).
 ///
 /// Must be called within a tokio runtime: the child's monitor and output readers are tasks.
-#[allow(clippy::disallowed_methods, reason = "the one spawn function")]
 pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
+    spawn_child(spec, false).await
+}
+
+/// Like [`spawn`], but the child's stdin is a pipe: [`Child::take_stdin`] gives the handle
+/// that writes to it, and dropping that handle closes it (EOF). For agents driven by commands
+/// on stdin (pi's RPC mode).
+pub async fn spawn_piped(spec: &SpawnSpec) -> Result<Child, SpawnError> {
+    spawn_child(spec, true).await
+}
+
+#[allow(clippy::disallowed_methods, reason = "the one spawn function")]
+async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, SpawnError> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
     };
@@ -307,7 +338,11 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
         .current_dir(&spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env(&spec.marker.0, &spec.marker.1)
-        .stdin(Stdio::null())
+        .stdin(if piped_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -365,6 +400,7 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
         .stderr
         .take()
         .map(|err| tokio::spawn(read_stderr(err, Arc::clone(&stderr), exit_rx.clone())));
+    let stdin = child.stdin.take().map(|inner| Stdin { inner });
     tokio::spawn(monitor(child, Arc::clone(&shared), sigchld, exit_tx));
 
     tracing::debug!(pid, program = %program, "spawned");
@@ -376,7 +412,27 @@ pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
         stderr,
         stderr_task,
         stdout_bytes,
+        stdin,
     })
+}
+
+/// The write end of a child's stdin (see [`spawn_piped`]). Dropping it closes the pipe.
+#[derive(Debug)]
+pub struct Stdin {
+    inner: tokio::process::ChildStdin,
+}
+
+impl Stdin {
+    /// Writes one line (a newline is added) and flushes it. Fails when the child closed its
+    /// end (it exited).
+    pub async fn send_line(&mut self, line: &str) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.inner.write_all(&bytes).await?;
+        self.inner.flush().await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -420,9 +476,15 @@ pub struct Child {
     stderr: Arc<Mutex<TailBuffer>>,
     stderr_task: Option<JoinHandle<()>>,
     stdout_bytes: Arc<AtomicU64>,
+    stdin: Option<Stdin>,
 }
 
 impl Child {
+    /// The write end of the child's stdin, when it was spawned with [`spawn_piped`] (once).
+    pub fn take_stdin(&mut self) -> Option<Stdin> {
+        self.stdin.take()
+    }
+
     /// The next stdout line, or None once stdout is closed (or abandoned
     /// [`DRAIN_AFTER_EXIT`] after the leader exited). Cancel safe.
     pub async fn next_line(&mut self) -> Option<Line> {

@@ -167,6 +167,29 @@ pub trait ProtocolReader: Send {
     fn parse_errors(&self) -> u64 {
         0
     }
+
+    /// Where the agent's run stands, as far as the stream tells. Only agents driven over stdin
+    /// need it (they run until their stdin closes, so sortie closes it once the run ended);
+    /// readers that cannot tell say [`RunPhase::Unknown`].
+    fn run_phase(&self) -> RunPhase {
+        RunPhase::Unknown
+    }
+}
+
+/// Where an agent's run stands (see [`ProtocolReader::run_phase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunPhase {
+    /// The reader cannot tell.
+    Unknown,
+    /// The agent is working: a turn is in progress, or its last message called tools.
+    Working,
+    /// Its last message was a final answer; the end of the run has not been seen yet.
+    Answered,
+    /// The run ended (for now: an agent may still retry a failed call by itself).
+    Ended {
+        /// Whether its last message failed.
+        failed: bool,
+    },
 }
 
 /// The reader for a protocol. Protocols not implemented yet get a reader that fails the
@@ -174,7 +197,7 @@ pub trait ProtocolReader: Send {
 pub fn reader_for(protocol: Protocol) -> Box<dyn ProtocolReader> {
     match protocol {
         Protocol::Plain => Box::new(PlainReader::default()),
-        Protocol::PiJson => Box::new(pi::PiReader::default()),
+        Protocol::PiJson | Protocol::PiRpc => Box::new(pi::PiReader::default()),
         Protocol::ClaudeStreamJson => Box::new(claude::ClaudeReader::default()),
         other @ Protocol::CodexJson => Box::new(UnsupportedReader {
             protocol: other,

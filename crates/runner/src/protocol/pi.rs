@@ -29,7 +29,7 @@ use sortie_core::{Cost, StopReason, Usage};
 
 use super::{
     AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProtocolReader,
-    classify_agent, shorten, tool_activity,
+    RunPhase, classify_agent, shorten, tool_activity,
 };
 
 /// Makes a prompt safe as pi's last argument. pi's argument parser has no `--`: an argument
@@ -68,6 +68,8 @@ pub struct PiReader {
     streaming: Option<Streaming>,
     /// The final error of pi's own retries (`auto_retry_end` with `success: false`).
     retry_error: Option<String>,
+    /// RPC mode: a command pi refused (`response` with `success: false`).
+    refused: Option<String>,
     parse_errors: u64,
 }
 
@@ -196,6 +198,15 @@ impl ToolArgs {
             .into_iter()
             .find_map(|a| a.as_deref())
     }
+}
+
+/// An RPC `response` line.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Response {
+    command: Option<String>,
+    success: Option<bool>,
+    error: Option<String>,
 }
 
 /// An `auto_retry_start` / `auto_retry_end` line.
@@ -417,6 +428,8 @@ impl PiReader {
                     run.answer = last.text;
                 }
             }
+        } else if let Some(refused) = self.refused {
+            run.failure = Some(AgentFailure::from_text(refused));
         } else if self.finished {
             run.cut_short = Some("pi ended its run without an assistant message".into());
         }
@@ -452,6 +465,17 @@ impl ProtocolReader for PiReader {
             "agent_end" => self.finished = true,
             "auto_retry_start" => self.retry(line, true),
             "auto_retry_end" => self.retry(line, false),
+            "response" => {
+                if let Some(r) = self.parse::<Response>(line)
+                    && r.success == Some(false)
+                {
+                    self.refused = Some(format!(
+                        "pi refused the {} command: {}",
+                        r.command.as_deref().unwrap_or("?"),
+                        r.error.as_deref().unwrap_or("no reason given")
+                    ));
+                }
+            }
             // session, turn_start, turn_end, tool_execution_update/end, queue_update,
             // compaction_*: nothing to take.
             _ => {}
@@ -465,6 +489,33 @@ impl ProtocolReader for PiReader {
 
     fn parse_errors(&self) -> u64 {
         self.parse_errors
+    }
+
+    /// pi's run: working while a message streams or after a tool call, answered after a final
+    /// message, ended at an `agent_end` that follows the last message (until pi announces a
+    /// retry of its own with `auto_retry_start`, or an `auto_retry_end` gives up).
+    fn run_phase(&self) -> RunPhase {
+        if !self.started {
+            return RunPhase::Unknown;
+        }
+        if self.streaming.is_some() {
+            return RunPhase::Working;
+        }
+        let failed = self
+            .last
+            .as_ref()
+            .is_some_and(|l| matches!(l.stop_reason.as_str(), "error" | "aborted"));
+        if self.finished || self.retry_error.is_some() {
+            return RunPhase::Ended { failed };
+        }
+        if self.last.is_none() && self.refused.is_some() {
+            return RunPhase::Ended { failed: true };
+        }
+        match &self.last {
+            Some(l) if l.stop_reason == "toolUse" => RunPhase::Working,
+            Some(_) if !failed => RunPhase::Answered,
+            _ => RunPhase::Working,
+        }
     }
 }
 
