@@ -6,6 +6,7 @@
     reason = "the tests run the sortie binary and tools"
 )]
 
+mod agents;
 mod apply;
 mod bad_input;
 mod crash;
