@@ -99,8 +99,8 @@ fn ci(root: &Path) -> Result<()> {
         "cargo clippy --workspace --all-targets -- -D warnings",
     )?;
     let mut test = cargo(root);
-    test.args(["test", "--workspace"]);
-    step(test, "cargo test --workspace")?;
+    test.args(["test", "--workspace", "--no-fail-fast"]);
+    step(test, "cargo test --workspace --no-fail-fast")?;
     eprintln!("xtask: ci passed");
     Ok(())
 }
