@@ -127,6 +127,41 @@ async fn stdin_is_dev_null() {
 }
 
 #[tokio::test]
+async fn a_piped_stdin_takes_lines_and_closes_when_dropped() {
+    let mut child = sortie_runner::process::spawn_piped(&spec(&["cat"]))
+        .await
+        .unwrap();
+    let mut stdin = child.take_stdin().expect("a piped stdin");
+    assert!(child.take_stdin().is_none(), "taken once");
+    stdin.send_line(r#"{"type":"prompt"}"#).await.unwrap();
+    let first = child.next_line().await.expect("cat echoes the line");
+    assert_eq!(first.text, r#"{"type":"prompt"}"#);
+    drop(stdin);
+    assert!(lines(&mut child).await.is_empty());
+    assert_eq!(child.wait().await, Ok(Exit::Code(0)), "EOF ends it");
+    let mut plain = spawn(&spec(&["true"])).await.unwrap();
+    assert!(plain.take_stdin().is_none(), "spawn gives /dev/null");
+}
+
+#[test]
+fn session_args_expand_in_place() {
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let argv = s(&["pi", "{session_args}", "--model", "m"]);
+    assert_eq!(
+        sortie_runner::process::expand_element(
+            argv.clone(),
+            sortie_runner::process::SESSION_ARGS,
+            &s(&["--session-dir", "/d"])
+        ),
+        s(&["pi", "--session-dir", "/d", "--model", "m"])
+    );
+    assert_eq!(
+        sortie_runner::process::expand_element(argv, sortie_runner::process::SESSION_ARGS, &[]),
+        s(&["pi", "--model", "m"])
+    );
+}
+
+#[tokio::test]
 async fn spawn_errors_name_the_binary_and_why() {
     let err = spawn(&spec(&["sortie-no-such-binary-xyz", "a"]))
         .await

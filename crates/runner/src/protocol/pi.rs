@@ -600,6 +600,38 @@ mod tests {
     }
 
     #[test]
+    fn the_run_phase_follows_the_stream_and_rpc_refusals_fail() {
+        let mut r = PiReader::default();
+        assert_eq!(r.run_phase(), RunPhase::Unknown);
+        r.line(r#"{"type":"response","command":"prompt","success":true}"#);
+        r.line(r#"{"type":"agent_start"}"#);
+        r.line(r#"{"type":"message_start","message":{"role":"assistant","content":[]}}"#);
+        assert_eq!(r.run_phase(), RunPhase::Working);
+        r.line(&end(r#"{"input":1,"output":1}"#, "toolUse", "[]"));
+        assert_eq!(r.run_phase(), RunPhase::Working, "a tool call: more turns");
+        r.line(&end(r#"{"input":1,"output":1}"#, "stop", TEXT));
+        assert_eq!(r.run_phase(), RunPhase::Answered);
+        r.line(r#"{"type":"agent_end"}"#);
+        assert_eq!(r.run_phase(), RunPhase::Ended { failed: false });
+        r.line(&end(r#"{"input":0,"output":0}"#, "error", "[]"));
+        r.line(r#"{"type":"agent_end"}"#);
+        assert_eq!(r.run_phase(), RunPhase::Ended { failed: true });
+        r.line(r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000}"#);
+        assert_eq!(r.run_phase(), RunPhase::Working, "pi retries by itself");
+        assert_eq!(r.parse_errors, 0);
+
+        let f = run(
+            &[r#"{"type":"response","command":"prompt","success":false,"error":"busy"}"#],
+            Exit::Code(0),
+        );
+        assert_eq!(f.outcome.status, AttemptStatus::Failed);
+        assert_eq!(
+            f.outcome.error.as_deref(),
+            Some("pi refused the prompt command: busy")
+        );
+    }
+
+    #[test]
     fn updates_are_read_whatever_their_key_order() {
         let mut r = PiReader::default();
         r.line(r#"{"type":"message_start","message":{"role":"assistant","content":[]}}"#);
