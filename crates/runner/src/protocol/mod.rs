@@ -30,9 +30,10 @@
 //! # Agent protocols
 //!
 //! [`pi`] reads `pi --mode json`, [`claude`] reads `claude -p --output-format stream-json
-//! --verbose`. Both reduce a stream to an agent run summary that one set of rules classifies
-//! (SEMANTICS.md, "Classifying an attempt"); the text of a provider error is classified by
-//! [`classify_provider_error`]. docs/agents.md describes both streams and the edge cases.
+//! --verbose`, [`codex`] reads `codex exec --json`. Each reduces a stream to an agent run
+//! summary that one set of rules classifies (SEMANTICS.md, "Classifying an attempt"); the text
+//! of a provider error is classified by [`classify_provider_error`]. docs/agents.md describes
+//! the streams and the edge cases.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -41,6 +42,7 @@ use serde::Deserialize;
 use sortie_core::{AttemptOutcome, AttemptStatus, Cost, Phase, Protocol, StopReason, Usage};
 
 pub mod claude;
+pub mod codex;
 pub mod pi;
 
 /// How much of a plain command's stdout is kept as its output text.
@@ -192,17 +194,13 @@ pub enum RunPhase {
     },
 }
 
-/// The reader for a protocol. Protocols not implemented yet get a reader that fails the
-/// attempt with `protocol_error` at the end, so that nothing passes silently.
+/// The reader for a protocol.
 pub fn reader_for(protocol: Protocol) -> Box<dyn ProtocolReader> {
     match protocol {
         Protocol::Plain => Box::new(PlainReader::default()),
         Protocol::PiJson | Protocol::PiRpc => Box::new(pi::PiReader::default()),
         Protocol::ClaudeStreamJson => Box::new(claude::ClaudeReader::default()),
-        other @ Protocol::CodexJson => Box::new(UnsupportedReader {
-            protocol: other,
-            lines: 0,
-        }),
+        Protocol::CodexJson => Box::new(codex::CodexReader::default()),
     }
 }
 
@@ -368,44 +366,6 @@ impl ProtocolReader for PlainReader {
     }
 }
 
-/// A reader for a protocol sortie cannot read yet: every line is a parse error and the attempt
-/// fails with `protocol_error`.
-#[derive(Debug)]
-struct UnsupportedReader {
-    protocol: Protocol,
-    lines: u64,
-}
-
-impl ProtocolReader for UnsupportedReader {
-    fn line(&mut self, _line: &str) -> Option<Progress> {
-        self.lines += 1;
-        None
-    }
-
-    fn finish(self: Box<Self>, exit: Exit, _stderr_tail: &str) -> Finished {
-        let error = format!("protocol {} is not supported yet", self.protocol.as_str());
-        let outcome = AttemptOutcome {
-            exit_code: exit.code().map(|c| if c == 0 { 1 } else { c }),
-            signal: exit.signal(),
-            ..AttemptOutcome::failed(StopReason::ProtocolError, error.clone())
-        };
-        Finished {
-            outcome,
-            // The agent may well have spent something: unknown is not zero.
-            usage: Usage {
-                cost: Cost::unreported(),
-                ..Usage::ZERO
-            },
-            output: error,
-            has_output: false,
-        }
-    }
-
-    fn parse_errors(&self) -> u64 {
-        self.lines
-    }
-}
-
 /// The text of an attempt: its own output, else its error, else the last stderr lines.
 fn choose_output(
     text: String,
@@ -489,8 +449,8 @@ impl OutputTail {
 }
 
 // ---------------------------------------------------------------------------------------------
-// What the agent protocols (pi-json, claude-stream-json) share: the classification of a run and
-// of a provider error text.
+// What the agent protocols (pi-json, claude-stream-json, codex-json) share: the classification of
+// a run and of a provider error text.
 
 /// What an agent reader learned from a whole stream, to be classified by [`classify_agent`].
 #[derive(Debug, Clone)]
@@ -957,25 +917,6 @@ mod tests {
         assert!(f.output.starts_with("[output truncated"));
         assert!(f.output.ends_with("\nthe end"));
         assert!(f.output.len() <= MAX_PLAIN_OUTPUT + 100);
-    }
-
-    #[test]
-    fn unsupported_protocols_fail_loudly() {
-        {
-            let p = Protocol::CodexJson;
-            let mut r = reader_for(p);
-            assert!(r.line(r#"{"type":"message"}"#).is_none());
-            assert_eq!(r.parse_errors(), 1);
-            let f = r.finish(Exit::Code(0), "");
-            assert_eq!(f.outcome.status, AttemptStatus::Failed);
-            assert_eq!(f.outcome.stop_reason, StopReason::ProtocolError);
-            assert_eq!(f.outcome.exit_code, Some(1));
-            assert_eq!(
-                f.outcome.error,
-                Some(format!("protocol {} is not supported yet", p.as_str()))
-            );
-            assert!(!f.usage.cost.is_complete(), "unknown cost is not zero");
-        }
     }
 
     #[test]
