@@ -174,7 +174,20 @@ impl AgentProfile {
             },
             AgentProfile {
                 name: "codex".into(),
-                command: s(&["codex", "exec", "--json", "{model_args}", "{prompt}"]),
+                // Headless: JSONL events; runs outside a git repository too (codex exec
+                // refuses to start in a directory that is neither a git repository nor
+                // trusted in its config); no session files; `--` so that a prompt starting
+                // with `-` is not read as an option.
+                command: s(&[
+                    "codex",
+                    "exec",
+                    "--json",
+                    "--skip-git-repo-check",
+                    "--ephemeral",
+                    "{model_args}",
+                    "--",
+                    "{prompt}",
+                ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::CodexJson,
                 env_keys: vec![],
