@@ -130,6 +130,17 @@ pub enum Error {
         /// sled's message.
         message: String,
     },
+    /// The journal's files were removed while it was open (its state dir deleted): writes
+    /// still reach the open file, but nothing appended can ever be read back.
+    #[error(
+        "journal {} was removed while the run was live (its state dir deleted?): nothing \
+         appended from now on could be read back",
+        path.display()
+    )]
+    Removed {
+        /// The journal's directory.
+        path: PathBuf,
+    },
     /// A run index entry cannot be parsed.
     #[error("{}: bad index entry: {reason}", path.display())]
     BadIndex {
@@ -509,6 +520,10 @@ impl Journal {
             let mut flushed = self.store.flush();
             if flushed.is_ok() && self.sync.load(Ordering::Relaxed) {
                 flushed = self.store.sync_data();
+            }
+            if flushed.is_ok() {
+                // Written to a file no name reaches any more is not durable.
+                flushed = self.store.check_linked();
             }
             self.flushes.fetch_add(1, Ordering::Relaxed);
             c = lock(&self.commit);
