@@ -14,6 +14,10 @@
 //! their attempts as interrupted, then `RunInterrupted`: resumable); a second SIGINT kills the
 //! children's process groups and returns at once (still resumable: resume finds the orphans).
 //! SIGUSR1 (sent by `sortie cancel`) cancels: every unfinished task ends cancelled.
+//! A journal append that fails (a full disk, a file-size limit, the state dir removed) stops
+//! the run at once: nothing more launches, the children's groups are killed (their ends cannot
+//! be journaled: resume finds them orphaned), and `Error::JournalWrite` says what happened.
+//! SIGXFSZ is caught so that a file-size limit fails the write instead of killing sortie.
 //!
 //! Worktrees (`isolation = "worktree"`, see `worktree`): a queued task is set up before its
 //! first attempt by jobs that run beside the loop and report back like attempts: plan (read the
@@ -99,6 +103,7 @@ pub async fn run(
     loaded: LoadedBatch,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
+    survive_file_size_limit()?;
     statedir::ensure_state_dir(state_dir)?;
     let run_id = run_id.unwrap_or_else(statedir::new_run_id);
     let dir = statedir::run_dir(state_dir, &run_id);
@@ -149,6 +154,7 @@ pub async fn take_over(
     how: Takeover,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
+    survive_file_size_limit()?;
     let dir = statedir::run_dir(state_dir, &run_id);
     if !dir.exists() {
         return Err(Error::NoSuchRun(run_id));
@@ -175,6 +181,20 @@ pub async fn take_over(
         engine.stopping = Some(Stopping::Cancel);
     }
     engine.drive().await
+}
+
+/// A file-size limit (`ulimit -f`, RLIMIT_FSIZE: how a full disk is simulated, and a real limit
+/// on some machines) makes a write past it raise SIGXFSZ, whose default action kills the
+/// process without a word. With a handler installed, the write fails with EFBIG instead and the
+/// journal's append returns an error, which stops the run cleanly (see [`Error::JournalWrite`]).
+/// tokio keeps the handler for the life of the process; children get the default action back
+/// at exec.
+fn survive_file_size_limit() -> Result<()> {
+    let xfsz = SignalKind::from_raw(nix::sys::signal::Signal::SIGXFSZ as i32);
+    signal(xfsz).map(drop).map_err(|source| Error::Io {
+        path: PathBuf::from("SIGXFSZ"),
+        source,
+    })
 }
 
 /// Opens the journal for writing once the owner lock is ours. A reader (`sortie status`) may
@@ -307,7 +327,13 @@ impl Engine {
         let at = now();
         let stamped_events: Vec<(Timestamp, Event)> = events.into_iter().map(|e| (at, e)).collect();
         let journal = Arc::clone(&self.journal);
-        let first = tokio::task::block_in_place(|| journal.append_all(&stamped_events))?;
+        let first = tokio::task::block_in_place(|| journal.append_all(&stamped_events)).map_err(
+            |source| Error::JournalWrite {
+                run: self.run_id.clone(),
+                path: self.run_dir.join("journal"),
+                source,
+            },
+        )?;
         for (i, (at, event)) in stamped_events.into_iter().enumerate() {
             let stamped = Stamped {
                 seq: Seq(first.0 + i as u64),
@@ -430,7 +456,25 @@ impl Engine {
         self.commit(events)
     }
 
+    /// Runs the loop to its end. When the journal cannot be written (a full disk, a removed
+    /// state dir), nothing more may happen that the journal does not hold: nothing more is
+    /// launched, the live attempts' process groups are killed at once (their ends cannot be
+    /// journaled: resume finds them orphaned and retries them), worktree jobs are dropped
+    /// (resume redoes each step), and the error goes up to say so.
     async fn drive(mut self) -> Result<RunEnd> {
+        match self.drive_loop().await {
+            Ok(end) => Ok(self.end(end)),
+            Err(e) => {
+                if matches!(e, Error::JournalWrite { .. }) {
+                    tracing::debug!("stopping on a journal failure: {e}");
+                    self.abort_now();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn drive_loop(&mut self) -> Result<End> {
         self.update_index();
         let mut sigint = signal(SignalKind::interrupt()).map_err(|e| self.io(e))?;
         let mut sigterm = signal(SignalKind::terminate()).map_err(|e| self.io(e))?;
@@ -461,7 +505,7 @@ impl Engine {
                 let summary = sortie_core::summary_text(&self.state);
                 self.commit(vec![Event::RunFinished { state, summary }])?;
                 self.update_index();
-                return Ok(self.end(End::Finished(state)));
+                return Ok(End::Finished(state));
             }
             if self.stopping == Some(Stopping::Interrupt)
                 && self.live.is_empty()
@@ -471,7 +515,7 @@ impl Engine {
                     reason: "interrupted by a signal".into(),
                 }])?;
                 self.update_index();
-                return Ok(self.end(End::Interrupted));
+                return Ok(End::Interrupted);
             }
             let wake = self.sched.next_wake(now());
             let sleep = async {
@@ -493,7 +537,7 @@ impl Engine {
                 _ = sigint.recv() => {
                     if self.stopping == Some(Stopping::Interrupt) {
                         self.abort_now();
-                        return Ok(self.end(End::Interrupted));
+                        return Ok(End::Interrupted);
                     }
                     self.stop_all(Stopping::Interrupt);
                 }

@@ -22,6 +22,19 @@ pub enum Error {
     /// The journal failed.
     #[error(transparent)]
     Journal(#[from] sortie_journal::Error),
+    /// An append to a live run's journal failed (a full disk, a file-size limit, its state dir
+    /// removed). The run stopped at once: nothing more launched, its attempts killed. Unless
+    /// the journal was removed, it holds every event acknowledged before, and the run resumes
+    /// once the cause is gone.
+    #[error("{}", journal_write_text(run, path, source))]
+    JournalWrite {
+        /// The run.
+        run: RunId,
+        /// Its journal's directory.
+        path: PathBuf,
+        /// The journal's error.
+        source: sortie_journal::Error,
+    },
     /// Another process owns the run.
     #[error("run {} is live{}: wait for it, or `sortie cancel` it", run_dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Live {
@@ -59,4 +72,31 @@ pub enum Error {
     /// The batch did not load.
     #[error(transparent)]
     Batch(#[from] crate::batch::BatchError),
+}
+
+impl Error {
+    /// Whether the run this error stopped can be resumed as it is (exit code 3): a journal
+    /// write that failed while the journal itself is still there.
+    pub fn is_resumable(&self) -> bool {
+        matches!(self, Error::JournalWrite { source, .. } if !matches!(source, sortie_journal::Error::Removed { .. }))
+    }
+}
+
+fn journal_write_text(
+    run: &RunId,
+    path: &std::path::Path,
+    source: &sortie_journal::Error,
+) -> String {
+    if let sortie_journal::Error::Removed { .. } = source {
+        return format!(
+            "{source}; run {run} stopped and its attempts were killed; nothing of it can be \
+             resumed"
+        );
+    }
+    format!(
+        "cannot write the journal of run {run} ({}): {source}; the run stopped (nothing more \
+         launched, its attempts killed); the journal holds every event acknowledged before. \
+         Once the cause is fixed (free disk space), `sortie resume {run}` goes on from there",
+        path.display()
+    )
 }

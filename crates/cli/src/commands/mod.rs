@@ -75,6 +75,8 @@ pub(crate) fn exit_code_of(err: &anyhow::Error) -> Code {
         if let Some(e) = cause.downcast_ref::<sortie_runner::Error>() {
             return match e {
                 sortie_runner::Error::Journal(j) => journal_code(j),
+                sortie_runner::Error::JournalWrite { .. } if e.is_resumable() => Code::Interrupted,
+                sortie_runner::Error::JournalWrite { .. } => Code::Failed,
                 sortie_runner::Error::Batch(_)
                 | sortie_runner::Error::Live { .. }
                 | sortie_runner::Error::NoSuchRun(_)
