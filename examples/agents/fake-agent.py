@@ -13,6 +13,11 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
                                joined by spaces), to show what sortie rendered
   --quiet                      print no "working on ..." progress lines: stdout is the answer
   --usage IN,OUT,COST          usage to report (cost in USD); unique values make ledgers checkable
+  --usage-per-attempt          multiply IN, OUT and COST by the attempt number, so that every
+                               attempt of a task reports its own usage
+  --usage-log FILE             append each usage report, as a JSON line {"attempt":N,"usage":..},
+                               to FILE before printing it (what the agent billed, to compare
+                               with sortie's ledger)
   --turns N                    report usage over N turns, one SORTIE_USAGE line per turn
   --sleep SECONDS              work this long before answering (split across turns)
   --sleep-attempts N           only attempts 1..N sleep (default: every attempt)
@@ -51,6 +56,8 @@ def main():
     p.add_argument("--answer-prompt", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--usage", default="")
+    p.add_argument("--usage-per-attempt", action="store_true")
+    p.add_argument("--usage-log", default="")
     p.add_argument("--turns", type=int, default=1)
     p.add_argument("--sleep", type=float, default=0.0)
     p.add_argument("--sleep-attempts", type=int, default=0)
@@ -112,6 +119,8 @@ def main():
         parts = a.usage.split(",")
         inp, outp = int(parts[0]), int(parts[1])
         cost = float(parts[2]) if len(parts) > 2 else 0.0
+        if a.usage_per_attempt:
+            inp, outp, cost = inp * a.attempt, outp * a.attempt, cost * a.attempt
     turns = max(a.turns, 1)
     if a.attempt <= a.stall_attempts and a.stall_at_turn <= 0:
         while True:
@@ -126,6 +135,9 @@ def main():
                 "cost_usd": round(cost * t / turns, 9),
                 "turns": t,
             }
+            if a.usage_log:
+                with open(a.usage_log, "a") as f:
+                    f.write(json.dumps({"attempt": a.attempt, "usage": usage}) + "\n")
             out.write("SORTIE_USAGE " + json.dumps(usage) + "\n")
         if not a.quiet:
             out.write(f"working on attempt {a.attempt} turn {t}\n")

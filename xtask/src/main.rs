@@ -2,6 +2,8 @@
 //!
 //! - `ci`: `cargo fmt --check`, `cargo clippy -D warnings` and `cargo test`, on the workspace;
 //! - `tidy`: forbidden dependency edges and missing `//!` file docs (also a test of this crate);
+//! - `torture [--crashes N] [--seed S] [--tasks T]`: a batch SIGKILLed N times at random
+//!   moments and resumed, every invariant checked after each crash (see `torture.rs`);
 //! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
 //!   (default 10000), then how many cases each property ran;
 //! - `bench [journal|dispatch|all]`: the journal benchmark and the dispatch benchmark.
@@ -9,6 +11,7 @@
 #![allow(clippy::disallowed_methods, reason = "xtask runs cargo and tools")]
 
 mod tidy;
+mod torture;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,6 +24,9 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   ci                        cargo fmt --check, clippy -D warnings, test (the whole workspace)
   tidy                      check dependency edges between crates and //! file docs
+  torture [--crashes N] [--seed S] [--tasks T] [--quiet]
+                            SIGKILL a run N times (default 200) at random moments, resume,
+                            check every invariant after each crash (release build)
   proptest [--cases N]      model-based property tests in release mode (default 10000 cases)
   bench [journal|dispatch|all]
                             journal append/replay benchmark, dispatch benchmark (default all)";
@@ -47,6 +53,7 @@ fn run() -> Result<()> {
             let problems = tidy::check(&root)?;
             report_tidy(&problems)
         }
+        Some("torture") => torture_task(&root, &args[1..]),
         Some("proptest") => proptest(&root, cases(&args[1..])?),
         Some("bench") => bench(&root, args.get(1).map(String::as_str).unwrap_or("all")),
         Some("-h" | "--help" | "help") => {
@@ -102,6 +109,28 @@ fn ci(root: &Path) -> Result<()> {
     test.args(["test", "--workspace", "--no-fail-fast"]);
     step(test, "cargo test --workspace --no-fail-fast")?;
     eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+/// `cargo xtask torture`: builds the release binary (what users run; it also makes the
+/// export and audit after every crash cheaper), then tortures it.
+fn torture_task(root: &Path, args: &[String]) -> Result<()> {
+    let opts = torture::options(args)?;
+    let mut build = cargo(root);
+    build.args(["build", "--release", "-p", "sortie-cli"]);
+    step(build, "cargo build --release -p sortie-cli")?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let sortie = target.join("release").join("sortie");
+    let agent = root.join("examples/agents/fake-agent.py");
+    let scratch = std::env::temp_dir().join(format!("sortie-torture-{}", std::process::id()));
+    eprintln!(
+        "xtask: torture: {} crashes, seed {}, {} tasks per run (rerun with --seed {})",
+        opts.crashes, opts.seed, opts.tasks, opts.seed
+    );
+    let report = torture::torture(&opts, &sortie, &agent, &scratch)?;
+    println!("{}", report.text());
     Ok(())
 }
 

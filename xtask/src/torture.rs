@@ -1,0 +1,1204 @@
+//! `cargo xtask torture [--crashes N] [--seed S] [--tasks T]`: the crash torture of DESIGN.md
+//! section 9. A mixed batch of fake-agent tasks (successes, transient failures, model
+//! fallbacks, stalls, slow tasks, worktree tasks in a scratch git repository, artifacts; every
+//! task counts its answers in a file of its own and logs the usage it reports, unique per
+//! attempt) is run by `sortie run`, SIGKILLed at a random moment (a random delay, or right
+//! after a random journal event through `SORTIE_TEST_PAUSE_AFTER`, or while the resume starts),
+//! resumed, killed again, ... until N crashes happened; a run that finishes before is checked
+//! and followed by a fresh one. The last run is then resumed to its end.
+//!
+//! After every crash: `sortie audit` exits 0 and finds the journal whole, with a ledger total
+//! equal to the sum over the journal's attempts of each attempt's last usage (from `sortie
+//! export`); every attempt's usage is one the fake agent reported for that very attempt, and
+//! never changes afterwards; a task the journal showed finished never runs again (its answer
+//! counter and usage log stay as they were). After each resume has recorded its orphans, no
+//! process of an attempt that was live at the crash is alive (found by the
+//! `SORTIE_ATTEMPT=<run>/<task>/<attempt>/...` marker in `/proc`). At the end of every run:
+//! it completed, every task finished exactly once and completed, answered at least once, its
+//! attempts numbered 1, 2, ... with every orphan retried; a finished attempt's usage is the
+//! agent's last report; no process of the run is left; `git worktree list` and the
+//! `sortie/<run>/` branches hold exactly the worktrees the journal kept.
+//!
+//! Any violation stops the torture with a message naming the seed, the crash and the run, and
+//! leaves its directory for a post-mortem. The same module runs a short version as an
+//! end-to-end test (`tests/e2e/torture.rs`), against the debug binary the tests build.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// The engine's test hook (`sortie_runner::engine::TEST_PAUSE_AFTER`).
+const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
+
+/// The longest any single wait of the torture may take before it counts as a hang.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Journal events after which a run may be frozen (then killed), and their weights.
+const PAUSE_EVENTS: [(&str, u64); 10] = [
+    ("AttemptLaunching", 4),
+    ("AttemptStarted", 3),
+    ("AttemptProgress", 3),
+    ("AttemptFinished", 4),
+    ("ArtifactWritten", 2),
+    ("RetryScheduled", 2),
+    ("TaskFinished", 3),
+    ("AttemptOrphaned", 2),
+    ("WorktreePlanned", 1),
+    ("WorktreeFinalized", 1),
+];
+
+/// What to torture, and how hard.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    /// SIGKILLs to deliver in all.
+    pub(crate) crashes: u32,
+    /// The PRNG's seed: the same seed makes the same batches and the same choices (the
+    /// moments still depend on the machine).
+    pub(crate) seed: u64,
+    /// Tasks per batch.
+    pub(crate) tasks: usize,
+    /// The batch's concurrency.
+    pub(crate) concurrency: u32,
+    /// The longest random delay before a kill, in ms.
+    pub(crate) max_delay_ms: u64,
+    /// Print a line per crash.
+    pub(crate) verbose: bool,
+}
+
+impl Options {
+    /// The defaults of `cargo xtask torture`: 200 crashes of 24-task batches.
+    pub(crate) fn new(seed: u64) -> Options {
+        Options {
+            crashes: 200,
+            seed,
+            tasks: 24,
+            concurrency: 6,
+            max_delay_ms: 4000,
+            verbose: true,
+        }
+    }
+}
+
+/// Parses `[--crashes N] [--seed S] [--tasks T] [--quiet]`.
+pub(crate) fn options(args: &[String]) -> Result<Options> {
+    let mut o = Options::new(clock_seed());
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_owned())),
+            None => (flag.as_str(), None),
+        };
+        if name == "--quiet" {
+            o.verbose = false;
+            continue;
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .cloned()
+                .with_context(|| format!("{name} takes a value"))?,
+        };
+        let num = |v: &str| -> Result<u64> {
+            v.parse()
+                .with_context(|| format!("{name} takes a number, not {v:?}"))
+        };
+        match name {
+            "--crashes" => o.crashes = u32::try_from(num(&value)?).context("--crashes")?,
+            "--seed" => o.seed = num(&value)?,
+            "--tasks" => o.tasks = usize::try_from(num(&value)?).context("--tasks")?.max(1),
+            other => bail!("unknown torture option {other:?}"),
+        }
+    }
+    Ok(o)
+}
+
+/// A seed from the clock, for runs without `--seed`.
+pub(crate) fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed)
+        % 1_000_000_007
+}
+
+/// What the torture did.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    /// The seed.
+    pub(crate) seed: u64,
+    /// SIGKILLs delivered to a live sortie.
+    pub(crate) crashes: u32,
+    /// Of which right after a journal event (the pause hook), by event.
+    pub(crate) paused_kills: BTreeMap<String, u32>,
+    /// Of which while a resume was starting (before its orphans were checked).
+    pub(crate) early_kills: u32,
+    /// `sortie resume` processes started.
+    pub(crate) resumes: u32,
+    /// Runs (batches) driven to their end.
+    pub(crate) runs: u32,
+    /// Attempts launched, in all runs.
+    pub(crate) attempts: u64,
+    /// Attempts recorded orphaned: killed by a resume, or found gone.
+    pub(crate) orphans_killed: u64,
+    /// See `orphans_killed`.
+    pub(crate) orphans_gone: u64,
+    /// Kills that fell between an attempt's end and its task's end.
+    pub(crate) between: u64,
+    /// Tasks by final state, in all runs.
+    pub(crate) tasks_by_state: BTreeMap<String, u64>,
+    /// Journal events in all runs.
+    pub(crate) events: u64,
+    /// Worktrees kept (and checked against git) in all runs.
+    pub(crate) worktrees_kept: u64,
+    /// Wall time.
+    pub(crate) elapsed: Duration,
+}
+
+impl Report {
+    /// The counts, as printed by `cargo xtask torture`.
+    pub(crate) fn text(&self) -> String {
+        let mut s = String::new();
+        let paused: Vec<String> = self
+            .paused_kills
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let tasks: Vec<String> = self
+            .tasks_by_state
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "torture: seed {}: {} crashes ({} right after a journal event, {} while a resume \
+             started, {} between an attempt's end and its task's end), {} resumes, {} runs",
+            self.seed,
+            self.crashes,
+            self.paused_kills.values().sum::<u32>(),
+            self.early_kills,
+            self.between,
+            self.resumes,
+            self.runs
+        );
+        let _ = writeln!(
+            s,
+            "torture: {} attempts, {} orphaned ({} killed by a resume, {} gone), {} events, \
+             {} worktrees kept; tasks: {}",
+            self.attempts,
+            self.orphans_killed + self.orphans_gone,
+            self.orphans_killed,
+            self.orphans_gone,
+            self.events,
+            self.worktrees_kept,
+            tasks.join(", ")
+        );
+        let _ = writeln!(s, "torture: kills after: {}", paused.join(", "));
+        let _ = write!(
+            s,
+            "torture: no violation; elapsed {:.1} s",
+            self.elapsed.as_secs_f64()
+        );
+        s
+    }
+}
+
+/// A small deterministic PRNG (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (n > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Runs the torture with the `sortie` binary and fake agent given; `root` is where its scratch
+/// directory goes (removed when no violation was found).
+pub(crate) fn torture(opts: &Options, sortie: &Path, agent: &Path, root: &Path) -> Result<Report> {
+    let started = Instant::now();
+    let mut t = Torture {
+        opts: opts.clone(),
+        rng: Rng(opts.seed),
+        sortie: sortie.to_owned(),
+        agent: agent.to_owned(),
+        root: root.to_owned(),
+        report: Report {
+            seed: opts.seed,
+            ..Report::default()
+        },
+    };
+    fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let result = t.all();
+    t.report.elapsed = started.elapsed();
+    match result {
+        Ok(()) => {
+            let _ = fs::remove_dir_all(root);
+            Ok(t.report)
+        }
+        Err(e) => Err(e.context(format!(
+            "torture with seed {} failed after {} crash(es); its files are kept in {}",
+            opts.seed,
+            t.report.crashes,
+            root.display()
+        ))),
+    }
+}
+
+struct Torture {
+    opts: Options,
+    rng: Rng,
+    sortie: PathBuf,
+    agent: PathBuf,
+    root: PathBuf,
+    report: Report,
+}
+
+/// One run (batch) under torture, and what its crashes so far have shown.
+struct Gen {
+    dir: PathBuf,
+    state: PathBuf,
+    run: String,
+    labels: Vec<String>,
+    repo: PathBuf,
+    /// Per finished task: (answer counter lines, usage log lines) when first seen finished.
+    frozen: BTreeMap<u64, (usize, usize)>,
+    /// Every attempt's usage as first seen in the journal.
+    seen_usage: BTreeMap<(u64, u64), Usage>,
+    /// Sortie processes started for this run (names the log files).
+    starts: u32,
+}
+
+/// How the next sortie process of a run will be killed.
+#[derive(Debug, Clone)]
+enum KillPlan {
+    /// Right away (a resume: while it starts and reaps).
+    Early,
+    /// Once the first such event this process commits is durable.
+    After(&'static str),
+    /// After a delay, in ms.
+    Delay(u64),
+}
+
+impl Torture {
+    fn all(&mut self) -> Result<()> {
+        let mut gen_no = 0;
+        loop {
+            gen_no += 1;
+            let mut g = self.new_gen(gen_no)?;
+            let finished = self.torture_gen(&mut g)?;
+            if !finished {
+                // The crashes are all spent: resume to the end, unharmed.
+                let mut child = self.start(&mut g, true, None)?;
+                let status = wait_exit(&mut child, PATIENCE)?;
+                let log = g.log(g.starts);
+                if status != Some(0) {
+                    bail!(
+                        "violation: the last resume of run {} exited with {status:?}:\n{}",
+                        g.run,
+                        tail(&log)
+                    );
+                }
+            }
+            self.check_end(&mut g)?;
+            self.report.runs += 1;
+            if self.report.crashes >= self.opts.crashes {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Writes a fresh batch (and its scratch repository) for run number `n`.
+    fn new_gen(&mut self, n: u32) -> Result<Gen> {
+        let dir = self.root.join(format!("run{n}"));
+        let repo = dir.join("repo");
+        fs::create_dir_all(dir.join("out"))?;
+        fs::create_dir_all(&repo)?;
+        git(&repo, &["init", "-q", "-b", "main"])?;
+        fs::write(repo.join("README"), "scratch repository of the torture\n")?;
+        git(&repo, &["add", "README"])?;
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=torture",
+                "-c",
+                "user.email=torture@localhost",
+                "commit",
+                "-q",
+                "-m",
+                "init",
+            ],
+        )?;
+        let run = format!("torture-{}-{}-{n}", std::process::id(), self.opts.seed);
+        let mut toml = format!(
+            "concurrency = {}\n\n[defaults]\nmax_retries = 1000\nkill_grace = \"1s\"\n\
+             attempt_timeout = \"5m\"\n",
+            self.opts.concurrency
+        );
+        let mut labels = Vec::new();
+        for i in 0..self.opts.tasks {
+            let (label, body) = self.task(i, &dir, &repo);
+            toml.push_str(&body);
+            labels.push(label);
+        }
+        fs::write(dir.join("batch.toml"), toml)?;
+        Ok(Gen {
+            state: self.root.join("state"),
+            dir,
+            run,
+            labels,
+            repo,
+            frozen: BTreeMap::new(),
+            seen_usage: BTreeMap::new(),
+            starts: 0,
+        })
+    }
+
+    /// Task `i` of a batch: a random kind, its own counter and usage log, usage unique per
+    /// task and attempt.
+    fn task(&mut self, i: usize, dir: &Path, repo: &Path) -> (String, String) {
+        let kinds = [
+            "ok",
+            "ok",
+            "ok",
+            "transient",
+            "fallback",
+            "stall",
+            "slow",
+            "worktree",
+        ];
+        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        let label = format!("t{i:02}-{kind}");
+        let turns = 1 + self.rng.below(4);
+        let sleep_ms = 100 + self.rng.below(900);
+        let usage = format!(
+            "{},{},0.{:06}",
+            1000 + 17 * i as u64 + self.rng.below(7),
+            100 + 3 * i as u64,
+            1000 + 37 * i as u64
+        );
+        let counter = dir.join(format!("count-{label}"));
+        let usage_log = dir.join(format!("usage-{label}"));
+        let mut args: Vec<String> = vec![
+            "--attempt".into(),
+            "{attempt}".into(),
+            "--answer".into(),
+            format!("answer of {label}"),
+            "--usage".into(),
+            usage,
+            "--usage-per-attempt".into(),
+            "--usage-log".into(),
+            usage_log.display().to_string(),
+            "--counter".into(),
+            counter.display().to_string(),
+            "--turns".into(),
+            turns.to_string(),
+            "--sleep".into(),
+            format!("{:.3}", sleep_ms as f64 / 1000.0),
+        ];
+        let mut extra = String::new();
+        match kind {
+            "transient" => args.extend(["--fail-attempts".into(), "1:error".into()]),
+            "fallback" => {
+                args.extend(["--model".into(), "{model}".into()]);
+                args.extend(["--fail-model".into(), "a:model_error".into()]);
+                extra.push_str("model = \"a\"\nfallback_models = [\"b\"]\n");
+            }
+            "stall" => {
+                args.extend(["--stall-attempts".into(), "1".into()]);
+                args.extend(["--turns".into(), "3".into()]);
+                extra.push_str("stall_after = \"2s\"\nstall_kill_after = \"1s\"\n");
+            }
+            "slow" => args.extend(["--sleep".into(), "3".into(), "--turns".into(), "6".into()]),
+            "worktree" => {
+                extra.push_str(&format!(
+                    "isolation = \"worktree\"\ncwd = {:?}\n",
+                    repo.display().to_string()
+                ));
+                // Some change their worktree (kept), some do not (removed).
+                if self.rng.chance(60) {
+                    args.extend(["--write".into(), format!("{label}.txt:made by {label}")]);
+                }
+            }
+            _ => {}
+        }
+        if self.rng.chance(30) {
+            extra.push_str(&format!("output = \"out/{label}.md\"\n"));
+        }
+        let mut argv = vec!["python3".to_owned(), self.agent.display().to_string()];
+        argv.extend(args);
+        let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+        let body = format!(
+            "\n[[tasks]]\nlabel = \"{label}\"\ncommand = [{}]\n{extra}",
+            quoted.join(", ")
+        );
+        (label, body)
+    }
+
+    /// Crashes run `g` until the crashes are spent (false) or it finishes (true).
+    fn torture_gen(&mut self, g: &mut Gen) -> Result<bool> {
+        let mut resuming = false;
+        loop {
+            let plan = self.kill_plan(resuming);
+            let before = match &plan {
+                KillPlan::After(event) if resuming => g.journal(&self.sortie)?.count(event),
+                _ => 0,
+            };
+            let pause = match &plan {
+                KillPlan::After(event) => Some(*event),
+                _ => None,
+            };
+            let at_kill = if resuming {
+                Some(g.journal(&self.sortie)?)
+            } else {
+                None
+            };
+            let mut child = self.start(g, resuming, pause)?;
+            if resuming {
+                self.report.resumes += 1;
+            }
+            // The run's journal must exist before a kill (a kill before `RunStarted` leaves no
+            // run to resume); a resume's orphans are checked before any kill but an early one.
+            if !resuming {
+                wait_until(&mut child, || {
+                    Ok(g.try_journal(&self.sortie)
+                        .is_some_and(|j| j.count("RunStarted") > 0))
+                })?;
+            } else if !matches!(plan, KillPlan::Early)
+                && let Some(j) = &at_kill
+            {
+                self.check_reaped(g, &mut child, j)?;
+            }
+            match &plan {
+                KillPlan::Early => {}
+                KillPlan::After(event) => {
+                    let before = if resuming { before } else { 0 };
+                    wait_until(&mut child, || {
+                        Ok(g.try_journal(&self.sortie)
+                            .is_some_and(|j| j.count(event) > before))
+                    })?;
+                }
+                KillPlan::Delay(ms) => {
+                    let until = Instant::now() + Duration::from_millis(*ms);
+                    while Instant::now() < until && child.try_wait()?.is_none() {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                // It finished before the kill.
+                if status.code() != Some(0) {
+                    bail!(
+                        "violation: sortie (run {}) exited by itself with {status}:\n{}",
+                        g.run,
+                        tail(&g.log(g.starts))
+                    );
+                }
+                return Ok(true);
+            }
+            child.kill().context("SIGKILL sortie")?;
+            child.wait().context("reaping sortie")?;
+            self.report.crashes += 1;
+            match plan {
+                KillPlan::After(event) => {
+                    *self
+                        .report
+                        .paused_kills
+                        .entry(event.to_owned())
+                        .or_default() += 1;
+                }
+                KillPlan::Early => self.report.early_kills += 1,
+                KillPlan::Delay(_) => {}
+            }
+            let j = self.check_after_kill(g)?;
+            if self.opts.verbose {
+                eprintln!(
+                    "torture: crash {}/{} ({}, run {}): {} of {} tasks finished, {} attempts \
+                     live, {} events",
+                    self.report.crashes,
+                    self.opts.crashes,
+                    match plan {
+                        KillPlan::Early => "while resuming".to_owned(),
+                        KillPlan::After(e) => format!("after {e}"),
+                        KillPlan::Delay(ms) => format!("after {ms} ms"),
+                    },
+                    g.run,
+                    j.finished().len(),
+                    g.labels.len(),
+                    j.live_attempts().len(),
+                    j.events.len()
+                );
+            }
+            if j.count("RunFinished") > 0 {
+                return Ok(true); // killed after its very end
+            }
+            if self.report.crashes >= self.opts.crashes {
+                return Ok(false);
+            }
+            resuming = true;
+        }
+    }
+
+    fn kill_plan(&mut self, resuming: bool) -> KillPlan {
+        let roll = self.rng.below(100);
+        if resuming && roll < 12 {
+            return KillPlan::Early;
+        }
+        if roll < 40 {
+            let total: u64 = PAUSE_EVENTS.iter().map(|(_, w)| w).sum();
+            let mut pick = self.rng.below(total);
+            for (event, w) in PAUSE_EVENTS {
+                if pick < w {
+                    return KillPlan::After(event);
+                }
+                pick -= w;
+            }
+        }
+        KillPlan::Delay(self.rng.below(self.opts.max_delay_ms + 1))
+    }
+
+    /// Starts `sortie run` (or `resume`) for `g`, output to log files, paused after `pause`.
+    fn start(&self, g: &mut Gen, resume: bool, pause: Option<&str>) -> Result<Child> {
+        g.starts += 1;
+        let out = fs::File::create(g.dir.join(format!("sortie{}.out", g.starts)))?;
+        let err = fs::File::create(g.log(g.starts))?;
+        let mut c = g.sortie(&self.sortie);
+        if resume {
+            c.args(["resume", &g.run]);
+        } else {
+            c.args(["run", "--run-id", &g.run, "batch.toml"]);
+        }
+        c.stdout(out).stderr(err);
+        match pause {
+            Some(p) => c.env(PAUSE_AFTER, p),
+            None => c.env_remove(PAUSE_AFTER),
+        };
+        c.spawn().context("starting sortie")
+    }
+
+    /// Once the resume has recorded every attempt live at the crash as orphaned, none of their
+    /// processes may be alive.
+    fn check_reaped(&self, g: &Gen, child: &mut Child, at_kill: &Journal) -> Result<()> {
+        let live = at_kill.live_attempts();
+        let resumed = at_kill.count("RunResumed");
+        let mut done = false;
+        wait_until(child, || {
+            let Some(j) = g.try_journal(&self.sortie) else {
+                return Ok(false);
+            };
+            let orphaned: BTreeSet<(u64, u64)> = j
+                .kinds()
+                .filter(|(k, _)| *k == "AttemptOrphaned")
+                .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
+                .collect();
+            done = j.count("RunResumed") > resumed && live.is_subset(&orphaned);
+            Ok(done)
+        })?;
+        if !done {
+            return Ok(()); // it exited first; that is checked by the caller
+        }
+        let survivors: Vec<String> = marked_processes(&g.run)
+            .into_iter()
+            .filter(|(_, key)| key.is_some_and(|k| live.contains(&k)))
+            .map(|(pid, key)| format!("pid {pid} (task, attempt) {key:?}"))
+            .collect();
+        if !survivors.is_empty() {
+            bail!(
+                "violation: run {}: processes of attempts live at the crash survived the resume \
+                 that recorded them orphaned: {}",
+                g.run,
+                survivors.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// What must hold right after a kill; returns the journal.
+    fn check_after_kill(&mut self, g: &mut Gen) -> Result<Journal> {
+        let j = g.journal(&self.sortie)?;
+        let when = format!("after crash {} (run {})", self.report.crashes, g.run);
+        self.check_journal(g, &j, &when)?;
+        self.report.between += j.ended_not_finished().len() as u64;
+        Ok(j)
+    }
+
+    /// The checks of every crash and of the end: audit, ledger, usage against what the agents
+    /// reported, finished tasks frozen, attempts' usage stable.
+    fn check_journal(&self, g: &mut Gen, j: &Journal, when: &str) -> Result<()> {
+        let out = g
+            .sortie(&self.sortie)
+            .args(["--json", "audit", &g.run])
+            .output()
+            .context("running sortie audit")?;
+        if out.status.code() != Some(0) {
+            bail!(
+                "violation {when}: audit exited {:?}: {}{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let audit: Value = serde_json::from_slice(&out.stdout).context("audit --json")?;
+        if audit["clean"] != true || !audit["ledger_mismatch"].is_null() {
+            bail!("violation {when}: the audit is not clean: {audit}");
+        }
+        let total = j.total();
+        if Usage::of(&audit["ledger"]["total"]) != Some(total) {
+            bail!(
+                "violation {when}: the ledger total {} is not the sum of each journaled \
+                 attempt's last usage {total:?}",
+                audit["ledger"]["total"]
+            );
+        }
+        // A task may finish once; a finished task never runs again.
+        for t in 0..g.labels.len() as u64 {
+            let n = j.of(t, "TaskFinished").len();
+            if n > 1 {
+                bail!(
+                    "violation {when}: [{}] finished {n} times",
+                    g.labels[t as usize]
+                );
+            }
+        }
+        for t in j.finished() {
+            let now = (g.counter(t), g.usage_lines(t));
+            let before = *g.frozen.entry(t).or_insert(now);
+            if now != before {
+                bail!(
+                    "violation {when}: [{}] had finished, yet ran again: (answers, usage \
+                     reports) went from {before:?} to {now:?}",
+                    g.labels[t as usize]
+                );
+            }
+        }
+        // Every attempt's usage is one its agent reported (or none yet), never changes, and a
+        // finished attempt holds the agent's last report.
+        let reported = g.reported()?;
+        let ended = j.finished_attempts();
+        for (key, u) in j.attempt_usage() {
+            let label = &g.labels[key.0 as usize];
+            let theirs = reported.get(&key).map(Vec::as_slice).unwrap_or_default();
+            if u != Usage::default() && !theirs.contains(&u) {
+                bail!(
+                    "violation {when}: [{label}] attempt {} holds usage {u:?}, which its agent \
+                     never reported (it reported {theirs:?})",
+                    key.1
+                );
+            }
+            if ended.contains(&key) && theirs.last().copied().unwrap_or_default() != u {
+                bail!(
+                    "violation {when}: [{label}] attempt {} finished with usage {u:?}, but its \
+                     agent's last report was {:?}",
+                    key.1,
+                    theirs.last()
+                );
+            }
+            if let Some(before) = g.seen_usage.insert(key, u)
+                && before != u
+            {
+                bail!(
+                    "violation {when}: [{label}] attempt {}'s usage changed from {before:?} to \
+                     {u:?}",
+                    key.1
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// What must hold once a run has ended.
+    fn check_end(&mut self, g: &mut Gen) -> Result<()> {
+        let j = g.journal(&self.sortie)?;
+        let when = format!("at the end of run {}", g.run);
+        if !j
+            .kinds()
+            .any(|(k, b)| k == "RunFinished" && b["state"] == "completed")
+        {
+            bail!("violation {when}: the run did not finish completed");
+        }
+        self.check_journal(g, &j, &when)?;
+        for (t, label) in g.labels.iter().enumerate() {
+            let t = t as u64;
+            let finished = j.of(t, "TaskFinished");
+            let [end] = finished.as_slice() else {
+                bail!(
+                    "violation {when}: [{label}] finished {} times",
+                    finished.len()
+                );
+            };
+            let state = end["result"]["state"].as_str().unwrap_or("?").to_owned();
+            if state != "completed" {
+                bail!(
+                    "violation {when}: [{label}] ended {state}: {}",
+                    end["result"]
+                );
+            }
+            *self.report.tasks_by_state.entry(state).or_default() += 1;
+            if g.counter(t) == 0 {
+                bail!("violation {when}: [{label}] completed, but its agent never answered");
+            }
+            let launched: Vec<u64> = j
+                .of(t, "AttemptLaunching")
+                .iter()
+                .map(|b| num(&b["attempt"]))
+                .collect();
+            if launched != (1..=launched.len() as u64).collect::<Vec<_>>() {
+                bail!("violation {when}: [{label}] attempts numbered {launched:?}");
+            }
+            for o in j.of(t, "AttemptOrphaned") {
+                let a = num(&o["attempt"]);
+                if !launched.contains(&(a + 1)) {
+                    bail!("violation {when}: [{label}] orphaned attempt {a} was not retried");
+                }
+                if o["action"] == "killed" {
+                    self.report.orphans_killed += 1;
+                } else {
+                    self.report.orphans_gone += 1;
+                }
+            }
+            self.report.attempts += launched.len() as u64;
+        }
+        self.report.events += j.events.len() as u64;
+        // No process of the run is left.
+        let mut left = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            left = marked_processes(&g.run);
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !left.is_empty() {
+            bail!("violation {when}: processes of the run are still alive: {left:?}");
+        }
+        self.check_worktrees(g, &j, &when)
+    }
+
+    /// `git worktree list` and the run's branches hold exactly the worktrees the journal kept.
+    fn check_worktrees(&mut self, g: &Gen, j: &Journal, when: &str) -> Result<()> {
+        let mut kept_paths = BTreeSet::new();
+        let mut kept_branches = BTreeSet::new();
+        for (t, _) in g.labels.iter().enumerate() {
+            let t = t as u64;
+            let changed = j
+                .of(t, "WorktreeFinalized")
+                .last()
+                .is_some_and(|f| f["changed"] == true);
+            if let (true, Some(plan)) = (changed, j.of(t, "WorktreePlanned").last()) {
+                kept_paths.insert(canonical(plan["path"].as_str().unwrap_or_default()));
+                kept_branches.insert(plan["branch"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        let listed = git(&g.repo, &["worktree", "list", "--porcelain"])?;
+        let main = canonical(&g.repo.display().to_string());
+        let worktrees: BTreeSet<PathBuf> = listed
+            .lines()
+            .filter_map(|l| l.strip_prefix("worktree "))
+            .map(canonical)
+            .filter(|p| *p != main)
+            .collect();
+        if worktrees != kept_paths {
+            bail!(
+                "violation {when}: git lists the worktrees {worktrees:?}, the journal kept \
+                 {kept_paths:?}"
+            );
+        }
+        let pattern = format!("sortie/{}/*", g.run);
+        let branches: BTreeSet<String> = git(
+            &g.repo,
+            &["branch", "--list", "--format=%(refname:short)", &pattern],
+        )?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+        if branches != kept_branches {
+            bail!(
+                "violation {when}: the run's branches are {branches:?}, the journal kept \
+                 {kept_branches:?}"
+            );
+        }
+        self.report.worktrees_kept += kept_paths.len() as u64;
+        Ok(())
+    }
+}
+
+impl Gen {
+    fn sortie(&self, bin: &Path) -> Command {
+        let mut c = Command::new(bin);
+        c.current_dir(&self.dir)
+            .env_remove("SORTIE_DIR")
+            .env_remove("RUST_LOG")
+            .env_remove(PAUSE_AFTER)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn log(&self, n: u32) -> PathBuf {
+        self.dir.join(format!("sortie{n}.err"))
+    }
+
+    /// The journal through `sortie export`.
+    fn journal(&self, bin: &Path) -> Result<Journal> {
+        let out = self
+            .sortie(bin)
+            .args(["export", &self.run])
+            .output()
+            .context("running sortie export")?;
+        if !out.status.success() {
+            bail!(
+                "violation: sortie export {} failed: {}",
+                self.run,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Journal::parse(&out.stdout)
+    }
+
+    /// The same, or `None` while it cannot be read (the run does not exist yet, or a reader
+    /// met the writer's lock).
+    fn try_journal(&self, bin: &Path) -> Option<Journal> {
+        let out = self.sortie(bin).args(["export", &self.run]).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        Journal::parse(&out.stdout).ok()
+    }
+
+    fn lines(&self, prefix: &str, t: u64) -> usize {
+        fs::read_to_string(
+            self.dir
+                .join(format!("{prefix}-{}", self.labels[t as usize])),
+        )
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+    }
+
+    /// Answers task `t`'s agents gave (lines in its counter file).
+    fn counter(&self, t: u64) -> usize {
+        self.lines("count", t)
+    }
+
+    /// Usage reports task `t`'s agents made.
+    fn usage_lines(&self, t: u64) -> usize {
+        self.lines("usage", t)
+    }
+
+    /// Every usage report of every attempt, in order, from the agents' logs.
+    fn reported(&self) -> Result<BTreeMap<(u64, u64), Vec<Usage>>> {
+        let mut m: BTreeMap<(u64, u64), Vec<Usage>> = BTreeMap::new();
+        for (t, label) in self.labels.iter().enumerate() {
+            let Ok(text) = fs::read_to_string(self.dir.join(format!("usage-{label}"))) else {
+                continue;
+            };
+            for line in text.lines() {
+                // A line cut short by a kill is not a report sortie could have read.
+                let Ok(v) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                let u = &v["usage"];
+                let usd = u["cost_usd"].as_f64().unwrap_or(0.0);
+                m.entry((t as u64, num(&v["attempt"])))
+                    .or_default()
+                    .push(Usage {
+                        input: num(&u["input"]),
+                        output: num(&u["output"]),
+                        nanos: (usd * 1e9).round() as u64,
+                        turns: num(&u["turns"]),
+                        ..Usage::default()
+                    });
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// Usage as the ledger sums it (`context_tokens` is a level and is left out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Usage {
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+    reasoning: u64,
+    nanos: u64,
+    unreported: u64,
+    turns: u64,
+}
+
+impl Usage {
+    fn of(u: &Value) -> Option<Usage> {
+        let n = |v: &Value| v.as_u64();
+        Some(Usage {
+            input: n(&u["input"])?,
+            output: n(&u["output"])?,
+            cache_read: n(&u["cache_read"])?,
+            cache_write: n(&u["cache_write"])?,
+            reasoning: n(&u["reasoning"])?,
+            nanos: n(&u["cost"]["nanos"])?,
+            unreported: n(&u["cost"]["unreported"])?,
+            turns: n(&u["turns"])?,
+        })
+    }
+
+    fn plus(self, o: Usage) -> Usage {
+        Usage {
+            input: self.input + o.input,
+            output: self.output + o.output,
+            cache_read: self.cache_read + o.cache_read,
+            cache_write: self.cache_write + o.cache_write,
+            reasoning: self.reasoning + o.reasoning,
+            nanos: self.nanos + o.nanos,
+            unreported: self.unreported + o.unreported,
+            turns: self.turns + o.turns,
+        }
+    }
+}
+
+/// A run's exported events.
+struct Journal {
+    events: Vec<Value>,
+}
+
+impl Journal {
+    fn parse(bytes: &[u8]) -> Result<Journal> {
+        let events = String::from_utf8_lossy(bytes)
+            .lines()
+            .map(|l| serde_json::from_str(l).context("export prints JSON lines"))
+            .collect::<Result<Vec<Value>>>()?;
+        Ok(Journal { events })
+    }
+
+    /// (kind, body) of every event, in order.
+    fn kinds(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.events.iter().filter_map(|e| {
+            e["event"]
+                .as_object()
+                .and_then(|o| o.iter().next())
+                .map(|(k, b)| (k.as_str(), b))
+        })
+    }
+
+    fn count(&self, kind: &str) -> usize {
+        self.kinds().filter(|(k, _)| *k == kind).count()
+    }
+
+    /// Bodies of the events of `kind` about `task`.
+    fn of(&self, task: u64, kind: &str) -> Vec<&Value> {
+        self.kinds()
+            .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task))
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// Tasks with `TaskFinished`.
+    fn finished(&self) -> BTreeSet<u64> {
+        self.kinds()
+            .filter(|(k, _)| *k == "TaskFinished")
+            .map(|(_, b)| num(&b["task"]))
+            .collect()
+    }
+
+    /// Attempts with `AttemptFinished`.
+    fn finished_attempts(&self) -> BTreeSet<(u64, u64)> {
+        self.kinds()
+            .filter(|(k, _)| *k == "AttemptFinished")
+            .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
+            .collect()
+    }
+
+    /// Each attempt's last journaled usage (zero until it reports any).
+    fn attempt_usage(&self) -> BTreeMap<(u64, u64), Usage> {
+        let mut m = BTreeMap::new();
+        for (k, b) in self.kinds() {
+            let key = (num(&b["task"]), num(&b["attempt"]));
+            match k {
+                "AttemptLaunching" => {
+                    m.insert(key, Usage::default());
+                }
+                "AttemptProgress" | "AttemptFinished" => {
+                    m.insert(key, Usage::of(&b["usage"]).unwrap_or_default());
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    /// The sum over attempts of each one's last usage.
+    fn total(&self) -> Usage {
+        self.attempt_usage()
+            .values()
+            .fold(Usage::default(), |a, u| a.plus(*u))
+    }
+
+    /// Attempts launched and not ended (no `AttemptFinished` or `AttemptOrphaned`).
+    fn live_attempts(&self) -> BTreeSet<(u64, u64)> {
+        let mut live = BTreeSet::new();
+        for (k, b) in self.kinds() {
+            let key = (num(&b["task"]), num(&b["attempt"]));
+            match k {
+                "AttemptLaunching" => {
+                    live.insert(key);
+                }
+                "AttemptFinished" | "AttemptOrphaned" => {
+                    live.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        live
+    }
+
+    /// Tasks whose last attempt completed while the task did not finish (yet): killed between
+    /// an attempt's end and its task's end (artifact, worktree finalize, `TaskFinished`).
+    fn ended_not_finished(&self) -> BTreeSet<u64> {
+        let mut last: BTreeMap<u64, bool> = BTreeMap::new();
+        for (k, b) in self.kinds() {
+            match k {
+                "AttemptLaunching" | "AttemptOrphaned" => {
+                    last.insert(num(&b["task"]), false);
+                }
+                "AttemptFinished" => {
+                    let done = b["outcome"]["stop_reason"] == "completed";
+                    last.insert(num(&b["task"]), done);
+                }
+                "TaskFinished" => {
+                    last.remove(&num(&b["task"]));
+                }
+                _ => {}
+            }
+        }
+        last.into_iter()
+            .filter(|(_, d)| *d)
+            .map(|(t, _)| t)
+            .collect()
+    }
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(u64::MAX)
+}
+
+/// Live (not zombie) processes carrying `SORTIE_ATTEMPT=<run>/...`, with the (task, attempt)
+/// their marker names.
+fn marked_processes(run: &str) -> Vec<(u32, Option<(u64, u64)>)> {
+    let needle = format!("SORTIE_ATTEMPT={run}/");
+    let mut found = Vec::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        for kv in env.split(|b| *b == 0) {
+            if let Some(rest) = kv.strip_prefix(needle.as_bytes()) {
+                let rest = String::from_utf8_lossy(rest);
+                let mut parts = rest.split('/');
+                let key = match (parts.next(), parts.next()) {
+                    (Some(t), Some(a)) => t.parse().ok().zip(a.parse().ok()),
+                    _ => None,
+                };
+                found.push((pid, key));
+            }
+        }
+    }
+    found
+}
+
+/// Polls `done` every 100 ms until it holds or `child` exits; fails past [`PATIENCE`].
+fn wait_until(child: &mut Child, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        if done()? || child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            bail!("violation: sortie neither got there nor ended within {PATIENCE:?} (a hang?)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for `child` to exit, at most `patience` (then kills it and fails).
+fn wait_exit(child: &mut Child, patience: Duration) -> Result<Option<i32>> {
+    let until = Instant::now() + patience;
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(s.code());
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("violation: sortie did not end within {patience:?} (a hang?)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last lines of a log file.
+fn tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+fn canonical(p: &str) -> PathBuf {
+    fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p))
+}
+
+/// Runs git in `dir`; returns its stdout.
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("running git")?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
