@@ -1,0 +1,347 @@
+//! End-to-end tests: faults from outside. Each injects one and checks what sortie does:
+//!
+//! - a full disk while journaling (a file-size limit, RLIMIT_FSIZE, put on the live `sortie`
+//!   process, a few hundred bytes past its journal's size, so that a write is cut short): the
+//!   run stops with exit 3 and a message naming the journal and the error, no process of the
+//!   run survives, the journal audits whole, and once the limit is gone `sortie resume`
+//!   finishes the run without running a finished task again;
+//! - an artifact path that cannot be written (under a regular file): that task ends partial
+//!   with `Artifact write failed: ...`, the run goes on;
+//! - the state dir removed while tasks run: sortie notices at its next journal write, stops
+//!   with a message saying the journal was removed (no panic, no hang), and kills its attempts;
+//! - an agent that forks a grandchild and exits: the grandchild (same process group, same
+//!   environment marker) is gone once the task ends, while the run still goes on;
+//! - an agent that ignores SIGTERM, stopped by its attempt timeout: SIGKILLed after
+//!   `kill_grace`, the attempt records a timeout ended by signal 9, no process left.
+
+use crate::support::{
+    Background, Scratch, event_kind, fake_command, live_processes_of, poll, task_events, unique_run,
+};
+
+/// A batch of `n` tasks that each report usage over several turns and append to their own
+/// counter file (`count-tNN`).
+fn busy_batch(s: &Scratch, n: usize, turns: u32, sleep: f64) -> std::path::PathBuf {
+    let mut toml = String::from(
+        "concurrency = 4\n\n[defaults]\nmax_retries = 8\nkill_grace = \"1s\"\n\
+         attempt_timeout = \"5m\"\n",
+    );
+    for i in 0..n {
+        let counter = s.path().join(format!("count-t{i:02}"));
+        let usage = format!("{},{},0.00{:04}", 100 + i, 10 + i, 7 + i);
+        let turns = turns.to_string();
+        let sleep = format!("{sleep:.2}");
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i:02}\"\ncommand = {}\n",
+            fake_command(&[
+                "--usage",
+                &usage,
+                "--turns",
+                &turns,
+                "--sleep",
+                &sleep,
+                "--counter",
+                counter.to_str().expect("utf-8"),
+            ])
+        ));
+    }
+    s.write("batch.toml", &toml)
+}
+
+/// Lines in task `i`'s counter file of [`busy_batch`] (0 when missing).
+fn counter(s: &Scratch, i: usize) -> usize {
+    std::fs::read_to_string(s.path().join(format!("count-t{i:02}")))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// Task numbers with `TaskFinished` in the run's journal (empty while it cannot be read).
+fn finished_tasks(s: &Scratch, run: &str) -> Vec<u64> {
+    s.try_events(run)
+        .unwrap_or_default()
+        .iter()
+        .map(event_kind)
+        .filter(|(k, _)| *k == "TaskFinished")
+        .filter_map(|(_, b)| b["task"].as_u64())
+        .collect()
+}
+
+/// Waits (bounded) until no process carries `prefix` (a run id, or `run/task`) in its
+/// `SORTIE_ATTEMPT` marker.
+fn wait_gone(prefix: &str, what: &str) {
+    poll(what, 30, || {
+        live_processes_of(prefix).is_empty().then_some(())
+    });
+}
+
+/// Puts a file-size limit of `bytes` on a live process (python's `resource.prlimit`: the
+/// tests need python3 for the fake agent already).
+fn limit_file_size(pid: u32, bytes: u64) {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import resource, sys; n = int(sys.argv[2]); \
+             resource.prlimit(int(sys.argv[1]), resource.RLIMIT_FSIZE, (n, n))",
+            &pid.to_string(),
+            &bytes.to_string(),
+        ])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "prlimit failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The size of the journal's sled log of `run`.
+fn journal_bytes(s: &Scratch, run: &str) -> u64 {
+    std::fs::metadata(s.state_dir().join("runs").join(run).join("journal/db"))
+        .expect("the journal's log file")
+        .len()
+}
+
+#[test]
+fn a_full_disk_stops_the_run_as_interrupted_and_resume_finishes_it() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-disk");
+    let n = 24;
+    let batch = busy_batch(&s, n, 4, 0.4);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    );
+    poll("three tasks to finish", 60, || {
+        (finished_tasks(&s, run).len() >= 3).then_some(())
+    });
+    // The disk fills up: the next write past this size fails (cut short mid-record, since the
+    // limit is not on a record's boundary).
+    limit_file_size(sortie.pid(), journal_bytes(&s, run) + 777);
+    let out = sortie.finish(60);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "interrupted, resumable:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("cannot write the journal of run")
+            && stderr.contains(run.as_str())
+            && stderr.contains("File too large"),
+        "the message names the journal and the error:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    wait_gone(run, "the run's attempts to be stopped");
+
+    // The journal is whole: everything acknowledged before the failure, nothing torn.
+    s.audit_clean(run);
+    let before = finished_tasks(&s, run);
+    assert!(
+        before.len() < n,
+        "the run stopped before its end: {before:?}"
+    );
+    let frozen: Vec<(u64, usize)> = before
+        .iter()
+        .map(|&t| (t, counter(&s, t as usize)))
+        .collect();
+
+    // Space is back (a new process has no limit): resume finishes the run.
+    let out = Background::start(&s, run, &["resume", run]).finish(120);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "resume: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_gone(run, "no process of the run after the resume");
+    s.audit_clean(run);
+    let events = s.events(run);
+    for t in 0..n {
+        assert_eq!(
+            task_events(&events, "TaskFinished", t).len(),
+            1,
+            "task {t} finishes exactly once"
+        );
+        assert_eq!(
+            task_events(&events, "TaskFinished", t)[0]["result"]["state"],
+            "completed"
+        );
+        assert!(counter(&s, t) >= 1, "task {t} answered");
+    }
+    for (t, c) in frozen {
+        assert_eq!(
+            counter(&s, t as usize),
+            c,
+            "task {t} finished before the disk filled up, yet ran again"
+        );
+    }
+}
+
+#[test]
+fn an_unwritable_artifact_path_makes_the_task_partial_and_the_run_goes_on() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-artifact");
+    s.write("blocker", "a regular file, not a directory\n");
+    let toml = format!(
+        "concurrency = 1\n\n\
+         [[tasks]]\nlabel = \"blocked\"\ncommand = {}\noutput = \"blocker/out.md\"\n\n\
+         [[tasks]]\nlabel = \"after\"\ncommand = {}\noutput = \"out/after.md\"\n",
+        fake_command(&["--answer", "blocked answer"]),
+        fake_command(&["--answer", "after answer"]),
+    );
+    let batch = s.write("batch.toml", &toml);
+    let out = s.run(&["run", "--run-id", run, batch.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a partial task: exit 1\n{stderr}"
+    );
+    let events = s.events(run);
+    let blocked = &task_events(&events, "TaskFinished", 0)[0]["result"];
+    assert_eq!(blocked["state"], "partial", "{blocked}");
+    assert!(
+        blocked["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Artifact write failed: ")),
+        "{blocked}"
+    );
+    assert!(
+        blocked["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("blocked answer")),
+        "the output stays in the journal: {blocked}"
+    );
+    assert!(task_events(&events, "ArtifactWritten", 0).is_empty());
+    let after = &task_events(&events, "TaskFinished", 1)[0]["result"];
+    assert_eq!(after["state"], "completed", "{after}");
+    let text = std::fs::read_to_string(s.path().join("out/after.md")).expect("after's artifact");
+    assert!(text.contains("after answer"), "{text:?}");
+    s.audit_clean(run);
+}
+
+#[test]
+fn a_state_dir_removed_mid_run_stops_it_with_a_clear_message() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-rmstate");
+    let batch = busy_batch(&s, 16, 6, 1.2);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    );
+    poll("a task to finish", 60, || {
+        (!finished_tasks(&s, run).is_empty()).then_some(())
+    });
+    // sortie may create a file while it goes: remove until nothing is left.
+    poll("the state dir to be removed", 30, || {
+        let _ = std::fs::remove_dir_all(s.state_dir());
+        (!s.state_dir().exists()).then_some(())
+    });
+    let out = sortie.finish(60);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was removed while the run was live") && stderr.contains(run.as_str()),
+        "the message says what happened:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    wait_gone(run, "the run's attempts to be stopped");
+}
+
+#[test]
+fn a_grandchild_is_stopped_with_its_group_when_the_task_ends() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-grandchild");
+    let toml = format!(
+        "concurrency = 2\n\n\
+         [[tasks]]\nlabel = \"forks\"\ncommand = {}\n\n\
+         [[tasks]]\nlabel = \"slow\"\ncommand = {}\n",
+        fake_command(&["--grandchild", "--sleep", "1", "--usage", "5,5,0.001"]),
+        fake_command(&["--sleep", "8", "--turns", "16"]),
+    );
+    let batch = s.write("batch.toml", &toml);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    );
+    let forks = format!("{run}/0");
+    // The agent and the grandchild it forked, both marked as attempt 1 of `forks`.
+    poll("the agent and its grandchild", 30, || {
+        (live_processes_of(&forks).len() >= 2).then_some(())
+    });
+    poll("forks to finish", 60, || {
+        finished_tasks(&s, run).contains(&0).then_some(())
+    });
+    // The run goes on (slow still runs), and nothing of forks is left.
+    wait_gone(&forks, "the grandchild to be stopped with its group");
+    let out = sortie.finish(60);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(run);
+    let slow_end = events
+        .iter()
+        .position(|e| event_kind(e).0 == "TaskFinished" && event_kind(e).1["task"] == 1)
+        .expect("slow finished");
+    let forks_end = events
+        .iter()
+        .position(|e| event_kind(e).0 == "TaskFinished" && event_kind(e).1["task"] == 0)
+        .expect("forks finished");
+    assert!(forks_end < slow_end, "forks ended while the run went on");
+    assert_eq!(
+        task_events(&events, "TaskFinished", 0)[0]["result"]["state"],
+        "completed"
+    );
+    wait_gone(run, "no process of the run at its end");
+    s.audit_clean(run);
+}
+
+#[test]
+fn a_child_ignoring_sigterm_is_killed_after_the_grace_on_timeout() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-ignoreterm");
+    // The agent ignores SIGTERM from its first instant: `sh` ignores it before the exec (an
+    // ignored signal stays ignored across exec), so that a slow interpreter start cannot let
+    // the timeout's SIGTERM in before the agent's own `--ignore-term` takes effect.
+    let agent = fake_command(&["--ignore-term", "--sleep", "60", "--turns", "60"]);
+    let command = format!(
+        "[\"sh\", \"-c\", \"trap '' TERM; exec \\\"$0\\\" \\\"$@\\\"\", {}",
+        &agent[1..]
+    );
+    let toml = format!(
+        "[defaults]\nmax_retries = 0\n\n\
+         [[tasks]]\nlabel = \"stubborn\"\ncommand = {command}\nattempt_timeout = \"1s\"\n\
+         kill_grace = \"1s\"\n"
+    );
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(60);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a timed-out task: exit 1\n{stderr}"
+    );
+    wait_gone(run, "the stubborn agent to be gone");
+    let events = s.events(run);
+    let finished = task_events(&events, "AttemptFinished", 0);
+    assert_eq!(finished.len(), 1, "one attempt");
+    let outcome = &finished[0]["outcome"];
+    assert_eq!(outcome["stop_reason"], "timeout", "{outcome}");
+    assert_eq!(
+        outcome["signal"], 9,
+        "SIGTERM was ignored: SIGKILL after the grace ended it: {outcome}"
+    );
+    let result = &task_events(&events, "TaskFinished", 0)[0]["result"];
+    assert_eq!(result["state"], "timeout", "{result}");
+    s.audit_clean(run);
+}
