@@ -13,6 +13,7 @@ mod crash;
 mod faults;
 mod graphs;
 mod mixed;
+mod real_codex;
 mod real_pi;
 mod signals;
 mod support;

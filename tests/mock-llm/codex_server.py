@@ -5,6 +5,7 @@ It serves scripted scenarios so that the real Codex CLI can be observed without 
 provider: the server binds 127.0.0.1 only and never makes a request of its own.
 
     python3 codex_server.py --scenario ok --port 0 --port-file PORT --log requests.jsonl
+    python3 codex_server.py --model-scenario good=ok --model-scenario bad=error500 --print-port
 
 Codex is pointed at it through a custom model provider in `$CODEX_HOME/config.toml`:
 
@@ -17,7 +18,8 @@ Codex is pointed at it through a custom model provider in `$CODEX_HOME/config.to
 
 Endpoints: `POST /v1/responses` (streamed as server-sent events, or a JSON error) and
 `GET /v1/models` (an empty model list). Every request is appended to the log as one JSON
-line: time, method, path, the status answered, and the request body.
+line: time, method, path, the status answered, the model asked for, the step served with its
+index, the usage its `response.completed` reports (null when none), and the request body.
 
 Scenarios (a list of steps, one per `POST /v1/responses`; the last step repeats):
 
@@ -106,25 +108,38 @@ SCENARIOS = {
 
 
 class State:
-    """What the server has done so far."""
+    """What the server has done so far: requests are counted per scenario in use."""
 
-    def __init__(self, scenario, log_path):
-        self.steps = SCENARIOS[scenario]
-        self.requests = 0
+    def __init__(self, scenario, per_model, log_path):
+        self.scenario = scenario
+        self.per_model = per_model
+        self.requests = {}
         self.lock = threading.Lock()
         self.log_path = log_path
 
-    def next_step(self):
+    def next_step(self, model):
+        """The index of this request among its scenario's, and its step."""
+        key = model if model in self.per_model else None
+        steps = SCENARIOS[self.per_model.get(model, self.scenario)]
         with self.lock:
-            i = self.requests
-            self.requests += 1
-        return i, self.steps[min(i, len(self.steps) - 1)]
+            i = self.requests.get(key, 0)
+            self.requests[key] = i + 1
+        return i, steps[min(i, len(steps) - 1)]
 
     def log(self, entry):
         if not self.log_path:
             return
         with self.lock, open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
+
+
+def served_usage(step):
+    """The usage a step's `response.completed` reports (None: no such event)."""
+    if step in ("answer_after_tool", "answer_after_patch"):
+        return USAGE[1]
+    if step in ("answer", "tool_call", "patch_call"):
+        return USAGE[0]
+    return None
 
 
 def shell_call(tools):
@@ -165,8 +180,10 @@ class Handler(BaseHTTPRequestHandler):
             "method": self.command,
             "path": self.path,
             "status": status,
+            "model": (body or {}).get("model") if isinstance(body, dict) else None,
             "step": step,
             "index": index,
+            "usage": served_usage(step),
             "headers": {k: v for k, v in self.headers.items() if k.lower() != "authorization"},
             "authorization": bool(self.headers.get("Authorization")),
             "body": body,
@@ -199,7 +216,8 @@ class Handler(BaseHTTPRequestHandler):
             state.log(self.entry(404, body))
             self.send_json(404, {"error": {"message": "mock: not found", "type": "not_found"}})
             return
-        index, step = state.next_step()
+        model = body.get("model") if isinstance(body, dict) else None
+        index, step = state.next_step(model)
         if step in ERRORS:
             status, obj = ERRORS[step]
             state.log(self.entry(status, body, step, index))
@@ -226,8 +244,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def stream(self, step, body, index):
         rid = "resp_mock_{}".format(index + 1)
-        after_tool = step in ("answer_after_tool", "answer_after_patch")
-        usage = USAGE[1] if after_tool else USAGE[0]
+        usage = served_usage(step)
         created = {"id": rid, "object": "response", "status": "in_progress",
                    "model": body.get("model", "mock-model")}
         try:
@@ -287,20 +304,33 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), required=True)
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="ok",
+                   help="the scenario of requests whose model has none of its own")
+    p.add_argument("--model-scenario", action="append", default=[], metavar="MODEL=SCENARIO",
+                   help="a scenario for the requests for one model (counted apart)")
+    p.add_argument("--print-port", action="store_true",
+                   help="print the port on stdout, alone on the first line")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file")
     p.add_argument("--log")
     a = p.parse_args()
+    per_model = {}
+    for spec in a.model_scenario:
+        model, _, scenario = spec.partition("=")
+        if scenario not in SCENARIOS:
+            p.error("unknown scenario in --model-scenario {}".format(spec))
+        per_model[model] = scenario
     server = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     server.daemon_threads = True
-    server.state = State(a.scenario, a.log)
+    server.state = State(a.scenario, per_model, a.log)
     port = server.server_address[1]
     if a.port_file:
         with open(a.port_file + ".tmp", "w", encoding="utf-8") as f:
             f.write(str(port))
         import os
         os.replace(a.port_file + ".tmp", a.port_file)
+    if a.print_port:
+        print(port, flush=True)
     print("mock codex server on 127.0.0.1:{} scenario {}".format(port, a.scenario),
           file=sys.stderr, flush=True)
     try:

@@ -1,0 +1,335 @@
+//! The real Codex CLI (`@openai/codex` 0.171.0, installed by `.ci/run`) under sortie's built-in
+//! `codex` profile, against the project's loopback mock of the Responses API
+//! (`tests/mock-llm/codex_server.py`, on 127.0.0.1): the fake user's only provider is the mock,
+//! and the agent home turns off Codex's update check, analytics and plugin sync.
+//!
+//! One batch, three tasks at concurrency 3, so several Codex processes run at once, each with
+//! its own `CODEX_HOME` seeded from a fake user's `~/.codex` (whose provider keeps Codex's
+//! retries *on*, and which sets no sandbox):
+//! - `plain`: a plain answer → completed, the text is the mock's answer;
+//! - `tool`: an `exec_command` call (`echo hi > out.txt`), then an answer → completed, side
+//!   effects recorded, `out.txt` written in the task's cwd (the home's `workspace-write`);
+//! - `fallback`: model `bad` answers HTTP 500 every time → attempt 1 fails with `error` after a
+//!   single request (Codex's own 30 requests are off), attempt 2 on the fallback `good`
+//!   completes.
+//!
+//! The journal's tokens equal what the mock served (input without the cached tokens), and the
+//! cost is unreported: Codex reports none.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::support::{Background, Scratch, event_kind, task_events, unique_run};
+
+const CODEX_VERSION: &str = "0.171.0";
+const HELLO: &str = "Hello from the mock LLM. Task complete.";
+const DONE: &str = "Done: I ran the command and wrote out.txt.";
+
+/// Fails the test, saying how to install Codex, unless `codex --version` is 0.171.0.
+fn require_codex() {
+    let out = Command::new("codex")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output();
+    let version = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        Err(e) => format!("not runnable ({e})"),
+    };
+    assert!(
+        version == format!("codex-cli {CODEX_VERSION}"),
+        "this test runs the real Codex {CODEX_VERSION}, but `codex --version` is {version:?}: \
+         run `bash .ci/run` (or `npm install -g @openai/codex@{CODEX_VERSION}`) first"
+    );
+}
+
+/// `tests/mock-llm/codex_server.py`, running until dropped.
+struct MockServer {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl MockServer {
+    fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/codex_server.py");
+        let log = dir.join("served.jsonl");
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).arg("--log").arg(&log).arg("--print-port");
+        for (model, scenario) in models {
+            cmd.arg("--model-scenario")
+                .arg(format!("{model}={scenario}"));
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the mock Responses API (python3)");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("piped stdout"))
+            .read_line(&mut first)
+            .expect("read the mock's port");
+        let port = first
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the mock printed {first:?}, not a port"));
+        MockServer { child, port, log }
+    }
+
+    /// Every request the mock logged.
+    fn served(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("the mock logs JSON lines"))
+            .filter(|r: &Value| r["method"] == "POST")
+            .collect()
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Token counts as the ledger keeps them: (input without cache, output, cache_read).
+fn tokens(v: &Value) -> [u64; 3] {
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    [n("input"), n("output"), n("cache_read")]
+}
+
+/// The same for a usage the mock served (OpenAI's: input includes the cached tokens).
+fn served_tokens(u: &Value) -> [u64; 3] {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let cached = n(&u["input_tokens_details"]["cached_tokens"]);
+    [
+        n(&u["input_tokens"]) - cached,
+        n(&u["output_tokens"]),
+        cached,
+    ]
+}
+
+/// A fake user whose `~/.codex/config.toml` points Codex at the mock, retries left on.
+fn fake_user(home: &Path, port: u16) -> PathBuf {
+    let codex = home.join(".codex");
+    std::fs::create_dir_all(codex.join("sessions/2026")).expect("mkdir");
+    std::fs::write(
+        codex.join("config.toml"),
+        format!(
+            "model_provider = \"mock\"\napproval_policy = \"never\"\n\n\
+             [model_providers.mock]\nname = \"mock\"\n\
+             base_url = \"http://127.0.0.1:{port}/v1\"\nwire_api = \"responses\"\n\
+             env_key = \"MOCK_API_KEY\"\nrequest_max_retries = 4\n"
+        ),
+    )
+    .expect("config.toml");
+    std::fs::write(codex.join("sessions/2026/old.jsonl"), "{}\n").expect("old session");
+    codex
+}
+
+/// The attempts of task number `task`: (model, status, stop reason, error, output).
+fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, String, String)> {
+    let models: BTreeMap<u64, String> = task_events(events, "AttemptLaunching", task)
+        .iter()
+        .map(|b| {
+            (
+                b["attempt"].as_u64().expect("attempt"),
+                b["model"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    task_events(events, "AttemptFinished", task)
+        .iter()
+        .map(|b| {
+            let a = b["attempt"].as_u64().expect("attempt");
+            let o = &b["outcome"];
+            let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+            (
+                models.get(&a).cloned().unwrap_or_default(),
+                s(&o["status"]),
+                s(&o["stop_reason"]),
+                s(&o["error"]),
+                s(&b["output"]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_served() {
+    require_codex();
+    let s = Scratch::new();
+    let mock = MockServer::start(
+        s.path(),
+        &[("good", "ok"), ("tool", "tool"), ("bad", "error500")],
+    );
+    let home = s.path().join("home");
+    let user_codex = fake_user(&home, mock.port);
+    let user_config = std::fs::read_to_string(user_codex.join("config.toml")).expect("config");
+    for dir in ["work/plain", "work/tool", "work/fallback"] {
+        std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
+    }
+    let run = unique_run("real-codex");
+    let batch = s.write(
+        "batch.toml",
+        "concurrency = 3\n\n\
+         [defaults]\nagent = \"codex\"\nmax_retries = 1\nattempt_timeout = \"2m\"\n\
+         env = { MOCK_API_KEY = \"mock-key\" }\n\n\
+         [[tasks]]\nlabel = \"plain\"\ncwd = \"work/plain\"\nmodel = \"good\"\n\
+         prompt = \"Say hello.\"\n\n\
+         [[tasks]]\nlabel = \"tool\"\ncwd = \"work/tool\"\nmodel = \"tool\"\n\
+         prompt = \"Write hi into out.txt.\"\n\n\
+         [[tasks]]\nlabel = \"fallback\"\ncwd = \"work/fallback\"\nmodel = \"bad\"\n\
+         fallback_models = [\"good\"]\nprompt = \"Say hello.\"\n",
+    );
+    let started = std::time::Instant::now();
+    let mut cmd = s.sortie();
+    cmd.env("HOME", &home)
+        .env_remove("CODEX_HOME")
+        .args(["run", "--run-id", &run])
+        .arg(&batch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = Background::from_command(cmd, &run).finish(300);
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
+
+    let events = s.events(&run);
+    let plain = attempts(&events, 0);
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert_eq!(
+        (plain[0].1.as_str(), plain[0].2.as_str()),
+        ("completed", "completed")
+    );
+    assert_eq!(plain[0].4, HELLO);
+
+    let tool = attempts(&events, 1);
+    assert_eq!(tool.len(), 1, "{tool:?}");
+    assert_eq!(tool[0].1, "completed", "{tool:?}");
+    assert_eq!(tool[0].4, DONE);
+    let finished = task_events(&events, "AttemptFinished", 1);
+    assert_eq!(finished[0]["outcome"]["side_effects"], true);
+    assert_eq!(
+        std::fs::read_to_string(s.path().join("work/tool/out.txt")).expect("out.txt"),
+        "hi\n",
+        "the command ran in the task's cwd, writable"
+    );
+
+    let fb = attempts(&events, 2);
+    assert_eq!(fb.len(), 2, "{fb:?}");
+    assert_eq!(
+        (fb[0].0.as_str(), fb[0].1.as_str(), fb[0].2.as_str()),
+        ("bad", "failed", "error"),
+        "{fb:?}"
+    );
+    assert!(fb[0].3.contains("high demand"), "{fb:?}");
+    assert_eq!((fb[1].0.as_str(), fb[1].1.as_str()), ("good", "completed"));
+    assert_eq!(fb[1].4, HELLO);
+
+    // Codex's own retries were off: one request to the failing model.
+    let served = mock.served();
+    let requests = |model: &str| served.iter().filter(|r| r["model"] == model).count();
+    assert_eq!(requests("bad"), 1, "Codex retried on its own: {served:?}");
+    assert_eq!(requests("tool"), 2);
+    assert_eq!(requests("good"), 2);
+
+    // Each attempt had its own CODEX_HOME: the user's config with retries off and sortie's
+    // defaults, no session carried over, none written (--ephemeral).
+    let agents = s.state_dir().join("runs").join(&run).join("agents");
+    let mut homes: Vec<String> = std::fs::read_dir(&agents)
+        .expect("the run has agent homes")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    homes.sort();
+    assert_eq!(homes, ["0.1", "1.1", "2.1", "2.2"]);
+    for h in &homes {
+        let dir = agents.join(h);
+        let config = std::fs::read_to_string(dir.join("config.toml")).expect("config.toml");
+        for line in [
+            "[model_providers.mock]",
+            "request_max_retries = 0",
+            "stream_max_retries = 0",
+            "sandbox_mode = \"workspace-write\"",
+            "plugins = false",
+            "approval_policy = \"never\"",
+        ] {
+            assert!(
+                config.lines().any(|l| l.trim() == line),
+                "{h}: no {line:?} in\n{config}"
+            );
+        }
+        assert!(!config.contains("request_max_retries = 4"), "{h}");
+        let sessions = dir.join("sessions");
+        let session_files = walk_files(&sessions);
+        assert!(session_files.is_empty(), "{h}: {session_files:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(user_codex.join("config.toml")).expect("config"),
+        user_config,
+        "the user's config is only read"
+    );
+    assert_eq!(
+        walk_files(&user_codex.join("sessions")).len(),
+        1,
+        "the user's sessions"
+    );
+
+    // The journal's tokens are what the mock served; the cost is unreported, never 0.
+    let mut served_total = [0u64; 3];
+    for r in &served {
+        if !r["usage"].is_null() {
+            for (t, v) in served_total.iter_mut().zip(served_tokens(&r["usage"])) {
+                *t += v;
+            }
+        }
+    }
+    let audit = s.audit_clean(&run);
+    let ledger = &audit["ledger"];
+    assert_eq!(tokens(&ledger["total"]), served_total, "audit: {ledger}");
+    assert_eq!(ledger["total"]["cost"]["nanos"], 0, "{ledger}");
+    assert!(
+        ledger["total"]["cost"]["unreported"].as_u64() >= Some(4),
+        "every attempt's cost is unreported: {ledger}"
+    );
+    let mut turns = 0;
+    for e in &events {
+        if let ("AttemptFinished", b) = event_kind(e) {
+            turns += b["usage"]["turns"].as_u64().expect("turns");
+        }
+    }
+    // 1 (plain) + 2 (tool: the command, then the answer) + 1 + 1 (fallback).
+    assert_eq!(turns, 5);
+    println!(
+        "served {served_total:?} ({} requests); took {took:?}",
+        served.len()
+    );
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
