@@ -567,10 +567,11 @@ impl Torture {
             let total: u64 = PAUSE_EVENTS.iter().map(|(_, w)| w).sum();
             let mut pick = self.rng.below(total);
             for (event, w) in PAUSE_EVENTS {
-                if pick < w {
+                // Only a resume records orphans.
+                if pick < w && (resuming || event != "AttemptOrphaned") {
                     return KillPlan::After(event);
                 }
-                pick -= w;
+                pick = pick.saturating_sub(w);
             }
         }
         KillPlan::Delay(self.rng.below(self.opts.max_delay_ms + 1))
