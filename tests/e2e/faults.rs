@@ -257,8 +257,8 @@ fn a_grandchild_is_stopped_with_its_group_when_the_task_ends() {
         "concurrency = 2\n\n\
          [[tasks]]\nlabel = \"forks\"\ncommand = {}\n\n\
          [[tasks]]\nlabel = \"slow\"\ncommand = {}\n",
-        fake_command(&["--grandchild", "--sleep", "1", "--usage", "5,5,0.001"]),
-        fake_command(&["--sleep", "8", "--turns", "16"]),
+        fake_command(&["--grandchild", "--sleep", "3", "--usage", "5,5,0.001"]),
+        fake_command(&["--sleep", "10", "--turns", "20"]),
     );
     let batch = s.write("batch.toml", &toml);
     let sortie = Background::start(
