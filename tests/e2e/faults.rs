@@ -7,8 +7,9 @@
 //!   finishes the run without running a finished task again;
 //! - an artifact path that cannot be written (under a regular file): that task ends partial
 //!   with `Artifact write failed: ...`, the run goes on;
-//! - the state dir removed while tasks run: sortie notices at its next journal write, stops
-//!   with a message saying the journal was removed (no panic, no hang), and kills its attempts;
+//! - the state dir removed while tasks run: sortie notices at its next journal write (or, while
+//!   every agent is silent, within a few seconds all the same), stops with a message saying the
+//!   journal was removed (no panic, no hang), and kills its attempts;
 //! - an agent that forks a grandchild and exits: the grandchild (same process group, same
 //!   environment marker) is gone once the task ends, while the run still goes on;
 //! - an agent that ignores SIGTERM, stopped by its attempt timeout: SIGKILLed after
@@ -247,6 +248,47 @@ fn a_state_dir_removed_mid_run_stops_it_with_a_clear_message() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
     wait_gone(run, "the run's attempts to be stopped");
+}
+
+#[test]
+fn a_state_dir_removed_while_every_agent_is_silent_is_noticed_all_the_same() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-rmquiet");
+    // Agents that never say a word: no event comes to make sortie write its journal.
+    let mut toml = String::from("concurrency = 2\n");
+    for l in ["quiet1", "quiet2"] {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"{l}\"\ncommand = {}\n",
+            fake_command(&["--hang"])
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    );
+    poll("both attempts to start", 60, || {
+        let events = s.try_events(run)?;
+        (events
+            .iter()
+            .filter(|e| event_kind(e).0 == "AttemptStarted")
+            .count()
+            == 2)
+            .then_some(())
+    });
+    poll("the state dir to be removed", 30, || {
+        let _ = std::fs::remove_dir_all(s.state_dir());
+        (!s.state_dir().exists()).then_some(())
+    });
+    let out = sortie.finish(60);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was removed while the run was live"),
+        "{stderr}"
+    );
+    wait_gone(run, "the silent agents to be stopped");
 }
 
 #[test]

@@ -386,6 +386,13 @@ impl Journal {
         }
     }
 
+    /// Fails with [`Error::Removed`] when the journal's files were removed while it is open
+    /// (its state dir deleted): every append checks this after its flush; a writer whose
+    /// appends are far apart can ask in between. One `fstat`.
+    pub fn check_present(&self) -> Result<()> {
+        self.store.check_linked()
+    }
+
     /// True when opened with [`Journal::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.read_only

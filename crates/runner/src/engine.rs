@@ -63,6 +63,9 @@ pub const MARKER: &str = "SORTIE_ATTEMPT";
 /// work (worktree removed, or patch written), right before its event is committed.
 pub const TEST_PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 
+/// How often the run loop checks, between appends, that its journal was not removed.
+const JOURNAL_CHECK: Duration = Duration::from_secs(2);
+
 /// Something that wants to see each event as it is applied (progress display, logs).
 pub trait Observer: Send {
     /// Called after `stamped` was made durable and applied to `state`.
@@ -479,6 +482,9 @@ impl Engine {
         let mut sigint = signal(SignalKind::interrupt()).map_err(|e| self.io(e))?;
         let mut sigterm = signal(SignalKind::terminate()).map_err(|e| self.io(e))?;
         let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| self.io(e))?;
+        // Appends notice a removed journal; between them (agents silent for minutes), this does.
+        let mut presence = tokio::time::interval(JOURNAL_CHECK);
+        presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Plan and commit rounds until nothing more can happen without waiting.
             loop {
@@ -543,6 +549,13 @@ impl Engine {
                 }
                 _ = sigterm.recv() => self.stop_all(Stopping::Interrupt),
                 _ = sigusr1.recv() => self.stop_all(Stopping::Cancel),
+                _ = presence.tick() => {
+                    self.journal.check_present().map_err(|source| Error::JournalWrite {
+                        run: self.run_id.clone(),
+                        path: self.run_dir.join("journal"),
+                        source,
+                    })?;
+                }
                 msg = self.wt_rx.recv() => {
                     if let Some(msg) = msg {
                         self.handle_wt(msg).await?;
