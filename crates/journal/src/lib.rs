@@ -277,6 +277,11 @@ impl std::fmt::Debug for Journal {
     }
 }
 
+/// How many times, and how often, `create` tries again while a reader holds sled's lock.
+const CREATE_TRIES: u32 = 50;
+/// See [`CREATE_TRIES`].
+const CREATE_RETRY: Duration = Duration::from_millis(100);
+
 impl Journal {
     /// Creates the journal of a new run in `run_dir` (created with its parents, 0700).
     /// `Error::Exists` when a journal is already there.
@@ -291,13 +296,25 @@ impl Journal {
         }
         let db = db_dir(run_dir);
         create_private_dir(&db)?;
-        match Store::open(&db) {
-            Ok(store) => Journal::with_store(store, run_dir, false, None),
-            // Another process created it meanwhile.
-            Err(Error::Locked { .. }) => Err(Error::Exists {
-                path: run_dir.to_owned(),
-            }),
-            Err(e) => Err(e),
+        // sled creates its files before it locks them: a reader (`sortie status` or `export`
+        // of the run being started) that opens them in between holds the lock for a moment.
+        // Wait for it. Another writer that created the journal meanwhile holds the lock for
+        // its whole life, or has left records behind.
+        let exists = || Error::Exists {
+            path: run_dir.to_owned(),
+        };
+        let mut tries = 0;
+        loop {
+            match Store::open(&db) {
+                Ok(store) if store.last_seq()?.is_some() => return Err(exists()),
+                Ok(store) => return Journal::with_store(store, run_dir, false, None),
+                Err(Error::Locked { .. }) if tries < CREATE_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(CREATE_RETRY);
+                }
+                Err(Error::Locked { .. }) => return Err(exists()),
+                Err(e) => return Err(e),
+            }
         }
     }
 
