@@ -399,6 +399,11 @@ pub struct RunState {
     pub summary: Option<String>,
     /// Task ids by label.
     labels: HashMap<String, TaskId>,
+    /// How many tasks have finished, kept as events apply (see [`RunState::done_count`]).
+    done: usize,
+    /// The counters of the run's usage, kept as events apply (see
+    /// [`RunState::usage_counters`]).
+    tally: Usage,
 }
 
 impl Default for RunState {
@@ -424,6 +429,8 @@ impl RunState {
             resumes: 0,
             summary: None,
             labels: HashMap::new(),
+            done: 0,
+            tally: Usage::ZERO,
         }
     }
 
@@ -471,7 +478,20 @@ impl RunState {
 
     /// True when every task has finished.
     pub fn all_finished(&self) -> bool {
-        self.tasks.iter().all(|t| t.state.is_terminal())
+        self.done == self.tasks.len()
+    }
+
+    /// How many tasks have finished, without a pass over the tasks (a live display asks after
+    /// every event, and a run may hold 100,000 tasks).
+    pub fn done_count(&self) -> usize {
+        self.done
+    }
+
+    /// The counters of [`RunState::usage`] (tokens, reasoning, cost, turns), kept up to date as
+    /// events apply instead of summed over every task. `context_tokens`, a level rather than a
+    /// counter, is 0: ask [`RunState::usage`] for it.
+    pub fn usage_counters(&self) -> Usage {
+        self.tally
     }
 
     /// True once `RunFinished` was applied.
@@ -509,6 +529,36 @@ impl RunState {
         self.mutate(stamped.at, &stamped.event);
         self.next_seq = Seq(self.next_seq.0 + 1);
         self.last_at = Some(stamped.at);
+        Ok(())
+    }
+
+    /// [`RunState::apply`] taking the record by value: `RunStarted`'s batch moves into the
+    /// state instead of being copied (for a 100,000-task batch, tens of megabytes and a good
+    /// part of a replay's time). Replay uses it.
+    pub fn apply_owned(&mut self, stamped: Stamped) -> Result<(), Violation> {
+        let Stamped { seq, at, event } = stamped;
+        let Event::RunStarted {
+            run_id,
+            batch,
+            batch_digest,
+            host,
+            pid,
+        } = event
+        else {
+            return self.apply(&Stamped { seq, at, event });
+        };
+        if seq != self.next_seq {
+            return Err(Violation::SeqGap {
+                expected: self.next_seq,
+                got: seq,
+            });
+        }
+        if self.status != RunStatus::NotStarted {
+            return Err(Violation::AlreadyStarted);
+        }
+        self.start(at, run_id, batch, batch_digest, host, pid);
+        self.next_seq = Seq(self.next_seq.0 + 1);
+        self.last_at = Some(at);
         Ok(())
     }
 
@@ -736,22 +786,14 @@ impl RunState {
                 batch_digest,
                 host,
                 pid,
-            } => {
-                self.run_id = Some(run_id.clone());
-                self.tasks = batch.tasks.iter().map(|_| TaskRecord::new()).collect();
-                self.labels = batch
-                    .tasks
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
-                    .collect();
-                self.batch = Some(batch.clone());
-                self.batch_digest = *batch_digest;
-                self.host = host.clone();
-                self.pid = *pid;
-                self.started_at = Some(at);
-                self.status = RunStatus::Running;
-            }
+            } => self.start(
+                at,
+                run_id.clone(),
+                batch.clone(),
+                *batch_digest,
+                host.clone(),
+                *pid,
+            ),
             Event::RunResumed { pid, .. } => {
                 self.pid = *pid;
                 self.resumes += 1;
@@ -771,9 +813,46 @@ impl RunState {
                 let Some(rec) = self.tasks.get_mut(task.index()) else {
                     return;
                 };
+                let (was_done, before) = (rec.state.is_terminal(), rec.usage());
                 Self::mutate_task(rec, at, event);
+                let (is_done, after) = (rec.state.is_terminal(), rec.usage());
+                if after != before {
+                    self.tally = counters_minus(&self.tally.plus(&after), &before);
+                }
+                match (was_done, is_done) {
+                    (false, true) => self.done += 1,
+                    (true, false) => self.done = self.done.saturating_sub(1),
+                    _ => {}
+                }
             }
         }
+    }
+
+    /// Applies `RunStarted`.
+    fn start(
+        &mut self,
+        at: Timestamp,
+        run_id: RunId,
+        batch: Batch,
+        batch_digest: u64,
+        host: String,
+        pid: u32,
+    ) {
+        self.run_id = Some(run_id);
+        self.tasks = batch.tasks.iter().map(|_| TaskRecord::new()).collect();
+        (self.done, self.tally) = (0, Usage::ZERO);
+        self.labels = batch
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
+            .collect();
+        self.batch = Some(batch);
+        self.batch_digest = batch_digest;
+        self.host = host;
+        self.pid = pid;
+        self.started_at = Some(at);
+        self.status = RunStatus::Running;
     }
 
     fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event) {
@@ -798,6 +877,9 @@ impl RunState {
                 });
             }
             Event::AttemptLaunching { attempt, model, .. } => {
+                // Most tasks make one attempt: no room for four (a Vec's first growth) in each
+                // of a big run's 100,000 records.
+                rec.attempts.reserve_exact(1);
                 rec.attempts.push(AttemptRecord {
                     attempt: *attempt,
                     model: model.clone(),
@@ -903,5 +985,23 @@ impl RunState {
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. } => {}
         }
+    }
+}
+
+/// `a - b` counter by counter (saturating), with `context_tokens` 0: undoes a `plus` of `b` in
+/// a running total of counters.
+fn counters_minus(a: &Usage, b: &Usage) -> Usage {
+    Usage {
+        input: a.input.saturating_sub(b.input),
+        output: a.output.saturating_sub(b.output),
+        cache_read: a.cache_read.saturating_sub(b.cache_read),
+        cache_write: a.cache_write.saturating_sub(b.cache_write),
+        reasoning: a.reasoning.saturating_sub(b.reasoning),
+        cost: crate::usage::Cost {
+            nanos: a.cost.nanos.saturating_sub(b.cost.nanos),
+            unreported: a.cost.unreported.saturating_sub(b.cost.unreported),
+        },
+        turns: a.turns.saturating_sub(b.turns),
+        context_tokens: 0,
     }
 }

@@ -127,6 +127,45 @@ fn usage_is_counted_once_and_never_decreases() {
 }
 
 #[test]
+fn kept_counts_equal_a_pass_over_the_tasks() {
+    property(
+        "kept_counts_equal_a_pass_over_the_tasks",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            for (k, live) in t.lives.iter().enumerate() {
+                let done = live.tasks.iter().filter(|r| r.state.is_terminal()).count();
+                prop_assert_eq!(live.done_count(), done, "done after event {}", k);
+                prop_assert_eq!(
+                    live.all_finished(),
+                    live.tasks.iter().all(|r| r.state.is_terminal()),
+                    "all_finished after event {}",
+                    k
+                );
+                let usage = live.usage();
+                let counters = sortie_core::Usage {
+                    context_tokens: 0,
+                    ..usage
+                };
+                prop_assert_eq!(live.usage_counters(), counters, "usage after event {}", k);
+            }
+            let mut owned = RunState::new();
+            for e in &t.events {
+                owned
+                    .apply_owned(e.clone())
+                    .map_err(|v| TestCaseError::fail(format!("apply_owned refused: {v}")))?;
+            }
+            prop_assert_eq!(
+                Some(&owned),
+                t.lives.last(),
+                "apply_owned agrees with apply"
+            );
+            Ok(())
+        },
+    );
+}
+
+#[test]
 fn terminal_states_absorb() {
     property("terminal_states_absorb", scenario_strategy(), |s| {
         let t = trace(&s);
