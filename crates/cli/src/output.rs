@@ -92,14 +92,14 @@ impl Board {
 
     fn draw(&mut self, out: &mut impl Write, state: &RunState, at: u64) {
         let total = state.tasks.len();
-        let done = state.tasks.iter().filter(|t| t.state.is_terminal()).count();
+        let done = state.done_count();
         let running: Vec<(usize, &sortie_core::TaskRecord)> = state
             .tasks
             .iter()
             .enumerate()
             .filter(|(_, t)| t.live_attempt().is_some())
             .collect();
-        let usage = state.usage();
+        let usage = state.usage_counters();
         let eta = match (state.started_at, done) {
             (Some(start), d) if d > 0 && d < total => {
                 let per = at.saturating_sub(start.0) / d as u64;
@@ -196,7 +196,8 @@ impl Observer for LogLines {
                 delay.as_secs_f64()
             )),
             Event::TaskFinished { task, result } => {
-                let done = state.tasks.iter().filter(|t| t.state.is_terminal()).count();
+                let done = state.done_count();
+                let usage = state.usage_counters();
                 Some(format!(
                     "[{}] {}{} ({done}/{} done, {} tokens, {})",
                     state.label(*task),
@@ -207,8 +208,8 @@ impl Observer for LogLines {
                         .map(|e| format!(": {}", first_line(e)))
                         .unwrap_or_default(),
                     state.tasks.len(),
-                    state.usage().tokens(),
-                    state.usage().cost
+                    usage.tokens(),
+                    usage.cost
                 ))
             }
             _ => None,
