@@ -54,6 +54,16 @@ pub(crate) fn encode(seq: Seq, at: Timestamp, event: &Event) -> Result<Vec<u8>, 
     Ok(out)
 }
 
+/// Frames a payload: this build's version byte and the payload's CRC before it (for the fuzz
+/// targets, which must get past the checksum to reach the decoder).
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.push(FORMAT_V1);
+    out.extend_from_slice(&checksum(FORMAT_V1, payload).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
 /// Decodes one record, checking its version and CRC. The returned seq is the one stored in the
 /// record; the caller compares it with the key.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Stamped, String> {
@@ -138,10 +148,7 @@ mod tests {
 
     /// Frames arbitrary bytes with a valid version and CRC, so that they reach bincode.
     fn framed(payload: &[u8]) -> Vec<u8> {
-        let mut out = vec![FORMAT_V1];
-        out.extend_from_slice(&checksum(FORMAT_V1, payload).to_be_bytes());
-        out.extend_from_slice(payload);
-        out
+        frame(payload)
     }
 
     #[test]
