@@ -1485,12 +1485,10 @@ impl Sched {
         }
     }
 
+    /// Indexes a task that is in no index yet (`rebuild` starts from empty ones: removing it
+    /// first would scan every index once per task, quadratic in a 100,000-task resume).
     fn index_task(&mut self, state: &RunState, task: TaskId) {
         let Some(rec) = state.task(task) else { return };
-        self.queued.retain(|&(_, t)| t != task);
-        self.retrying.retain(|&(_, t)| t != task);
-        self.ended.remove(&task);
-        self.deadlines.retain(|&(_, t)| t != task);
         match &rec.state {
             TaskState::Pending => self.check_pending.push(task),
             TaskState::Queued { since } => {

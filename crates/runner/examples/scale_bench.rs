@@ -1,0 +1,428 @@
+//! The scale benchmark of `cargo xtask bench`: resume of a big crashed run, and the peak memory
+//! of a big batch, both measured on the real `sortie` binary.
+//!
+//! - Resume: a journal of `--tasks` tasks (default 100,000) of which `--finished` (99,000) have
+//!   finished and `--running` (16) were running when the owner died is written through the
+//!   journal API, event for event what the engine writes for a plain command (`RunStarted` with
+//!   the batch as `sortie run` loads it, every task queued, then per task launching, started,
+//!   finished, task finished, sixteen tasks interleaved). Then `sortie resume` runs under
+//!   `/usr/bin/time`; every task's command is `touch MARKER`, so the marker appears with the
+//!   first new spawn. Reported: the wall time from spawning `sortie resume` to the marker
+//!   (process start, replay, orphan reaping, first launch), the time to the end of the run,
+//!   and the peak RSS of the resume.
+//! - Batch: `sortie run` of `--run-tasks` (100,000) `true` tasks at `--run-concurrency` (64)
+//!   under `/usr/bin/time`: wall time and peak RSS. `--run-tasks 0` skips it.
+//!
+//! `cargo run --release -p sortie-runner --example scale_bench -- --sortie target/release/sortie`
+//! (`--work DIR` keeps the state dirs and logs there, for profiling).
+//!
+//! Prints a table, then one line `scale_bench key=value ...` for `cargo xtask bench`.
+
+#![allow(clippy::unwrap_used, reason = "a benchmark: any failure aborts it")]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark runs sortie and /usr/bin/time"
+)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sortie_core::{
+    Attempt, AttemptOutcome, Event, RunId, RunState, Seq, Stamped, StopReason, TaskId, TaskResult,
+    TerminalState, Timestamp, Usage,
+};
+use sortie_journal::Journal;
+use sortie_journal::index::RunEntry;
+use sortie_runner::batch::{Overrides, load};
+use sortie_runner::statedir;
+
+struct Args {
+    sortie: PathBuf,
+    tasks: u32,
+    finished: u32,
+    running: u32,
+    run_tasks: u32,
+    run_concurrency: u32,
+    work: Option<PathBuf>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        sortie: PathBuf::from("target/release/sortie"),
+        tasks: 100_000,
+        finished: 99_000,
+        running: 16,
+        run_tasks: 100_000,
+        run_concurrency: 64,
+        work: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_default();
+        match flag.as_str() {
+            "--sortie" => a.sortie = value.into(),
+            "--tasks" => a.tasks = value.parse().unwrap(),
+            "--finished" => a.finished = value.parse().unwrap(),
+            "--running" => a.running = value.parse().unwrap(),
+            "--run-tasks" => a.run_tasks = value.parse().unwrap(),
+            "--run-concurrency" => a.run_concurrency = value.parse().unwrap(),
+            "--work" => a.work = Some(value.into()),
+            other => panic!(
+                "unknown flag {other} (use --sortie, --tasks, --finished, --running, \
+                 --run-tasks, --run-concurrency, --work)"
+            ),
+        }
+    }
+    assert!(a.finished + a.running < a.tasks, "some tasks must remain");
+    a.sortie = std::path::absolute(&a.sortie).unwrap();
+    a
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// A JSON Lines batch of `n` tasks, each running `argv`.
+fn write_batch(path: &Path, n: u32, argv: &[&str]) {
+    let line = format!(
+        "{{\"command\": [{}]}}\n",
+        argv.iter()
+            .map(|a| format!("{a:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for _ in 0..n {
+        f.write_all(line.as_bytes()).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+/// Appends events, checked against the state as the engine checks them, in big writes.
+struct Writer {
+    journal: Journal,
+    state: RunState,
+    pending: Vec<(Timestamp, Event)>,
+    at: u64,
+}
+
+impl Writer {
+    fn push(&mut self, event: Event) {
+        self.at += 1;
+        let stamped = Stamped {
+            seq: self.state.next_seq,
+            at: Timestamp(self.at),
+            event,
+        };
+        self.state.apply(&stamped).unwrap();
+        self.pending.push((stamped.at, stamped.event));
+        if self.pending.len() >= 10_000 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.journal.append_all(&self.pending).unwrap();
+            self.pending.clear();
+        }
+    }
+}
+
+/// Writes the crashed run; returns its id and how many events it holds.
+fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
+    let loaded = load(batch_file, None, &Overrides::default()).unwrap();
+    statedir::ensure_state_dir(state_dir).unwrap();
+    let run_id = RunId::new("scale-resume").unwrap();
+    let dir = statedir::run_dir(state_dir, &run_id);
+    let journal = Journal::create(&dir).unwrap();
+    let lock = statedir::acquire(&dir).unwrap();
+    statedir::save_env(&dir, &loaded.env).unwrap();
+    let start = statedir::now();
+    sortie_journal::index::write(
+        state_dir,
+        &RunEntry {
+            run_id: run_id.clone(),
+            created: start,
+            source: loaded.batch.source.clone(),
+            tasks: a.tasks,
+            status: "running".into(),
+            pid: 1,
+            updated: start,
+        },
+    )
+    .unwrap();
+    let mut w = Writer {
+        journal,
+        state: RunState::new(),
+        pending: Vec::new(),
+        at: start.0.saturating_sub(3_600_000),
+    };
+    w.push(Event::RunStarted {
+        run_id: run_id.clone(),
+        batch: loaded.batch,
+        batch_digest: loaded.digest,
+        host: "bench-host".into(),
+        pid: 1,
+    });
+    for t in 0..a.tasks {
+        w.push(Event::TaskQueued { task: TaskId(t) });
+    }
+    let a1 = Attempt(1);
+    // Sixteen at a time, as at concurrency 16: launch, start, finish, finish the task.
+    for group in (0..a.finished).collect::<Vec<_>>().chunks(16) {
+        for &t in group {
+            w.push(Event::AttemptLaunching {
+                task: TaskId(t),
+                attempt: a1,
+                model: None,
+            });
+        }
+        for &t in group {
+            w.push(started(t));
+        }
+        for &t in group {
+            w.push(Event::AttemptFinished {
+                task: TaskId(t),
+                attempt: a1,
+                outcome: AttemptOutcome::completed(),
+                usage: Usage::ZERO,
+                output: String::new(),
+            });
+            w.push(Event::TaskFinished {
+                task: TaskId(t),
+                result: TaskResult {
+                    state: TerminalState::Completed,
+                    stop_reason: StopReason::Completed,
+                    phase: None,
+                    error: None,
+                    text: "(no output)".into(),
+                },
+            });
+        }
+    }
+    // The attempts running when the owner died: their processes are gone (a start time that
+    // matches no process), so resume records them orphaned and runs them again.
+    for t in a.finished..a.finished + a.running {
+        w.push(Event::AttemptLaunching {
+            task: TaskId(t),
+            attempt: a1,
+            model: None,
+        });
+        w.push(started(t));
+    }
+    w.flush();
+    let events = w.state.next_seq.0;
+    drop(lock);
+    (run_id, events)
+}
+
+fn started(t: u32) -> Event {
+    Event::AttemptStarted {
+        task: TaskId(t),
+        attempt: Attempt(1),
+        pid: 3_000_000 + t,
+        start_time: 1,
+    }
+}
+
+/// Runs `sortie ARGS` under `/usr/bin/time`; returns (seconds to `marker`, if given, total
+/// seconds, peak RSS in KiB).
+fn timed_sortie(
+    a: &Args,
+    work: &Path,
+    sortie_args: &[&str],
+    marker: Option<&Path>,
+) -> (Option<f64>, f64, u64) {
+    let rss_file = work.join("time.out");
+    let log = std::fs::File::create(work.join("sortie.log")).unwrap();
+    let start = Instant::now();
+    let mut child = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(&rss_file)
+        .arg(&a.sortie)
+        .args(sortie_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut first = None;
+    if let Some(marker) = marker {
+        loop {
+            if marker.exists() {
+                first = Some(start.elapsed().as_secs_f64());
+                break;
+            }
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let status = child.wait().unwrap();
+    let total = start.elapsed().as_secs_f64();
+    assert!(
+        status.success(),
+        "sortie {sortie_args:?} failed ({status}); see {}",
+        work.join("sortie.log").display()
+    );
+    let rss_kib = std::fs::read_to_string(&rss_file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .next_back()
+        .unwrap();
+    (first, total, rss_kib)
+}
+
+/// Milliseconds from `RunResumed` to the first `AttemptStarted` after it, by the journal's
+/// clock (the engine's view, without process start and replay before `RunResumed`).
+fn journal_gap_ms(state_dir: &Path, run_id: &RunId, from: u64) -> Option<u64> {
+    let j = Journal::open_read_only(&statedir::run_dir(state_dir, run_id)).unwrap();
+    let mut resumed = None;
+    for r in j.read(Seq(from), None) {
+        let s = r.unwrap();
+        match s.event {
+            Event::RunResumed { .. } => resumed = Some(s.at.0),
+            Event::AttemptStarted { .. } if resumed.is_some() => {
+                return resumed.map(|r| s.at.0.saturating_sub(r));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn main() {
+    let a = args();
+    let tmp = tempfile::tempdir().unwrap();
+    let work = match &a.work {
+        Some(w) => {
+            let _ = std::fs::remove_dir_all(w);
+            std::fs::create_dir_all(w).unwrap();
+            w.as_path()
+        }
+        None => tmp.path(),
+    };
+    let load_before = loadavg();
+    println!(
+        "scale_bench: resume of {} tasks ({} finished, {} running when it died), then a batch of \
+         {} tasks (load average {load_before})",
+        a.tasks, a.finished, a.running, a.run_tasks
+    );
+
+    let marker = work.join("spawned");
+    let batch_file = work.join("resume.jsonl");
+    write_batch(&batch_file, a.tasks, &["touch", marker.to_str().unwrap()]);
+    let state = work.join("state");
+    let build = Instant::now();
+    let (run_id, events) = crashed_run(&state, &batch_file, &a);
+    let build_s = build.elapsed().as_secs_f64();
+    if a.work.is_some() {
+        // A copy of the crashed run, to resume again under a profiler.
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(&state)
+            .arg(work.join("state.crashed"))
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+    let state_s = state.to_str().unwrap();
+    let (first, resume_total, resume_rss) = timed_sortie(
+        &a,
+        work,
+        &["--state-dir", state_s, "resume", run_id.as_str()],
+        Some(&marker),
+    );
+    let first = first.expect("the marker appeared");
+    let gap_ms = journal_gap_ms(&state, &run_id, events);
+
+    println!();
+    println!("{:<52} {:>12}", "resume", "");
+    println!(
+        "{:<52} {:>10.3} s",
+        format!("journal written ({events} events)"),
+        build_s
+    );
+    println!(
+        "{:<52} {:>10.3} s",
+        "sortie resume: spawn to first new task's process", first
+    );
+    println!(
+        "{:<52} {:>10} ms",
+        "  of which RunResumed to AttemptStarted (journal)",
+        gap_ms.map_or("?".into(), |g| g.to_string())
+    );
+    println!(
+        "{:<52} {:>10.3} s",
+        format!("sortie resume: to the end ({} tasks)", a.tasks - a.finished),
+        resume_total
+    );
+    println!(
+        "{:<52} {:>10.1} MB",
+        "sortie resume: peak RSS",
+        resume_rss as f64 / 1024.0
+    );
+
+    let (mut run_s, mut run_rss) = (f64::NAN, 0);
+    if a.run_tasks > 0 {
+        let run_file = work.join("run.jsonl");
+        write_batch(&run_file, a.run_tasks, &["true"]);
+        let run_state = work.join("run-state");
+        let concurrency = a.run_concurrency.to_string();
+        let (_, secs, rss) = timed_sortie(
+            &a,
+            work,
+            &[
+                "--state-dir",
+                run_state.to_str().unwrap(),
+                "run",
+                run_file.to_str().unwrap(),
+                "--concurrency",
+                &concurrency,
+            ],
+            None,
+        );
+        (run_s, run_rss) = (secs, rss);
+        println!(
+            "{:<52} {:>10.3} s ({:.0} tasks/s)",
+            format!(
+                "sortie run: {} x true, concurrency {}",
+                a.run_tasks, a.run_concurrency
+            ),
+            run_s,
+            f64::from(a.run_tasks) / run_s
+        );
+        println!(
+            "{:<52} {:>10.1} MB",
+            "sortie run: peak RSS",
+            run_rss as f64 / 1024.0
+        );
+    }
+    let load_after = loadavg();
+    println!("load average before {load_before}, after {load_after} (2 cores)");
+    println!(
+        "scale_bench resume_tasks={} resume_finished={} resume_events={events} \
+         resume_first_spawn_s={first:.3} resume_gap_ms={} resume_total_s={resume_total:.3} \
+         resume_rss_mb={:.1} run_tasks={} run_concurrency={} run_s={run_s:.3} run_rss_mb={:.1} \
+         load={load_after}",
+        a.tasks,
+        a.finished,
+        gap_ms.map_or("?".into(), |g| g.to_string()),
+        resume_rss as f64 / 1024.0,
+        a.run_tasks,
+        a.run_concurrency,
+        run_rss as f64 / 1024.0,
+    );
+}
