@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Dispatch overhead: N tasks of `true` at concurrency 16, durably journaled by sortie, against
-# `xargs -P 16` running the same N processes, on the same machine in the same script.
-# Each contender runs ROUNDS times, interleaved; the median wall time is reported, and the
-# ratio is sortie's throughput over xargs' (1.0 = as fast as xargs).
-#   bash bench/dispatch.sh            (N=2000, ROUNDS=5)
-#   N=5000 ROUNDS=3 bash bench/dispatch.sh
+# `xargs -P 16` and GNU `parallel -j 16` running the same N processes, on the same machine in
+# the same script. Each contender runs ROUNDS times, interleaved; the median wall time is
+# reported, and the ratios are sortie's throughput over each peer's (1.0 = as fast).
+# GNU parallel is installed with apt-get when it is missing (PARALLEL=0 skips it).
+#   bash bench/dispatch.sh            (N=5000, ROUNDS=3)
+#   N=2000 ROUNDS=5 bash bench/dispatch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=${N:-2000}
-ROUNDS=${ROUNDS:-5}
+N=${N:-5000}
+ROUNDS=${ROUNDS:-3}
 P=16
+PARALLEL=${PARALLEL:-1}
+
+is_gnu_parallel() { parallel --version 2>/dev/null | grep -q 'GNU parallel'; }
+if [ "$PARALLEL" = 1 ] && ! is_gnu_parallel; then
+  echo "dispatch.sh: installing GNU parallel with apt-get" >&2
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get install -y -q parallel >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q parallel >/dev/null 2>&1; } ||
+    true
+  is_gnu_parallel || { echo "dispatch.sh: no GNU parallel: its row is skipped" >&2; PARALLEL=0; }
+fi
 
 cargo build --release -q -p sortie-cli
 SORTIE=$PWD/target/release/sortie
@@ -28,11 +40,20 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 : > "$work/sortie.times"
 : > "$work/xargs.times"
+: > "$work/parallel.times"
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 for r in $(seq "$ROUNDS"); do
   t0=$(now)
   seq "$N" | xargs -P "$P" -I{} true
   t1=$(now)
   awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/xargs.times"
+
+  if [ "$PARALLEL" = 1 ]; then
+    t0=$(now)
+    seq "$N" | parallel --will-cite -j "$P" true
+    t1=$(now)
+    awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/parallel.times"
+  fi
 
   rm -rf "$work/state"
   t0=$(now)
@@ -45,9 +66,19 @@ done
 xargs_t=$(median < "$work/xargs.times")
 sortie_t=$(median < "$work/sortie.times")
 events=$("$SORTIE" --state-dir "$work/state" export "$(ls "$work/state/runs")" | wc -l)
+load_after=$(cut -d' ' -f1 /proc/loadavg)
 printf '\n%-34s %10s %12s\n' "dispatch: $N x true, -P $P" "median s" "tasks/s"
 calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
 printf '%-34s %10.3f %12.0f\n' "xargs -P $P" "$xargs_t" "$(calc "$N / $xargs_t")"
+parallel_t=nan
+parallel_ratio=nan
+if [ "$PARALLEL" = 1 ]; then
+  parallel_t=$(median < "$work/parallel.times")
+  parallel_ratio=$(calc "$parallel_t / $sortie_t")
+  printf '%-34s %10.3f %12.0f\n' "GNU parallel -j $P" "$parallel_t" "$(calc "$N / $parallel_t")"
+fi
 printf '%-34s %10.3f %12.0f\n' "sortie (journaled, $events events)" "$sortie_t" "$(calc "$N / $sortie_t")"
 printf 'ratio sortie/xargs throughput: %s\n' "$(calc "$xargs_t / $sortie_t")"
-echo "BENCH dispatch tasks=$N concurrency=$P xargs_s=$xargs_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t")"
+printf 'ratio sortie/parallel throughput: %s\n' "$parallel_ratio"
+printf 'load average before %s, after %s (%s cores)\n' "$load_before" "$load_after" "$(nproc)"
+echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") parallel_ratio=$parallel_ratio load=$load_after"
