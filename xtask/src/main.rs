@@ -6,10 +6,15 @@
 //!   moments and resumed, every invariant checked after each crash (see `torture.rs`);
 //! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
 //!   (default 10000), then how many cases each property ran;
-//! - `bench [journal|dispatch|all]`: the journal benchmark and the dispatch benchmark.
+//! - `bench [journal|dispatch|scale|all]`: the journal, dispatch and scale benchmarks, then one
+//!   table of every figure against its target (see `bench.rs`).
+//! - `fuzz [--seconds N] [--rss-mb M] [TARGET...]`: every cargo-fuzz target for N seconds,
+//!   one after another, then the executions of each (see `fuzz.rs`).
 
 #![allow(clippy::disallowed_methods, reason = "xtask runs cargo and tools")]
 
+mod bench;
+mod fuzz;
 mod tidy;
 mod torture;
 
@@ -28,8 +33,13 @@ tasks:
                             SIGKILL a run N times (default 200) at random moments, resume,
                             check every invariant after each crash (release build)
   proptest [--cases N]      model-based property tests in release mode (default 10000 cases)
-  bench [journal|dispatch|all]
-                            journal append/replay benchmark, dispatch benchmark (default all)";
+  bench [journal|dispatch|scale|all]
+                            journal append/replay, dispatch against xargs and GNU parallel,
+                            resume of a 100k-task run and a 100k-task batch's memory; then
+                            one table with the targets (default all)
+  fuzz [--seconds N] [--rss-mb M] [TARGET...]
+                            every fuzz target N seconds (default 60) under cargo fuzz, one
+                            after another, memory bounded to M MB (default 1024)";
 
 /// Where the dispatch benchmark script lives (relative to the workspace root).
 const DISPATCH_BENCH: &str = "bench/dispatch.sh";
@@ -56,6 +66,7 @@ fn run() -> Result<()> {
         Some("torture") => torture_task(&root, &args[1..]),
         Some("proptest") => proptest(&root, cases(&args[1..])?),
         Some("bench") => bench(&root, args.get(1).map(String::as_str).unwrap_or("all")),
+        Some("fuzz") => fuzz::fuzz(&root, &fuzz::options(&args[1..])?),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -210,33 +221,88 @@ fn proptest(root: &Path, cases: u64) -> Result<()> {
 }
 
 fn bench(root: &Path, which: &str) -> Result<()> {
-    let (journal, dispatch) = match which {
-        "journal" => (true, false),
-        "dispatch" => (false, true),
-        "all" => (true, true),
-        other => bail!("unknown benchmark {other:?}: journal, dispatch or all"),
+    let (journal, dispatch, scale) = match which {
+        "journal" => (true, false, false),
+        "dispatch" => (false, true, false),
+        "scale" => (false, false, true),
+        "all" => (true, true, true),
+        other => bail!("unknown benchmark {other:?}: journal, dispatch, scale or all"),
     };
+    let mut figures = bench::Figures::default();
+    let mut build = cargo(root);
+    build.args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "sortie-cli",
+        "-p",
+        "sortie-journal",
+        "-p",
+        "sortie-runner",
+        "--examples",
+        "--bins",
+    ]);
+    step(
+        build,
+        "cargo build --release (sortie, journal_bench, scale_bench)",
+    )?;
+    let release = root.join("target/release");
     if journal {
-        let mut cmd = cargo(root);
-        cmd.args([
-            "run",
-            "--release",
-            "-p",
-            "sortie-journal",
-            "--example",
-            "journal_bench",
-        ]);
-        step(cmd, "journal benchmark")?;
+        let cmd = Command::new(release.join("examples/journal_bench"));
+        figures.journal = Some(bench::keys(keyed_output(
+            cmd,
+            "journal benchmark",
+            "journal_bench ",
+        )?));
     }
     if dispatch {
         let script = root.join(DISPATCH_BENCH);
-        if script.is_file() {
-            let mut cmd = Command::new("bash");
-            cmd.arg(&script).current_dir(root);
-            step(cmd, &format!("dispatch benchmark ({DISPATCH_BENCH})"))?;
-        } else {
-            println!("dispatch benchmark: not yet available ({DISPATCH_BENCH} does not exist)");
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script).current_dir(root);
+        figures.dispatch = Some(bench::keys(keyed_output(
+            cmd,
+            &format!("dispatch benchmark ({DISPATCH_BENCH})"),
+            "BENCH dispatch ",
+        )?));
+    }
+    if scale {
+        let mut cmd = Command::new(release.join("examples/scale_bench"));
+        cmd.arg("--sortie").arg(release.join("sortie"));
+        figures.scale = Some(bench::keys(keyed_output(
+            cmd,
+            "scale benchmark (resume of 100k tasks, 100k-task batch)",
+            "scale_bench ",
+        )?));
+    }
+    println!();
+    println!(
+        "{}",
+        bench::table(&figures, &format!("cargo xtask bench {which}"))
+    );
+    Ok(())
+}
+
+/// Runs a benchmark, passing its output through, and returns its `PREFIX key=value ...` line.
+fn keyed_output(mut cmd: Command, what: &str, prefix: &str) -> Result<String> {
+    eprintln!("xtask: {what}");
+    cmd.stdout(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {what}"))?;
+    let mut found = None;
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.with_context(|| format!("reading the output of {what}"))?;
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix(prefix) {
+                found = Some(rest.to_owned());
+            }
         }
     }
-    Ok(())
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    found.with_context(|| format!("{what} printed no `{prefix}...` line"))
 }
