@@ -24,8 +24,9 @@ use sortie_core::{Cost, StopReason, Usage};
 
 use super::pi::count;
 use super::{
-    AgentFailure, AgentSummary, Exit, Finished, Progress, ProtocolReader, classify_agent,
-    classify_http_status, classify_provider_error, shorten, tool_activity,
+    AgentFailure, AgentSummary, Exit, Finished, Progress, ProgressGate, ProtocolReader,
+    classify_agent, classify_http_status, classify_provider_error, parse_line, shorten,
+    tool_activity,
 };
 
 /// Claude Code's tools that change the world.
@@ -42,7 +43,7 @@ pub struct ClaudeReader {
     /// Ids of the side-effecting tool calls.
     side_effect_calls: Vec<String>,
     activity: Option<String>,
-    sent: Option<(Usage, bool, Option<String>)>,
+    gate: ProgressGate,
     started: bool,
     /// The text of the last assistant message that had text, and that message's id.
     text: String,
@@ -291,27 +292,12 @@ impl ResultLine {
 
 impl ClaudeReader {
     fn progress(&mut self) -> Option<Progress> {
-        let now = (self.live, self.side_effects, self.activity.clone());
-        if self.sent.as_ref() == Some(&now) {
-            return None;
-        }
-        self.sent = Some(now);
-        Some(Progress {
-            usage: self.live,
-            side_effects: self.side_effects,
-            activity: self.activity.clone(),
-        })
+        self.gate
+            .report(self.live, self.side_effects, &self.activity)
     }
 
     fn parse<T: for<'de> Deserialize<'de>>(&mut self, line: &str) -> Option<T> {
-        match serde_json::from_str(line) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::debug!("unreadable Claude Code event: {e}");
-                self.parse_errors += 1;
-                None
-            }
-        }
+        parse_line(line, &mut self.parse_errors, "Claude Code")
     }
 
     /// Raises the live counters to `reading` (field-wise); the cost becomes `reading`'s.

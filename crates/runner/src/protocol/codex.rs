@@ -35,8 +35,8 @@ use sortie_core::{Cost, StopReason, Usage};
 
 use super::pi::count;
 use super::{
-    AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProtocolReader,
-    classify_agent, classify_provider_error, shorten, tool_activity,
+    AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProgressGate,
+    ProtocolReader, classify_agent, classify_provider_error, parse_line, shorten, tool_activity,
 };
 
 /// The prefix codex gives the `error` events of its own retries.
@@ -50,7 +50,7 @@ pub struct CodexReader {
     side_effects: bool,
     activity: Option<String>,
     /// What the last progress reported.
-    sent: Option<(Usage, bool, Option<String>)>,
+    gate: ProgressGate,
     /// At least one event was read.
     started: bool,
     /// A turn ended (completed or failed) and no new one started.
@@ -79,7 +79,7 @@ impl Default for CodexReader {
             },
             side_effects: false,
             activity: None,
-            sent: None,
+            gate: ProgressGate::default(),
             started: false,
             finished: false,
             answer: String::new(),
@@ -277,27 +277,12 @@ fn changes_detail(changes: &serde_json::Value) -> Option<String> {
 impl CodexReader {
     /// Progress, when the line changed something worth reporting.
     fn progress(&mut self) -> Option<Progress> {
-        let now = (self.usage, self.side_effects, self.activity.clone());
-        if self.sent.as_ref() == Some(&now) {
-            return None;
-        }
-        self.sent = Some(now);
-        Some(Progress {
-            usage: self.usage,
-            side_effects: self.side_effects,
-            activity: self.activity.clone(),
-        })
+        self.gate
+            .report(self.usage, self.side_effects, &self.activity)
     }
 
     fn parse<T: for<'de> Deserialize<'de>>(&mut self, line: &str) -> Option<T> {
-        match serde_json::from_str(line) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::debug!("unreadable codex event: {e}");
-                self.parse_errors += 1;
-                None
-            }
-        }
+        parse_line(line, &mut self.parse_errors, "codex")
     }
 
     /// Counts one more model call.

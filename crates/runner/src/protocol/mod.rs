@@ -746,6 +746,51 @@ fn tool_activity(tool: &str, detail: Option<&str>) -> String {
     }
 }
 
+/// Reports progress only when usage, side effects or activity changed since the last report:
+/// the readers of agent protocols share it so that a chatty stream does not flood the run loop.
+#[derive(Debug, Default)]
+pub(crate) struct ProgressGate {
+    sent: Option<(Usage, bool, Option<String>)>,
+}
+
+impl ProgressGate {
+    /// The progress to report now, or `None` when nothing changed since the last report.
+    pub(crate) fn report(
+        &mut self,
+        usage: Usage,
+        side_effects: bool,
+        activity: &Option<String>,
+    ) -> Option<Progress> {
+        let now = (usage, side_effects, activity.clone());
+        if self.sent.as_ref() == Some(&now) {
+            return None;
+        }
+        self.sent = Some(now);
+        Some(Progress {
+            usage,
+            side_effects,
+            activity: activity.clone(),
+        })
+    }
+}
+
+/// Parses one JSON line of an agent's stream; a line that does not parse is counted in
+/// `parse_errors` (named after `agent` in the debug log) and never stops the reader.
+pub(crate) fn parse_line<'a, T: serde::Deserialize<'a>>(
+    line: &'a str,
+    parse_errors: &mut u64,
+    agent: &str,
+) -> Option<T> {
+    match serde_json::from_str(line) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::debug!("unreadable {agent} event: {e}");
+            *parse_errors += 1;
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

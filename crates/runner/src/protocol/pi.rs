@@ -28,8 +28,8 @@ use serde::Deserialize;
 use sortie_core::{Cost, StopReason, Usage};
 
 use super::{
-    AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProtocolReader,
-    RunPhase, classify_agent, shorten, tool_activity,
+    AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProgressGate,
+    ProtocolReader, RunPhase, classify_agent, parse_line, shorten, tool_activity,
 };
 
 /// Makes a prompt safe as pi's last argument. pi's argument parser has no `--`: an argument
@@ -57,7 +57,7 @@ pub struct PiReader {
     side_effects: bool,
     activity: Option<String>,
     /// What the last progress reported.
-    sent: Option<(Usage, bool, Option<String>)>,
+    gate: ProgressGate,
     /// At least one event was read.
     started: bool,
     /// An `agent_end` came after the last assistant message, with no new agent attempt since.
@@ -242,27 +242,12 @@ pub(super) fn count(x: Option<f64>) -> u64 {
 impl PiReader {
     /// Progress, when the line changed something worth reporting.
     fn progress(&mut self) -> Option<Progress> {
-        let now = (self.usage, self.side_effects, self.activity.clone());
-        if self.sent.as_ref() == Some(&now) {
-            return None;
-        }
-        self.sent = Some(now);
-        Some(Progress {
-            usage: self.usage,
-            side_effects: self.side_effects,
-            activity: self.activity.clone(),
-        })
+        self.gate
+            .report(self.usage, self.side_effects, &self.activity)
     }
 
     fn parse<'a, T: Deserialize<'a>>(&mut self, line: &'a str) -> Option<T> {
-        match serde_json::from_str(line) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::debug!("unreadable pi event: {e}");
-                self.parse_errors += 1;
-                None
-            }
-        }
+        parse_line(line, &mut self.parse_errors, "pi")
     }
 
     fn update(&mut self, line: &str) {
