@@ -1,6 +1,6 @@
 //! Helpers shared by sortie's fuzz targets: how an input becomes protocol lines and an exit.
 
-use sortie_core::Protocol;
+use sortie_core::{Protocol, Usage};
 use sortie_runner::protocol::{Exit, reader_for};
 
 /// Feeds `data` to the reader of `protocol` as stdout lines, then finishes it.
@@ -8,8 +8,9 @@ use sortie_runner::protocol::{Exit, reader_for};
 /// The input is split at newlines (invalid UTF-8 replaced, as the attempt's line reader does);
 /// a line holding only `\x00EXIT` starts the tail: its next byte picks the exit (even: that
 /// code, odd: that signal) and the rest is the stderr tail. Every reader must take any line
-/// and any end without panicking, and report progress whose usage never goes backwards
-/// ([`sortie_core::Usage::dominates`], the journal's rule for live checkpoints).
+/// and any end without panicking, and report progress whose token and turn counters never go
+/// backwards ([`Usage::dominates`], the journal's rule for live checkpoints, but for the cost,
+/// which the attempt loop raises to the larger reading itself).
 pub fn run_reader(protocol: Protocol, data: &[u8]) {
     let (stdout, tail) = match find(data, b"\n\x00EXIT") {
         Some(i) => (&data[..i], &data[i + 6..]),
@@ -22,14 +23,22 @@ pub fn run_reader(protocol: Protocol, data: &[u8]) {
     };
     let stderr = String::from_utf8_lossy(tail.get(1..).unwrap_or_default());
     let mut reader = reader_for(protocol);
-    let mut last = None;
+    let mut last: Option<Usage> = None;
     for line in stdout.split(|b| *b == b'\n') {
         let line = String::from_utf8_lossy(line);
         if let Some(p) = reader.line(line.trim_end_matches('\r')) {
             if let Some(prev) = &last {
+                // The counters never go backwards. The cost may: a reader replaces it with
+                // the latest reading (a later `result` of a malformed Claude stream can report
+                // less), and the attempt loop keeps the larger before anything is journaled.
+                let counters = |u: &Usage| Usage {
+                    cost: prev.cost,
+                    context_tokens: 0,
+                    ..*u
+                };
                 assert!(
-                    p.usage.dominates(prev),
-                    "usage went backwards: {prev:?} then {:?}",
+                    counters(&p.usage).dominates(&counters(prev)),
+                    "usage counters went backwards: {prev:?} then {:?}",
                     p.usage
                 );
             }
