@@ -57,14 +57,29 @@ pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
 impl Store {
     /// Opens (or creates) the database in `path`.
     pub(crate) fn open(path: &Path) -> Result<Store> {
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(CACHE_BYTES)
-            // Appends flush themselves; sled's own flusher also `fsync`s the whole file once a
-            // second, which bounds what a power loss can take in `Durability::Flush` mode.
-            .flush_every_ms(Some(1000))
-            .open()
-            .map_err(|e| open_error(path, e))?;
+        let open = || {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(CACHE_BYTES)
+                // Appends flush themselves; sled's own flusher also `fsync`s the whole file once
+                // a second, which bounds what a power loss can take in `Durability::Flush` mode.
+                .flush_every_ms(Some(1000))
+                .open()
+                .map_err(|e| open_error(path, e))
+        };
+        // sled lets go of its file lock from background threads a moment after the last handle
+        // is dropped, so a reopen in the same process right after a drop can see the lock
+        // still held. Give that moment (up to ~0.5 s) before calling the database locked.
+        let mut tries = 0;
+        let db = loop {
+            match open() {
+                Err(Error::Locked { .. }) if tries < 25 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
         let log = fs::OpenOptions::new().read(true).open(lock_file(path)).ok();
         Ok(Store {
             db,
