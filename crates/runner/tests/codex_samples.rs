@@ -5,34 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use sortie_core::{AttemptStatus, Protocol, StopReason, Usage};
+use sortie_core::{AttemptStatus, Protocol, StopReason};
 use sortie_runner::protocol::codex::classify_codex_error;
-use sortie_runner::protocol::{Exit, Finished, Progress, reader_for};
+use sortie_runner::protocol::{Exit, Finished, Progress};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/agents");
+mod samples;
 
-fn fixture(name: &str) -> String {
-    let path = format!("{FIXTURES}/{name}.jsonl");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use samples::{assert_monotone, fixture};
 
 /// The exit code of every codex sample, from `codex_exit_codes.tsv`.
 fn exit_codes() -> BTreeMap<String, i32> {
-    let path = format!("{FIXTURES}/codex_exit_codes.tsv");
-    let tsv = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    tsv.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let mut fields = l.split('\t');
-            let name = fields.next().expect("name").to_owned();
-            let code = fields
-                .next()
-                .and_then(|f| f.strip_prefix("exit="))
-                .and_then(|c| c.parse().ok())
-                .unwrap_or_else(|| panic!("no exit= in {l:?}"));
-            (name, code)
-        })
-        .collect()
+    samples::exit_codes("codex_exit_codes.tsv")
 }
 
 /// Feeds `lines` to a fresh codex reader; returns every progress, the parse errors and the end.
@@ -41,10 +24,7 @@ fn run<'a>(
     exit: Exit,
     stderr: &str,
 ) -> (Vec<Progress>, u64, Finished) {
-    let mut r = reader_for(Protocol::CodexJson);
-    let progress: Vec<Progress> = lines.into_iter().filter_map(|l| r.line(l)).collect();
-    let errors = r.parse_errors();
-    (progress, errors, r.finish(exit, stderr))
+    samples::run(Protocol::CodexJson, lines, exit, stderr)
 }
 
 /// What the reader must derive from one recorded sample.
@@ -223,26 +203,7 @@ fn codex_progress_is_monotone_on_every_sample() {
         let text = fixture(&name);
         let (progress, _, f) = run(text.lines(), Exit::Code(code), "");
         assert!(!progress.is_empty(), "{name}: some progress");
-        let mut prev = Usage::ZERO;
-        let mut side_effects = false;
-        for p in &progress {
-            assert!(
-                p.usage.dominates(&prev),
-                "{name}: {:?} after {prev:?}",
-                p.usage
-            );
-            assert!(
-                p.side_effects || !side_effects,
-                "{name}: side effects forgotten"
-            );
-            prev = p.usage;
-            side_effects = p.side_effects;
-        }
-        assert!(
-            f.usage.dominates(&prev),
-            "{name}: final {:?} < {prev:?}",
-            f.usage
-        );
+        assert_monotone(&name, &progress, &f);
     }
 }
 

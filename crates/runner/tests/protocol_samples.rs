@@ -6,33 +6,15 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use sortie_core::{AttemptStatus, Protocol, StopReason, Usage};
-use sortie_runner::protocol::{Exit, Finished, Progress, classify_provider_error, reader_for};
+use sortie_core::{AttemptStatus, Protocol, StopReason};
+use sortie_runner::protocol::{Exit, classify_provider_error, reader_for};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/agents");
+mod samples;
 
-fn fixture(name: &str) -> String {
-    let path = format!("{FIXTURES}/{name}.jsonl");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use samples::{assert_monotone, fixture, run};
 
-/// The exit code of every sample, from `exit_codes.tsv`.
 fn exit_codes() -> BTreeMap<String, i32> {
-    let path = format!("{FIXTURES}/exit_codes.tsv");
-    let tsv = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    tsv.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let mut fields = l.split('\t');
-            let name = fields.next().expect("name").to_owned();
-            let code = fields
-                .next()
-                .and_then(|f| f.strip_prefix("exit="))
-                .and_then(|c| c.parse().ok())
-                .unwrap_or_else(|| panic!("no exit= in {l:?}"));
-            (name, code)
-        })
-        .collect()
+    samples::exit_codes("exit_codes.tsv")
 }
 
 fn protocol_of(name: &str) -> Protocol {
@@ -41,19 +23,6 @@ fn protocol_of(name: &str) -> Protocol {
     } else {
         Protocol::PiJson
     }
-}
-
-/// Feeds `lines` to a fresh reader; returns every progress, the parse errors and the end.
-fn run<'a>(
-    protocol: Protocol,
-    lines: impl IntoIterator<Item = &'a str>,
-    exit: Exit,
-    stderr: &str,
-) -> (Vec<Progress>, u64, Finished) {
-    let mut r = reader_for(protocol);
-    let progress: Vec<Progress> = lines.into_iter().filter_map(|l| r.line(l)).collect();
-    let errors = r.parse_errors();
-    (progress, errors, r.finish(exit, stderr))
 }
 
 /// What a reader must derive from one recorded sample.
@@ -276,26 +245,7 @@ fn progress_is_monotone_on_every_sample() {
         let text = fixture(&name);
         let (progress, _, f) = run(protocol_of(&name), text.lines(), Exit::Code(code), "");
         assert!(!progress.is_empty(), "{name}: some progress");
-        let mut prev = Usage::ZERO;
-        let mut side_effects = false;
-        for p in &progress {
-            assert!(
-                p.usage.dominates(&prev),
-                "{name}: {:?} after {prev:?}",
-                p.usage
-            );
-            assert!(
-                p.side_effects || !side_effects,
-                "{name}: side effects forgotten"
-            );
-            prev = p.usage;
-            side_effects = p.side_effects;
-        }
-        assert!(
-            f.usage.dominates(&prev),
-            "{name}: final {:?} < {prev:?}",
-            f.usage
-        );
+        assert_monotone(&name, &progress, &f);
     }
 }
 
