@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A fake pi / Claude Code for sortie's tests and demos: it replays a stream the real CLI printed.
 
-The samples are the recorded streams in crates/runner/tests/fixtures/agents/ (pi `--mode json`:
+The samples are the recorded streams in crates/protocol/tests/fixtures/agents/ (pi `--mode json`:
 ok, tool, error500, ...; Claude Code `stream-json`: claude_ok, claude_tool, ...), with the exit
 codes in exit_codes.tsv. No API key, no network: nothing here contacts a model provider.
 
@@ -50,7 +50,7 @@ import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_FIXTURES = os.path.join(HERE, "..", "..", "crates", "runner", "tests", "fixtures", "agents")
+DEFAULT_FIXTURES = os.path.join(HERE, "..", "..", "crates", "protocol", "tests", "fixtures", "agents")
 
 
 def log(path, entry):

@@ -1,6 +1,6 @@
 //! End-to-end tests: agents that speak pi's and Claude Code's event streams. The agent is
 //! `examples/agents/fake-stream.py`, which replays the recorded samples
-//! (`crates/runner/tests/fixtures/agents/`) with scripted behaviour per attempt and model, under
+//! (`crates/protocol/tests/fixtures/agents/`) with scripted behaviour per attempt and model, under
 //! `[agents.NAME]` profiles with the `pi-json`, `pi-rpc` and `claude-stream-json` protocols.
 //! Each test checks what the journal holds: outcomes, stop reasons, the continued session, and
 //! usage equal to the samples' for the attempts it holds.

@@ -16,14 +16,17 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+/// The recorded agent streams (relative to the root), the protocol readers' seeds.
+const AGENT_SAMPLES: &str = "crates/protocol/tests/fixtures/agents";
+
 /// Every target with the directories of samples it is seeded from (relative to the root).
 const TARGETS: &[(&str, &[&str])] = &[
     ("journal_decode", &["fuzz/seeds/journal_decode"]),
     ("batch", &["crates/runner/tests/batches", "examples"]),
-    ("protocol_pi", &["crates/runner/tests/fixtures/agents"]),
-    ("protocol_claude", &["crates/runner/tests/fixtures/agents"]),
-    ("protocol_codex", &["crates/runner/tests/fixtures/agents"]),
-    ("protocol_plain", &["crates/runner/tests/fixtures/agents"]),
+    ("protocol_pi", &[AGENT_SAMPLES]),
+    ("protocol_claude", &[AGENT_SAMPLES]),
+    ("protocol_codex", &[AGENT_SAMPLES]),
+    ("protocol_plain", &[AGENT_SAMPLES]),
 ];
 
 /// What `cargo xtask fuzz` was asked.

@@ -2,10 +2,11 @@
 //!
 //! - Dependency direction: each member's manifest is read and a forbidden edge fails (core
 //!   knows nothing of tokio, sled, bincode, clap, anyhow or the crates above it; the journal
-//!   nothing of tokio, clap, anyhow, the runner or the cli; the runner nothing of the cli, clap
-//!   or anyhow; anyhow appears only in the cli and xtask). `[dependencies]`,
-//!   `[build-dependencies]` and their `[target.*]` forms count; dev-dependencies do not, since
-//!   they never reach a user.
+//!   nothing of tokio, clap, anyhow, the runner or the cli; the protocol readers nothing of
+//!   tokio, sled, bincode, clap, anyhow, nix, the journal or the crates above them; the runner
+//!   nothing of the cli, clap or anyhow; anyhow appears only in the cli and xtask).
+//!   `[dependencies]`, `[build-dependencies]` and their `[target.*]` forms count;
+//!   dev-dependencies do not, since they never reach a user.
 //! - File docs: every `.rs` file under `crates/`, `xtask/` and `tests/` begins with `//!`.
 
 use std::fs;
@@ -31,6 +32,20 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "sortie-journal",
         &["tokio", "clap", "anyhow", "sortie-runner", "sortie-cli"],
+    ),
+    (
+        "sortie-protocol",
+        &[
+            "tokio",
+            "sled",
+            "bincode",
+            "clap",
+            "anyhow",
+            "nix",
+            "sortie-journal",
+            "sortie-runner",
+            "sortie-cli",
+        ],
     ),
     ("sortie-runner", &["sortie-cli", "clap", "anyhow"]),
 ];
@@ -235,6 +250,20 @@ mod tests {
                 "#
             ),
             ["sortie-runner must not depend on anyhow"]
+        );
+        assert_eq!(
+            problems(
+                r#"
+                [package]
+                name = "sortie-protocol"
+                [dependencies]
+                nix.workspace = true
+                sortie-core.workspace = true
+                [dev-dependencies]
+                nix.workspace = true
+                "#
+            ),
+            ["sortie-protocol must not depend on nix"]
         );
         assert_eq!(
             problems(

@@ -13,13 +13,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sortie_core::{Attempt, AttemptOutcome, Phase, Protocol, StopReason, TaskId, Timestamp, Usage};
+use sortie_protocol::{self as protocol, Exit, RunPhase};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::agent_home;
 use crate::process::{self, SpawnSpec};
-use crate::protocol::{self, Exit, RunPhase};
 use crate::statedir::now;
 
 /// How often at most a progress report is sent while usage moves.

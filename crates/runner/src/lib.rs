@@ -14,7 +14,7 @@ mod error;
 pub mod kept;
 pub mod process;
 mod prompt;
-pub mod protocol;
+pub use sortie_protocol as protocol;
 pub mod statedir;
 pub mod worktree;
 

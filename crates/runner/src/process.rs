@@ -39,13 +39,12 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use sortie_core::{AgentProfile, StopReason};
+use sortie_protocol::Exit;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal as signal_stream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-use crate::protocol::Exit;
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.
 pub const MAX_LINE_BYTES: usize = 1 << 20;

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use sortie_core::{AttemptStatus, Protocol, StopReason};
-use sortie_runner::protocol::codex::classify_codex_error;
-use sortie_runner::protocol::{Exit, Finished, Progress};
+use sortie_protocol::codex::classify_codex_error;
+use sortie_protocol::{Exit, Finished, Progress};
 
 mod samples;
 

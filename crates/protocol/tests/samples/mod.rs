@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use sortie_core::{Protocol, Usage};
-use sortie_runner::protocol::{Exit, Finished, Progress, reader_for};
+use sortie_protocol::{Exit, Finished, Progress, reader_for};
 
 /// The recorded streams and their exit-code tables.
 pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/agents");

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use sortie_core::{AttemptStatus, Protocol, StopReason};
-use sortie_runner::protocol::{Exit, classify_provider_error, reader_for};
+use sortie_protocol::{Exit, classify_provider_error, reader_for};
 
 mod samples;
 

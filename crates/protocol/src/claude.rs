@@ -22,12 +22,11 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use sortie_core::{Cost, StopReason, Usage};
 
-use super::pi::count;
-use super::{
-    AgentFailure, AgentSummary, Exit, Finished, Progress, ProgressGate, ProtocolReader,
-    classify_agent, classify_http_status, classify_provider_error, parse_line, shorten,
-    tool_activity,
+use crate::classify::{
+    AgentFailure, AgentSummary, classify_agent, classify_http_status, classify_provider_error,
 };
+use crate::shared::{ProgressGate, count, parse_line, shorten, tool_activity};
+use crate::{Exit, Finished, Progress, ProtocolReader};
 
 /// Claude Code's tools that change the world.
 const SIDE_EFFECT_TOOLS: &[&str] = &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];

@@ -27,10 +27,9 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use sortie_core::{Cost, StopReason, Usage};
 
-use super::{
-    AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProgressGate,
-    ProtocolReader, RunPhase, classify_agent, parse_line, shorten, tool_activity,
-};
+use crate::classify::{AgentFailure, AgentSummary, classify_agent};
+use crate::shared::{ProgressGate, count, parse_line, shorten, tool_activity};
+use crate::{Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProtocolReader, RunPhase};
 
 /// Makes a prompt safe as pi's last argument. pi's argument parser has no `--`: an argument
 /// starting with `-` is read as an option (or refused), one starting with `@` as a file to
@@ -223,20 +222,6 @@ struct Retry {
     success: Option<bool>,
     #[serde(rename = "finalError")]
     final_error: Option<String>,
-}
-
-/// A token count reported as a JSON number: negative, fractional or absurd values are tamed.
-pub(super) fn count(x: Option<f64>) -> u64 {
-    match x {
-        Some(v) if v.is_finite() && v > 0.0 => {
-            if v >= u64::MAX as f64 {
-                u64::MAX
-            } else {
-                v.round() as u64
-            }
-        }
-        _ => 0,
-    }
 }
 
 impl PiReader {

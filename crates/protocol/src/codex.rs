@@ -33,11 +33,9 @@ use std::collections::HashSet;
 use serde::Deserialize;
 use sortie_core::{Cost, StopReason, Usage};
 
-use super::pi::count;
-use super::{
-    AgentFailure, AgentSummary, Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProgressGate,
-    ProtocolReader, classify_agent, classify_provider_error, parse_line, shorten, tool_activity,
-};
+use crate::classify::{AgentFailure, AgentSummary, classify_agent, classify_provider_error};
+use crate::shared::{ProgressGate, count, parse_line, shorten, tool_activity};
+use crate::{Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProtocolReader};
 
 /// The prefix codex gives the `error` events of its own retries.
 const RECONNECTING: &str = "Reconnecting...";

@@ -1,0 +1,160 @@
+//! sortie-protocol: the protocol readers. They turn an attempt's stdout lines into progress
+//! (usage, activity, side effects) and, once the process has ended, its [`Exit`] and the tail of
+//! its stderr into the attempt's outcome, usage and text.
+//!
+//! A reader sees every stdout line (without its newline) through [`ProtocolReader::line`], then
+//! [`ProtocolReader::finish`] with the exit and the tail of stderr. A reader cannot know whether
+//! sortie sent the signal that ended a process, so it calls every signal unexpected; when
+//! sortie stopped the attempt itself, the caller applies [`Finished::stopped_by`].
+//!
+//! Invariant: this crate knows nothing about tokio, processes, files or the journal. It is pure:
+//! lines and an exit in, progress and an outcome out, and no input makes a reader panic.
+//!
+//! # Where things are
+//!
+//! - this file: what every reader shares ([`ProtocolReader`], [`Progress`], [`Finished`],
+//!   [`RunPhase`]) and [`reader_for`], the one place that maps a [`Protocol`] to its reader;
+//! - `exit`: [`Exit`], how a process ended (the spawner produces it, the readers read it);
+//! - `plain`: the `plain` protocol (any command; its `SORTIE_USAGE` and `SORTIE_ERROR` lines);
+//! - [`pi`], [`claude`], [`codex`]: the agent protocols, one file per agent CLI;
+//! - `classify`: the one set of rules that classifies an agent run, and the classification of a
+//!   provider's error text ([`classify_provider_error`], [`classify_http_status`]);
+//! - `shared`: the helpers the readers share (output text fallbacks, activity texts, the
+//!   progress gate, a tolerant JSON line parse, token counts).
+//!
+//! # Agent protocols
+//!
+//! [`pi`] reads `pi --mode json`, [`claude`] reads `claude -p --output-format stream-json
+//! --verbose`, [`codex`] reads `codex exec --json`. Each reduces a stream to an agent run
+//! summary that one set of rules classifies (SEMANTICS.md, "Classifying an attempt"); the text
+//! of a provider error is classified by [`classify_provider_error`]. docs/agents.md describes
+//! the streams and the edge cases.
+
+use sortie_core::{AttemptOutcome, AttemptStatus, Phase, Protocol, StopReason, Usage};
+
+mod classify;
+pub mod claude;
+pub mod codex;
+mod exit;
+pub mod pi;
+mod plain;
+mod shared;
+
+pub use classify::{classify_http_status, classify_provider_error};
+pub use exit::Exit;
+pub use shared::last_lines;
+
+/// How much of a plain command's stdout is kept as its output text.
+pub const MAX_PLAIN_OUTPUT: usize = 1 << 20;
+/// How many stderr lines the output falls back to when there is neither text nor error.
+pub const STDERR_FALLBACK_LINES: usize = 20;
+/// How many bytes of stderr the output falls back to, at most.
+pub const STDERR_FALLBACK_BYTES: usize = 4096;
+
+/// What a stdout line told about the running attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// The attempt's usage so far (cumulative, never going backwards).
+    pub usage: Usage,
+    /// True once the agent has run a side-effecting tool (bash, write, edit).
+    pub side_effects: bool,
+    /// A short description of what the agent is doing, for status displays.
+    pub activity: Option<String>,
+}
+
+/// The end of an attempt as its protocol reader saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// Status, stop reason, exit code or signal, error, side effects.
+    pub outcome: AttemptOutcome,
+    /// The attempt's final usage.
+    pub usage: Usage,
+    /// The attempt's text: the final message, else the error, else the last stderr lines,
+    /// else "".
+    pub output: String,
+    /// True when `output` is the agent's own output (a final message or stdout text), not a
+    /// fallback to the error or stderr.
+    pub has_output: bool,
+}
+
+impl Finished {
+    /// Reclassifies an attempt that sortie stopped itself (its signal was not unexpected).
+    ///
+    /// The stop reason becomes `reason` (a timeout gets phase `running`). A budget stop with
+    /// useful output is `partial` (SEMANTICS.md: "budget breach: partial, output kept");
+    /// every other stop is `failed`, which core turns into the matching terminal state
+    /// (timeout, cancelled, or a retry for stalled and interrupted). Call it only when a stop
+    /// signal was actually delivered (`Stopper::sent_reason`): a process that ended on its own
+    /// first keeps its own outcome.
+    pub fn stopped_by(mut self, reason: StopReason) -> Finished {
+        let o = &mut self.outcome;
+        o.stop_reason = reason;
+        o.status = if reason == StopReason::Budget && self.has_output {
+            AttemptStatus::Partial
+        } else {
+            AttemptStatus::Failed
+        };
+        o.phase = (reason == StopReason::Timeout).then_some(Phase::Running);
+        if o.status == AttemptStatus::Failed && o.exit_code == Some(0) {
+            o.exit_code = Some(1);
+        }
+        let error = format!("stopped by sortie ({reason})");
+        if !self.has_output {
+            self.output = error.clone();
+        }
+        o.error = Some(error);
+        self
+    }
+}
+
+/// Reads one attempt's stdout in a given protocol.
+///
+/// Implementations are fed every stdout line in order, then finished once with the exit.
+/// They must never panic on any input: a line they cannot read is counted in
+/// [`ProtocolReader::parse_errors`].
+pub trait ProtocolReader: Send {
+    /// Reads one stdout line (without its newline). Returns progress when the line tells
+    /// something about the attempt (usage, activity, side effects).
+    fn line(&mut self, line: &str) -> Option<Progress>;
+
+    /// Classifies the attempt from everything read, its exit and the tail of its stderr.
+    fn finish(self: Box<Self>, exit: Exit, stderr_tail: &str) -> Finished;
+
+    /// How many lines could not be parsed so far.
+    fn parse_errors(&self) -> u64 {
+        0
+    }
+
+    /// Where the agent's run stands, as far as the stream tells. Only agents driven over stdin
+    /// need it (they run until their stdin closes, so sortie closes it once the run ended);
+    /// readers that cannot tell say [`RunPhase::Unknown`].
+    fn run_phase(&self) -> RunPhase {
+        RunPhase::Unknown
+    }
+}
+
+/// Where an agent's run stands (see [`ProtocolReader::run_phase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunPhase {
+    /// The reader cannot tell.
+    Unknown,
+    /// The agent is working: a turn is in progress, or its last message called tools.
+    Working,
+    /// Its last message was a final answer; the end of the run has not been seen yet.
+    Answered,
+    /// The run ended (for now: an agent may still retry a failed call by itself).
+    Ended {
+        /// Whether its last message failed.
+        failed: bool,
+    },
+}
+
+/// The reader for a protocol.
+pub fn reader_for(protocol: Protocol) -> Box<dyn ProtocolReader> {
+    match protocol {
+        Protocol::Plain => Box::new(plain::PlainReader::default()),
+        Protocol::PiJson | Protocol::PiRpc => Box::new(pi::PiReader::default()),
+        Protocol::ClaudeStreamJson => Box::new(claude::ClaudeReader::default()),
+        Protocol::CodexJson => Box::new(codex::CodexReader::default()),
+    }
+}
