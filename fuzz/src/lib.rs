@@ -1,7 +1,7 @@
 //! Helpers shared by sortie's fuzz targets: how an input becomes protocol lines and an exit.
 
 use sortie_core::{Protocol, Usage};
-use sortie_runner::protocol::{Exit, reader_for};
+use sortie_protocol::{Exit, reader_for};
 
 /// Feeds `data` to the reader of `protocol` as stdout lines, then finishes it.
 ///
