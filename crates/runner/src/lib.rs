@@ -13,7 +13,6 @@ pub mod engine;
 mod error;
 pub mod kept;
 pub mod process;
-mod prompt;
 pub mod protocol;
 pub mod statedir;
 pub mod worktree;
