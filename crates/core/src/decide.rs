@@ -8,10 +8,8 @@
 use std::time::Duration;
 
 use crate::ids::{Attempt, TaskId, Timestamp};
-use crate::outcome::{
-    AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
-};
-use crate::spec::{Isolation, OutputMode, TaskSpec};
+use crate::outcome::{AttemptOutcome, AttemptStatus, Phase, StopReason, TaskResult, TerminalState};
+use crate::spec::{Isolation, TaskSpec};
 use crate::state::{RunState, TaskRecord, TaskState};
 
 /// The base of the retry backoff.
@@ -258,31 +256,6 @@ pub fn result_without_attempt(
     }
 }
 
-/// The aggregate run state from the task results, in SEMANTICS.md's order: all completed →
-/// completed; any completed or partial → partial; all cancelled → cancelled; all timeout or
-/// cancelled → timeout; otherwise failed. (An empty run counts as completed.)
-pub fn aggregate(results: impl IntoIterator<Item = TerminalState>) -> RunOutcome {
-    let (mut all_completed, mut any_useful, mut all_cancelled, mut all_timeout_or_cancelled) =
-        (true, false, true, true);
-    for s in results {
-        all_completed &= s == TerminalState::Completed;
-        any_useful |= matches!(s, TerminalState::Completed | TerminalState::Partial);
-        all_cancelled &= s == TerminalState::Cancelled;
-        all_timeout_or_cancelled &= matches!(s, TerminalState::Timeout | TerminalState::Cancelled);
-    }
-    if all_completed {
-        RunOutcome::Completed
-    } else if any_useful {
-        RunOutcome::Partial
-    } else if all_cancelled {
-        RunOutcome::Cancelled
-    } else if all_timeout_or_cancelled {
-        RunOutcome::Timeout
-    } else {
-        RunOutcome::Failed
-    }
-}
-
 /// A live attempt found by resume: its process must be made sure dead before anything else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
@@ -346,54 +319,73 @@ pub fn resume_plan(state: &RunState) -> ResumePlan {
     plan
 }
 
-/// The text shown for a task in the summary: `Output written to PATH` for file-only tasks,
-/// else the text cut to `max_output` with a marker naming the artifact.
-pub fn inline_text(spec: &TaskSpec, text: &str) -> String {
-    if spec.output_mode == OutputMode::FileOnly {
-        return match &spec.output {
-            Some(p) => format!("Output written to {p}"),
-            None => "No output artifact".to_owned(),
-        };
-    }
-    let max_bytes = usize::try_from(spec.max_output.bytes).unwrap_or(usize::MAX);
-    let max_lines = usize::try_from(spec.max_output.lines).unwrap_or(usize::MAX);
-    let mut end = text.len().min(max_bytes);
-    // Cut at the newline that ends the last line shown, unless only that newline follows.
-    if let Some((i, _)) = text.match_indices('\n').nth(max_lines.saturating_sub(1))
-        && i + 1 < text.len()
-    {
-        end = end.min(i);
-    }
-    if end >= text.len() {
-        return text.to_owned();
-    }
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let whole = match &spec.output {
-        Some(p) => format!("full output in {p}"),
-        None => "no artifact was configured".to_owned(),
+/// A task that never (re)started, ended by `sortie cancel` (`by_user`) or by fail_fast.
+pub fn not_started_result(by_user: bool) -> TaskResult {
+    let why = if by_user {
+        "cancelled"
+    } else {
+        "cancelled: not started after a failure (fail_fast)"
     };
-    format!(
-        "{}\n[output truncated at {} of {} bytes; {whole}]",
-        &text[..end],
-        end,
-        text.len()
+    result_without_attempt(TerminalState::Cancelled, StopReason::Cancelled, None, why)
+}
+
+/// A task whose last attempt would be retried, ended instead because the run is cancelled
+/// (`cancelling`) or fail_fast tripped: cancelled, saying why the task ends here and why its
+/// last attempt ended.
+pub fn not_retried_result(rec: &TaskRecord, cancelling: bool) -> TaskResult {
+    let last = rec.attempts.last();
+    let outcome = last
+        .and_then(|a| a.outcome())
+        .unwrap_or_else(|| AttemptOutcome::failed(StopReason::Cancelled, "cancelled"));
+    let mut result = finish_result(
+        rec,
+        &outcome,
+        last.and_then(|a| a.output()).unwrap_or_default(),
+    );
+    result.state = TerminalState::Cancelled;
+    result.stop_reason = StopReason::Cancelled;
+    let why = if cancelling {
+        "cancelled"
+    } else {
+        "cancelled: not retried after a failure (fail_fast)"
+    };
+    result.error = Some(match result.error.take() {
+        Some(e) => format!("{why} (last attempt: {e})"),
+        None => why.to_owned(),
+    });
+    result
+}
+
+/// A pending task whose need `need` ended `state` instead of completing.
+pub fn skipped_result(need: &str, state: TerminalState) -> TaskResult {
+    result_without_attempt(
+        TerminalState::Skipped,
+        StopReason::Cancelled,
+        None,
+        &format!("skipped: dependency {need:?} did not complete ({state})"),
     )
 }
 
-/// The run's summary: for each task `[label] state` then its text, separated by blank lines.
-pub fn summary_text(state: &RunState) -> String {
-    let Some(batch) = &state.batch else {
-        return String::new();
-    };
-    let mut blocks = Vec::with_capacity(batch.tasks.len());
-    for (spec, rec) in batch.tasks.iter().zip(&state.tasks) {
-        let (name, text) = match &rec.state {
-            TaskState::Finished(r) => (r.state.as_str(), inline_text(spec, &r.text)),
-            other => (other.name(), "(not finished)".to_owned()),
-        };
-        blocks.push(format!("[{}] {name}\n{text}", spec.label));
+/// `result` after its artifact could not be written (`error` says why): a completed task
+/// becomes partial, and the failure is its error.
+pub fn artifact_failed(mut result: TaskResult, error: &str) -> TaskResult {
+    if result.state == TerminalState::Completed {
+        result.state = TerminalState::Partial;
     }
-    blocks.join("\n\n")
+    result.error = Some(format!("Artifact write failed: {error}"));
+    result
+}
+
+/// `result` after its worktree could not be finalized (`why`): the worktree is kept as it is, a
+/// completed task becomes partial, and the failure is added to its error.
+pub fn finalize_failed(mut result: TaskResult, why: &str) -> TaskResult {
+    if result.state == TerminalState::Completed {
+        result.state = TerminalState::Partial;
+    }
+    let msg = format!("Worktree finalize failed (the worktree is kept): {why}");
+    result.error = Some(match result.error.take() {
+        Some(e) => format!("{e}; {msg}"),
+        None => msg,
+    });
+    result
 }

@@ -11,23 +11,29 @@
 //!   leaves the state untouched; it never panics on any input.
 
 pub mod decide;
+pub mod digest;
 pub mod event;
 pub mod ids;
 pub mod ledger;
 pub mod outcome;
+pub mod plan;
+pub mod prompt;
 pub mod spec;
 pub mod state;
+pub mod summary;
 pub mod usage;
 
 pub use decide::{
-    NextStep, ResumePlan, aggregate, backoff_delay, finish_result, is_transient, model_for_attempt,
-    next_step, resume_plan, summary_text,
+    NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,
+    resume_plan,
 };
 pub use event::{Event, OrphanAction, Stamped};
 pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 pub use outcome::{
     AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
+    aggregate,
 };
+pub use plan::{Action, Facts, JobKind, Planner, Stopping};
 pub use spec::{
     AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
     TaskSpec, validate_batch,
@@ -35,4 +41,5 @@ pub use spec::{
 pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,
 };
+pub use summary::summary_text;
 pub use usage::{Cost, Usage};

@@ -234,3 +234,28 @@ impl fmt::Display for RunOutcome {
         f.write_str(self.as_str())
     }
 }
+
+/// The aggregate run state from the task results, in SEMANTICS.md's order: all completed →
+/// completed; any completed or partial → partial; all cancelled → cancelled; all timeout or
+/// cancelled → timeout; otherwise failed. (An empty run counts as completed.)
+pub fn aggregate(results: impl IntoIterator<Item = TerminalState>) -> RunOutcome {
+    let (mut all_completed, mut any_useful, mut all_cancelled, mut all_timeout_or_cancelled) =
+        (true, false, true, true);
+    for s in results {
+        all_completed &= s == TerminalState::Completed;
+        any_useful |= matches!(s, TerminalState::Completed | TerminalState::Partial);
+        all_cancelled &= s == TerminalState::Cancelled;
+        all_timeout_or_cancelled &= matches!(s, TerminalState::Timeout | TerminalState::Cancelled);
+    }
+    if all_completed {
+        RunOutcome::Completed
+    } else if any_useful {
+        RunOutcome::Partial
+    } else if all_cancelled {
+        RunOutcome::Cancelled
+    } else if all_timeout_or_cancelled {
+        RunOutcome::Timeout
+    } else {
+        RunOutcome::Failed
+    }
+}

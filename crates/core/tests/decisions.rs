@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use sortie_core::decide::{inline_text, result_without_attempt};
+use sortie_core::decide::result_without_attempt;
+use sortie_core::summary::inline_text;
 use sortie_core::{
     AgentProfile, Attempt, AttemptOutcome, AttemptStatus, Batch, Event, Isolation, MaxOutput,
     NextStep, OrphanAction, OutputMode, Phase, RunConfig, RunId, RunOutcome, RunState, Seq,

@@ -13,7 +13,6 @@ pub mod engine;
 mod error;
 pub mod kept;
 pub mod process;
-mod prompt;
 pub use sortie_protocol as protocol;
 pub mod statedir;
 pub mod worktree;

@@ -1,13 +1,19 @@
 //! A generator of random but legal sortie runs, shared by core's and the journal's model tests.
 //!
-//! A [`Scenario`] is a small random batch and a list of [`Op`]s that a runner could do (queue,
-//! launch, start, report progress, finish, decide, skip, cancel, Ctrl-C, crash, resume, ...).
+//! A [`Scenario`] is a small random batch and a list of [`Op`]s: what the fake agents do (start,
+//! report progress, stall, run a side-effecting tool, end), what happens to sortie (time passes,
+//! Ctrl-C, `sortie cancel`, a crash, a resume) and when the runner plans a round. Every
+//! scheduling decision (queue, skip, retry, deadline, fail_fast, cancel texts, launches within
+//! the concurrency, worktree setup and finalize, artifacts) comes from core's real
+//! [`Planner`]: the driver only performs the actions it returns, as the runner's effects do, so
+//! these tests prove the planner's rounds against the oracles, not a copy of its rules.
+//!
 //! [`Driver::run`] interprets the ops against a [`Backend`] that stores the events (a `Vec` for
 //! core, a real journal on disk for the journal crate) and keeps the live [`RunState`] the way
 //! the runner does: it asks the state to `check` every event before appending it, appends it,
 //! then applies it. Ops that do not fit the current state are no-ops, so every op list is legal
 //! and shrinks well. A crash drops the live state (and the backend's handle); a resume rebuilds
-//! it from the backend, orphans the live attempts and decides the undecided tasks.
+//! it from the backend, orphans the live attempts and plans on from there.
 //!
 //! The "fake agents" report usage that is unique per attempt: `reasoning` is the bit
 //! `1 << (4 * task + attempt - 1)`, so a usage counted twice shows up as a carry.
@@ -19,16 +25,16 @@
     reason = "each test binary uses a different part of the generator"
 )]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sortie_core::decide::{deadline_result, result_without_attempt};
+use sortie_core::decide;
+use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
 use sortie_core::{
-    AgentProfile, Attempt, AttemptOutcome, AttemptStatus, Batch, Cost, Event, Isolation, NextStep,
+    AgentProfile, Attempt, AttemptOutcome, AttemptStatus, Batch, Cost, Event, Isolation,
     OrphanAction, Phase, ResumePlan, RunConfig, RunId, RunState, Seq, Stamped, StopReason, TaskId,
-    TaskResult, TaskSpec, TaskState, TerminalState, Timestamp, Usage, model_for_attempt, next_step,
-    resume_plan, summary_text, validate_batch,
+    TaskResult, TaskSpec, TaskState, Timestamp, Usage, resume_plan, summary_text, validate_batch,
 };
 
 /// The most tasks a generated batch has.
@@ -132,18 +138,16 @@ impl OutcomeKind {
     }
 }
 
-/// One thing a runner (or its user, or fate) may do. Selectors pick among the tasks the op fits,
-/// modulo their number; an op that fits nothing does nothing.
+/// One thing an agent, the user, fate or the runner's loop may do. Selectors pick among the
+/// tasks the op fits, modulo their number; an op that fits nothing does nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
     /// Time passes (a quarter of this many ms: up to 16 s).
     Tick(u16),
-    /// A pending task whose needs completed is queued.
-    Queue(u8),
-    /// A queued task is set up (worktree or not) before its first attempt.
-    SetUp(u8),
-    /// A queued or retrying task launches an attempt, if a slot is free.
-    Launch(u8),
+    /// The loop plans a round with the real planner and performs its actions. The bits say
+    /// which effects fail this round: 1 a worktree setup, 2 a worktree finalize, 4 an artifact
+    /// write.
+    Plan(u8),
     /// A launching attempt's process is started.
     Start(u8),
     /// A running attempt's agent does some work; it is checkpointed when the flag says so.
@@ -156,15 +160,7 @@ pub(crate) enum Op {
     Continue(u8),
     /// A live attempt ends (side effects or not).
     Finish(u8, OutcomeKind, bool),
-    /// The next step of an ended task is decided and recorded.
-    Decide(u8),
-    /// A pending task whose need did not complete is skipped.
-    Skip(u8),
-    /// A task's deadline runs out.
-    Deadline(u8),
-    /// After a failure with `fail_fast`, tasks not started are cancelled.
-    FailFast,
-    /// Ctrl-C: live attempts end as interrupted, `RunInterrupted`, the process exits.
+    /// Ctrl-C: live attempts end as interrupted, the loop winds down, `RunInterrupted`, exit.
     Interrupt,
     /// The process dies after this many more events (0: at the next one).
     CrashIn(u8),
@@ -172,10 +168,8 @@ pub(crate) enum Op {
     Crash,
     /// A new process resumes the run (orphan actions chosen by the bits).
     Resume(u8),
-    /// `sortie cancel`: everything unfinished is cancelled and the run finishes.
+    /// `sortie cancel`: live attempts end cancelled and the loop ends every unfinished task.
     Cancel,
-    /// The run finishes, if every task has.
-    FinishRun,
 }
 
 /// A batch and what happens to it.
@@ -291,9 +285,8 @@ fn outcome_kind() -> impl Strategy<Value = OutcomeKind> {
 pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         20 => any::<u16>().prop_map(Op::Tick),
-        30 => any::<u8>().prop_map(Op::Queue),
-        5 => any::<u8>().prop_map(Op::SetUp),
-        40 => any::<u8>().prop_map(Op::Launch),
+        100 => prop_oneof![8 => Just(0u8), 1 => Just(1), 1 => Just(2), 1 => Just(4)]
+            .prop_map(Op::Plan),
         30 => any::<u8>().prop_map(Op::Start),
         80 => (any::<u8>(), any::<u8>(), prop::bool::weighted(0.7))
             .prop_map(|(s, i, j)| Op::Progress(s, i, j)),
@@ -302,16 +295,11 @@ pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
         5 => any::<u8>().prop_map(Op::Continue),
         40 => (any::<u8>(), outcome_kind(), prop::bool::weighted(0.3))
             .prop_map(|(s, k, fx)| Op::Finish(s, k, fx)),
-        40 => any::<u8>().prop_map(Op::Decide),
-        10 => any::<u8>().prop_map(Op::Skip),
-        4 => any::<u8>().prop_map(Op::Deadline),
-        5 => Just(Op::FailFast),
         3 => Just(Op::Interrupt),
         4 => (0u8..6).prop_map(Op::CrashIn),
         3 => Just(Op::Crash),
         20 => any::<u8>().prop_map(Op::Resume),
         1 => Just(Op::Cancel),
-        5 => Just(Op::FinishRun),
     ]
 }
 
@@ -366,17 +354,18 @@ pub(crate) fn attempt_bit(task: TaskId, attempt: Attempt) -> u64 {
     1u64 << (4 * u64::from(task.0) + u64::from(attempt.0.saturating_sub(1)))
 }
 
-/// The jitter the runner would use for a task's attempt.
-pub(crate) fn jitter(task: TaskId, attempt: Attempt) -> u64 {
-    u64::from(task.0) * 7919 + u64::from(attempt.0) * 104_729
-}
-
 /// Interprets ops against a backend, keeping the live state as the runner does.
 pub(crate) struct Driver<B: Backend> {
     backend: B,
     batch: Batch,
     /// The live state; `None` while no process owns the run (after a crash or Ctrl-C).
     state: Option<RunState>,
+    /// The live process's planner (rebuilt from the state by every new process).
+    planner: Option<Planner>,
+    /// Why the live process is winding down.
+    stopping: Option<Stopping>,
+    /// Worktree setups that failed in the live process (a fact the planner is given).
+    setup_failed: BTreeMap<TaskId, String>,
     events: Vec<Stamped>,
     lives: Vec<RunState>,
     agents: BTreeMap<(TaskId, Attempt), Agent>,
@@ -397,6 +386,9 @@ impl<B: Backend> Driver<B> {
             backend,
             batch: scenario.batch.clone(),
             state: Some(RunState::new()),
+            planner: None,
+            stopping: None,
+            setup_failed: BTreeMap::new(),
             events: Vec::new(),
             lives: Vec::new(),
             agents: BTreeMap::new(),
@@ -416,7 +408,9 @@ impl<B: Backend> Driver<B> {
             host: "model-host".into(),
             pid: d.pid,
         };
-        d.emit(started);
+        if d.emit(started).is_some() {
+            d.planner = d.state.as_ref().map(Planner::new);
+        }
         for op in &scenario.ops {
             d.op(op);
         }
@@ -446,21 +440,13 @@ impl<B: Backend> Driver<B> {
             .collect()
     }
 
-    fn spec(&self, task: TaskId) -> &TaskSpec {
-        &self.batch.tasks[task.index()]
-    }
-
     /// Tasks of the live state that satisfy `pred`, picked by `sel`.
-    fn pick(
-        &self,
-        sel: u8,
-        pred: impl Fn(&RunState, TaskId, &sortie_core::TaskRecord) -> bool,
-    ) -> Option<TaskId> {
+    fn pick(&self, sel: u8, pred: impl Fn(&sortie_core::TaskRecord) -> bool) -> Option<TaskId> {
         let st = self.st()?;
         let fits: Vec<TaskId> = self
             .tasks()
             .into_iter()
-            .filter(|&t| pred(st, t, &st.tasks[t.index()]))
+            .filter(|&t| pred(&st.tasks[t.index()]))
             .collect();
         if fits.is_empty() {
             None
@@ -469,7 +455,8 @@ impl<B: Backend> Driver<B> {
         }
     }
 
-    /// Checks, stores and applies one event. `None` when the process is dead (or dies now).
+    /// Checks, stores and applies one event, and tells the planner. `None` when the process is
+    /// dead (or dies now).
     fn emit(&mut self, event: Event) -> Option<()> {
         let state = self.state.as_ref()?;
         if let Some(left) = self.crash_in {
@@ -481,7 +468,9 @@ impl<B: Backend> Driver<B> {
         }
         self.now += 1;
         if let Err(v) = state.check(&event) {
-            panic!("the generator made an event the state refuses: {v}\nevent: {event:?}");
+            panic!(
+                "the planner or the fake agents made an event the state refuses: {v}\nevent: {event:?}"
+            );
         }
         let at = Timestamp(self.now);
         let seq = self.backend.append(at, &event);
@@ -490,6 +479,9 @@ impl<B: Backend> Driver<B> {
         let stamped = Stamped { seq, at, event };
         if let Err(v) = state.apply(&stamped) {
             panic!("apply refused an event that check accepted: {v}\n{stamped:?}");
+        }
+        if let Some(p) = self.planner.as_mut() {
+            p.observe(state, &stamped.event);
         }
         match &stamped.event {
             Event::AttemptProgress {
@@ -505,6 +497,9 @@ impl<B: Backend> Driver<B> {
             } => {
                 self.reported.insert((*task, *attempt), *usage);
             }
+            Event::TaskFinished { task, .. } => {
+                self.setup_failed.remove(task);
+            }
             _ => {}
         }
         self.lives.push(state.clone());
@@ -518,55 +513,10 @@ impl<B: Backend> Driver<B> {
             self.agents.clear();
             self.crashes += 1;
         }
+        self.planner = None;
+        self.stopping = None;
+        self.setup_failed.clear();
         self.crash_in = None;
-    }
-
-    fn live_count(st: &RunState) -> usize {
-        st.tasks
-            .iter()
-            .filter(|t| matches!(t.state, TaskState::Running { .. }))
-            .count()
-    }
-
-    fn fail_fast_tripped(&self, st: &RunState) -> bool {
-        self.batch.config.fail_fast
-            && st.tasks.iter().any(|t| {
-                t.result().is_some_and(|r| {
-                    matches!(r.state, TerminalState::Failed | TerminalState::Timeout)
-                })
-            })
-    }
-
-    fn needs(&self, st: &RunState, task: TaskId) -> Vec<TaskId> {
-        self.spec(task)
-            .needs
-            .iter()
-            .map(|l| st.task_by_label(l).expect("needs name tasks of the batch"))
-            .collect()
-    }
-
-    fn needs_done(&self, st: &RunState, task: TaskId) -> bool {
-        self.needs(st, task).iter().all(|n| {
-            st.tasks[n.index()]
-                .result()
-                .is_some_and(|r| r.state == TerminalState::Completed)
-        })
-    }
-
-    fn need_failed(&self, st: &RunState, task: TaskId) -> bool {
-        self.needs(st, task).iter().any(|n| {
-            st.tasks[n.index()]
-                .result()
-                .is_some_and(|r| r.state != TerminalState::Completed)
-        })
-    }
-
-    fn past_deadline(&self, st: &RunState, task: TaskId) -> bool {
-        let rec = &st.tasks[task.index()];
-        match (self.spec(task).deadline, rec.ready_at) {
-            (Some(d), Some(ready)) => Timestamp(self.now) >= ready.plus(d),
-            _ => false,
-        }
     }
 
     fn bump(&mut self, task: TaskId, attempt: Attempt, inc: u8) -> Usage {
@@ -608,40 +558,20 @@ impl<B: Backend> Driver<B> {
     fn op(&mut self, op: &Op) {
         match op {
             Op::Tick(ms) => self.now += u64::from(*ms) / 4,
-            Op::Queue(sel) => {
-                if let Some(t) = self.pick(*sel, |st, t, r| {
-                    r.state == TaskState::Pending
-                        && self.needs_done(st, t)
-                        && !self.fail_fast_tripped(st)
-                }) {
-                    self.emit(Event::TaskQueued { task: t });
-                }
-            }
-            Op::SetUp(sel) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| {
-                    matches!(r.state, TaskState::Queued { .. })
-                        && r.setup.is_none()
-                        && r.worktree_final.is_none()
-                }) {
-                    self.set_up(t);
-                }
-            }
-            Op::Launch(sel) => {
-                if let Some(t) = self.pick(*sel, |st, t, r| self.can_launch(st, t, r)) {
-                    self.launch(t);
-                }
+            Op::Plan(fail) => {
+                self.plan_round(*fail);
             }
             Op::Start(sel) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| {
-                    r.live_attempt().is_some_and(|a| a.pid.is_none())
-                }) {
+                if let Some(t) =
+                    self.pick(*sel, |r| r.live_attempt().is_some_and(|a| a.pid.is_none()))
+                {
                     self.start(t);
                 }
             }
             Op::Progress(sel, inc, store) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| {
-                    r.live_attempt().is_some_and(|a| a.pid.is_some())
-                }) {
+                if let Some(t) =
+                    self.pick(*sel, |r| r.live_attempt().is_some_and(|a| a.pid.is_some()))
+                {
                     let attempt = self.live_attempt(t);
                     let usage = self.bump(t, attempt, *inc);
                     if *store {
@@ -654,15 +584,15 @@ impl<B: Backend> Driver<B> {
                 }
             }
             Op::Stall(sel) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| {
-                    r.live_attempt().is_some_and(|a| a.pid.is_some())
-                }) {
+                if let Some(t) =
+                    self.pick(*sel, |r| r.live_attempt().is_some_and(|a| a.pid.is_some()))
+                {
                     let attempt = self.live_attempt(t);
                     self.emit(Event::AttemptStalled { task: t, attempt });
                 }
             }
             Op::SideEffects(sel) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| {
+                if let Some(t) = self.pick(*sel, |r| {
                     r.live_attempt()
                         .is_some_and(|a| a.pid.is_some() && !a.side_effects)
                 }) {
@@ -671,7 +601,7 @@ impl<B: Backend> Driver<B> {
                 }
             }
             Op::Continue(sel) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| {
+                if let Some(t) = self.pick(*sel, |r| {
                     r.attempts.len() >= 2
                         && r.live_attempt()
                             .is_some_and(|a| a.pid.is_none() && a.continues.is_none())
@@ -687,41 +617,8 @@ impl<B: Backend> Driver<B> {
                 }
             }
             Op::Finish(sel, kind, fx) => {
-                if let Some(t) = self.pick(*sel, |_, _, r| r.live_attempt().is_some()) {
+                if let Some(t) = self.pick(*sel, |r| r.live_attempt().is_some()) {
                     self.finish_attempt(t, *kind, *fx);
-                }
-            }
-            Op::Decide(sel) => {
-                if let Some(t) =
-                    self.pick(*sel, |_, _, r| matches!(r.state, TaskState::Ended { .. }))
-                {
-                    self.decide(t);
-                }
-            }
-            Op::Skip(sel) => {
-                if let Some(t) = self.pick(*sel, |st, t, r| {
-                    r.state == TaskState::Pending && self.need_failed(st, t)
-                }) {
-                    self.skip(t);
-                }
-            }
-            Op::Deadline(sel) => {
-                if let Some(t) = self.pick(*sel, |_, t, r| {
-                    self.spec(t).deadline.is_some()
-                        && r.ready_at.is_some()
-                        && matches!(
-                            r.state,
-                            TaskState::Queued { .. }
-                                | TaskState::Retrying { .. }
-                                | TaskState::Running { .. }
-                        )
-                }) {
-                    self.deadline(t);
-                }
-            }
-            Op::FailFast => {
-                if self.st().is_some_and(|st| self.fail_fast_tripped(st)) {
-                    self.cancel_unstarted();
                 }
             }
             Op::Interrupt => {
@@ -741,11 +638,6 @@ impl<B: Backend> Driver<B> {
             Op::Cancel => {
                 self.cancel();
             }
-            Op::FinishRun => {
-                if self.st().is_some_and(RunState::all_finished) {
-                    self.finish_run();
-                }
-            }
         }
     }
 
@@ -756,69 +648,120 @@ impl<B: Backend> Driver<B> {
             .attempt
     }
 
-    fn setup_event(&self, task: TaskId) -> Event {
-        let worktree = (self.spec(task).isolation == Isolation::Worktree)
-            .then(|| format!("/state/worktrees/t{}", task.0));
-        Event::TaskSetUp { task, worktree }
+    /// One round of the real planner, performed as the runner's effects would: the round's
+    /// events, then launches (attempts wait for `Start`), task ends (artifact, finalize, end)
+    /// and worktree jobs (done at once; `fail` bits make them fail). When nothing is left to
+    /// do and every task finished, the run finishes. Returns whether anything happened.
+    fn plan_round(&mut self, fail: u8) -> Option<bool> {
+        let st = self.state.as_ref().filter(|s| !s.is_finished())?;
+        let live = st
+            .tasks
+            .iter()
+            .filter(|t| matches!(t.state, TaskState::Running { .. }))
+            .count();
+        let jobs = BTreeMap::new();
+        let missing = BTreeSet::new();
+        let facts = Facts {
+            now: Timestamp(self.now),
+            stopping: self.stopping,
+            live,
+            jobs: &jobs,
+            setup_failed: &self.setup_failed,
+            missing_worktrees: &missing,
+        };
+        let actions = self.planner.as_mut()?.plan(st, &facts);
+        if actions.is_empty() {
+            if st.all_finished() {
+                self.finish_run()?;
+                return Some(true);
+            }
+            return Some(false);
+        }
+        let mut effects = Vec::new();
+        for action in actions {
+            match action {
+                Action::Append(e) => self.emit(e)?,
+                other => effects.push(other),
+            }
+        }
+        for action in effects {
+            match action {
+                Action::Append(_) | Action::Launch(_) => {}
+                Action::EndTask {
+                    task,
+                    result,
+                    artifact,
+                    finalize,
+                } => self.end_task(task, result, artifact, finalize, fail)?,
+                Action::StartJob(task, kind) => self.job(task, kind, fail & 1 != 0)?,
+            }
+        }
+        Some(true)
     }
 
-    /// `WorktreePlanned` (for an isolated task, unless a crash left it recorded already), then
-    /// `TaskSetUp`; a crash may fall between them.
-    fn set_up(&mut self, task: TaskId) -> Option<()> {
-        let planned = self.st()?.tasks[task.index()].worktree.is_some();
-        if self.spec(task).isolation == Isolation::Worktree && !planned {
-            self.emit(Event::WorktreePlanned {
+    /// A task's end through its effects, as the runner performs `EndTask`.
+    fn end_task(
+        &mut self,
+        task: TaskId,
+        mut result: TaskResult,
+        artifact: bool,
+        finalize: bool,
+        fail: u8,
+    ) -> Option<()> {
+        if artifact {
+            if fail & 4 != 0 {
+                result = decide::artifact_failed(result, "No space left on device");
+            } else {
+                let path = self.batch.tasks[task.index()].output.clone()?;
+                self.emit(Event::ArtifactWritten {
+                    task,
+                    path,
+                    bytes: result.text.len() as u64,
+                    digest: sortie_core::digest::fnv1a(result.text.as_bytes()),
+                })?;
+            }
+        }
+        if finalize {
+            if fail & 2 != 0 {
+                result = decide::finalize_failed(result, "git worktree remove failed");
+            } else {
+                let rec = &self.st()?.tasks[task.index()];
+                let changed = !rec.attempts.is_empty() && task.0.is_multiple_of(2);
+                self.emit(Event::WorktreeFinalized {
+                    task,
+                    changed,
+                    diff: changed.then(|| "1 file changed".to_owned()),
+                })?;
+            }
+        }
+        self.emit(Event::TaskFinished { task, result })
+    }
+
+    /// A worktree setup job, done at once (or failed).
+    fn job(&mut self, task: TaskId, kind: JobKind, fails: bool) -> Option<()> {
+        if fails {
+            self.setup_failed
+                .insert(task, "fatal: not a git repository".to_owned());
+            return Some(());
+        }
+        match kind {
+            JobKind::Plan => self.emit(Event::WorktreePlanned {
                 task,
                 repo: "/repo".into(),
                 path: format!("/state/worktrees/run/t{}", task.0),
                 branch: format!("sortie/run/t{}", task.0),
                 base: "0".repeat(40),
-            })?;
-        }
-        self.emit(self.setup_event(task))
-    }
-
-    fn can_launch(&self, st: &RunState, task: TaskId, rec: &sortie_core::TaskRecord) -> bool {
-        if Self::live_count(st) >= self.batch.config.concurrency as usize
-            || self.past_deadline(st, task)
-        {
-            return false;
-        }
-        if rec.worktree_final.is_some() {
-            return false;
-        }
-        match rec.state {
-            TaskState::Queued { .. } => !self.fail_fast_tripped(st),
-            TaskState::Retrying { .. } => true,
-            _ => false,
-        }
-    }
-
-    fn launch(&mut self, task: TaskId) -> Option<()> {
-        let rec = &self.st()?.tasks[task.index()];
-        let needs_setup = self.spec(task).isolation == Isolation::Worktree && rec.setup.is_none();
-        let (attempt, model, not_before) = match &rec.state {
-            TaskState::Queued { .. } => {
-                let a = Attempt(rec.attempts.len() as u32 + 1);
-                (a, model_for_attempt(self.spec(task), a), 0)
+            }),
+            JobKind::Create => {
+                let rec = &self.st()?.tasks[task.index()];
+                if rec.setup.is_some() {
+                    return Some(()); // a missing worktree was made again
+                }
+                let worktree = rec.worktree.as_ref().map(|p| p.path.clone());
+                self.emit(Event::TaskSetUp { task, worktree })
             }
-            TaskState::Retrying {
-                next,
-                model,
-                not_before,
-            } => (*next, model.clone(), not_before.0),
-            _ => return None,
-        };
-        // A runner waits for the backoff before it launches a retry.
-        self.now = self.now.max(not_before);
-        if needs_setup {
-            self.set_up(task)?;
+            JobKind::Finalize => Some(()),
         }
-        self.emit(Event::AttemptLaunching {
-            task,
-            attempt,
-            model,
-        })
     }
 
     fn start(&mut self, task: TaskId) -> Option<()> {
@@ -871,132 +814,9 @@ impl<B: Backend> Driver<B> {
         Some(())
     }
 
-    /// Records the next step of an ended task.
-    fn decide(&mut self, task: TaskId) -> Option<()> {
-        let rec = &self.st()?.tasks[task.index()];
-        let attempt = rec.attempts.last()?.attempt;
-        let step = next_step(
-            self.spec(task),
-            rec,
-            Timestamp(self.now),
-            jitter(task, attempt),
-        );
-        match step {
-            // A finish step is stored (a crash cut a cancel short): the task cannot run again,
-            // and nothing in the journal says why it was finishing; end it as cancelled.
-            NextStep::Retry { .. } if rec.artifact.is_some() || rec.worktree_final.is_some() => {
-                let result = cancelled_result(rec);
-                self.finish_task(task, result, false)
-            }
-            NextStep::Retry {
-                attempt,
-                model,
-                delay,
-                reason,
-            } => self.emit(Event::RetryScheduled {
-                task,
-                next_attempt: attempt,
-                model,
-                delay,
-                reason,
-            }),
-            NextStep::GiveUp(result) => self.finish_task(task, result, true),
-        }
-    }
-
-    /// `ArtifactWritten?` `WorktreeFinalized?` `TaskFinished`, skipping what is already stored;
-    /// the artifact only when `artifact` (a task cancelled instead of retried has none).
-    fn finish_task(&mut self, task: TaskId, result: TaskResult, artifact: bool) -> Option<()> {
-        let rec = &self.st()?.tasks[task.index()];
-        let artifact = match (&self.spec(task).output, &rec.state, &rec.artifact) {
-            (Some(path), TaskState::Ended { .. }, None) if artifact => {
-                Some(Event::ArtifactWritten {
-                    task,
-                    path: path.clone(),
-                    bytes: result.text.len() as u64,
-                    digest: result.text.len() as u64 * 31 + u64::from(task.0),
-                })
-            }
-            _ => None,
-        };
-        if let Some(event) = artifact {
-            self.emit(event)?;
-        }
-        let rec = &self.st()?.tasks[task.index()];
-        if (matches!(rec.setup, Some(Some(_))) || rec.worktree.is_some())
-            && rec.worktree_final.is_none()
-        {
-            let changed = !rec.attempts.is_empty() && task.0.is_multiple_of(2);
-            self.emit(Event::WorktreeFinalized {
-                task,
-                changed,
-                diff: changed.then(|| "1 file changed".to_owned()),
-            })?;
-        }
-        self.emit(Event::TaskFinished { task, result })
-    }
-
-    fn skip(&mut self, task: TaskId) -> Option<()> {
-        let result = result_without_attempt(
-            TerminalState::Skipped,
-            StopReason::Cancelled,
-            None,
-            "a dependency did not complete",
-        );
-        self.emit(Event::TaskFinished { task, result })
-    }
-
-    fn deadline(&mut self, task: TaskId) -> Option<()> {
-        let rec = &self.st()?.tasks[task.index()];
-        let (Some(d), Some(ready)) = (self.spec(task).deadline, rec.ready_at) else {
-            return None;
-        };
-        let live = rec.live_attempt().map(|a| (a.attempt, a.usage));
-        let result = match rec.state {
-            TaskState::Queued { .. } => Some(deadline_result(rec, Phase::Queued, "")),
-            TaskState::Retrying { .. } => Some(deadline_result(rec, Phase::Starting, "")),
-            _ => None,
-        };
-        self.now = self.now.max(ready.plus(d).0);
-        if let Some(r) = result {
-            return self.finish_task(task, r, false);
-        }
-        let (attempt, stored) = live?;
-        let usage = self.final_usage(task, attempt, stored);
-        let mut outcome = AttemptOutcome::failed(StopReason::Timeout, "deadline exceeded");
-        outcome.phase = Some(Phase::Running);
-        self.emit(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage,
-            output: String::new(),
-        })?;
-        self.agents.remove(&(task, attempt));
-        self.decide(task)
-    }
-
-    /// Tasks not started (pending, or queued without an attempt) become cancelled.
-    fn cancel_unstarted(&mut self) -> Option<()> {
-        for t in self.tasks() {
-            let rec = &self.st()?.tasks[t.index()];
-            if matches!(rec.state, TaskState::Pending | TaskState::Queued { .. })
-                && rec.attempts.is_empty()
-            {
-                let r = result_without_attempt(
-                    TerminalState::Cancelled,
-                    StopReason::Cancelled,
-                    None,
-                    "not started after a failure (fail_fast)",
-                );
-                self.finish_task(t, r, false)?;
-            }
-        }
-        Some(())
-    }
-
-    fn interrupt(&mut self) -> Option<()> {
-        self.st()?;
+    /// Every live attempt ends with `outcome` (the loop stopped them), its agent's last count as
+    /// its usage.
+    fn stop_live(&mut self, outcome: &AttemptOutcome) -> Option<()> {
         for t in self.tasks() {
             let rec = &self.st()?.tasks[t.index()];
             if let Some(a) = rec.live_attempt() {
@@ -1005,11 +825,38 @@ impl<B: Backend> Driver<B> {
                 self.emit(Event::AttemptFinished {
                     task: t,
                     attempt,
-                    outcome: AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
+                    outcome: outcome.clone(),
                     usage,
                     output: String::new(),
                 })?;
+                self.agents.remove(&(t, attempt));
             }
+        }
+        Some(())
+    }
+
+    /// Plans rounds until nothing more happens without waiting.
+    fn settle(&mut self) -> Option<()> {
+        for _ in 0..100 {
+            if !self.plan_round(0)? {
+                return Some(());
+            }
+        }
+        panic!("the planner did not settle after 100 rounds");
+    }
+
+    /// Ctrl-C: the loop stops the live attempts (interrupted), plans what is left to decide
+    /// while interrupting, then records `RunInterrupted` and the process exits.
+    fn interrupt(&mut self) -> Option<()> {
+        self.st()?;
+        self.stopping = Some(Stopping::Interrupt);
+        self.stop_live(&AttemptOutcome::failed(
+            StopReason::Interrupted,
+            "interrupted",
+        ))?;
+        self.settle()?;
+        if self.st().is_none() {
+            return Some(()); // the run finished on the way
         }
         self.emit(Event::RunInterrupted {
             reason: "Ctrl-C".into(),
@@ -1043,7 +890,6 @@ impl<B: Backend> Driver<B> {
             pid: self.pid,
             from_seq,
         })?;
-        let mut decide: Vec<TaskId> = plan.undecided.clone();
         for (i, o) in plan.orphans.iter().enumerate() {
             let action = if bits >> (i % 8) & 1 == 1 {
                 OrphanAction::Killed
@@ -1055,38 +901,18 @@ impl<B: Backend> Driver<B> {
                 attempt: o.attempt,
                 action,
             })?;
-            decide.push(o.task);
         }
-        decide.sort();
-        for t in decide {
-            self.decide(t)?;
-        }
+        self.planner = self.state.as_ref().map(Planner::new);
         Some(())
     }
 
+    /// `sortie cancel`: the loop stops the live attempts (cancelled), and the planner ends
+    /// every unfinished task; the run finishes.
     fn cancel(&mut self) -> Option<()> {
         self.st()?;
-        for t in self.tasks() {
-            if self.st()?.tasks[t.index()].live_attempt().is_some() {
-                self.finish_attempt(t, OutcomeKind::Cancelled, false)?;
-            }
-        }
-        for t in self.tasks() {
-            let rec = &self.st()?.tasks[t.index()];
-            let result = match &rec.state {
-                TaskState::Finished(_) => continue,
-                TaskState::Ended { .. } => {
-                    let attempt = rec.attempts.last()?.attempt;
-                    match next_step(self.spec(t), rec, Timestamp(self.now), jitter(t, attempt)) {
-                        NextStep::GiveUp(r) => (r, true),
-                        NextStep::Retry { .. } => (cancelled_result(rec), false),
-                    }
-                }
-                _ => (cancelled_result(rec), false),
-            };
-            self.finish_task(t, result.0, result.1)?;
-        }
-        self.finish_run()
+        self.stopping = Some(Stopping::Cancel);
+        self.stop_live(&OutcomeKind::Cancelled.outcome(false))?;
+        self.settle()
     }
 
     fn finish_run(&mut self) -> Option<()> {
@@ -1096,112 +922,54 @@ impl<B: Backend> Driver<B> {
         self.emit(Event::RunFinished { state, summary })
     }
 
-    /// Drives the run to its end with nothing going wrong any more.
+    /// Drives the run to its end with nothing going wrong any more: agents start and complete,
+    /// and the planner plans; when nothing is left to do now, time moves to the planner's next
+    /// wake. A run that can neither move nor wake is stuck: the planner has a bug.
     fn wind_down(&mut self) {
         if self.state.is_none() && self.resume(0).is_none() {
             return;
         }
         for _ in 0..1000 {
             let Some(st) = self.st() else { return };
-            if st.all_finished() {
-                self.finish_run();
-                return;
+            let live: Vec<(TaskId, bool)> = self
+                .tasks()
+                .into_iter()
+                .filter_map(|t| {
+                    let a = st.tasks[t.index()].live_attempt()?;
+                    Some((t, a.pid.is_none()))
+                })
+                .collect();
+            for (t, unstarted) in live {
+                if unstarted {
+                    self.start(t);
+                }
+                self.finish_attempt(t, OutcomeKind::Completed, false);
             }
-            for t in self.tasks() {
-                let Some(step) = self.wind_down_step(t) else {
-                    continue;
-                };
-                match step {
-                    Step::Decide => self.decide(t),
-                    Step::StartAndComplete(start) => {
-                        if start {
-                            self.start(t);
-                        }
-                        self.finish_attempt(t, OutcomeKind::Completed, false)
-                    }
-                    Step::Skip => self.skip(t),
-                    Step::CancelUnstarted => self.cancel_unstarted(),
-                    Step::Queue => self.emit(Event::TaskQueued { task: t }),
-                    Step::Deadline => self.deadline(t),
-                    Step::Launch => self.launch(t),
-                    Step::Cancel => {
-                        let result = self.st().map(|st| cancelled_result(&st.tasks[t.index()]));
-                        result.and_then(|r| self.finish_task(t, r, false))
-                    }
-                };
+            match self.plan_round(0) {
+                Some(true) => continue,
+                Some(false) => {}
+                None => return,
+            }
+            let Some(st) = self.st() else { return };
+            if st.tasks.iter().any(|t| t.live_attempt().is_some()) {
+                continue;
+            }
+            let wake = self
+                .planner
+                .as_ref()
+                .and_then(|p| p.next_wake(Timestamp(self.now)));
+            match wake {
+                Some(t) => self.now = self.now.max(t.0),
+                None => {
+                    let states: Vec<String> = st
+                        .tasks
+                        .iter()
+                        .map(|t| format!("{:?} worktree {:?}", t.state, t.worktree_final))
+                        .collect();
+                    panic!("the run is stuck: nothing to do, nothing to wait for: {states:?}")
+                }
             }
         }
         panic!("the run did not finish after 1000 rounds of wind-down");
-    }
-
-    fn wind_down_step(&self, t: TaskId) -> Option<Step> {
-        let st = self.st()?;
-        let rec = &st.tasks[t.index()];
-        match &rec.state {
-            TaskState::Finished(_) => None,
-            TaskState::Ended { .. } => Some(Step::Decide),
-            TaskState::Running { .. } => Some(Step::StartAndComplete(
-                rec.live_attempt().is_some_and(|a| a.pid.is_none()),
-            )),
-            TaskState::Pending => {
-                if self.need_failed(st, t) {
-                    Some(Step::Skip)
-                } else if self.fail_fast_tripped(st) {
-                    Some(Step::CancelUnstarted)
-                } else if self.needs_done(st, t) {
-                    Some(Step::Queue)
-                } else {
-                    None
-                }
-            }
-            // A crash cut a cancel short after the worktree was finalized.
-            TaskState::Queued { .. } | TaskState::Retrying { .. }
-                if rec.worktree_final.is_some() =>
-            {
-                Some(Step::Cancel)
-            }
-            TaskState::Queued { .. } | TaskState::Retrying { .. } => {
-                if self.past_deadline(st, t) {
-                    Some(Step::Deadline)
-                } else if matches!(rec.state, TaskState::Queued { .. })
-                    && self.fail_fast_tripped(st)
-                {
-                    Some(Step::CancelUnstarted)
-                } else if self.can_launch(st, t, rec) {
-                    Some(Step::Launch)
-                } else {
-                    None
-                }
-            }
-        }
-    }
-}
-
-/// What wind-down does next for a task.
-enum Step {
-    Decide,
-    StartAndComplete(bool),
-    Skip,
-    CancelUnstarted,
-    Queue,
-    Deadline,
-    Launch,
-    Cancel,
-}
-
-fn cancelled_result(rec: &sortie_core::TaskRecord) -> TaskResult {
-    if rec.attempts.is_empty() {
-        result_without_attempt(
-            TerminalState::Cancelled,
-            StopReason::Cancelled,
-            None,
-            "cancelled",
-        )
-    } else {
-        sortie_core::finish_result(
-            rec,
-            &AttemptOutcome::failed(StopReason::Cancelled, "cancelled"),
-            "",
-        )
     }
 }

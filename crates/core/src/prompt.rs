@@ -5,7 +5,7 @@
 //!   `needs`: validation refuses it otherwise);
 //! - `{outputs.LABEL}`: the output of needed task `LABEL` (validation refuses a label not in
 //!   `needs`);
-//! - `{task}`: the prompt, as written, of the chain's root (`sortie_core::spec::chain_root`:
+//! - `{task}`: the prompt, as written, of the chain's root (`crate::spec::chain_root`:
 //!   walking back through `{previous}`'s task, else the first need, to a task that needs
 //!   nothing);
 //! - when the task needs tasks but its prompt names none of their outputs (no `{previous}`,
@@ -15,11 +15,12 @@
 //!
 //! Substitution is one pass: a substituted output is never scanned for placeholders again.
 
-use sortie_core::spec::{PromptPart, chain_previous, chain_root, prompt_parts};
-use sortie_core::{RunState, TaskId};
+use crate::ids::TaskId;
+use crate::spec::{PromptPart, chain_previous, chain_root, prompt_parts};
+use crate::state::RunState;
 
 /// Renders the prompt of `task` from the state (its dependencies' results are in the journal).
-pub(crate) fn render(state: &RunState, task: TaskId) -> String {
+pub fn render(state: &RunState, task: TaskId) -> String {
     let (Some(batch), Some(spec)) = (state.batch.as_ref(), state.spec(task)) else {
         return String::new();
     };

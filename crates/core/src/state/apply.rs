@@ -1,0 +1,233 @@
+//! Applying an event that `check` accepted: how each event changes the run and its task.
+
+use super::*;
+
+impl RunState {
+    /// Applies an event that `check` accepted.
+    pub(super) fn mutate(&mut self, at: Timestamp, event: &Event) {
+        match event {
+            Event::RunStarted {
+                run_id,
+                batch,
+                batch_digest,
+                host,
+                pid,
+            } => self.start(
+                at,
+                run_id.clone(),
+                batch.clone(),
+                *batch_digest,
+                host.clone(),
+                *pid,
+            ),
+            Event::RunResumed { pid, .. } => {
+                self.pid = *pid;
+                self.resumes += 1;
+                self.status = RunStatus::Running;
+            }
+            Event::RunInterrupted { reason } => {
+                self.status = RunStatus::Interrupted {
+                    reason: reason.clone(),
+                };
+            }
+            Event::RunFinished { state, summary } => {
+                self.status = RunStatus::Finished { state: *state };
+                self.summary = Some(summary.clone());
+            }
+            _ => {
+                let Some(task) = event.task() else { return };
+                let Some(rec) = self.tasks.get_mut(task.index()) else {
+                    return;
+                };
+                let (was_done, before) = (rec.state.is_terminal(), rec.usage());
+                Self::mutate_task(rec, at, event);
+                let (is_done, after) = (rec.state.is_terminal(), rec.usage());
+                if after != before {
+                    self.tally = counters_minus(&self.tally.plus(&after), &before);
+                }
+                match (was_done, is_done) {
+                    (false, true) => self.done += 1,
+                    (true, false) => self.done = self.done.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Applies `RunStarted`.
+    pub(super) fn start(
+        &mut self,
+        at: Timestamp,
+        run_id: RunId,
+        batch: Batch,
+        batch_digest: u64,
+        host: String,
+        pid: u32,
+    ) {
+        self.run_id = Some(run_id);
+        self.tasks = batch.tasks.iter().map(|_| TaskRecord::new()).collect();
+        (self.done, self.tally) = (0, Usage::ZERO);
+        self.labels = batch
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
+            .collect();
+        self.batch = Some(batch);
+        self.batch_digest = batch_digest;
+        self.host = host;
+        self.pid = pid;
+        self.started_at = Some(at);
+        self.status = RunStatus::Running;
+    }
+
+    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event) {
+        match event {
+            Event::TaskQueued { .. } => {
+                rec.ready_at = Some(at);
+                rec.state = TaskState::Queued { since: at };
+            }
+            Event::TaskSetUp { worktree, .. } => rec.setup = Some(worktree.clone()),
+            Event::WorktreePlanned {
+                repo,
+                path,
+                branch,
+                base,
+                ..
+            } => {
+                rec.worktree = Some(PlannedWorktree {
+                    repo: repo.clone(),
+                    path: path.clone(),
+                    branch: branch.clone(),
+                    base: base.clone(),
+                });
+            }
+            Event::AttemptLaunching { attempt, model, .. } => {
+                // Most tasks make one attempt: no room for four (a Vec's first growth) in each
+                // of a big run's 100,000 records.
+                rec.attempts.reserve_exact(1);
+                rec.attempts.push(AttemptRecord {
+                    attempt: *attempt,
+                    model: model.clone(),
+                    launched_at: at,
+                    pid: None,
+                    start_time: None,
+                    usage: Usage::ZERO,
+                    stalled: false,
+                    side_effects: false,
+                    continues: None,
+                    end: None,
+                });
+                rec.state = TaskState::Running { attempt: *attempt };
+            }
+            Event::AttemptStarted {
+                pid, start_time, ..
+            } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.pid = Some(*pid);
+                    a.start_time = Some(*start_time);
+                }
+            }
+            Event::AttemptProgress { usage, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.usage = *usage;
+                    a.stalled = false;
+                }
+            }
+            Event::AttemptStalled { .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.stalled = true;
+                }
+            }
+            Event::AttemptFinished {
+                attempt,
+                outcome,
+                usage,
+                output,
+                ..
+            } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.usage = *usage;
+                    a.side_effects |= outcome.side_effects;
+                    a.end = Some(AttemptEnd::Finished {
+                        outcome: outcome.clone(),
+                        output: output.clone(),
+                        at,
+                    });
+                }
+                rec.state = TaskState::Ended { attempt: *attempt };
+            }
+            Event::AttemptOrphaned {
+                attempt, action, ..
+            } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.end = Some(AttemptEnd::Orphaned {
+                        action: *action,
+                        at,
+                    });
+                }
+                rec.state = TaskState::Ended { attempt: *attempt };
+            }
+            Event::RetryScheduled {
+                next_attempt,
+                model,
+                delay,
+                ..
+            } => {
+                rec.state = TaskState::Retrying {
+                    next: *next_attempt,
+                    model: model.clone(),
+                    not_before: at.plus(*delay),
+                };
+            }
+            Event::ArtifactWritten {
+                path,
+                bytes,
+                digest,
+                ..
+            } => {
+                rec.artifact = Some(Artifact {
+                    path: path.clone(),
+                    bytes: *bytes,
+                    digest: *digest,
+                });
+            }
+            Event::WorktreeFinalized { changed, diff, .. } => {
+                rec.worktree_final = Some((*changed, diff.clone()));
+            }
+            Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            Event::AttemptSideEffects { .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.side_effects = true;
+                }
+            }
+            Event::AttemptContinues { session, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.continues = Some(session.clone());
+                }
+            }
+            Event::RunStarted { .. }
+            | Event::RunResumed { .. }
+            | Event::RunInterrupted { .. }
+            | Event::RunFinished { .. } => {}
+        }
+    }
+}
+
+/// `a - b` counter by counter (saturating), with `context_tokens` 0: undoes a `plus` of `b` in
+/// a running total of counters.
+fn counters_minus(a: &Usage, b: &Usage) -> Usage {
+    Usage {
+        input: a.input.saturating_sub(b.input),
+        output: a.output.saturating_sub(b.output),
+        cache_read: a.cache_read.saturating_sub(b.cache_read),
+        cache_write: a.cache_write.saturating_sub(b.cache_write),
+        reasoning: a.reasoning.saturating_sub(b.reasoning),
+        cost: crate::usage::Cost {
+            nanos: a.cost.nanos.saturating_sub(b.cost.nanos),
+            unreported: a.cost.unreported.saturating_sub(b.cost.unreported),
+        },
+        turns: a.turns.saturating_sub(b.turns),
+        context_tokens: 0,
+    }
+}

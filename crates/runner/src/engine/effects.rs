@@ -1,0 +1,117 @@
+//! What a round's actions do, once its events are durable: spawn the attempts it journaled as
+//! launching, end tasks through their effects (artifact, then worktree finalize, then
+//! `TaskFinished`), start worktree setup jobs.
+
+use std::path::PathBuf;
+
+use sortie_core::plan::Action;
+use sortie_core::{Event, TaskId, TaskResult, decide};
+
+use super::Engine;
+use crate::attempt;
+use crate::statedir;
+use crate::{Error, Result};
+
+impl Engine {
+    /// Appends the round's events in one durable write, then performs its effects: launches,
+    /// then task ends, then worktree jobs.
+    pub(super) async fn perform(&mut self, actions: Vec<Action>) -> Result<()> {
+        let mut events = Vec::new();
+        let mut launches = Vec::new();
+        let mut ends = Vec::new();
+        let mut jobs = Vec::new();
+        for action in actions {
+            match action {
+                Action::Append(e) => events.push(e),
+                Action::Launch(task) => launches.push(task),
+                Action::EndTask {
+                    task,
+                    result,
+                    artifact,
+                    finalize,
+                } => ends.push((task, result, artifact, finalize)),
+                Action::StartJob(task, kind) => jobs.push((task, kind)),
+            }
+        }
+        self.commit(events)?;
+        for task in launches {
+            self.launch(task)?;
+        }
+        for (task, result, artifact, finalize) in ends {
+            self.end_task(task, result, artifact, finalize).await?;
+        }
+        for (task, kind) in jobs {
+            self.start_job(task, kind, None);
+        }
+        Ok(())
+    }
+
+    /// Spawns the attempt that was just journaled as launching. An attempt that continues an
+    /// interrupted attempt's session has `AttemptContinues` journaled first.
+    fn launch(&mut self, task: TaskId) -> Result<()> {
+        let Some((ctx, continues)) = self.attempt_ctx(task) else {
+            return Ok(());
+        };
+        if let Some(session) = continues {
+            self.commit(vec![Event::AttemptContinues {
+                task,
+                attempt: ctx.attempt,
+                session,
+            }])?;
+        }
+        let handle = attempt::start(ctx, self.tx.clone());
+        self.live.insert(task, handle);
+        Ok(())
+    }
+
+    /// Ends a task whose result the planner decided: its artifact first (write-ahead: the
+    /// attempt's end is durable, the artifact comes next, the task's end only after it), then
+    /// its worktree's finalize (a job; `TaskFinished` follows its report), else `TaskFinished`.
+    async fn end_task(
+        &mut self,
+        task: TaskId,
+        mut result: TaskResult,
+        artifact: bool,
+        finalize: bool,
+    ) -> Result<()> {
+        if artifact {
+            match self.write_artifact(task, &result) {
+                Ok(Some(event)) => {
+                    self.commit(vec![event])?;
+                    self.pause_point().await;
+                }
+                Ok(None) => {}
+                // The task's outcome, not an error of the run.
+                Err(e) => result = decide::artifact_failed(result, &e.to_string()),
+            }
+        }
+        if finalize {
+            self.start_job(task, sortie_core::JobKind::Finalize, Some(result));
+            return Ok(());
+        }
+        self.commit(vec![Event::TaskFinished { task, result }])
+    }
+
+    /// Writes a finished task's artifact atomically (temp file and rename) and returns the
+    /// event that records it.
+    fn write_artifact(&self, task: TaskId, result: &TaskResult) -> Result<Option<Event>> {
+        let Some(path) = self.state.spec(task).and_then(|s| s.output.clone()) else {
+            return Ok(None);
+        };
+        let text = result.text.as_bytes();
+        let path_buf = PathBuf::from(&path);
+        if let Some(dir) = path_buf.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        statedir::write_atomic(&path_buf, text, 0o644)?;
+        Ok(Some(Event::ArtifactWritten {
+            task,
+            path,
+            bytes: text.len() as u64,
+            digest: sortie_core::digest::fnv1a(text),
+        }))
+    }
+}

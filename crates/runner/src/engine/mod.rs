@@ -1,0 +1,445 @@
+//! The run loop: the one owner of a run's state.
+//!
+//! One tokio task owns the [`RunState`]. Each round, core's [`Planner`] says what to do next
+//! from the state and the facts this loop observed (the time, live attempts, worktree jobs in
+//! flight, setups that failed, worktrees missing on disk); the loop appends the round's events
+//! in one durable write (`commit`: check, append, apply), and only then performs the effects
+//! the round announces (`effects`: spawning an attempt, writing an artifact, finalizing a
+//! worktree, ending a task). The loop holds no scheduling rule of its own.
+//!
+//! The rooms: `commit` (the one path for state changes, and the run index), `reports` (attempt
+//! reports → events, fenced by attempt number), `effects` (what a round's actions do),
+//! `launch` (an attempt's context from its spec, record and agent), `worktree_jobs` (setup and
+//! finalize beside the loop), `resume` (taking over a run no process owns).
+//!
+//! Stopping: the first SIGINT or SIGTERM interrupts (stop launching, stop the children, journal
+//! their attempts as interrupted, then `RunInterrupted`: resumable); a second SIGINT kills the
+//! children's process groups and returns at once (still resumable: resume finds the orphans).
+//! SIGUSR1 (sent by `sortie cancel`) cancels: every unfinished task ends cancelled.
+//! A journal append that fails (a full disk, a file-size limit, the state dir removed) stops
+//! the run at once: nothing more launches, the children's groups are killed (their ends cannot
+//! be journaled: resume finds them orphaned), and `Error::JournalWrite` says what happened.
+//! SIGXFSZ is caught so that a file-size limit fails the write instead of killing sortie.
+
+mod commit;
+mod effects;
+mod launch;
+mod reports;
+mod resume;
+mod worktree_jobs;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
+use sortie_core::{Event, RunId, RunOutcome, RunState, RunStatus, Seq, Stamped, StopReason};
+use sortie_core::{TaskId, TaskResult};
+use sortie_journal::Journal;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::attempt::{AttemptHandle, Msg, StopRequest};
+use crate::batch::LoadedBatch;
+use crate::statedir::{self, OwnerLock, now};
+use crate::{Error, Result};
+
+pub use launch::MARKER;
+
+/// Test-only hook for the crash tests (`tests/e2e/crash.rs`): when this environment variable
+/// names an event (`AttemptFinished`, `AttemptLaunching`, ...), the run loop, once the round that
+/// committed the first such event has done its side effects (spawns, artifact writes), waits
+/// forever, so that a test can SIGKILL sortie at exactly that point. Unset: no effect.
+/// `before:WorktreeFinalized` instead freezes the loop once the first finalize job has done its
+/// work (worktree removed, or patch written), right before its event is committed.
+pub const TEST_PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
+
+/// How often the run loop checks, between appends, that its journal was not removed.
+const JOURNAL_CHECK: Duration = Duration::from_secs(2);
+
+/// Something that wants to see each event as it is applied (progress display, logs).
+pub trait Observer: Send {
+    /// Called after `stamped` was made durable and applied to `state`.
+    fn event(&mut self, state: &RunState, stamped: &Stamped);
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn event(&mut self, _: &RunState, _: &Stamped) {}
+}
+
+/// How a run's process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The run finished (`RunFinished` is in the journal).
+    Finished(RunOutcome),
+    /// The run was interrupted and can be resumed.
+    Interrupted,
+}
+
+/// What a run (or a resume) came to.
+#[derive(Debug)]
+pub struct RunEnd {
+    /// The run.
+    pub run_id: RunId,
+    /// Its state as this process left it.
+    pub state: RunState,
+    /// How it ended.
+    pub end: End,
+}
+
+/// Starts a new run of a loaded batch and runs it to its end.
+pub async fn run(
+    state_dir: &Path,
+    run_id: Option<RunId>,
+    loaded: LoadedBatch,
+    observer: Box<dyn Observer>,
+) -> Result<RunEnd> {
+    survive_file_size_limit()?;
+    statedir::ensure_state_dir(state_dir)?;
+    let run_id = run_id.unwrap_or_else(statedir::new_run_id);
+    let dir = statedir::run_dir(state_dir, &run_id);
+    if dir.exists() {
+        return Err(Error::RunExists(run_id));
+    }
+    let journal = Journal::create(&dir)?;
+    let lock = statedir::acquire(&dir)?;
+    statedir::save_env(&dir, &loaded.env)?;
+    let parts = Parts {
+        state_dir: state_dir.to_path_buf(),
+        run_id: run_id.clone(),
+        run_dir: dir,
+        journal,
+        lock,
+        env: loaded.env,
+    };
+    let mut engine = Engine::new(parts, RunState::new(), observer);
+    engine.index_entry(&loaded.batch.source)?;
+    let started = Event::RunStarted {
+        run_id,
+        batch: loaded.batch,
+        batch_digest: loaded.digest,
+        host: hostname(),
+        pid: std::process::id(),
+    };
+    engine.commit(vec![started])?;
+    engine.planner = Planner::new(&engine.state);
+    engine.drive().await
+}
+
+/// What `resume` or `cancel` should do with a run found in the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Continue the run to its end.
+    Resume,
+    /// End every unfinished task as cancelled.
+    Cancel,
+}
+
+/// Takes over a run that no process owns (crashed or interrupted): replays its journal, makes
+/// sure no process of its attempts survives, records those attempts as orphaned, then resumes
+/// or cancels it.
+pub async fn take_over(
+    state_dir: &Path,
+    run_id: RunId,
+    how: Takeover,
+    observer: Box<dyn Observer>,
+) -> Result<RunEnd> {
+    survive_file_size_limit()?;
+    let dir = statedir::run_dir(state_dir, &run_id);
+    if !dir.exists() {
+        return Err(Error::NoSuchRun(run_id));
+    }
+    let lock = statedir::acquire(&dir)?;
+    let journal = resume::open_for_takeover(&dir).await?;
+    let state = journal.replay(None)?;
+    if let RunStatus::Finished { state: s } = state.status {
+        return Err(Error::AlreadyFinished(run_id, s.to_string()));
+    }
+    let env = statedir::load_env(&dir, state.tasks.len())?;
+    let parts = Parts {
+        state_dir: state_dir.to_path_buf(),
+        run_id,
+        run_dir: dir,
+        journal,
+        lock,
+        env,
+    };
+    let mut engine = Engine::new(parts, state, observer);
+    let from_seq = Seq(engine.state.next_seq.0.saturating_sub(1));
+    engine.commit(vec![Event::RunResumed {
+        pid: std::process::id(),
+        from_seq,
+    }])?;
+    engine.reap_orphans().await?;
+    engine.planner = Planner::new(&engine.state);
+    if how == Takeover::Cancel {
+        engine.stopping = Some(Stopping::Cancel);
+    }
+    engine.drive().await
+}
+
+/// A file-size limit (`ulimit -f`, RLIMIT_FSIZE: how a full disk is simulated, and a real limit
+/// on some machines) makes a write past it raise SIGXFSZ, whose default action kills the
+/// process without a word. With a handler installed, the write fails with EFBIG instead and the
+/// journal's append returns an error, which stops the run cleanly (see [`Error::JournalWrite`]).
+/// tokio keeps the handler for the life of the process; children get the default action back
+/// at exec.
+fn survive_file_size_limit() -> Result<()> {
+    let xfsz = SignalKind::from_raw(nix::sys::signal::Signal::SIGXFSZ as i32);
+    signal(xfsz).map(drop).map_err(|source| Error::Io {
+        path: PathBuf::from("SIGXFSZ"),
+        source,
+    })
+}
+
+/// What a run's owner holds, whether it started the run or took it over.
+struct Parts {
+    state_dir: PathBuf,
+    run_id: RunId,
+    run_dir: PathBuf,
+    journal: Journal,
+    lock: OwnerLock,
+    env: Vec<Vec<(String, String)>>,
+}
+
+/// A worktree job in flight.
+struct Job {
+    kind: JobKind,
+    handle: tokio::task::JoinHandle<()>,
+    /// For a finalize: the result the task ends with once its worktree is finalized.
+    ending: Option<TaskResult>,
+}
+
+struct Engine {
+    state_dir: PathBuf,
+    run_id: RunId,
+    run_dir: PathBuf,
+    journal: Arc<Journal>,
+    _lock: OwnerLock,
+    env: Vec<Vec<(String, String)>>,
+    state: RunState,
+    planner: Planner,
+    live: HashMap<TaskId, AttemptHandle>,
+    tx: mpsc::UnboundedSender<Msg>,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    stopping: Option<Stopping>,
+    observer: Box<dyn Observer>,
+    /// [`TEST_PAUSE_AFTER`]'s event name, and whether such an event was committed.
+    pause_after: (Option<String>, bool),
+    /// Worktree jobs in flight (setup or finalize), by task.
+    jobs: BTreeMap<TaskId, Job>,
+    wt_tx: mpsc::UnboundedSender<worktree_jobs::WtMsg>,
+    wt_rx: mpsc::UnboundedReceiver<worktree_jobs::WtMsg>,
+    /// Tasks whose worktree setup failed, and why: they end `setup_error` (or timeout).
+    setup_failed: BTreeMap<TaskId, String>,
+}
+
+impl Engine {
+    fn new(parts: Parts, state: RunState, observer: Box<dyn Observer>) -> Engine {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (wt_tx, wt_rx) = mpsc::unbounded_channel();
+        // The journal is the product: an acknowledged event survives a power loss too, not
+        // only the death of this process. Group commit shares the fdatasync.
+        parts
+            .journal
+            .set_durability(sortie_journal::Durability::Sync);
+        Engine {
+            state_dir: parts.state_dir,
+            run_id: parts.run_id,
+            run_dir: parts.run_dir,
+            journal: Arc::new(parts.journal),
+            _lock: parts.lock,
+            env: parts.env,
+            planner: Planner::new(&state),
+            state,
+            live: HashMap::new(),
+            tx,
+            rx,
+            stopping: None,
+            observer,
+            pause_after: (std::env::var(TEST_PAUSE_AFTER).ok(), false),
+            jobs: BTreeMap::new(),
+            wt_tx,
+            wt_rx,
+            setup_failed: BTreeMap::new(),
+        }
+    }
+
+    /// Runs the loop to its end. When the journal cannot be written (a full disk, a removed
+    /// state dir), nothing more may happen that the journal does not hold: nothing more is
+    /// launched, the live attempts' process groups are killed at once (their ends cannot be
+    /// journaled: resume finds them orphaned and retries them), worktree jobs are dropped
+    /// (resume redoes each step), and the error goes up to say so.
+    async fn drive(mut self) -> Result<RunEnd> {
+        match self.drive_loop().await {
+            Ok(end) => Ok(RunEnd {
+                run_id: self.run_id,
+                state: self.state,
+                end,
+            }),
+            Err(e) => {
+                if matches!(e, Error::JournalWrite { .. }) {
+                    tracing::debug!("stopping on a journal failure: {e}");
+                    self.abort_now();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn drive_loop(&mut self) -> Result<End> {
+        self.update_index();
+        let mut sigint = signal(SignalKind::interrupt()).map_err(|e| self.io(e))?;
+        let mut sigterm = signal(SignalKind::terminate()).map_err(|e| self.io(e))?;
+        let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| self.io(e))?;
+        // Appends notice a removed journal; between them (agents silent for minutes), this does.
+        let mut presence = tokio::time::interval(JOURNAL_CHECK);
+        presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // Plan and perform rounds until nothing more can happen without waiting.
+            loop {
+                self.pause_point().await;
+                let actions = self.plan();
+                if actions.is_empty() {
+                    break;
+                }
+                self.perform(actions).await?;
+            }
+            if let Some(end) = self.ending()? {
+                return Ok(end);
+            }
+            let wake = self.planner.next_wake(now());
+            let sleep = async {
+                match wake {
+                    Some(t) => tokio::time::sleep(t.since(now())).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                msg = self.rx.recv() => {
+                    let mut msgs = Vec::new();
+                    msgs.extend(msg);
+                    while let Ok(m) = self.rx.try_recv() {
+                        msgs.push(m);
+                    }
+                    self.handle(msgs)?;
+                }
+                _ = sleep => {}
+                _ = sigint.recv() => {
+                    if self.stopping == Some(Stopping::Interrupt) {
+                        self.abort_now();
+                        return Ok(End::Interrupted);
+                    }
+                    self.stop_all(Stopping::Interrupt);
+                }
+                _ = sigterm.recv() => self.stop_all(Stopping::Interrupt),
+                _ = sigusr1.recv() => self.stop_all(Stopping::Cancel),
+                _ = presence.tick() => {
+                    self.journal.check_present().map_err(|e| self.journal_error(e))?;
+                }
+                msg = self.wt_rx.recv() => {
+                    if let Some(msg) = msg {
+                        self.handle_wt(msg).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The facts of this moment, and the planner's round for them.
+    fn plan(&mut self) -> Vec<Action> {
+        let jobs: BTreeMap<TaskId, JobKind> = self.jobs.iter().map(|(t, j)| (*t, j.kind)).collect();
+        let missing: BTreeSet<TaskId> = self
+            .planner
+            .planned_worktrees(&self.state)
+            .filter(|(_, path)| !Path::new(path).exists())
+            .map(|(t, _)| t)
+            .collect();
+        let facts = Facts {
+            now: now(),
+            stopping: self.stopping,
+            live: self.live.len(),
+            jobs: &jobs,
+            setup_failed: &self.setup_failed,
+            missing_worktrees: &missing,
+        };
+        self.planner.plan(&self.state, &facts)
+    }
+
+    /// The run's end, once nothing more can happen: finished when every task is, interrupted
+    /// when a stop was asked for and nothing is in flight any more.
+    fn ending(&mut self) -> Result<Option<End>> {
+        if self.state.all_finished() {
+            let state = self.state.aggregate();
+            let summary = sortie_core::summary_text(&self.state);
+            self.commit(vec![Event::RunFinished { state, summary }])?;
+            self.update_index();
+            return Ok(Some(End::Finished(state)));
+        }
+        if self.stopping == Some(Stopping::Interrupt)
+            && self.live.is_empty()
+            && self.jobs.is_empty()
+        {
+            self.commit(vec![Event::RunInterrupted {
+                reason: "interrupted by a signal".into(),
+            }])?;
+            self.update_index();
+            return Ok(Some(End::Interrupted));
+        }
+        Ok(None)
+    }
+
+    /// [`TEST_PAUSE_AFTER`]: once its event was committed and the effects that follow it done,
+    /// nothing more happens.
+    async fn pause_point(&self) {
+        if self.pause_after.1 {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn io(&self, source: std::io::Error) -> Error {
+        Error::Io {
+            path: self.run_dir.clone(),
+            source,
+        }
+    }
+
+    fn stop_all(&mut self, how: Stopping) {
+        if self.stopping == Some(Stopping::Cancel) {
+            return;
+        }
+        self.stopping = Some(how);
+        let (reason, message) = match how {
+            Stopping::Interrupt => (StopReason::Interrupted, "sortie was interrupted"),
+            Stopping::Cancel => (StopReason::Cancelled, "the run was cancelled"),
+        };
+        for h in self.live.values() {
+            h.stop(StopRequest {
+                reason,
+                phase: None,
+                message: message.into(),
+            });
+        }
+    }
+
+    /// A second Ctrl-C: kill every child's group without waiting, leave the rest to resume.
+    fn abort_now(&mut self) {
+        for h in self.live.values() {
+            h.kill_now();
+        }
+        // Their git commands die with them; resume redoes each step from the journal.
+        for (_, job) in std::mem::take(&mut self.jobs) {
+            job.handle.abort();
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}

@@ -1,0 +1,100 @@
+//! Attempt reports become events: one round per distinct task, in arrival order; reports of an
+//! attempt that is not live any more are dropped (fencing).
+
+use std::collections::BTreeSet;
+
+use sortie_core::{Event, TaskId};
+
+use super::Engine;
+use crate::Result;
+use crate::attempt::{self, Msg};
+
+impl Engine {
+    /// Turns attempt reports into events: one round per distinct task, in arrival order.
+    pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
+        let mut round: Vec<Event> = Vec::new();
+        let mut in_round: BTreeSet<TaskId> = BTreeSet::new();
+        for msg in msgs {
+            let task = msg.task();
+            if in_round.contains(&task) {
+                self.commit(std::mem::take(&mut round))?;
+                in_round.clear();
+            }
+            if let Msg::Finished { .. } = msg {
+                self.live.remove(&task);
+            }
+            let Some(event) = self.event_for(msg) else {
+                continue;
+            };
+            in_round.insert(task);
+            round.push(event);
+        }
+        self.commit(round)
+    }
+
+    /// The event an attempt's report becomes; reports of an attempt that is not live anymore
+    /// (fencing) are dropped.
+    fn event_for(&self, msg: Msg) -> Option<Event> {
+        let live = self
+            .state
+            .task(msg.task())
+            .and_then(|r| r.live_attempt())
+            .map(|a| a.attempt);
+        if live != Some(msg.attempt()) {
+            tracing::debug!(
+                "dropping a report for attempt {} of task {}",
+                msg.attempt(),
+                msg.task()
+            );
+            return None;
+        }
+        Some(match msg {
+            Msg::Started {
+                task,
+                attempt,
+                pid,
+                start_time,
+            } => Event::AttemptStarted {
+                task,
+                attempt,
+                pid,
+                start_time,
+            },
+            Msg::Progress {
+                task,
+                attempt,
+                usage,
+            } => {
+                let last = self.state.task(task)?.attempts.last()?.usage;
+                Event::AttemptProgress {
+                    task,
+                    attempt,
+                    usage: usage.max(&last),
+                }
+            }
+            Msg::Stalled { task, attempt } => Event::AttemptStalled { task, attempt },
+            Msg::SideEffects { task, attempt } => {
+                if self.state.task(task)?.attempts.last()?.side_effects {
+                    return None;
+                }
+                Event::AttemptSideEffects { task, attempt }
+            }
+            Msg::Finished {
+                task,
+                attempt,
+                outcome,
+                usage,
+                output,
+            } => {
+                let last = self.state.task(task)?.attempts.last()?.usage;
+                Event::AttemptFinished {
+                    task,
+                    attempt,
+                    outcome,
+                    usage: attempt::final_usage(usage, &last),
+                    output,
+                }
+            }
+        })
+    }
+}
