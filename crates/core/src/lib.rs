@@ -11,6 +11,7 @@
 //!   leaves the state untouched; it never panics on any input.
 
 pub mod decide;
+pub mod digest;
 pub mod event;
 pub mod ids;
 pub mod ledger;
