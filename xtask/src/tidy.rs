@@ -1,8 +1,9 @@
 //! `cargo xtask tidy`: architecture checks that read files, not code.
 //!
 //! - Dependency direction: each member's manifest is read and a forbidden edge fails (core
-//!   knows nothing of tokio, sled, bincode, clap, anyhow or the crates above it; the journal
-//!   nothing of tokio, clap, anyhow, the runner or the cli; the runner nothing of the cli, clap
+//!   knows nothing of tokio, sled, bincode, clap, anyhow or the crates above it; the batch
+//!   loader nothing of those nor nix (it cannot spawn); the journal nothing of tokio, clap,
+//!   anyhow, the runner or the cli; the runner nothing of the cli, clap
 //!   or anyhow; anyhow appears only in the cli and xtask). `[dependencies]`,
 //!   `[build-dependencies]` and their `[target.*]` forms count; dev-dependencies do not, since
 //!   they never reach a user.
@@ -31,6 +32,20 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "sortie-journal",
         &["tokio", "clap", "anyhow", "sortie-runner", "sortie-cli"],
+    ),
+    (
+        "sortie-batch",
+        &[
+            "tokio",
+            "sled",
+            "bincode",
+            "clap",
+            "anyhow",
+            "nix",
+            "sortie-journal",
+            "sortie-runner",
+            "sortie-cli",
+        ],
     ),
     ("sortie-runner", &["sortie-cli", "clap", "anyhow"]),
 ];
