@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sortie_runner::batch::{Overrides, load};
+use sortie_batch::{Overrides, load};
 
 /// The directory the inputs are written to, one per process (paths in inputs resolve in it).
 fn dir() -> &'static PathBuf {

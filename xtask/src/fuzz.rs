@@ -6,7 +6,7 @@
 //! bounded by libFuzzer's `-rss_limit_mb` and `-malloc_limit_mb` (default 1024 MB): going over
 //! is reported as a failure like a crash, with the input that did it. Inputs are seeded from
 //! the repository's samples: journal records encoded by this build (the `fuzz_seeds` example),
-//! the batch files of the runner's tests, the recorded agent streams. The corpus grows in
+//! the batch files of the batch loader's tests, the recorded agent streams. The corpus grows in
 //! `fuzz/corpus/TARGET` and each target's log is `fuzz/logs/TARGET.log`.
 
 use std::io::{BufRead, BufReader, Write};
@@ -22,7 +22,7 @@ const AGENT_SAMPLES: &str = "crates/protocol/tests/fixtures/agents";
 /// Every target with the directories of samples it is seeded from (relative to the root).
 const TARGETS: &[(&str, &[&str])] = &[
     ("journal_decode", &["fuzz/seeds/journal_decode"]),
-    ("batch", &["crates/runner/tests/batches", "examples"]),
+    ("batch", &["crates/batch/tests/batches", "examples"]),
     ("protocol_pi", &[AGENT_SAMPLES]),
     ("protocol_claude", &[AGENT_SAMPLES]),
     ("protocol_codex", &[AGENT_SAMPLES]),

@@ -1,12 +1,12 @@
 //! `cargo xtask tidy`: architecture checks that read files, not code.
 //!
 //! - Dependency direction: each member's manifest is read and a forbidden edge fails (core
-//!   knows nothing of tokio, sled, bincode, clap, anyhow or the crates above it; the journal
-//!   nothing of tokio, clap, anyhow, the runner or the cli; the protocol readers nothing of
-//!   tokio, sled, bincode, clap, anyhow, nix, the journal or the crates above them; the runner
-//!   nothing of the cli, clap or anyhow; anyhow appears only in the cli and xtask).
-//!   `[dependencies]`, `[build-dependencies]` and their `[target.*]` forms count;
-//!   dev-dependencies do not, since they never reach a user.
+//!   knows nothing of tokio, sled, bincode, clap, anyhow or the crates above it; the pure
+//!   crates, the protocol readers and the batch loader, nothing of those nor nix (they cannot
+//!   spawn), the journal or the crates above them; the journal nothing of tokio, clap, anyhow,
+//!   the runner or the cli; the runner nothing of the cli, clap or anyhow; anyhow appears only
+//!   in the cli and xtask). `[dependencies]`, `[build-dependencies]` and their `[target.*]`
+//!   forms count; dev-dependencies do not, since they never reach a user.
 //! - File docs: every `.rs` file under `crates/`, `xtask/` and `tests/` begins with `//!`.
 
 use std::fs;
@@ -35,6 +35,20 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ),
     (
         "sortie-protocol",
+        &[
+            "tokio",
+            "sled",
+            "bincode",
+            "clap",
+            "anyhow",
+            "nix",
+            "sortie-journal",
+            "sortie-runner",
+            "sortie-cli",
+        ],
+    ),
+    (
+        "sortie-batch",
         &[
             "tokio",
             "sled",

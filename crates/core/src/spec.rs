@@ -367,6 +367,11 @@ pub struct SpecError {
     pub task: Option<usize>,
     /// The field's name as written in the batch file.
     pub field: &'static str,
+    /// The fields of the same task (or the run, for a run-level error) whose values the check
+    /// read, `field` first. A loader that could not read one of them (it reported that
+    /// already, and put a default in its place) drops the error: the check saw the stand-in,
+    /// not what the user wrote.
+    pub reads: &'static [&'static str],
     /// What is wrong.
     pub message: String,
 }
@@ -378,55 +383,53 @@ pub const MAX_FALLBACKS: usize = 8;
 /// order, so a user can fix a file in one pass.
 pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     let mut errors = Vec::new();
-    let mut err = |task: Option<usize>, field: &'static str, message: String| {
+    let mut err = |task: Option<usize>, reads: &'static [&'static str], message: String| {
         errors.push(SpecError {
             task,
-            field,
+            field: reads[0],
+            reads,
             message,
         });
     };
     if batch.config.concurrency == 0 {
-        err(None, "concurrency", "must be at least 1".into());
+        err(None, &["concurrency"], "must be at least 1".into());
     }
     if batch.tasks.is_empty() {
-        err(None, "tasks", "the batch has no tasks".into());
+        err(None, &["tasks"], "the batch has no tasks".into());
     }
     let mut labels: HashMap<&str, usize> = HashMap::new();
     let mut outputs: HashMap<&str, usize> = HashMap::new();
     for (i, t) in batch.tasks.iter().enumerate() {
+        let mut err =
+            |reads: &'static [&'static str], message: String| err(Some(i), reads, message);
         if t.label.is_empty() {
-            err(Some(i), "label", "must not be empty".into());
+            err(&["label"], "must not be empty".into());
         }
         if let Some(first) = labels.insert(&t.label, i) {
             err(
-                Some(i),
-                "label",
+                &["label"],
                 format!("duplicate label {:?} (also task {})", t.label, first + 1),
             );
         }
         match (&t.prompt, &t.command) {
             (None, None) => err(
-                Some(i),
-                "prompt",
+                &["prompt", "command"],
                 "a task needs a `prompt` or a `command`".into(),
             ),
             (Some(_), Some(_)) => err(
-                Some(i),
-                "command",
+                &["command", "prompt"],
                 "give either `prompt` or `command`, not both".into(),
             ),
-            (None, Some(c)) if c.is_empty() => err(Some(i), "command", "must not be empty".into()),
+            (None, Some(c)) if c.is_empty() => err(&["command"], "must not be empty".into()),
             _ => {}
         }
         match batch.agents.get(&t.agent) {
             None if t.command.is_none() => err(
-                Some(i),
-                "agent",
+                &["agent", "command"],
                 format!("unknown agent profile {:?}", t.agent),
             ),
             Some(p) if t.command.is_none() && p.command.is_empty() => err(
-                Some(i),
-                "agent",
+                &["agent", "command"],
                 format!(
                     "agent {:?} has no command; give the task a `command`",
                     t.agent
@@ -436,35 +439,31 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         }
         if t.fallback_models.len() > MAX_FALLBACKS {
             err(
-                Some(i),
-                "fallback_models",
+                &["fallback_models"],
                 format!("at most {MAX_FALLBACKS} fallback models"),
             );
         }
         if t.attempt_timeout.is_zero() {
-            err(Some(i), "attempt_timeout", "must be more than 0".into());
+            err(&["attempt_timeout"], "must be more than 0".into());
         }
         if t.deadline.is_some_and(|d| d.is_zero()) {
-            err(Some(i), "deadline", "must be more than 0".into());
+            err(&["deadline"], "must be more than 0".into());
         }
         if t.include_wip && t.isolation != Isolation::Worktree {
             err(
-                Some(i),
-                "include_wip",
+                &["include_wip", "isolation"],
                 "needs `isolation = \"worktree\"`".into(),
             );
         }
         if t.output_mode == OutputMode::FileOnly && t.output.is_none() {
             err(
-                Some(i),
-                "output_mode",
+                &["output_mode", "output"],
                 "`file-only` needs an `output` path".into(),
             );
         }
         if t.max_output.bytes == 0 || t.max_output.lines == 0 {
             err(
-                Some(i),
-                "max_output",
+                &["max_output"],
                 "bytes and lines must be more than 0".into(),
             );
         }
@@ -472,23 +471,22 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
             && let Some(first) = outputs.insert(out, i)
         {
             err(
-                Some(i),
-                "output",
+                &["output"],
                 format!("output path {out:?} is also task {}'s", first + 1),
             );
         }
         let mut seen = HashSet::new();
         for need in &t.needs {
             if !seen.insert(need) {
-                err(Some(i), "needs", format!("{need:?} is listed twice"));
+                err(&["needs"], format!("{need:?} is listed twice"));
             } else if need == &t.label {
-                err(Some(i), "needs", "a task cannot need itself".into());
+                err(&["needs", "label"], "a task cannot need itself".into());
             } else if !batch.tasks.iter().any(|o| &o.label == need) {
-                err(Some(i), "needs", format!("unknown label {need:?}"));
+                err(&["needs"], format!("unknown label {need:?}"));
             }
         }
         for message in prompt_errors(batch, i) {
-            err(Some(i), "prompt", message);
+            err(&["prompt", "needs"], message);
         }
     }
     if let Some(cycle) = find_cycle(batch) {
@@ -498,7 +496,7 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
             .collect();
         err(
             Some(cycle[0]),
-            "needs",
+            &["needs"],
             format!("dependency cycle: {}", names.join(" → ")),
         );
     }
@@ -795,6 +793,23 @@ mod tests {
                 (Some(5), "output"),
                 (Some(6), "needs"),
                 (Some(7), "prompt"),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_error_says_which_fields_its_check_read() {
+        let mut wip = task("wip");
+        wip.include_wip = true;
+        let mut second = task("second");
+        second.prompt = Some("{previous}".into());
+        let errs = validate_batch(&batch(vec![wip, second])).unwrap_err();
+        let reads: Vec<(&str, &[&str])> = errs.iter().map(|e| (e.field, e.reads)).collect();
+        assert_eq!(
+            reads,
+            vec![
+                ("include_wip", &["include_wip", "isolation"][..]),
+                ("prompt", &["prompt", "needs"][..]),
             ]
         );
     }

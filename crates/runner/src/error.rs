@@ -71,7 +71,7 @@ pub enum Error {
     Violation(#[from] Violation),
     /// The batch did not load.
     #[error(transparent)]
-    Batch(#[from] crate::batch::BatchError),
+    Batch(#[from] sortie_batch::BatchError),
 }
 
 impl Error {

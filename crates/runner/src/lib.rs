@@ -1,14 +1,12 @@
 //! sortie-runner: everything that touches processes, clocks and the filesystem outside the
-//! journal: batch loading, spawning and stopping attempts, protocol readers, the scheduler and
-//! resume.
+//! journal: spawning and stopping attempts, protocol readers, the scheduler and resume.
+//! Batches load in `sortie-batch`, before any of this starts.
 //!
 //! Invariant: the runner never mutates run state directly. It decides an event, checks it
 //! against the state, appends it to the journal (durable on return), then applies it.
 
-mod admission;
 pub mod agent_home;
 mod attempt;
-pub mod batch;
 pub mod engine;
 mod error;
 pub mod kept;
@@ -18,3 +16,6 @@ pub mod statedir;
 pub mod worktree;
 
 pub use error::{Error, Result};
+/// Batch loading, which moved to its own crate; this alias keeps `sortie_runner::batch` paths
+/// working until their users name `sortie_batch` themselves.
+pub use sortie_batch as batch;

@@ -90,9 +90,7 @@ pub(crate) fn exit_code_of(err: &anyhow::Error) -> Code {
         }
         // `batch::load` errors reach here unwrapped (not as `sortie_runner::Error::Batch`).
         if cause.downcast_ref::<UsageError>().is_some()
-            || cause
-                .downcast_ref::<sortie_runner::batch::BatchError>()
-                .is_some()
+            || cause.downcast_ref::<sortie_batch::BatchError>().is_some()
             || cause
                 .downcast_ref::<sortie_core::ids::InvalidRunId>()
                 .is_some()

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use sortie_batch::{self as batch, Overrides};
 use sortie_core::{RunOutcome, RunStatus};
-use sortie_runner::batch::{self, Overrides};
 use sortie_runner::engine::{self, End, RunEnd, Takeover};
 use sortie_runner::statedir::{self, Owner};
 

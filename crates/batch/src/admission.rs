@@ -1,5 +1,5 @@
 //! Admission checks of a resolved batch that need the filesystem (core's `validate_batch` is
-//! pure): agent tasks that could write in the same checkout at once, and artifact paths inside
+//! pure), run once it is valid: agent tasks that could write in the same checkout at once, and artifact paths inside
 //! sortie's own worktrees.
 //!
 //! Shared writes. Two tasks are refused together when all of these hold:
@@ -19,6 +19,79 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use sortie_core::{Batch, Isolation};
+
+use crate::Overrides;
+use crate::error::Issues;
+use crate::load::clean;
+use crate::resolve::Input;
+
+/// The admission checks that need the filesystem (below), on a batch that passed
+/// validation: artifacts inside the state dir's worktrees, and agent tasks that could write in
+/// the same checkout at once.
+pub(crate) fn admit(input: &Input<'_>, batch: &Batch, ov: &Overrides, issues: &mut Issues) {
+    let task_at = |i: usize| {
+        input
+            .tasks
+            .get(i)
+            .map_or((input.file, None), |t| (t.file.as_path(), t.line))
+    };
+    if let Some(state_dir) = &ov.state_dir {
+        let worktrees = std::path::absolute(state_dir)
+            .map(|d| clean(&d))
+            .unwrap_or_else(|_| state_dir.clone())
+            .join("worktrees");
+        for (i, spec) in batch.tasks.iter().enumerate() {
+            let Some(out) = &spec.output else { continue };
+            if is_inside(Path::new(out), &worktrees) {
+                let (file, task_line) = task_at(i);
+                let line = input
+                    .tasks
+                    .get(i)
+                    .and_then(|t| t.keys.get("output").copied().flatten())
+                    .or(task_line);
+                issues.add(
+                    file,
+                    line,
+                    Some("output"),
+                    format!(
+                        "{out} is inside sortie's worktrees ({}); an artifact must live \
+                         outside every worktree",
+                        worktrees.display()
+                    ),
+                );
+            }
+        }
+    }
+    let allowed = ov
+        .allow_shared_writes
+        .or(input.run.allow_shared_writes)
+        .unwrap_or(false);
+    if allowed {
+        return;
+    }
+    for c in shared_writes(batch) {
+        let (file, line) = task_at(c.second);
+        let (first_file, first_line) = task_at(c.first);
+        let first_at = match first_line {
+            Some(l) if first_file == file => format!(" (line {l})"),
+            Some(l) => format!(" ({}:{l})", first_file.display()),
+            None => String::new(),
+        };
+        issues.add(
+            file,
+            line,
+            Some("isolation"),
+            format!(
+                "tasks {:?}{first_at} and {:?} may both write in {} at the same time; give \
+                 one of them `isolation = \"worktree\"`, make one need the other, or set \
+                 `allow_shared_writes = true` at the top of the batch file",
+                batch.tasks[c.first].label,
+                batch.tasks[c.second].label,
+                c.checkout.display()
+            ),
+        );
+    }
+}
 
 /// Two tasks that may write in the same checkout at once.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,262 @@
+//! A batch file's documents: the run-level table of a TOML batch or a defaults file (run
+//! settings, `[defaults]`, `[agents.NAME]`, `[[tasks]]`), and the task lines of a JSON Lines
+//! file.
+
+use std::path::{Path, PathBuf};
+
+use crate::agents::Agents;
+use crate::error::Issues;
+use crate::fields::{RUN_FIELDS, RawTask, Scope, TASK_FIELDS, boolean, expected, suggest, uint};
+use crate::value::{Entry, LineIndex, RawToml, Val, task_headers};
+
+/// The run-level part of a batch file (or of a defaults file), and its tasks.
+pub(crate) struct RunDoc {
+    pub(crate) file: PathBuf,
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) concurrency_line: Option<usize>,
+    pub(crate) fail_fast: Option<bool>,
+    pub(crate) allow_shared_writes: Option<bool>,
+    pub(crate) defaults: RawTask,
+    pub(crate) agents: Agents,
+    pub(crate) tasks: Vec<RawTask>,
+}
+
+impl RunDoc {
+    pub(crate) fn new(file: &Path) -> RunDoc {
+        RunDoc {
+            file: file.to_path_buf(),
+            concurrency: None,
+            concurrency_line: None,
+            fail_fast: None,
+            allow_shared_writes: None,
+            defaults: RawTask::new(file, None),
+            agents: Agents::default(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Reads the top-level table. `headers`: lines of the `[[tasks]]` headers; `None` where
+    /// tasks are not allowed (a defaults file).
+    fn parse(top: &[Entry], file: &Path, headers: Option<&[usize]>, issues: &mut Issues) -> RunDoc {
+        let mut doc = RunDoc::new(file);
+        for e in top {
+            if matches!(e.val, Val::Null) {
+                continue;
+            }
+            let key = e.key.as_str();
+            let problem = match key {
+                "concurrency" => {
+                    doc.concurrency_line = e.line;
+                    uint(&e.val).map(|c| doc.concurrency = Some(c))
+                }
+                "fail_fast" => boolean(&e.val).map(|b| doc.fail_fast = Some(b)),
+                "allow_shared_writes" => boolean(&e.val).map(|b| doc.allow_shared_writes = Some(b)),
+                "defaults" => match &e.val {
+                    Val::Table(t) => {
+                        doc.defaults = RawTask::parse(t, file, e.line, Scope::Defaults, issues);
+                        Ok(())
+                    }
+                    other => Err(expected("a table of task fields", other)),
+                },
+                "agents" => {
+                    doc.agents = Agents::parse(e, file, issues);
+                    Ok(())
+                }
+                "tasks" => match headers {
+                    Some(headers) => doc.parse_tasks(e, headers, issues),
+                    None => Err("tasks belong in the JSON Lines file, one per line".into()),
+                },
+                _ if TASK_FIELDS.contains(&key) => Err(format!(
+                    "unknown field at the top level; a task field goes in [defaults] or in a \
+                     task{}",
+                    if headers.is_some() {
+                        " ([[tasks]])"
+                    } else {
+                        ""
+                    }
+                )),
+                _ => Err(format!("unknown field{}", suggest(key, RUN_FIELDS))),
+            };
+            if let Err(message) = problem {
+                issues.add(file, e.line, Some(key), message);
+            }
+        }
+        doc
+    }
+
+    fn parse_tasks(
+        &mut self,
+        e: &Entry,
+        headers: &[usize],
+        issues: &mut Issues,
+    ) -> Result<(), String> {
+        let Val::Array(items) = &e.val else {
+            return Err(expected("an array of tables ([[tasks]])", &e.val));
+        };
+        let from_headers = headers.len() == items.len();
+        for (i, item) in items.iter().enumerate() {
+            let Val::Table(entries) = item else {
+                issues.add(
+                    &self.file,
+                    e.line,
+                    Some("tasks"),
+                    format!("task {} is {}, expected a table", i + 1, item.kind()),
+                );
+                continue;
+            };
+            let line = if from_headers {
+                headers.get(i).copied()
+            } else {
+                entries.iter().filter_map(|k| k.line).min().or(e.line)
+            };
+            let task = RawTask::parse(entries, &self.file, line, Scope::Task, issues);
+            self.tasks.push(task);
+        }
+        Ok(())
+    }
+}
+
+/// Parses a TOML batch (or defaults file, `tasks_allowed = false`). None: it is not TOML at all
+/// (the issue is reported).
+pub(crate) fn parse_toml_doc(
+    file: &Path,
+    bytes: &[u8],
+    tasks_allowed: bool,
+    issues: &mut Issues,
+) -> Option<RunDoc> {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let valid = bytes.get(..e.valid_up_to()).unwrap_or_default();
+            let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
+            issues.add(file, Some(line), None, "not valid UTF-8");
+            return None;
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let index = LineIndex::new(text);
+    let raw = match toml::from_str::<RawToml>(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let mut message = e.message().trim().replace('\n', "; ");
+            // A datetime reaches the visitor as a private map that `Spanned` keys refuse; no
+            // field takes a datetime, so say that.
+            if message.contains("$__toml_private_datetime") {
+                message = "a date or time is not a value any batch field takes".into();
+            }
+            let (line, column) = match e.span() {
+                Some(span) => (
+                    Some(index.line(span.start)),
+                    format!(" (column {})", index.column(text, span.start)),
+                ),
+                None => (None, String::new()),
+            };
+            issues.add(file, line, None, format!("{message}{column}"));
+            return None;
+        }
+    };
+    let Val::Table(top) = raw.lower(&index) else {
+        issues.add(file, None, None, "expected a TOML table");
+        return None;
+    };
+    let headers = task_headers(text);
+    Some(RunDoc::parse(
+        &top,
+        file,
+        tasks_allowed.then_some(headers.as_slice()),
+        issues,
+    ))
+}
+
+/// A defaults file for a JSON Lines batch: JSON when it ends in `.json`, else TOML.
+pub(crate) fn parse_defaults_file(
+    file: &Path,
+    bytes: &[u8],
+    issues: &mut Issues,
+) -> Option<RunDoc> {
+    let is_json = file
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if !is_json {
+        return parse_toml_doc(file, bytes, false, issues);
+    }
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(v @ serde_json::Value::Object(_)) => match Val::from_json(v, None) {
+            Val::Table(top) => Some(RunDoc::parse(&top, file, None, issues)),
+            _ => None,
+        },
+        Ok(other) => {
+            let found = Val::from_json(other, None);
+            issues.add(file, Some(1), None, expected("a JSON object", &found));
+            None
+        }
+        Err(e) => {
+            issues.add(file, Some(e.line()), None, json_message(&e, 0));
+            None
+        }
+    }
+}
+
+/// serde_json's message without its own position, plus the column (shifted by `lead` bytes).
+fn json_message(e: &serde_json::Error, lead: usize) -> String {
+    let full = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let message = full.strip_suffix(&position).unwrap_or(&full);
+    format!("invalid JSON: {message} (column {})", e.column() + lead)
+}
+
+pub(crate) fn parse_jsonl_tasks(file: &Path, bytes: &[u8], issues: &mut Issues) -> Vec<RawTask> {
+    let mut tasks = Vec::new();
+    for (n, raw) in bytes.split(|&b| b == b'\n').enumerate() {
+        let line = n + 1;
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let text = match std::str::from_utf8(raw) {
+            Ok(t) => t,
+            Err(e) => {
+                let column = e.valid_up_to() + 1;
+                issues.add(
+                    file,
+                    Some(line),
+                    None,
+                    format!("not valid UTF-8 (byte {column} of the line)"),
+                );
+                continue;
+            }
+        };
+        let text = if n == 0 {
+            text.strip_prefix('\u{feff}').unwrap_or(text)
+        } else {
+            text
+        };
+        let trimmed = text.trim_start();
+        if trimmed.trim_end().is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let lead = text.len() - trimmed.len();
+        match serde_json::from_str::<serde_json::Value>(trimmed) {
+            Ok(v @ serde_json::Value::Object(_)) => {
+                if let Val::Table(entries) = Val::from_json(v, Some(line)) {
+                    tasks.push(RawTask::parse(
+                        &entries,
+                        file,
+                        Some(line),
+                        Scope::Task,
+                        issues,
+                    ));
+                }
+            }
+            Ok(other) => {
+                let found = Val::from_json(other, Some(line));
+                issues.add(
+                    file,
+                    Some(line),
+                    None,
+                    expected("a JSON object (one task per line)", &found),
+                );
+            }
+            Err(e) => issues.add(file, Some(line), None, json_message(&e, lead)),
+        }
+    }
+    tasks
+}

@@ -1,0 +1,393 @@
+//! A task's fields (or `[defaults]`), type-checked one by one into a [`RawTask`], and the
+//! scalar readers and "did you mean" suggestions the other documents share.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sortie_core::{Isolation, OutputMode};
+
+use crate::error::Issues;
+use crate::value::{Entry, Val};
+
+/// Every task field, as written in a batch file.
+pub(crate) const TASK_FIELDS: &[&str] = &[
+    "label",
+    "prompt",
+    "command",
+    "agent",
+    "model",
+    "fallback_models",
+    "max_retries",
+    "attempt_timeout",
+    "deadline",
+    "stall_after",
+    "stall_kill_after",
+    "kill_grace",
+    "max_turns",
+    "max_tokens",
+    "max_cost",
+    "grace_turns",
+    "cwd",
+    "isolation",
+    "include_wip",
+    "output",
+    "output_mode",
+    "max_output",
+    "reads",
+    "needs",
+    "env",
+    "retry_after_side_effects",
+];
+
+/// The top-level keys of a batch file.
+pub(crate) const RUN_FIELDS: &[&str] = &[
+    "concurrency",
+    "fail_fast",
+    "allow_shared_writes",
+    "defaults",
+    "agents",
+    "tasks",
+];
+
+/// The keys of an `[agents.NAME]` table.
+pub(crate) const AGENT_FIELDS: &[&str] = &[
+    "command",
+    "model_args",
+    "protocol",
+    "env",
+    "can_steer",
+    "can_continue",
+    "may_write",
+];
+
+/// One task's fields (or `[defaults]`), type-checked, not yet resolved.
+#[derive(Default)]
+pub(crate) struct RawTask {
+    /// The file the table is in.
+    pub(crate) file: PathBuf,
+    /// Where the task starts.
+    pub(crate) line: Option<usize>,
+    /// The line of each field given.
+    pub(crate) keys: HashMap<&'static str, Option<usize>>,
+    /// Fields given with a problem already reported.
+    pub(crate) failed: HashSet<&'static str>,
+    pub(crate) label: Option<String>,
+    pub(crate) prompt: Option<String>,
+    pub(crate) command: Option<Vec<String>>,
+    pub(crate) agent: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) fallback_models: Option<Vec<String>>,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) attempt_timeout: Option<Duration>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) stall_after: Option<Duration>,
+    pub(crate) stall_kill_after: Option<Duration>,
+    pub(crate) kill_grace: Option<Duration>,
+    pub(crate) max_turns: Option<u32>,
+    pub(crate) max_tokens: Option<u64>,
+    pub(crate) max_cost_nanos: Option<u64>,
+    pub(crate) grace_turns: Option<u32>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) isolation: Option<Isolation>,
+    pub(crate) include_wip: Option<bool>,
+    pub(crate) output: Option<String>,
+    pub(crate) output_mode: Option<OutputMode>,
+    pub(crate) max_output_bytes: Option<u64>,
+    pub(crate) max_output_lines: Option<u64>,
+    pub(crate) reads: Option<Vec<String>>,
+    pub(crate) needs: Option<Vec<String>>,
+    pub(crate) env: Option<Vec<(String, String)>>,
+    pub(crate) retry_after_side_effects: Option<bool>,
+}
+
+/// Where a table of task fields is: a task, or `[defaults]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    Task,
+    Defaults,
+}
+
+impl RawTask {
+    pub(crate) fn new(file: &Path, line: Option<usize>) -> RawTask {
+        RawTask {
+            file: file.to_path_buf(),
+            line,
+            ..RawTask::default()
+        }
+    }
+
+    pub(crate) fn set(&mut self, field: &'static str, line: Option<usize>) {
+        self.keys.insert(field, line);
+    }
+
+    /// Type-checks a task table (or `[defaults]`), reporting every problem.
+    pub(crate) fn parse(
+        entries: &[Entry],
+        file: &Path,
+        line: Option<usize>,
+        scope: Scope,
+        issues: &mut Issues,
+    ) -> RawTask {
+        let mut t = RawTask::new(file, line);
+        for e in entries {
+            if matches!(e.val, Val::Null) {
+                continue;
+            }
+            let Some(&name) = TASK_FIELDS.iter().find(|f| **f == e.key) else {
+                let hint = if scope == Scope::Task && RUN_FIELDS.contains(&e.key.as_str()) {
+                    "; it is a run-level setting, at the top of the file".to_owned()
+                } else {
+                    suggest(&e.key, TASK_FIELDS)
+                };
+                issues.add(file, e.line, Some(&e.key), format!("unknown field{hint}"));
+                continue;
+            };
+            t.set(name, e.line);
+            if let Err(message) = t.parse_field(name, e, scope, issues) {
+                issues.add(file, e.line, Some(name), message);
+                t.failed.insert(name);
+            }
+        }
+        t
+    }
+
+    fn parse_field(
+        &mut self,
+        name: &'static str,
+        e: &Entry,
+        scope: Scope,
+        issues: &mut Issues,
+    ) -> Result<(), String> {
+        let v = &e.val;
+        match name {
+            "label" if scope == Scope::Defaults => {
+                return Err("a label names one task; it cannot be a default".into());
+            }
+            "label" => self.label = Some(string(v)?),
+            "prompt" => self.prompt = Some(string(v)?),
+            "command" => self.command = Some(strings(v)?),
+            "agent" => self.agent = Some(string(v)?),
+            "model" => self.model = Some(string(v)?),
+            "fallback_models" => self.fallback_models = Some(strings(v)?),
+            "max_retries" => self.max_retries = Some(uint(v)?),
+            "attempt_timeout" => self.attempt_timeout = Some(duration(v)?),
+            "deadline" => self.deadline = Some(duration(v)?),
+            "stall_after" => self.stall_after = Some(duration(v)?),
+            "stall_kill_after" => self.stall_kill_after = Some(duration(v)?),
+            "kill_grace" => self.kill_grace = Some(duration(v)?),
+            "max_turns" => self.max_turns = Some(uint(v)?),
+            "max_tokens" => self.max_tokens = Some(uint(v)?),
+            "max_cost" => self.max_cost_nanos = Some(cost_nanos(v)?),
+            "grace_turns" => self.grace_turns = Some(uint(v)?),
+            "cwd" => self.cwd = Some(path_string(v)?),
+            "isolation" => {
+                self.isolation = Some(match string(v)?.as_str() {
+                    "none" => Isolation::None,
+                    "worktree" => Isolation::Worktree,
+                    other => {
+                        return Err(format!(
+                            "expected \"none\" or \"worktree\", found {other:?}"
+                        ));
+                    }
+                });
+            }
+            "include_wip" => self.include_wip = Some(boolean(v)?),
+            "output" => self.output = Some(path_string(v)?),
+            "output_mode" => {
+                self.output_mode = Some(match string(v)?.as_str() {
+                    "inline" => OutputMode::Inline,
+                    "file-only" => OutputMode::FileOnly,
+                    other => {
+                        return Err(format!(
+                            "expected \"inline\" or \"file-only\", found {other:?}"
+                        ));
+                    }
+                });
+            }
+            "max_output" => self.parse_max_output(e, issues)?,
+            "reads" => {
+                let reads = strings(v)?;
+                if reads.iter().any(String::is_empty) {
+                    return Err("a path must not be empty".into());
+                }
+                self.reads = Some(reads);
+            }
+            "needs" => self.needs = Some(strings(v)?),
+            "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
+            "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
+            _ => return Err("unknown field".into()),
+        }
+        Ok(())
+    }
+
+    /// `{ bytes, lines }`, either may be given; each sub-field's problem is its own issue.
+    fn parse_max_output(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
+        let Val::Table(entries) = &e.val else {
+            return Err(expected("a table { bytes, lines }", &e.val));
+        };
+        for sub in entries {
+            let field = format!("max_output.{}", sub.key);
+            let parsed = match sub.key.as_str() {
+                "bytes" => uint(&sub.val).map(|b| self.max_output_bytes = Some(b)),
+                "lines" => uint(&sub.val).map(|l| self.max_output_lines = Some(l)),
+                _ if matches!(sub.val, Val::Null) => Ok(()),
+                _ => Err(format!(
+                    "unknown field{}",
+                    suggest(&sub.key, &["bytes", "lines"])
+                )),
+            };
+            if let Err(message) = parsed {
+                issues.add(&self.file, sub.line, Some(&field), message);
+                self.failed.insert("max_output");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A table of strings (`env`); each bad entry is its own issue and is left out.
+pub(crate) fn env_table(
+    e: &Entry,
+    file: &Path,
+    field: &str,
+    issues: &mut Issues,
+) -> Result<Vec<(String, String)>, String> {
+    let Val::Table(entries) = &e.val else {
+        return Err(expected("a table of strings", &e.val));
+    };
+    let mut env = Vec::new();
+    for var in entries {
+        let name = format!("{field}.{}", var.key);
+        if var.key.is_empty() || var.key.contains(['=', '\0']) {
+            issues.add(
+                file,
+                var.line,
+                Some(&name),
+                "a variable name must not be empty nor contain `=` or NUL",
+            );
+            continue;
+        }
+        match &var.val {
+            Val::Str(s) if s.contains('\0') => {
+                issues.add(file, var.line, Some(&name), "a value must not contain NUL");
+            }
+            Val::Str(s) => env.push((var.key.clone(), s.clone())),
+            Val::Null => {}
+            other => issues.add(file, var.line, Some(&name), expected("a string", other)),
+        }
+    }
+    Ok(env)
+}
+
+pub(crate) fn expected(what: &str, found: &Val) -> String {
+    format!("expected {what}, found {}", found.kind())
+}
+
+pub(crate) fn string(v: &Val) -> Result<String, String> {
+    match v {
+        Val::Str(s) => Ok(s.clone()),
+        other => Err(expected("a string", other)),
+    }
+}
+
+pub(crate) fn path_string(v: &Val) -> Result<String, String> {
+    let s = string(v)?;
+    if s.is_empty() {
+        return Err("a path must not be empty".into());
+    }
+    Ok(s)
+}
+
+pub(crate) fn strings(v: &Val) -> Result<Vec<String>, String> {
+    let Val::Array(items) = v else {
+        return Err(expected("an array of strings", v));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Val::Str(s) => Ok(s.clone()),
+            other => Err(format!(
+                "expected an array of strings, element {} is {}",
+                i + 1,
+                other.kind()
+            )),
+        })
+        .collect()
+}
+
+pub(crate) fn boolean(v: &Val) -> Result<bool, String> {
+    match v {
+        Val::Bool(b) => Ok(*b),
+        other => Err(expected("true or false", other)),
+    }
+}
+
+pub(crate) fn uint<T: TryFrom<i128> + num::Max>(v: &Val) -> Result<T, String> {
+    match v {
+        Val::Int(i) => T::try_from(*i).map_err(|_| format!("must be between 0 and {}", T::MAX)),
+        other => Err(expected("an integer", other)),
+    }
+}
+
+/// The largest value of the integer types fields use, for messages.
+mod num {
+    pub(crate) trait Max {
+        const MAX: u64;
+    }
+    impl Max for u32 {
+        const MAX: u64 = u32::MAX as u64;
+    }
+    impl Max for u64 {
+        const MAX: u64 = u64::MAX;
+    }
+}
+
+const DURATION_HINT: &str =
+    "use a duration such as \"90s\", \"1m 30s\", \"2h\" or a number of seconds";
+
+pub(crate) fn duration(v: &Val) -> Result<Duration, String> {
+    match v {
+        Val::Str(s) => humantime::parse_duration(s.trim())
+            .map_err(|e| format!("invalid duration {s:?} ({e}); {DURATION_HINT}")),
+        Val::Int(i) => u64::try_from(*i)
+            .map(Duration::from_secs)
+            .map_err(|_| format!("a duration must not be negative; {DURATION_HINT}")),
+        Val::Float(f) => Duration::try_from_secs_f64(*f)
+            .map_err(|_| format!("invalid duration {f}; {DURATION_HINT}")),
+        other => Err(format!(
+            "{}; {DURATION_HINT}",
+            expected("a duration", other)
+        )),
+    }
+}
+
+/// A cost in US dollars, as nano-dollars.
+pub(crate) fn cost_nanos(v: &Val) -> Result<u64, String> {
+    const MSG: &str = "expected a cost in US dollars, at least 0 (such as 2.5)";
+    let nanos = match v {
+        Val::Int(i) => i
+            .checked_mul(1_000_000_000)
+            .and_then(|n| u64::try_from(n).ok()),
+        Val::Float(f) if f.is_finite() && *f >= 0.0 && *f * 1e9 < u64::MAX as f64 => {
+            // Finite, non-negative and below u64::MAX: checked just above.
+            Some((*f * 1e9).round() as u64)
+        }
+        _ => None,
+    };
+    nanos.ok_or_else(|| format!("{MSG}, found {}", v.kind()))
+}
+
+/// `; did you mean `x`?` when a known name is close to `key` (Levenshtein distance, over
+/// characters, at most 2 or a quarter of the known name's length).
+pub(crate) fn suggest(key: &str, known: &[&str]) -> String {
+    let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(&norm(key), k), *k))
+        .filter(|&(d, k)| d <= 2.max(k.len() / 4))
+        .min()
+        .map(|(_, k)| format!("; did you mean `{k}`?"))
+        .unwrap_or_default()
+}

@@ -1,0 +1,238 @@
+//! The entry points: a batch file by its extension (TOML, JSON Lines with its defaults file),
+//! a one-off prompt or command; and the input's digest.
+
+use std::path::{Component, Path, PathBuf};
+
+use sortie_core::digest::fnv1a;
+
+use crate::document::{RunDoc, parse_defaults_file, parse_jsonl_tasks, parse_toml_doc};
+use crate::error::{BatchError, BatchIssue, Issues};
+use crate::fields::RawTask;
+use crate::resolve::{Input, resolve};
+use crate::{COMMAND_LINE, LoadedBatch, Overrides};
+
+/// Loads a batch file by its extension: `.jsonl` or `.ndjson` is JSON Lines (with `defaults`,
+/// a TOML or JSON file of defaults), anything else TOML (which takes no defaults file: its
+/// defaults are its own `[defaults]`).
+pub fn load(
+    path: &Path,
+    defaults: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<LoadedBatch, BatchError> {
+    if is_jsonl(path) {
+        load_jsonl(path, defaults, overrides)
+    } else if let Some(d) = defaults {
+        Err(BatchError::Invalid {
+            errors: vec![BatchIssue {
+                file: d.to_path_buf(),
+                line: None,
+                field: None,
+                message: "a defaults file goes with a JSON Lines batch; a TOML batch has its \
+                          own [defaults]"
+                    .into(),
+            }],
+        })
+    } else {
+        load_toml(path, overrides)
+    }
+}
+
+fn is_jsonl(path: &Path) -> bool {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    matches!(ext.as_deref(), Some("jsonl" | "ndjson"))
+}
+
+/// Loads a TOML batch: run settings, `[defaults]`, `[agents.NAME]` and `[[tasks]]`.
+pub fn load_toml(path: &Path, overrides: &Overrides) -> Result<LoadedBatch, BatchError> {
+    let bytes = read(path)?;
+    let (source, base) = locate_file(path)?;
+    let mut issues = Issues::default();
+    let Some(mut run) = parse_toml_doc(path, &bytes, true, &mut issues) else {
+        return Err(issues.into_error(&[path]));
+    };
+    let tasks = std::mem::take(&mut run.tasks);
+    let input = Input {
+        file: path,
+        defaults_file: None,
+        source,
+        base,
+        run,
+        tasks,
+        digest: digest(&[&bytes]),
+    };
+    resolve(input, overrides, issues)
+}
+
+/// Loads a JSON Lines batch: one task object per line (blank lines and lines starting with `#`
+/// skipped), with run settings, `[defaults]` and `[agents.NAME]` from `defaults`: a TOML file
+/// shaped like a TOML batch without tasks, or the same as a JSON object when it ends in
+/// `.json`. Relative paths, the defaults file's included, resolve against the JSON Lines file's
+/// directory.
+pub fn load_jsonl(
+    path: &Path,
+    defaults: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<LoadedBatch, BatchError> {
+    let bytes = read(path)?;
+    let defaults_bytes = defaults.map(read).transpose()?;
+    let (source, base) = locate_file(path)?;
+    let mut issues = Issues::default();
+    let run = match (defaults, &defaults_bytes) {
+        (Some(d), Some(db)) => parse_defaults_file(d, db, &mut issues),
+        _ => Some(RunDoc::new(path)),
+    };
+    let tasks = parse_jsonl_tasks(path, &bytes, &mut issues);
+    let order: Vec<&Path> = defaults.into_iter().chain([path]).collect();
+    let Some(run) = run else {
+        return Err(issues.into_error(&order));
+    };
+    let mut parts: Vec<&[u8]> = vec![&bytes];
+    if let Some(db) = &defaults_bytes {
+        parts.push(db);
+    }
+    let input = Input {
+        file: path,
+        defaults_file: defaults,
+        source,
+        base,
+        run,
+        tasks,
+        digest: digest(&parts),
+    };
+    resolve(input, overrides, issues)
+}
+
+/// A batch of one task asking `prompt` of `agent` (else `--agent`, else `pi`) with `model`
+/// (else `--model`), run in `cwd` (relative to the current directory).
+pub fn one_off_prompt(
+    prompt: &str,
+    agent: Option<&str>,
+    model: Option<&str>,
+    cwd: &Path,
+    overrides: &Overrides,
+) -> Result<LoadedBatch, BatchError> {
+    let file = Path::new(COMMAND_LINE);
+    let mut task = RawTask::new(file, None);
+    task.set("prompt", None);
+    task.prompt = Some(prompt.to_owned());
+    if let Some(a) = agent {
+        task.set("agent", None);
+        task.agent = Some(a.to_owned());
+    }
+    if let Some(m) = model {
+        task.set("model", None);
+        task.model = Some(m.to_owned());
+    }
+    let digest = digest(&[
+        b"prompt",
+        prompt.as_bytes(),
+        agent.unwrap_or_default().as_bytes(),
+        model.unwrap_or_default().as_bytes(),
+    ]);
+    one_off(
+        file,
+        format!("prompt: {}", snippet(prompt)),
+        task,
+        cwd,
+        digest,
+        overrides,
+    )
+}
+
+/// A batch of one task running `argv` as is (the `command` profile, plain protocol) in `cwd`
+/// (relative to the current directory).
+pub fn one_off_command(
+    argv: &[String],
+    cwd: &Path,
+    overrides: &Overrides,
+) -> Result<LoadedBatch, BatchError> {
+    let file = Path::new(COMMAND_LINE);
+    let mut task = RawTask::new(file, None);
+    task.set("command", None);
+    task.command = Some(argv.to_vec());
+    let mut parts: Vec<&[u8]> = vec![b"command"];
+    parts.extend(argv.iter().map(|a| a.as_bytes()));
+    let digest = digest(&parts);
+    one_off(
+        file,
+        format!("command: {}", snippet(&argv.join(" "))),
+        task,
+        cwd,
+        digest,
+        overrides,
+    )
+}
+
+fn one_off(
+    file: &Path,
+    source: String,
+    task: RawTask,
+    cwd: &Path,
+    digest: u64,
+    overrides: &Overrides,
+) -> Result<LoadedBatch, BatchError> {
+    let base = std::path::absolute(cwd).map_err(|source| BatchError::Io {
+        path: cwd.to_path_buf(),
+        source,
+    })?;
+    let input = Input {
+        file,
+        defaults_file: None,
+        source,
+        base: clean(&base),
+        run: RunDoc::new(file),
+        tasks: vec![task],
+        digest,
+    };
+    resolve(input, overrides, Issues::default())
+}
+
+/// The first line of `text`, cut to 60 characters.
+fn snippet(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let mut s: String = line.chars().take(60).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, BatchError> {
+    std::fs::read(path).map_err(|source| BatchError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The batch file's absolute path (its `Batch::source`) and directory.
+fn locate_file(path: &Path) -> Result<(String, PathBuf), BatchError> {
+    let abs = std::path::absolute(path).map_err(|source| BatchError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let abs = clean(&abs);
+    let dir = abs.parent().map_or_else(|| abs.clone(), Path::to_path_buf);
+    Ok((abs.to_string_lossy().into_owned(), dir))
+}
+
+/// Drops `.` components. `..` is kept: removing it lexically is wrong across symlinks.
+pub(crate) fn clean(path: &Path) -> PathBuf {
+    path.components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect()
+}
+
+/// FNV-1a 64 over each part's length (8 bytes, little endian) and bytes: the parts one after
+/// another, so `["ab", ""]` and `["a", "b"]` differ.
+pub(crate) fn digest(parts: &[&[u8]]) -> u64 {
+    let len: usize = parts.iter().map(|p| 8 + p.len()).sum();
+    let mut bytes = Vec::with_capacity(len);
+    for part in parts {
+        bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(part);
+    }
+    fnv1a(&bytes)
+}

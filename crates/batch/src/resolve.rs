@@ -1,0 +1,231 @@
+//! Resolution: defaults, flags and each task's own fields merged into a [`Batch`], then core's
+//! validation (each error placed by `locate`) and, for a valid batch, admission.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sortie_core::{Batch, MaxOutput, RunConfig, TaskSpec, validate_batch};
+
+use crate::agents::Agents;
+use crate::document::RunDoc;
+use crate::error::{BatchError, Issues};
+use crate::fields::RawTask;
+use crate::load::clean;
+use crate::{LoadedBatch, Overrides};
+use crate::{admission, locate};
+
+/// A parsed batch, before resolution.
+pub(crate) struct Input<'a> {
+    /// The batch file as the caller named it.
+    pub(crate) file: &'a Path,
+    /// The defaults file, for a JSON Lines batch.
+    pub(crate) defaults_file: Option<&'a Path>,
+    /// `Batch::source`.
+    pub(crate) source: String,
+    /// Where relative paths start.
+    pub(crate) base: PathBuf,
+    pub(crate) run: RunDoc,
+    pub(crate) tasks: Vec<RawTask>,
+    pub(crate) digest: u64,
+}
+
+/// Resolves the tasks, validates the batch and admits it.
+pub(crate) fn resolve(
+    input: Input<'_>,
+    ov: &Overrides,
+    mut issues: Issues,
+) -> Result<LoadedBatch, BatchError> {
+    let order: Vec<&Path> = input
+        .defaults_file
+        .into_iter()
+        .chain([input.file])
+        .collect();
+    let Some(base) = input.base.to_str() else {
+        issues.add(
+            input.file,
+            None,
+            None,
+            format!("the directory {} is not valid UTF-8", input.base.display()),
+        );
+        return Err(issues.into_error(&order));
+    };
+    let run = &input.run;
+    let defaults_config = RunConfig::default();
+    let config = RunConfig {
+        concurrency: ov
+            .concurrency
+            .or(run.concurrency)
+            .unwrap_or(defaults_config.concurrency),
+        fail_fast: ov
+            .fail_fast
+            .or(run.fail_fast)
+            .unwrap_or(defaults_config.fail_fast),
+    };
+    let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| resolve_task(i, t, &run.defaults, ov, base, &run.agents))
+        .unzip();
+    let batch = Batch {
+        tasks,
+        agents: run.agents.profiles.clone(),
+        config,
+        source: input.source.clone(),
+    };
+    if let Err(errors) = validate_batch(&batch) {
+        for e in &errors {
+            if let Some(issue) = locate::issue(e, &input, &batch, ov) {
+                issues.0.push(issue);
+            }
+        }
+    } else if issues.0.is_empty() {
+        admission::admit(&input, &batch, ov, &mut issues);
+    }
+    if issues.0.is_empty() {
+        Ok(LoadedBatch {
+            batch,
+            env,
+            digest: input.digest,
+        })
+    } else {
+        Err(issues.into_error(&order))
+    }
+}
+
+fn pick<T: Clone>(task: &Option<T>, defaults: &Option<T>) -> Option<T> {
+    task.as_ref().or(defaults.as_ref()).cloned()
+}
+
+/// `base/p` (or `p` when absolute), without `.` components.
+fn absolute(base: &str, p: &str) -> String {
+    clean(&Path::new(base).join(p))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The level a task's agent comes from, most specific first: the task's `agent`, the task's
+/// `command` (the `command` profile), the `--agent` flag, `[defaults]`' `agent`, its `command`;
+/// none of them: the built-in default (`pi`). `gives(level, "agent" or "command")` says whether
+/// a level gives the field: resolution asks for a value, `locate` for a key written (one that
+/// did not parse included), so both take the levels in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AgentFrom {
+    /// The task's `agent`.
+    Task,
+    /// The task's `command`.
+    TaskCommand,
+    /// `--agent`.
+    Flag,
+    /// `[defaults]`' `agent`.
+    Defaults,
+    /// `[defaults]`' `command`.
+    DefaultsCommand,
+    /// None: the built-in default.
+    Builtin,
+}
+
+/// Which level a task's agent comes from (see [`AgentFrom`]).
+pub(crate) fn agent_from(
+    t: &RawTask,
+    d: &RawTask,
+    ov: &Overrides,
+    gives: impl Fn(&RawTask, &str) -> bool,
+) -> AgentFrom {
+    if gives(t, "agent") {
+        AgentFrom::Task
+    } else if gives(t, "command") {
+        AgentFrom::TaskCommand
+    } else if ov.agent.is_some() {
+        AgentFrom::Flag
+    } else if gives(d, "agent") {
+        AgentFrom::Defaults
+    } else if gives(d, "command") {
+        AgentFrom::DefaultsCommand
+    } else {
+        AgentFrom::Builtin
+    }
+}
+
+/// The task's agent, from the level [`agent_from`] picks among those with a value.
+fn resolve_agent(t: &RawTask, d: &RawTask, ov: &Overrides) -> String {
+    let valued = |level: &RawTask, field: &str| match field {
+        "agent" => level.agent.is_some(),
+        _ => level.command.is_some(),
+    };
+    let agent = match agent_from(t, d, ov, valued) {
+        AgentFrom::Task => t.agent.clone(),
+        AgentFrom::Flag => ov.agent.clone(),
+        AgentFrom::Defaults => d.agent.clone(),
+        AgentFrom::TaskCommand | AgentFrom::DefaultsCommand => Some("command".to_owned()),
+        AgentFrom::Builtin => None,
+    };
+    agent.unwrap_or_else(|| TaskSpec::new("", "").agent)
+}
+
+fn resolve_task(
+    index: usize,
+    t: &RawTask,
+    d: &RawTask,
+    ov: &Overrides,
+    base: &str,
+    agents: &Agents,
+) -> (TaskSpec, Vec<(String, String)>) {
+    let label = t
+        .label
+        .clone()
+        .unwrap_or_else(|| format!("task-{}", index + 1));
+    let cwd = pick(&t.cwd, &d.cwd).map_or_else(|| base.to_owned(), |c| absolute(base, &c));
+    let mut s = TaskSpec::new(label, cwd);
+    s.prompt = pick(&t.prompt, &d.prompt);
+    s.command = pick(&t.command, &d.command);
+    s.agent = resolve_agent(t, d, ov);
+    s.model = t
+        .model
+        .clone()
+        .or_else(|| ov.model.clone())
+        .or_else(|| d.model.clone());
+    macro_rules! set {
+        ($($field:ident),*) => {$(
+            if let Some(v) = pick(&t.$field, &d.$field) {
+                s.$field = v;
+            }
+        )*};
+    }
+    set!(
+        fallback_models,
+        max_retries,
+        attempt_timeout,
+        stall_after,
+        stall_kill_after,
+        kill_grace,
+        grace_turns,
+        isolation,
+        include_wip,
+        output_mode,
+        needs,
+        retry_after_side_effects
+    );
+    s.deadline = pick(&t.deadline, &d.deadline);
+    s.max_turns = pick(&t.max_turns, &d.max_turns);
+    s.max_tokens = pick(&t.max_tokens, &d.max_tokens);
+    s.max_cost_nanos = pick(&t.max_cost_nanos, &d.max_cost_nanos);
+    s.output = pick(&t.output, &d.output).map(|o| absolute(base, &o));
+    s.reads = pick(&t.reads, &d.reads)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| absolute(base, r))
+        .collect();
+    let cap = MaxOutput::default();
+    s.max_output = MaxOutput {
+        bytes: pick(&t.max_output_bytes, &d.max_output_bytes).unwrap_or(cap.bytes),
+        lines: pick(&t.max_output_lines, &d.max_output_lines).unwrap_or(cap.lines),
+    };
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let layers = [agents.env.get(&s.agent), d.env.as_ref(), t.env.as_ref()];
+    for layer in layers.into_iter().flatten() {
+        env.extend(layer.iter().cloned());
+    }
+    s.env_keys = env.keys().cloned().collect();
+    (s, env.into_iter().collect())
+}
