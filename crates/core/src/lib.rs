@@ -18,6 +18,7 @@ pub mod outcome;
 pub mod spec;
 pub mod state;
 pub mod usage;
+pub mod view;
 
 pub use decide::{
     NextStep, ResumePlan, aggregate, backoff_delay, finish_result, is_transient, model_for_attempt,
