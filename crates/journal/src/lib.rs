@@ -26,8 +26,8 @@
 //!   [`Journal::audit`] reports the first bad record;
 //! - the journal stores what it is given: the caller (the runner) checks each event with
 //!   `RunState::check` before appending it. Replay and audit re-check everything;
-//! - one writer per run: a second [`Journal::open`] (from any process) gets
-//!   [`Error::Locked`], never a hang.
+//! - one writer per run: a second [`Journal::open`] (from any process) gets [`Error::Locked`]
+//!   (after giving a reader 5 s to let go), never a hang.
 //!
 //! Live reading: sled locks a database against every other open handle, so
 //! [`Journal::open_read_only`] first tries a normal open and, when another process holds the run
@@ -48,10 +48,10 @@
 //!
 //! Modules: `journal` (the handle; create, open, the read-only snapshot copy), `commit` (appends
 //! and group commit), `read` (the checked iterator, replay, the two-thread scan), `audit`,
-//! `store` (sled), `codec` (bincode and the frame), `stored` (the on-disk schema), `export`
-//! (that schema as `sortie export`'s JSON), [`index`]
-//! (the run index). The `test-util` feature adds raw access for tests, benchmarks and the fuzz
-//! targets (`test_util`).
+//! `store` (sled, and the one wait on its lock), `codec` (bincode and the frame), `stored` (the
+//! on-disk schema), `export` (that schema as `sortie export`'s JSON), [`index`] (the run
+//! index). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
+//! (`test_util`).
 
 use std::path::PathBuf;
 
