@@ -35,7 +35,7 @@ impl fmt::Display for BatchIssue {
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
     /// A file could not be read, or the current directory could not be found.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The path.
         path: PathBuf,

@@ -2,9 +2,11 @@
 //!
 //! Exit codes: 0 completed, 1 failed or partial (or an error), 2 usage error (bad flags, a batch
 //! that does not load, an unknown or live run), 3 interrupted (resumable), 4 journal corrupt.
+//! Each error gets its code where its type is known (`error`); a closed stdout exits 0.
 
 mod args;
 mod commands;
+mod error;
 mod output;
 
 use std::process::ExitCode;
@@ -17,11 +19,8 @@ fn main() -> ExitCode {
     match commands::dispatch(args) {
         Ok(code) => code.into(),
         Err(err) => {
-            let code = commands::exit_code_of(&err);
-            if !output::is_broken_pipe(&err) {
-                eprintln!("sortie: {}", output::error_text(&err));
-            }
-            code.into()
+            err.print();
+            err.code().into()
         }
     }
 }

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
-use anyhow::Result;
 use serde::Serialize;
+
+use crate::error::Result;
 use sortie_core::ledger::{Ledger, ledger};
 use sortie_core::{Event, RunId, RunState, RunStatus, Stamped, Usage};
 use sortie_runner::engine::Observer;
@@ -22,36 +23,6 @@ pub(crate) fn init_tracing(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// True when the error is a closed stdout (`sortie list | head`): not worth a message.
-pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            // serde_json wraps the write error and does not give it as its source.
-            || c.downcast_ref::<serde_json::Error>()
-                .and_then(serde_json::Error::io_error_kind)
-                == Some(std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// An error and its causes, `: `-separated like `{:#}`, leaving out a cause whose text is
-/// already in the message (an error that prints its source, such as `PATH: CAUSE`, would
-/// otherwise say it twice).
-pub(crate) fn error_text(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let part = cause.to_string();
-        if text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
 }
 
 /// Prints one line per notable event on stderr (plain log lines, good in CI logs and on a
@@ -308,25 +279,8 @@ pub(crate) fn view(
         .iter()
         .enumerate()
         .map(|(i, rec)| {
-            // An attempt stopped by an interrupt waits for resume to decide its retry: say so.
-            let interrupted = matches!(rec.state, sortie_core::TaskState::Ended { .. })
-                && rec
-                    .attempts
-                    .last()
-                    .and_then(|a| a.outcome())
-                    .is_some_and(|o| o.stop_reason == sortie_core::StopReason::Interrupted);
-            // A queued task whose worktree is planned but not yet made is setting up.
-            let setting_up = matches!(rec.state, sortie_core::TaskState::Queued { .. })
-                && rec.worktree.is_some()
-                && rec.setup.is_none();
-            let name = if interrupted {
-                "interrupted"
-            } else if setting_up {
-                "setting-up"
-            } else {
-                rec.state.name()
-            }
-            .to_owned();
+            // Core names the display states (`interrupted`, `setting-up`).
+            let name = rec.display_state().to_owned();
             *counts.entry(name.clone()).or_insert(0) += 1;
             let result = rec.result();
             TaskView {
@@ -373,11 +327,13 @@ pub(crate) fn print_summary(json: bool, run: &RunId, state: &RunState) -> Result
         writeln!(out)?;
         return Ok(());
     }
-    let text = state
-        .summary
-        .clone()
-        .unwrap_or_else(|| sortie_core::summary_text(state));
-    writeln!(out, "{text}")?;
+    // The journal's text once the run finished (`RunFinished` carries it, made by core's
+    // `summary_text`); a run not finished has none journaled, so the same function says it as
+    // of now.
+    match &state.summary {
+        Some(text) => writeln!(out, "{text}")?,
+        None => writeln!(out, "{}", sortie_core::summary_text(state))?,
+    }
     writeln!(out)?;
     print_ledger(&mut out, state, &ledger(state))?;
     Ok(())

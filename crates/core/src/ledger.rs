@@ -2,13 +2,15 @@
 //!
 //! A ledger is built by adding each attempt's last known usage exactly once, in (task, attempt)
 //! order. [`ledger`] builds it from a replayed [`RunState`]; `sortie audit` builds a second one
-//! independently from the raw journal events with [`Ledger::add`] and compares the two.
+//! independently from the raw journal events ([`Ledger::from_events`], or [`LedgerFold`] one
+//! event at a time) and compares the two.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::TaskId;
+use crate::event::Event;
+use crate::ids::{Attempt, TaskId};
 use crate::state::RunState;
 use crate::usage::Usage;
 
@@ -79,6 +81,74 @@ impl Ledger {
     }
 }
 
+impl Ledger {
+    /// The ledger from the raw events alone, without the state machine: every attempt that an
+    /// `AttemptLaunching` opened (on its model), counted once with the last usage an
+    /// `AttemptProgress` or `AttemptFinished` reported for it. On a journal replay accepts,
+    /// it equals [`ledger`] of the replayed state.
+    pub fn from_events<'e>(events: impl IntoIterator<Item = &'e Event>) -> Ledger {
+        let mut fold = LedgerFold::new();
+        for event in events {
+            fold.observe(event);
+        }
+        fold.finish()
+    }
+}
+
+/// [`Ledger::from_events`] one event at a time, for a caller that streams them (audit scans a
+/// journal that may not fit in memory).
+#[derive(Debug, Clone, Default)]
+pub struct LedgerFold {
+    /// (task, attempt) -> (model, last reported usage).
+    attempts: BTreeMap<(TaskId, Attempt), (Option<String>, Usage)>,
+}
+
+impl LedgerFold {
+    /// No event seen yet.
+    pub fn new() -> LedgerFold {
+        LedgerFold::default()
+    }
+
+    /// Takes one event into account (only attempt launches and usage reports count).
+    pub fn observe(&mut self, event: &Event) {
+        match event {
+            Event::AttemptLaunching {
+                task,
+                attempt,
+                model,
+            } => {
+                self.attempts
+                    .insert((*task, *attempt), (model.clone(), Usage::ZERO));
+            }
+            Event::AttemptProgress {
+                task,
+                attempt,
+                usage,
+            }
+            | Event::AttemptFinished {
+                task,
+                attempt,
+                usage,
+                ..
+            } => {
+                if let Some(entry) = self.attempts.get_mut(&(*task, *attempt)) {
+                    entry.1 = *usage;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The ledger of the events seen, attempts added in (task, attempt) order.
+    pub fn finish(self) -> Ledger {
+        let mut ledger = Ledger::new();
+        for ((task, _), (model, usage)) in &self.attempts {
+            ledger.add(*task, model.as_deref(), usage);
+        }
+        ledger
+    }
+}
+
 /// The ledger of a replayed run: every attempt of every task, counted once with its last known
 /// usage (attempts cut short by a crash count with their last checkpoint).
 pub fn ledger(state: &RunState) -> Ledger {
@@ -121,6 +191,54 @@ mod tests {
         let mut other = l.clone();
         other.add(TaskId(2), None, &u(1, 0));
         assert!(l.difference(&other).is_some());
+    }
+
+    #[test]
+    fn from_events_counts_each_launched_attempt_once_with_its_last_report() {
+        use crate::outcome::{AttemptOutcome, StopReason};
+        let launch = |task, attempt, model: Option<&str>| Event::AttemptLaunching {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            model: model.map(str::to_owned),
+        };
+        let progress = |task, attempt, usage| Event::AttemptProgress {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            usage,
+        };
+        let events = vec![
+            launch(1, 1, Some("a")),
+            launch(0, 1, None),
+            progress(0, 1, u(3, 1)),
+            progress(0, 1, u(5, 2)),
+            progress(1, 1, u(100, 7)),
+            // A report for an attempt never launched counts nothing.
+            progress(2, 1, u(1000, 0)),
+            Event::AttemptFinished {
+                task: TaskId(0),
+                attempt: Attempt(1),
+                outcome: AttemptOutcome::failed(StopReason::Invalid, "x".to_owned()),
+                output: String::new(),
+                usage: u(6, 2),
+            },
+            launch(0, 2, Some("a")),
+        ];
+        let l = Ledger::from_events(&events);
+        let mut expected = Ledger::new();
+        expected.add(TaskId(0), None, &u(6, 2));
+        expected.add(TaskId(0), Some("a"), &Usage::ZERO);
+        expected.add(TaskId(1), Some("a"), &u(100, 7));
+        assert_eq!(l, expected);
+        assert_eq!(l.attempts, 3);
+        assert_eq!(l.total.input, 106);
+        let mut fold = LedgerFold::new();
+        events.iter().for_each(|e| fold.observe(e));
+        assert_eq!(
+            fold.finish(),
+            l,
+            "the fold is from_events one event at a time"
+        );
+        assert_eq!(Ledger::from_events(std::iter::empty()), Ledger::new());
     }
 
     #[test]

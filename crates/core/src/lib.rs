@@ -22,6 +22,7 @@ pub mod spec;
 pub mod state;
 pub mod summary;
 pub mod usage;
+pub mod view;
 
 pub use decide::{
     NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,

@@ -8,6 +8,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
 
@@ -17,6 +18,9 @@ use crate::{Error, Result};
 /// 64 MiB saves nothing more but costs ~180 MB more resident memory (sled's accounting
 /// undercounts).
 const CACHE_BYTES: u64 = 32 << 20;
+
+/// How often [`Store::open`] tries again while the database is locked.
+const LOCK_POLL: Duration = Duration::from_millis(20);
 
 /// The sled database of one run.
 pub(crate) struct Store {
@@ -55,8 +59,11 @@ pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
 }
 
 impl Store {
-    /// Opens (or creates) the database in `path`.
-    pub(crate) fn open(path: &Path) -> Result<Store> {
+    /// Opens (or creates) the database in `path`, waiting up to `patience` while another
+    /// handle holds its lock; [`Error::Locked`] after that. This is the journal's only retry
+    /// on sled's lock: sled lets go of it from background threads a moment after the last
+    /// handle is dropped, and a reader holds it while it reads.
+    pub(crate) fn open(path: &Path, patience: Duration) -> Result<Store> {
         let open = || {
             sled::Config::new()
                 .path(path)
@@ -67,15 +74,11 @@ impl Store {
                 .open()
                 .map_err(|e| open_error(path, e))
         };
-        // sled lets go of its file lock from background threads a moment after the last handle
-        // is dropped, so a reopen in the same process right after a drop can see the lock
-        // still held. Give that moment (up to ~0.5 s) before calling the database locked.
-        let mut tries = 0;
+        let deadline = Instant::now() + patience;
         let db = loop {
             match open() {
-                Err(Error::Locked { .. }) if tries < 25 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
+                Err(Error::Locked { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(LOCK_POLL);
                 }
                 other => break other?,
             }
@@ -88,6 +91,7 @@ impl Store {
         })
     }
 
+    #[cfg(feature = "test-util")]
     /// Where the database lives.
     pub(crate) fn path(&self) -> &Path {
         &self.path
@@ -156,6 +160,7 @@ impl Store {
         })
     }
 
+    #[cfg(feature = "test-util")]
     /// The raw value stored under a seq.
     pub(crate) fn get(&self, seq: u64) -> Result<Option<Vec<u8>>> {
         self.db
@@ -164,6 +169,7 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    #[cfg(feature = "test-util")]
     /// Stores raw bytes under a raw key, not flushed (tests only).
     pub(crate) fn put_raw(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.db
@@ -172,6 +178,7 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    #[cfg(feature = "test-util")]
     /// Removes a raw key, not flushed (tests only).
     pub(crate) fn remove_raw(&self, key: &[u8]) -> Result<()> {
         self.db.remove(key).map(drop).map_err(|e| self.err(e))

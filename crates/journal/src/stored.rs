@@ -8,6 +8,11 @@
 //! Rules for this file: variants are never removed or reordered, fields never change type. A
 //! change to core's event gets a new variant or a new format version (a `v2` module with its own
 //! fixture), never an edit here.
+//!
+//! `sortie export` prints these types as JSON (see `export`), so their field and variant names
+//! are a public format too: they are the names core had when v1 was frozen, spelled as core's
+//! serde attributes spelled them (bincode ignores names, so the `rename_all`s change nothing on
+//! disk). Never rename one; `tests/export.rs` pins the JSON.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -116,8 +121,8 @@ impl From<UsageV1> for Usage {
 /// Defines a fieldless enum mirroring a core enum, with conversions both ways.
 macro_rules! mirror_enum {
     ($(#[$m:meta])* $name:ident <=> $core:ident { $($v:ident),+ $(,)? }) => {
-        $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        $(#[$m])*
         pub(crate) enum $name { $($v),+ }
 
         impl From<$core> for $name {
@@ -136,19 +141,23 @@ macro_rules! mirror_enum {
 
 mirror_enum!(
     /// Mirrors `sortie_core::Isolation`.
+    #[serde(rename_all = "snake_case")]
     IsolationV1 <=> Isolation { None, Worktree }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::OutputMode`.
+    #[serde(rename_all = "kebab-case")]
     OutputModeV1 <=> OutputMode { Inline, FileOnly }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::Protocol`.
     // PiRpc was appended after the first v1 fixture: the earlier variants encode as before.
+    #[serde(rename_all = "kebab-case")]
     ProtocolV1 <=> Protocol { Plain, PiJson, ClaudeStreamJson, CodexJson, PiRpc }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::StopReason`.
+    #[serde(rename_all = "snake_case")]
     StopReasonV1 <=> StopReason {
         Completed, NonzeroExit, Error, ModelError, ProtocolError, UnexpectedSignal, SpawnError,
         Stalled, Timeout, Budget, Cancelled, Interrupted, SetupError, Invalid,
@@ -156,22 +165,27 @@ mirror_enum!(
 );
 mirror_enum!(
     /// Mirrors `sortie_core::Phase`.
+    #[serde(rename_all = "snake_case")]
     PhaseV1 <=> Phase { Queued, Starting, Running }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::AttemptStatus`.
+    #[serde(rename_all = "snake_case")]
     AttemptStatusV1 <=> AttemptStatus { Completed, Partial, Failed }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::TerminalState`.
+    #[serde(rename_all = "snake_case")]
     TerminalStateV1 <=> TerminalState { Completed, Partial, Failed, Timeout, Cancelled, Skipped }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::RunOutcome`.
+    #[serde(rename_all = "snake_case")]
     RunOutcomeV1 <=> RunOutcome { Completed, Partial, Failed, Timeout, Cancelled }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::OrphanAction`.
+    #[serde(rename_all = "snake_case")]
     OrphanActionV1 <=> OrphanAction { Killed, Gone }
 );
 

@@ -9,10 +9,15 @@ use sortie_core::{RunId, Violation};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why the runner could not go on.
-#[derive(Debug, thiserror::Error)]
+///
+/// Each message is whole: it says its cause (an I/O error, the journal's error, the violation)
+/// itself, and [`std::error::Error::source`] gives none, so a chain printed with `{:#}` says
+/// every cause once. Whole messages matter because callers fold them into text of their own
+/// (a failed artifact write goes into the task's journaled error). `Batch` is transparent: the
+/// batch error, with its own cause chain.
+#[derive(Debug)]
 pub enum Error {
     /// A file or directory could not be used.
-    #[error("{}: {source}", path.display())]
     Io {
         /// The path.
         path: PathBuf,
@@ -20,13 +25,11 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The journal failed.
-    #[error(transparent)]
-    Journal(#[from] sortie_journal::Error),
+    Journal(sortie_journal::Error),
     /// An append to a live run's journal failed (a full disk, a file-size limit, its state dir
     /// removed). The run stopped at once: nothing more launched, its attempts killed. Unless
     /// the journal was removed, it holds every event acknowledged before, and the run resumes
     /// once the cause is gone.
-    #[error("{}", journal_write_text(run, path, source))]
     JournalWrite {
         /// The run.
         run: RunId,
@@ -36,7 +39,6 @@ pub enum Error {
         source: sortie_journal::Error,
     },
     /// Another process owns the run.
-    #[error("run {} is live{}: wait for it, or `sortie cancel` it", run_dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Live {
         /// The run's directory.
         run_dir: PathBuf,
@@ -44,22 +46,15 @@ pub enum Error {
         pid: Option<u32>,
     },
     /// A run with this id exists already.
-    #[error("run {0} exists already; pick another --run-id or `sortie resume {0}`")]
     RunExists(RunId),
     /// No such run.
-    #[error("no run {0} in this state dir")]
     NoSuchRun(RunId),
     /// No unfinished run to resume.
-    #[error("no unfinished run to resume in {}", .0.display())]
     NothingToResume(PathBuf),
     /// The run has already finished.
-    #[error("run {0} has already finished ({1})")]
     AlreadyFinished(RunId, String),
     /// A process of a crashed run's attempt could not be stopped: resuming would run its work
     /// twice. Nothing was recorded; the run stays resumable.
-    #[error(
-        "process {pid} of run {run} survived SIGKILL (or may not be signalled); stop it, then resume again"
-    )]
     Survivor {
         /// The process.
         pid: u32,
@@ -67,11 +62,78 @@ pub enum Error {
         run: RunId,
     },
     /// The runner decided an event that the state machine refuses: a bug in sortie.
-    #[error("internal error: the runner decided an illegal event: {0}")]
-    Violation(#[from] Violation),
+    Violation(Violation),
     /// The batch did not load.
-    #[error(transparent)]
-    Batch(#[from] sortie_batch::BatchError),
+    Batch(sortie_batch::BatchError),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::Journal(e) => e.fmt(f),
+            Error::JournalWrite { run, path, source } => {
+                f.write_str(&journal_write_text(run, path, source))
+            }
+            Error::Live { run_dir, pid } => write!(
+                f,
+                "run {} is live{}: wait for it, or `sortie cancel` it",
+                run_dir.display(),
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            ),
+            Error::RunExists(run) => write!(
+                f,
+                "run {run} exists already; pick another --run-id or `sortie resume {run}`"
+            ),
+            Error::NoSuchRun(run) => write!(f, "no run {run} in this state dir"),
+            Error::NothingToResume(dir) => {
+                write!(f, "no unfinished run to resume in {}", dir.display())
+            }
+            Error::AlreadyFinished(run, state) => {
+                write!(f, "run {run} has already finished ({state})")
+            }
+            Error::Survivor { pid, run } => write!(
+                f,
+                "process {pid} of run {run} survived SIGKILL (or may not be signalled); stop it, \
+                 then resume again"
+            ),
+            Error::Violation(v) => {
+                write!(
+                    f,
+                    "internal error: the runner decided an illegal event: {v}"
+                )
+            }
+            Error::Batch(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: the batch error's own cause.
+            Error::Batch(e) => std::error::Error::source(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<sortie_journal::Error> for Error {
+    fn from(e: sortie_journal::Error) -> Self {
+        Error::Journal(e)
+    }
+}
+
+impl From<Violation> for Error {
+    fn from(v: Violation) -> Self {
+        Error::Violation(v)
+    }
+}
+
+impl From<sortie_batch::BatchError> for Error {
+    fn from(e: sortie_batch::BatchError) -> Self {
+        Error::Batch(e)
+    }
 }
 
 impl Error {

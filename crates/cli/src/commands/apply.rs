@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use crate::error::Result;
 use serde::Serialize;
 use sortie_runner::kept::Applied;
 

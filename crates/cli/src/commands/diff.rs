@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use crate::error::Result;
 use serde::Serialize;
 
 use super::{Code, block_on, find_kept};

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use crate::error::Result;
 
 use super::{Code, block_on, find_kept};
 use crate::args::{Global, TaskRef};

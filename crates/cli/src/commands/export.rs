@@ -1,8 +1,10 @@
-//! `sortie export RUN`: every event of the run as one JSON object per line.
+//! `sortie export RUN`: every event of the run as one JSON object per line, in the journal's
+//! versioned export format (`sortie_journal::ExportRecord`, `"v": 1`), not core's serde derive:
+//! what users parse does not move when core renames a field.
 
 use std::io::{BufWriter, Write};
 
-use anyhow::Result;
+use crate::error::Result;
 
 use super::{Code, open_read, run_id};
 use crate::args::Global;
@@ -14,7 +16,7 @@ pub(crate) fn export(g: &Global, run: &str) -> Result<Code> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     for record in journal.read(sortie_core::Seq(0), None) {
         let stamped = record?;
-        serde_json::to_writer(&mut out, &stamped)?;
+        serde_json::to_writer(&mut out, &sortie_journal::ExportRecord::from(&stamped))?;
         writeln!(out)?;
     }
     out.flush()?;

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use crate::error::{Result, ResultExt};
 use serde::Serialize;
 use sortie_runner::statedir::{self, Owner};
 

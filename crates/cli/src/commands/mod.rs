@@ -1,4 +1,4 @@
-//! One module per command; `dispatch` picks it, `exit_code_of` maps errors to exit codes.
+//! One module per command; `dispatch` picks it. Errors carry their exit code (`crate::error`).
 
 mod apply;
 mod audit;
@@ -13,32 +13,12 @@ mod status;
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
 
 use crate::args::{Cli, Command};
-
-/// The exit codes of DESIGN.md section 8.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Code {
-    /// The run completed, or the command did its job.
-    Ok = 0,
-    /// The run failed or was partial, or the command failed.
-    Failed = 1,
-    /// A usage error.
-    Usage = 2,
-    /// The run was interrupted and can be resumed.
-    Interrupted = 3,
-    /// The journal is corrupt.
-    Corrupt = 4,
-}
-
-impl From<Code> for std::process::ExitCode {
-    fn from(c: Code) -> Self {
-        std::process::ExitCode::from(c as u8)
-    }
-}
+pub(crate) use crate::error::Code;
+use crate::error::{CliError, Result, ResultExt};
 
 /// Runs the command.
 pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
@@ -59,65 +39,6 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
     }
 }
 
-/// The exit code for an error.
-pub(crate) fn exit_code_of(err: &anyhow::Error) -> Code {
-    for cause in err.chain() {
-        if let Some(e) = cause.downcast_ref::<sortie_journal::Error>() {
-            return journal_code(e);
-        }
-        if let Some(e) = cause.downcast_ref::<sortie_runner::kept::KeptError>() {
-            return if e.is_usage() {
-                Code::Usage
-            } else {
-                Code::Failed
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<sortie_runner::Error>() {
-            return match e {
-                sortie_runner::Error::Journal(j) => journal_code(j),
-                sortie_runner::Error::JournalWrite { .. } if e.is_resumable() => Code::Interrupted,
-                sortie_runner::Error::JournalWrite { .. } => Code::Failed,
-                sortie_runner::Error::Batch(_)
-                | sortie_runner::Error::Live { .. }
-                | sortie_runner::Error::NoSuchRun(_)
-                | sortie_runner::Error::RunExists(_)
-                | sortie_runner::Error::NothingToResume(_)
-                | sortie_runner::Error::AlreadyFinished(..) => Code::Usage,
-                sortie_runner::Error::Io { .. }
-                | sortie_runner::Error::Survivor { .. }
-                | sortie_runner::Error::Violation(_) => Code::Failed,
-            };
-        }
-        // `batch::load` errors reach here unwrapped (not as `sortie_runner::Error::Batch`).
-        if cause.downcast_ref::<UsageError>().is_some()
-            || cause.downcast_ref::<sortie_batch::BatchError>().is_some()
-            || cause
-                .downcast_ref::<sortie_core::ids::InvalidRunId>()
-                .is_some()
-        {
-            return Code::Usage;
-        }
-    }
-    Code::Failed
-}
-
-fn journal_code(e: &sortie_journal::Error) -> Code {
-    match e {
-        sortie_journal::Error::Corrupt { .. } | sortie_journal::Error::Violation { .. } => {
-            Code::Corrupt
-        }
-        sortie_journal::Error::NotFound { .. } | sortie_journal::Error::Locked { .. } => {
-            Code::Usage
-        }
-        _ => Code::Failed,
-    }
-}
-
-/// A mistake in how sortie was called.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct UsageError(pub(crate) String);
-
 /// Parses a run id given on the command line.
 fn run_id(s: &str) -> Result<RunId> {
     Ok(RunId::new(s)?)
@@ -127,11 +48,10 @@ fn run_id(s: &str) -> Result<RunId> {
 fn open_read(state_dir: &Path, run: &RunId) -> Result<Journal> {
     let dir = sortie_journal::run_dir(state_dir, run);
     if !dir.exists() {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format_args!(
             "no run {run} in {} (see `sortie list`)",
             state_dir.display()
-        ))
-        .into());
+        )));
     }
     Journal::open_read_only(&dir).with_context(|| format!("cannot read run {run}"))
 }
@@ -145,12 +65,11 @@ fn newest(state_dir: &Path, unfinished_only: bool) -> Result<RunId> {
         .find(|e| !unfinished_only || !is_finished_status(&e.status))
         .map(|e| e.run_id)
         .ok_or_else(|| {
-            UsageError(format!(
+            CliError::usage(format_args!(
                 "no {}run in {}",
                 if unfinished_only { "unfinished " } else { "" },
                 state_dir.display()
             ))
-            .into()
         })
 }
 
@@ -166,6 +85,7 @@ fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
+        .map_err(anyhow::Error::from)
         .context("cannot start the async runtime")?;
     Ok(rt.block_on(f))
 }

@@ -3,11 +3,11 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_core::{Event, RunState, Seq, Stamped};
 
-use super::{Code, UsageError, open_read, run_id};
+use super::{Code, open_read, run_id};
 use crate::args::{Global, ReplayArgs};
 use crate::output;
 
@@ -38,7 +38,7 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
         Some(label) => Some(
             state
                 .task_by_label(label)
-                .ok_or_else(|| UsageError(format!("run {run} has no task {label:?}")))?,
+                .ok_or_else(|| CliError::usage(format_args!("run {run} has no task {label:?}")))?,
         ),
         None => None,
     };

@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::{CliError, Result, ResultExt};
 use sortie_batch::{self as batch, Overrides};
 use sortie_core::{RunOutcome, RunStatus};
 use sortie_runner::engine::{self, End, RunEnd, Takeover};
 use sortie_runner::statedir::{self, Owner};
 
-use super::{Code, UsageError, newest, open_read, run_id};
+use super::{Code, newest, open_read, run_id};
 use crate::args::{Global, RunArgs};
 use crate::output;
 
@@ -42,10 +42,9 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         )?,
         (None, None, false) => batch::one_off_command(&args.command, &cwd, &overrides)?,
         _ => {
-            return Err(UsageError(
-                "give one of: a batch file, --prompt TEXT, or -- CMD ARGS...".into(),
-            )
-            .into());
+            return Err(CliError::usage(
+                "give one of: a batch file, --prompt TEXT, or -- CMD ARGS...",
+            ));
         }
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
@@ -77,8 +76,9 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
     let run = run_id(run)?;
     let dir = statedir::run_dir(&g.state_dir, &run);
     if let Owner::Live { pid } = statedir::owner(&dir) {
-        let pid =
-            pid.ok_or_else(|| UsageError(format!("run {run} is live but its pid is unknown")))?;
+        let pid = pid.ok_or_else(|| {
+            CliError::usage(format_args!("run {run} is live but its pid is unknown"))
+        })?;
         signal_cancel(pid)?;
         eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
         while matches!(statedir::owner(&dir), Owner::Live { .. }) {
@@ -110,7 +110,8 @@ fn absolute(state_dir: &Path) -> Result<std::path::PathBuf> {
         .with_context(|| format!("cannot resolve the state dir {}", state_dir.display()))
 }
 
-fn signal_cancel(pid: u32) -> Result<()> {
+fn signal_cancel(pid: u32) -> anyhow::Result<()> {
+    use anyhow::Context;
     let pid = i32::try_from(pid).context("pid out of range")?;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
@@ -127,11 +128,9 @@ fn outcome_code(s: RunOutcome) -> Code {
 }
 
 fn report(g: &Global, end: &RunEnd) -> Code {
-    let printed = output::print_summary(g.json, &end.run_id, &end.state);
-    if let Err(e) = printed
-        && !output::is_broken_pipe(&e)
-    {
-        eprintln!("sortie: {}", output::error_text(&e));
+    // The run's own code wins over a failure to print its summary.
+    if let Err(e) = output::print_summary(g.json, &end.run_id, &end.state) {
+        e.print();
     }
     match end.end {
         End::Finished(s) => outcome_code(s),

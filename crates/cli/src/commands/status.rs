@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use crate::error::Result;
 use sortie_runner::statedir::{self, Owner};
 
 use super::{Code, newest, open_read, replay_all, run_id};

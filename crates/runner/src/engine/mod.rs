@@ -154,7 +154,8 @@ pub async fn take_over(
         return Err(Error::NoSuchRun(run_id));
     }
     let lock = statedir::acquire(&dir)?;
-    let journal = resume::open_for_takeover(&dir).await?;
+    // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
+    let journal = Journal::open(&dir)?;
     let state = journal.replay(None)?;
     if let RunStatus::Finished { state: s } = state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));

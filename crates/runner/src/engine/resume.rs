@@ -2,30 +2,13 @@
 //! make sure no process of an attempt that was live survives before recording it orphaned.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 use sortie_core::{Attempt, Event, OrphanAction, RunId, TaskId};
-use sortie_journal::Journal;
 
 use super::Engine;
 use super::launch::MARKER;
 use crate::{Error, Result, process};
-
-/// Opens the journal for writing once the owner lock is ours. A reader (`sortie status`) may
-/// hold sled's lock for a moment; wait for it rather than fail.
-pub(super) async fn open_for_takeover(dir: &Path) -> Result<Journal> {
-    let mut tries = 0;
-    loop {
-        match Journal::open(dir) {
-            Err(sortie_journal::Error::Locked { .. }) if tries < 50 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return Ok(other?),
-        }
-    }
-}
 
 impl Engine {
     /// This run's incarnation (see [`MARKER`]).

@@ -1,0 +1,84 @@
+//! Audit: the whole journal checked record by record, and the usage ledger recomputed from the
+//! raw events (core's `Ledger::from_events`) against the replayed state's.
+
+use sortie_core::ledger::{Ledger, LedgerFold, ledger};
+use sortie_core::{RunState, Seq};
+
+use crate::Error;
+use crate::journal::Journal;
+
+impl Journal {
+    /// Checks the whole journal: versions, CRCs, dense seqs, legal transitions, and the usage
+    /// ledger recomputed from the raw events against the replayed state. Never panics; reports
+    /// the first bad record.
+    pub fn audit(&self) -> Audit {
+        let mut state = RunState::new();
+        let mut events = 0u64;
+        let mut first_bad = None;
+        // Only the events replay accepted, as replay sees them.
+        let mut raw = LedgerFold::new();
+        self.scan(None, |record| {
+            let record = match record {
+                Ok(r) => r,
+                Err(e) => {
+                    first_bad = Some((e.seq().unwrap_or(Seq(events)), e.to_string()));
+                    return false;
+                }
+            };
+            if let Err(v) = state.apply(&record) {
+                let e = Error::Violation {
+                    seq: record.seq,
+                    violation: v,
+                };
+                first_bad = Some((record.seq, e.to_string()));
+                return false;
+            }
+            raw.observe(&record.event);
+            events += 1;
+            true
+        });
+        let recomputed = raw.finish();
+        let replayed = ledger(&state);
+        let ledger_mismatch = recomputed
+            .difference(&replayed)
+            .map(|d| format!("ledger from the raw events differs from the replayed state: {d}"))
+            .or_else(|| {
+                let usage = state.usage();
+                (usage != recomputed.total).then(|| {
+                    format!(
+                        "ledger total {:?} differs from the run's usage {usage:?}",
+                        recomputed.total
+                    )
+                })
+            });
+        Audit {
+            events,
+            first_bad,
+            state,
+            ledger: recomputed,
+            ledger_mismatch,
+        }
+    }
+}
+
+/// What [`Journal::audit`] found.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    /// How many records were read and applied before the first bad one (all, when clean).
+    pub events: u64,
+    /// The first bad record and what is wrong with it.
+    pub first_bad: Option<(Seq, String)>,
+    /// The state replayed up to just before the first bad record.
+    pub state: RunState,
+    /// The usage ledger recomputed from the raw events (each attempt's last reported usage).
+    pub ledger: Ledger,
+    /// How the recomputed ledger differs from the replayed state's, if it does.
+    pub ledger_mismatch: Option<String>,
+}
+
+impl Audit {
+    /// True when every record is good and the ledger adds up.
+    pub fn is_clean(&self) -> bool {
+        self.first_bad.is_none() && self.ledger_mismatch.is_none()
+    }
+}

@@ -1,0 +1,254 @@
+//! Opening a journal: create (a new run), open (the one writer), and the read-only open that
+//! copies a live run's files (see the crate docs), plus the `Journal` handle itself.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use sortie_core::{RunId, Seq};
+
+use crate::commit::{Commit, Durability};
+use crate::store::{self, Store};
+use crate::{Error, Result};
+
+/// The directory of a run: `<state-dir>/runs/<run-id>`.
+pub fn run_dir(state_dir: &Path, run: &RunId) -> PathBuf {
+    state_dir.join("runs").join(run.as_str())
+}
+
+/// The sled directory inside a run directory.
+fn db_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("journal")
+}
+
+/// Creates a directory and its missing parents, private to the user (0700).
+pub(crate) fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+/// Locks a mutex, poisoned or not (a panicking holder leaves nothing half done here).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A private copy of a live journal's files, removed on drop.
+struct SnapshotDir(PathBuf);
+
+impl Drop for SnapshotDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The journal of one run. `Send + Sync`: share it with an `Arc`.
+pub struct Journal {
+    // Field order matters: the store closes before its snapshot copy is removed.
+    pub(crate) store: Store,
+    pub(crate) run_dir: PathBuf,
+    pub(crate) read_only: bool,
+    /// The next seq to assign; held while a record is inserted, so keys enter sled in order.
+    pub(crate) writer: Mutex<u64>,
+    /// How many records are inserted (seqs below this are in sled, maybe not durable yet).
+    pub(crate) inserted: AtomicU64,
+    /// Every seq below this is durable.
+    pub(crate) durable: AtomicU64,
+    /// Threads inside `wait_durable`.
+    pub(crate) waiting: AtomicU32,
+    pub(crate) commit: Mutex<Commit>,
+    /// How many flushes this handle made (for benchmarks).
+    pub(crate) flushes: AtomicU64,
+    /// `Durability::Sync` when set.
+    pub(crate) sync: AtomicBool,
+    _snapshot: Option<SnapshotDir>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("run_dir", &self.run_dir)
+            .field("read_only", &self.read_only)
+            .field("next_seq", &self.next_seq())
+            .finish()
+    }
+}
+
+/// How long a writer's open ([`Journal::create`], [`Journal::open`]) waits for sled's lock
+/// before it calls the journal in use: a reader (`sortie status` or `export`) holds the lock
+/// for a moment, and sled lets go of it from background threads a moment after the last
+/// handle in this process is dropped. The one retry there is (`Store::open` polls until then).
+const WRITER_PATIENCE: Duration = Duration::from_secs(5);
+/// How long [`Journal::open_read_only`] waits for sled's lock before it copies the files
+/// instead (it need not wait at all; the wait spares a copy right after this process dropped
+/// its last handle).
+const READER_PATIENCE: Duration = Duration::from_millis(500);
+
+impl Journal {
+    /// Creates the journal of a new run in `run_dir` (created with its parents, 0700).
+    /// `Error::Exists` when a journal is already there.
+    ///
+    /// A journal directory without sled's files (a `create` that died before sled wrote
+    /// anything) is not a journal: `create` takes it over.
+    pub fn create(run_dir: &Path) -> Result<Journal> {
+        if existing_db_dir(run_dir).is_ok() {
+            return Err(Error::Exists {
+                path: run_dir.to_owned(),
+            });
+        }
+        let db = db_dir(run_dir);
+        create_private_dir(&db)?;
+        // sled creates its files before it locks them: a reader (`sortie status` or `export`
+        // of the run being started) that opens them in between holds the lock for a moment.
+        // Wait for it. Another writer that created the journal meanwhile holds the lock for
+        // its whole life, or has left records behind.
+        let exists = || Error::Exists {
+            path: run_dir.to_owned(),
+        };
+        match Store::open(&db, WRITER_PATIENCE) {
+            Ok(store) if store.last_seq()?.is_some() => Err(exists()),
+            Ok(store) => Journal::with_store(store, run_dir, false, None),
+            Err(Error::Locked { .. }) => Err(exists()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens an existing journal for appending (resume, cancel). There is one writer per run:
+    /// `Error::Locked` when another handle has it open (after waiting up to 5 s for a reader to
+    /// let go), `Error::NotFound` when there is none.
+    pub fn open(run_dir: &Path) -> Result<Journal> {
+        let db = existing_db_dir(run_dir)?;
+        Journal::with_store(Store::open(&db, WRITER_PATIENCE)?, run_dir, false, None)
+    }
+
+    /// Opens a journal for reading, even while another process writes it (see the crate docs:
+    /// a private copy is opened then). [`Journal::append`] returns `Error::ReadOnly`.
+    pub fn open_read_only(run_dir: &Path) -> Result<Journal> {
+        let db = existing_db_dir(run_dir)?;
+        match Store::open(&db, READER_PATIENCE) {
+            Ok(store) => return Journal::with_store(store, run_dir, true, None),
+            Err(Error::Locked { .. }) => {}
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied => {}
+            Err(e) => return Err(e),
+        }
+        let mut last_err = None;
+        for _ in 0..5 {
+            let copy = SnapshotDir(private_temp_dir()?);
+            match store::copy_files(&db, &copy.0) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            }
+            // The copy is private: nothing else can hold its lock.
+            match Store::open(&copy.0, Duration::ZERO) {
+                Ok(store) => return Journal::with_store(store, run_dir, true, Some(copy)),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or(Error::Locked { path: db }))
+    }
+
+    fn with_store(
+        store: Store,
+        run_dir: &Path,
+        read_only: bool,
+        snapshot: Option<SnapshotDir>,
+    ) -> Result<Journal> {
+        let next = store.last_seq()?.map_or(0, |seq| seq.saturating_add(1));
+        Ok(Journal {
+            store,
+            run_dir: run_dir.to_owned(),
+            read_only,
+            writer: Mutex::new(next),
+            inserted: AtomicU64::new(next),
+            durable: AtomicU64::new(next),
+            waiting: AtomicU32::new(0),
+            commit: Mutex::new(Commit::default()),
+            flushes: AtomicU64::new(0),
+            sync: AtomicBool::new(false),
+            _snapshot: snapshot,
+        })
+    }
+
+    /// The run directory this journal belongs to.
+    pub fn path(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Chooses what an append's return guarantees (default [`Durability::Flush`]).
+    pub fn set_durability(&self, durability: Durability) {
+        self.sync
+            .store(durability == Durability::Sync, Ordering::Relaxed);
+    }
+
+    /// The current [`Durability`].
+    pub fn durability(&self) -> Durability {
+        if self.sync.load(Ordering::Relaxed) {
+            Durability::Sync
+        } else {
+            Durability::Flush
+        }
+    }
+
+    /// Fails with [`Error::Removed`] when the journal's files were removed while it is open
+    /// (its state dir deleted): every append checks this after its flush; a writer whose
+    /// appends are far apart can ask in between. One `fstat`.
+    pub fn check_present(&self) -> Result<()> {
+        self.store.check_linked()
+    }
+
+    /// True when opened with [`Journal::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The seq the next append will get (= how many records the journal holds).
+    pub fn next_seq(&self) -> Seq {
+        Seq(*lock(&self.writer))
+    }
+}
+
+fn existing_db_dir(run_dir: &Path) -> Result<PathBuf> {
+    let db = db_dir(run_dir);
+    if db.join("db").is_file() || db.join("conf").is_file() {
+        Ok(db)
+    } else {
+        Err(Error::NotFound {
+            path: run_dir.to_owned(),
+        })
+    }
+}
+
+fn private_temp_dir() -> Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = base.join(format!(
+        "sortie-journal-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+    Ok(dir)
+}

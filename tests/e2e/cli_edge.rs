@@ -1,0 +1,133 @@
+//! The cli's edge: a stdout closed by its reader (`sortie list | head -1` under
+//! `set -o pipefail`) ends the command quietly with exit 0, and `sortie export` prints the
+//! versioned export format, pinned here to a committed file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The journal crate's committed format-v1 run (every event kind of its first version).
+fn fixture_run() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../journal/tests/fixtures/v1")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read the fixture") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+/// A state dir holding the fixture as run `fixture-v1`.
+fn state_with_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&fixture_run(), &dir.path().join("runs/fixture-v1"));
+    dir
+}
+
+fn sortie(state: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sortie"));
+    cmd.env_remove("SORTIE_DIR")
+        .env_remove("RUST_LOG")
+        .arg("--state-dir")
+        .arg(state)
+        .args(args)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs sortie with stdout a pipe whose reading end is closed before sortie starts: its first
+/// write to stdout fails with EPIPE, every time.
+fn with_closed_stdout(state: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    sortie(state, args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run sortie")
+}
+
+#[test]
+fn a_closed_stdout_ends_each_command_quietly_with_exit_0() {
+    let empty = tempfile::tempdir().expect("tempdir");
+    let state = state_with_fixture();
+    let cases: [(&Path, &[&str]); 6] = [
+        (empty.path(), &["list"]),
+        (empty.path(), &["--json", "list"]),
+        (state.path(), &["export", "fixture-v1"]),
+        (state.path(), &["status", "fixture-v1"]),
+        (state.path(), &["--json", "status", "fixture-v1"]),
+        (state.path(), &["replay", "fixture-v1"]),
+    ];
+    for (dir, args) in cases {
+        let out = with_closed_stdout(dir, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "sortie {args:?} with a closed stdout: a broken pipe is graceful\nstderr:\n{stderr}"
+        );
+        assert!(
+            stderr.is_empty(),
+            "sortie {args:?} says nothing about a closed stdout: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn under_pipefail_a_listing_cut_short_by_head_succeeds() {
+    let state = state_with_fixture();
+    // head reads nothing and exits at once, long before sortie has opened the journal, so
+    // sortie's writes fail with EPIPE. (Were sortie first, its writes would land in the pipe
+    // and it would exit 0 all the same: the test above is the one that cannot race.)
+    let script = format!(
+        "set -o pipefail; {} --state-dir {} export fixture-v1 | head -c 0",
+        env!("CARGO_BIN_EXE_sortie"),
+        state.path().display()
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env_remove("SORTIE_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bash");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{script}\nstderr:\n{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn export_prints_the_committed_v1_export_of_the_fixture_run() {
+    let state = state_with_fixture();
+    let out = sortie(state.path(), &["export", "fixture-v1"])
+        .output()
+        .expect("run sortie");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8(out.stdout).expect("utf-8");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/e2e/data/export-v1.jsonl"
+    );
+    let expected = std::fs::read_to_string(path).expect("the committed export");
+    assert!(
+        got == expected,
+        "`sortie export` changed what users parse; if that is meant, bump the format's version \
+         (sortie_journal::EXPORT_VERSION) and commit the new {path}. Now:\n{got}"
+    );
+    for line in got.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        assert_eq!(v["v"], 1, "{line}");
+    }
+}
