@@ -32,9 +32,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
+use sortie_testkit::{Journal, Usage, marked_processes, try_git as git, wait_exit};
 
-/// The engine's test hook (`sortie_runner::engine::TEST_PAUSE_AFTER`).
-const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
+/// The engine's test hook, `sortie_runner::engine::TEST_PAUSE_AFTER` (xtask does not build the
+/// runner; `tests/e2e/torture.rs` checks that the two agree).
+pub(crate) const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 
 /// The longest any single wait of the torture may take before it counts as a hang.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -308,7 +310,9 @@ impl Torture {
             if !finished {
                 // The crashes are all spent: resume to the end, unharmed.
                 let mut child = self.start(&mut g, true, None)?;
-                let status = wait_exit(&mut child, PATIENCE)?;
+                let status = wait_exit(&mut child, PATIENCE)
+                    .context("violation: the last resume hung")?
+                    .code();
                 let log = g.log(g.starts);
                 if status != Some(0) {
                     bail!(
@@ -335,19 +339,7 @@ impl Torture {
         git(&repo, &["init", "-q", "-b", "main"])?;
         fs::write(repo.join("README"), "scratch repository of the torture\n")?;
         git(&repo, &["add", "README"])?;
-        git(
-            &repo,
-            &[
-                "-c",
-                "user.name=torture",
-                "-c",
-                "user.email=torture@localhost",
-                "commit",
-                "-q",
-                "-m",
-                "init",
-            ],
-        )?;
+        git(&repo, &["commit", "-q", "-m", "init"])?;
         let run = format!("torture-{}-{}-{n}", std::process::id(), self.opts.seed);
         let mut toml = format!(
             "concurrency = {}\n\n[defaults]\nmax_retries = 1000\nkill_grace = \"1s\"\n\
@@ -545,7 +537,7 @@ impl Torture {
                     j.finished().len(),
                     g.labels.len(),
                     j.live_attempts().len(),
-                    j.events.len()
+                    j.events().len()
                 );
             }
             if j.count("RunFinished") > 0 {
@@ -619,8 +611,8 @@ impl Torture {
         }
         let survivors: Vec<String> = marked_processes(&g.run)
             .into_iter()
-            .filter(|(_, key)| key.is_some_and(|k| live.contains(&k)))
-            .map(|(pid, key)| format!("pid {pid} (task, attempt) {key:?}"))
+            .filter(|m| m.attempt.is_some_and(|k| live.contains(&k)))
+            .map(|m| format!("pid {} (task, attempt) {:?}", m.pid, m.attempt))
             .collect();
         if !survivors.is_empty() {
             bail!(
@@ -778,7 +770,7 @@ impl Torture {
             }
             self.report.attempts += launched.len() as u64;
         }
-        self.report.events += j.events.len() as u64;
+        self.report.events += j.events().len() as u64;
         // No process of the run is left.
         let mut left = Vec::new();
         let until = Instant::now() + Duration::from_secs(10);
@@ -874,7 +866,7 @@ impl Gen {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        Journal::parse(&out.stdout)
+        Journal::parse(&out.stdout).map_err(anyhow::Error::msg)
     }
 
     /// The same, or `None` while it cannot be read (the run does not exist yet, or a reader
@@ -935,213 +927,8 @@ impl Gen {
     }
 }
 
-/// Usage as the ledger sums it (`context_tokens` is a level and is left out).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Usage {
-    input: u64,
-    output: u64,
-    cache_read: u64,
-    cache_write: u64,
-    reasoning: u64,
-    nanos: u64,
-    unreported: u64,
-    turns: u64,
-}
-
-impl Usage {
-    fn of(u: &Value) -> Option<Usage> {
-        let n = |v: &Value| v.as_u64();
-        Some(Usage {
-            input: n(&u["input"])?,
-            output: n(&u["output"])?,
-            cache_read: n(&u["cache_read"])?,
-            cache_write: n(&u["cache_write"])?,
-            reasoning: n(&u["reasoning"])?,
-            nanos: n(&u["cost"]["nanos"])?,
-            unreported: n(&u["cost"]["unreported"])?,
-            turns: n(&u["turns"])?,
-        })
-    }
-
-    fn plus(self, o: Usage) -> Usage {
-        Usage {
-            input: self.input + o.input,
-            output: self.output + o.output,
-            cache_read: self.cache_read + o.cache_read,
-            cache_write: self.cache_write + o.cache_write,
-            reasoning: self.reasoning + o.reasoning,
-            nanos: self.nanos + o.nanos,
-            unreported: self.unreported + o.unreported,
-            turns: self.turns + o.turns,
-        }
-    }
-}
-
-/// A run's exported events.
-struct Journal {
-    events: Vec<Value>,
-}
-
-impl Journal {
-    fn parse(bytes: &[u8]) -> Result<Journal> {
-        let events = String::from_utf8_lossy(bytes)
-            .lines()
-            .map(|l| serde_json::from_str(l).context("export prints JSON lines"))
-            .collect::<Result<Vec<Value>>>()?;
-        Ok(Journal { events })
-    }
-
-    /// (kind, body) of every event, in order.
-    fn kinds(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.events.iter().filter_map(|e| {
-            e["event"]
-                .as_object()
-                .and_then(|o| o.iter().next())
-                .map(|(k, b)| (k.as_str(), b))
-        })
-    }
-
-    fn count(&self, kind: &str) -> usize {
-        self.kinds().filter(|(k, _)| *k == kind).count()
-    }
-
-    /// Bodies of the events of `kind` about `task`.
-    fn of(&self, task: u64, kind: &str) -> Vec<&Value> {
-        self.kinds()
-            .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task))
-            .map(|(_, b)| b)
-            .collect()
-    }
-
-    /// Tasks with `TaskFinished`.
-    fn finished(&self) -> BTreeSet<u64> {
-        self.kinds()
-            .filter(|(k, _)| *k == "TaskFinished")
-            .map(|(_, b)| num(&b["task"]))
-            .collect()
-    }
-
-    /// Attempts with `AttemptFinished`.
-    fn finished_attempts(&self) -> BTreeSet<(u64, u64)> {
-        self.kinds()
-            .filter(|(k, _)| *k == "AttemptFinished")
-            .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
-            .collect()
-    }
-
-    /// Each attempt's last journaled usage (zero until it reports any).
-    fn attempt_usage(&self) -> BTreeMap<(u64, u64), Usage> {
-        let mut m = BTreeMap::new();
-        for (k, b) in self.kinds() {
-            let key = (num(&b["task"]), num(&b["attempt"]));
-            match k {
-                "AttemptLaunching" => {
-                    m.insert(key, Usage::default());
-                }
-                "AttemptProgress" | "AttemptFinished" => {
-                    m.insert(key, Usage::of(&b["usage"]).unwrap_or_default());
-                }
-                _ => {}
-            }
-        }
-        m
-    }
-
-    /// The sum over attempts of each one's last usage.
-    fn total(&self) -> Usage {
-        self.attempt_usage()
-            .values()
-            .fold(Usage::default(), |a, u| a.plus(*u))
-    }
-
-    /// Attempts launched and not ended (no `AttemptFinished` or `AttemptOrphaned`).
-    fn live_attempts(&self) -> BTreeSet<(u64, u64)> {
-        let mut live = BTreeSet::new();
-        for (k, b) in self.kinds() {
-            let key = (num(&b["task"]), num(&b["attempt"]));
-            match k {
-                "AttemptLaunching" => {
-                    live.insert(key);
-                }
-                "AttemptFinished" | "AttemptOrphaned" => {
-                    live.remove(&key);
-                }
-                _ => {}
-            }
-        }
-        live
-    }
-
-    /// Tasks whose last attempt completed while the task did not finish (yet): killed between
-    /// an attempt's end and its task's end (artifact, worktree finalize, `TaskFinished`).
-    fn ended_not_finished(&self) -> BTreeSet<u64> {
-        let mut last: BTreeMap<u64, bool> = BTreeMap::new();
-        for (k, b) in self.kinds() {
-            match k {
-                "AttemptLaunching" | "AttemptOrphaned" => {
-                    last.insert(num(&b["task"]), false);
-                }
-                "AttemptFinished" => {
-                    let done = b["outcome"]["stop_reason"] == "completed";
-                    last.insert(num(&b["task"]), done);
-                }
-                "TaskFinished" => {
-                    last.remove(&num(&b["task"]));
-                }
-                _ => {}
-            }
-        }
-        last.into_iter()
-            .filter(|(_, d)| *d)
-            .map(|(t, _)| t)
-            .collect()
-    }
-}
-
 fn num(v: &Value) -> u64 {
     v.as_u64().unwrap_or(u64::MAX)
-}
-
-/// Live (not zombie) processes carrying `SORTIE_ATTEMPT=<run>/...`, with the (task, attempt)
-/// their marker names.
-fn marked_processes(run: &str) -> Vec<(u32, Option<(u64, u64)>)> {
-    let needle = format!("SORTIE_ATTEMPT={run}/");
-    let mut found = Vec::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        {
-            continue;
-        }
-        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        for kv in env.split(|b| *b == 0) {
-            if let Some(rest) = kv.strip_prefix(needle.as_bytes()) {
-                let rest = String::from_utf8_lossy(rest);
-                let mut parts = rest.split('/');
-                let key = match (parts.next(), parts.next()) {
-                    (Some(t), Some(a)) => t.parse().ok().zip(a.parse().ok()),
-                    _ => None,
-                };
-                found.push((pid, key));
-            }
-        }
-    }
-    found
 }
 
 /// Polls `done` every 100 ms until it holds or `child` exits; fails past [`PATIENCE`].
@@ -1158,22 +945,6 @@ fn wait_until(child: &mut Child, mut done: impl FnMut() -> Result<bool>) -> Resu
     }
 }
 
-/// Waits for `child` to exit, at most `patience` (then kills it and fails).
-fn wait_exit(child: &mut Child, patience: Duration) -> Result<Option<i32>> {
-    let until = Instant::now() + patience;
-    loop {
-        if let Some(s) = child.try_wait()? {
-            return Ok(s.code());
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("violation: sortie did not end within {patience:?} (a hang?)");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The last lines of a log file.
 fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
@@ -1183,23 +954,4 @@ fn tail(path: &Path) -> String {
 
 fn canonical(p: &str) -> PathBuf {
     fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p))
-}
-
-/// Runs git in `dir`; returns its stdout.
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running git")?;
-    if !out.status.success() {
-        bail!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
