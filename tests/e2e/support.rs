@@ -57,6 +57,12 @@ impl Scratch {
         self.sortie().args(args).output().expect("run sortie")
     }
 
+    /// Runs `sortie ARGS` to its end, panicking unless it exits 0 (naming the command, cwd,
+    /// status, stdout and stderr: `sortie_testkit::run`).
+    pub fn run_ok(&self, args: &[&str]) -> Output {
+        sortie_testkit::run(self.sortie().args(args))
+    }
+
     /// Starts `sortie ARGS` in the background (stdout and stderr piped).
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.sortie()
@@ -69,12 +75,7 @@ impl Scratch {
 
     /// The run's events, through `sortie export`.
     pub fn events(&self, run: &str) -> Vec<serde_json::Value> {
-        let out = self.run(&["export", run]);
-        assert!(
-            out.status.success(),
-            "export failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["export", run]);
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| serde_json::from_str(l).expect("export prints JSON lines"))
@@ -83,12 +84,7 @@ impl Scratch {
 
     /// `sortie status --json RUN`.
     pub fn status(&self, run: &str) -> serde_json::Value {
-        let out = self.run(&["--json", "status", run]);
-        assert!(
-            out.status.success(),
-            "status failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["--json", "status", run]);
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }
 }
@@ -167,12 +163,7 @@ pub fn task_view<'a>(status: &'a serde_json::Value, label: &str) -> &'a serde_js
 impl Scratch {
     /// The run ids `sortie --json list` shows.
     pub fn listed_runs(&self) -> Vec<String> {
-        let out = self.run(&["--json", "list"]);
-        assert!(
-            out.status.success(),
-            "list failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["--json", "list"]);
         let rows: Vec<serde_json::Value> =
             serde_json::from_slice(&out.stdout).expect("list --json prints JSON");
         rows.iter()
@@ -182,14 +173,7 @@ impl Scratch {
 
     /// `sortie --json audit RUN`, asserting it exits 0 and finds the journal whole.
     pub fn audit_clean(&self, run: &str) -> serde_json::Value {
-        let out = self.run(&["--json", "audit", run]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "audit failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["--json", "audit", run]);
         let v: serde_json::Value =
             serde_json::from_slice(&out.stdout).expect("audit --json prints JSON");
         assert_eq!(v["clean"], true, "audit: {v}");
