@@ -7,30 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{Scratch, fake_command, unique_run};
+use sortie_testkit::git;
 
-/// Runs git in `dir` with an identity, asserting it succeeds; returns its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=sortie-test",
-            "-c",
-            "user.email=test@sortie.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("LC_ALL", "C")
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::support::{Scratch, fake_command, unique_run};
 
 /// A repository `repo/` in the scratch dir with one commit: `f.txt` = "one\ntwo\nthree\n".
 fn repo(s: &Scratch) -> PathBuf {

@@ -15,6 +15,10 @@
 //!
 //! The journal's tokens equal what the mock served (input without the cached tokens), and the
 //! cost is unreported: Codex reports none.
+//!
+//! Without Codex 0.171.0 (or python3) the test is skipped, saying why, unless `CI` is set: then
+//! it fails (`sortie_testkit::real_agent`). When it runs it leaves a cookie in
+//! `target/real-agent-tests/`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
+use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
 use crate::support::{Background, Scratch, event_kind, task_events, unique_run};
 
@@ -29,21 +34,20 @@ const CODEX_VERSION: &str = "0.171.0";
 const HELLO: &str = "Hello from the mock LLM. Task complete.";
 const DONE: &str = "Done: I ran the command and wrote out.txt.";
 
-/// Fails the test, saying how to install Codex, unless `codex --version` is 0.171.0.
-fn require_codex() {
-    let out = Command::new("codex")
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output();
-    let version = match out {
-        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
-        Err(e) => format!("not runnable ({e})"),
-    };
-    assert!(
-        version == format!("codex-cli {CODEX_VERSION}"),
-        "this test runs the real Codex {CODEX_VERSION}, but `codex --version` is {version:?}: \
-         run `bash .ci/run` (or `npm install -g @openai/codex@{CODEX_VERSION}`) first"
-    );
+/// Whether the real Codex 0.171.0 (and the mock's python3) are here; if not, why, and how
+/// to install Codex.
+fn codex_found() -> Result<(), String> {
+    let version = output_of("codex", &["--version"], &[])
+        .map(|(out, _)| out)
+        .unwrap_or_else(|e| e);
+    if version != format!("codex-cli {CODEX_VERSION}") {
+        return Err(format!(
+            "this test runs the real Codex {CODEX_VERSION}, but `codex --version` is \
+             {version:?}: run `bash .ci/run` (or `npm install -g @openai/codex@{CODEX_VERSION}`) \
+             first"
+        ));
+    }
+    python3_found()
 }
 
 /// `tests/mock-llm/codex_server.py`, running until dropped.
@@ -164,7 +168,9 @@ fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, Strin
 
 #[test]
 fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_served() {
-    require_codex();
+    if !should_run("real_codex", codex_found()) {
+        return;
+    }
     let s = Scratch::new();
     let mock = MockServer::start(
         s.path(),

@@ -17,6 +17,10 @@
 //!
 //! The journal's usage (the `audit` ledger, per model and in total, and the attempts in
 //! `export`) equals what the mock logged it served.
+//!
+//! Without pi 0.73.1 (or python3) the test is skipped, saying why, unless `CI` is set: then
+//! it fails (`sortie_testkit::real_agent`). When it runs it leaves a cookie in
+//! `target/real-agent-tests/`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -24,33 +28,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
+use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
 use crate::support::{Background, Scratch, event_kind, task_events, unique_run};
 
 const PI_VERSION: &str = "0.73.1";
 const ANSWER: &str = "Hello from the mock model.";
 
-/// Fails the test, saying how to install pi, unless `pi --version` is 0.73.1.
-fn require_pi() {
-    let out = Command::new("pi")
-        .arg("--version")
-        .env("PI_OFFLINE", "1")
-        .stdin(Stdio::null())
-        .output();
-    let version = match out {
-        // pi prints its version on stderr.
-        Ok(o) => format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout).trim(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => format!("not runnable ({e})"),
-    };
-    assert!(
-        version == PI_VERSION,
-        "this test runs the real pi {PI_VERSION}, but `pi --version` is {version:?}: run \
-         `bash .ci/run` (or `npm install -g @mariozechner/pi-coding-agent@{PI_VERSION}`) first"
-    );
+/// Whether the real pi 0.73.1 (and the mock's python3) are here; if not, why, and how to
+/// install pi.
+fn pi_found() -> Result<(), String> {
+    // pi prints its version on stderr.
+    let version = output_of("pi", &["--version"], &[("PI_OFFLINE", "1")])
+        .map(|(out, err)| format!("{out}{err}"))
+        .unwrap_or_else(|e| e);
+    if version != PI_VERSION {
+        return Err(format!(
+            "this test runs the real pi {PI_VERSION}, but `pi --version` is {version:?}: run \
+             `bash .ci/run` (or `npm install -g @mariozechner/pi-coding-agent@{PI_VERSION}`) first"
+        ));
+    }
+    python3_found()
 }
 
 /// `tests/mock-llm/server.py`, running until dropped.
@@ -239,7 +237,9 @@ fn most_at_once(events: &[Value]) -> usize {
 
 #[test]
 fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_served() {
-    require_pi();
+    if !should_run("real_pi", pi_found()) {
+        return;
+    }
     let s = Scratch::new();
     let mock = MockServer::start(
         s.path(),

@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests: a scratch state dir, running `sortie`, reading its
-//! journal through `export`, and finding processes of a run through their environment marker.
+//! journal through `export`. What the torture shares too (polls and waits, the `/proc` marker
+//! scan, run ids, the export's view) is in `sortie-testkit`, re-exported here.
 
 #![allow(dead_code, reason = "each test module uses a different subset")]
 #![allow(
@@ -9,6 +10,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+
+pub use sortie_testkit::{finish, live_processes_of, poll, unique_run};
 
 /// A scratch directory with a state dir, where batches are written and `sortie` runs.
 pub struct Scratch {
@@ -54,6 +57,12 @@ impl Scratch {
         self.sortie().args(args).output().expect("run sortie")
     }
 
+    /// Runs `sortie ARGS` to its end, panicking unless it exits 0 (naming the command, cwd,
+    /// status, stdout and stderr: `sortie_testkit::run`).
+    pub fn run_ok(&self, args: &[&str]) -> Output {
+        sortie_testkit::run(self.sortie().args(args))
+    }
+
     /// Starts `sortie ARGS` in the background (stdout and stderr piped).
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.sortie()
@@ -66,12 +75,7 @@ impl Scratch {
 
     /// The run's events, through `sortie export`.
     pub fn events(&self, run: &str) -> Vec<serde_json::Value> {
-        let out = self.run(&["export", run]);
-        assert!(
-            out.status.success(),
-            "export failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["export", run]);
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| serde_json::from_str(l).expect("export prints JSON lines"))
@@ -80,12 +84,7 @@ impl Scratch {
 
     /// `sortie status --json RUN`.
     pub fn status(&self, run: &str) -> serde_json::Value {
-        let out = self.run(&["--json", "status", run]);
-        assert!(
-            out.status.success(),
-            "status failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["--json", "status", run]);
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }
 }
@@ -101,96 +100,6 @@ pub fn fake_command(args: &[&str]) -> String {
     parts.extend(args.iter().map(|a| (*a).to_owned()));
     let quoted: Vec<String> = parts.iter().map(|p| format!("{p:?}")).collect();
     format!("[{}]", quoted.join(", "))
-}
-
-/// Pids of live processes whose environment marks them as attempts of `run`.
-pub fn live_processes_of(run: &str) -> Vec<u32> {
-    let needle = format!("SORTIE_ATTEMPT={run}/");
-    let mut pids = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return pids;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // Zombies have no environment left to read and are not alive in any useful sense.
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        {
-            continue;
-        }
-        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
-            && env
-                .split(|b| *b == 0)
-                .any(|kv| kv.starts_with(needle.as_bytes()))
-        {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Polls `f` every 50 ms until it returns `Some`, for at most `secs` seconds; panics naming
-/// `what` when it never does.
-pub fn poll<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "gave up after {secs}s waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
-/// Waits for a child started by [`Scratch::spawn`] to end, at most `secs` seconds (it is killed
-/// and the test fails past that), reading its stdout and stderr meanwhile so that it never
-/// blocks on a full pipe.
-pub fn finish(mut child: Child, secs: u64) -> Output {
-    use std::io::Read;
-    fn drain(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    }
-    let out = drain(child.stdout.take());
-    let err = drain(child.stderr.take());
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if std::time::Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = err.join().unwrap_or_default();
-            panic!(
-                "sortie did not end within {secs}s; stderr:\n{}",
-                String::from_utf8_lossy(&stderr)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    }
 }
 
 /// Sends `signal` to `pid`.
@@ -254,12 +163,7 @@ pub fn task_view<'a>(status: &'a serde_json::Value, label: &str) -> &'a serde_js
 impl Scratch {
     /// The run ids `sortie --json list` shows.
     pub fn listed_runs(&self) -> Vec<String> {
-        let out = self.run(&["--json", "list"]);
-        assert!(
-            out.status.success(),
-            "list failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["--json", "list"]);
         let rows: Vec<serde_json::Value> =
             serde_json::from_slice(&out.stdout).expect("list --json prints JSON");
         rows.iter()
@@ -269,14 +173,7 @@ impl Scratch {
 
     /// `sortie --json audit RUN`, asserting it exits 0 and finds the journal whole.
     pub fn audit_clean(&self, run: &str) -> serde_json::Value {
-        let out = self.run(&["--json", "audit", run]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "audit failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = self.run_ok(&["--json", "audit", run]);
         let v: serde_json::Value =
             serde_json::from_slice(&out.stdout).expect("audit --json prints JSON");
         assert_eq!(v["clean"], true, "audit: {v}");
@@ -298,18 +195,6 @@ impl Scratch {
             .map(|l| serde_json::from_str(l).ok())
             .collect()
     }
-}
-
-/// A run id that no other test, nor an earlier run of the tests, uses: [`live_processes_of`]
-/// looks at every process on the machine, so run ids must not collide across state dirs.
-pub fn unique_run(prefix: &str) -> String {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    format!("{prefix}-{}-{n}-{nanos:x}", std::process::id())
 }
 
 /// A `sortie` started in the background for a run. If the test lets go of it without

@@ -4,6 +4,11 @@
 //! same checks; this test runs it against the binary the tests build. The seed comes from the
 //! clock and is printed: a failure names it, and `cargo xtask torture --seed S` replays the
 //! same choices.
+//!
+//! The torture stays xtask's (its options, its `anyhow` violations, its report) rather than
+//! the test kit's: the kit holds helpers, not drivers, and stays free of anyhow. What the
+//! torture shares with the crash tests (the export's view, waits, the `/proc` scan, git) is in
+//! `sortie-testkit`, which both xtask and these tests depend on, so nothing is written twice.
 
 #[path = "../../xtask/src/torture.rs"]
 #[allow(
@@ -44,4 +49,11 @@ fn a_short_torture_finds_no_violation() {
             panic!("{e:#}\n(files in {})", kept.display());
         }
     }
+}
+
+/// The torture restates the engine's pause hook (xtask does not build the runner): the two
+/// must name the same variable, or every paused kill of the torture would be a plain one.
+#[test]
+fn the_torture_names_the_engines_pause_hook() {
+    assert_eq!(engine::PAUSE_AFTER, sortie_runner::engine::TEST_PAUSE_AFTER);
 }

@@ -9,36 +9,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
+
+use sortie_runner::engine::TEST_PAUSE_AFTER as PAUSE_AFTER;
 
 use crate::support::{Scratch, event_kind, fake_command, poll, task_events, unique_run};
 
-const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
-
-/// Runs git in `dir` with a fixed identity; panics when it fails.
+/// Runs git in `dir` (the test kit's, with its fixed identity), panicking when it fails;
+/// returns its stdout trimmed.
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Sortie Test",
-            "-c",
-            "user.email=test@sortie",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Sortie Test")
-        .env("GIT_AUTHOR_EMAIL", "test@sortie")
-        .env("GIT_COMMITTER_NAME", "Sortie Test")
-        .env("GIT_COMMITTER_EMAIL", "test@sortie")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    sortie_testkit::git(dir, args).trim().to_owned()
 }
 
 /// A repository under the scratch dir: `shared.txt` ("base"), `sub/inner.txt`, and a
@@ -106,11 +86,9 @@ fn exited(child: &mut Child, s: &Scratch, run: &str) -> bool {
 
 fn kill9(mut child: Child) {
     assert!(
-        child.try_wait().expect("try_wait").is_none(),
+        sortie_testkit::kill9(&mut child),
         "the paused run exited by itself"
     );
-    child.kill().expect("SIGKILL sortie");
-    child.wait().expect("reap sortie");
 }
 
 fn has_event(s: &Scratch, run: &str, kind: &str) -> bool {
@@ -590,15 +568,20 @@ fn sigkill_mid_finalize_then_resume() {
                 .exists()
                 .then_some(()),
         });
-        // The finalize's event is not in the journal: the kill falls inside the step.
+        // The finalize's event is not in the journal: the kill falls inside the step. The
+        // journal is read after the kill, so it is exactly what the kill left, and the check
+        // holds whatever the timing. The sleep only lets the finalize job reach the pause (its
+        // work done) rather than be cut short a little earlier: either moment is inside the
+        // step, which the resume must finish, so a slow machine cannot make this pass without
+        // checking what it says.
         std::thread::sleep(std::time::Duration::from_millis(300));
+        kill9(child);
         let at_kill = s.events(&run);
         assert_eq!(
             crate::support::count_events(&at_kill, "WorktreeFinalized"),
             0,
             "{pause} {only}"
         );
-        kill9(child);
         resume_to_end(&s, &run);
         let events = s.events(&run);
         let labels = crate::support::labels(&events);

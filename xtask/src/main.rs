@@ -10,6 +10,8 @@
 //!   table of every figure against its target (see `bench.rs`).
 //! - `fuzz [--seconds N] [--rss-mb M] [TARGET...]`: every cargo-fuzz target for N seconds,
 //!   one after another, then the executions of each (see `fuzz.rs`).
+//! - `fixture`: rewrites the journal's committed format-v1 fixture (only with a format change,
+//!   in its own commit; `crates/journal/tests/fixture.rs` reads it).
 
 #![allow(clippy::disallowed_methods, reason = "xtask runs cargo and tools")]
 
@@ -39,7 +41,9 @@ tasks:
                             one table with the targets (default all)
   fuzz [--seconds N] [--rss-mb M] [TARGET...]
                             every fuzz target N seconds (default 60) under cargo fuzz, one
-                            after another, memory bounded to M MB (default 1024)";
+                            after another, memory bounded to M MB (default 1024)
+  fixture                   rewrite the journal's format-v1 fixture (crates/journal/tests/
+                            fixtures/v1; only with a format change, in its own commit)";
 
 /// Where the dispatch benchmark script lives (relative to the workspace root).
 const DISPATCH_BENCH: &str = "bench/dispatch.sh";
@@ -67,6 +71,7 @@ fn run() -> Result<()> {
         Some("proptest") => proptest(&root, cases(&args[1..])?),
         Some("bench") => bench(&root, args.get(1).map(String::as_str).unwrap_or("all")),
         Some("fuzz") => fuzz::fuzz(&root, &fuzz::options(&args[1..])?),
+        Some("fixture") => fixture(&root),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -142,6 +147,32 @@ fn torture_task(root: &Path, args: &[String]) -> Result<()> {
     );
     let report = torture::torture(&opts, &sortie, &agent, &scratch)?;
     println!("{}", report.text());
+    Ok(())
+}
+
+/// Where the journal's format-v1 fixture lives (relative to the workspace root).
+const JOURNAL_FIXTURE: &str = "crates/journal/tests/fixtures/v1";
+
+/// `cargo xtask fixture`: writes the journal fixture with this build (the journal's
+/// `write_fixture` example), then says how to check it.
+fn fixture(root: &Path) -> Result<()> {
+    let mut write = cargo(root);
+    write
+        .args([
+            "run",
+            "-q",
+            "-p",
+            "sortie-journal",
+            "--example",
+            "write_fixture",
+            "--",
+        ])
+        .arg(root.join(JOURNAL_FIXTURE));
+    step(write, "cargo run -p sortie-journal --example write_fixture")?;
+    eprintln!(
+        "xtask: fixture: {JOURNAL_FIXTURE} rewritten; check it with \
+         `cargo test -p sortie-journal --test fixture` and commit it alone"
+    );
     Ok(())
 }
 

@@ -7,6 +7,8 @@
 //!   the runner or the cli; the runner nothing of the cli, clap or anyhow; anyhow appears only
 //!   in the cli and xtask). `[dependencies]`, `[build-dependencies]` and their `[target.*]`
 //!   forms count; dev-dependencies do not, since they never reach a user.
+//!   The test kit (`sortie-testkit`) is dev-only: no product crate has it in those tables
+//!   (xtask may, for the torture).
 //! - File docs: every `.rs` file under `crates/`, `xtask/` and `tests/` begins with `//!`.
 
 use std::fs;
@@ -66,6 +68,9 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
 
 /// The only packages that may depend on anyhow.
 const ANYHOW_ALLOWED: &[&str] = &["sortie-cli", "xtask"];
+
+/// The test kit, and the only packages that may have it as a normal dependency.
+const TESTKIT: (&str, &[&str]) = ("sortie-testkit", &["xtask"]);
 
 /// The directories whose `.rs` files must start with a `//!` doc comment.
 const DOC_ROOTS: &[&str] = &["crates", "xtask", "tests"];
@@ -177,6 +182,13 @@ fn edge_problems(manifest: &toml::Table) -> Vec<String> {
         problems.push(format!(
             "{package} must not depend on anyhow (only {} may)",
             ANYHOW_ALLOWED.join(" and ")
+        ));
+    }
+    let (testkit, allowed) = TESTKIT;
+    if deps.iter().any(|d| d == testkit) && !allowed.contains(&package) {
+        problems.push(format!(
+            "{package} must not depend on {testkit} (a dev-dependency only; only {} may)",
+            allowed.join(" and ")
         ));
     }
     problems
@@ -299,6 +311,45 @@ mod tests {
                 anyhow.workspace = true
                 clap.workspace = true
                 tokio.workspace = true
+                "#
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_test_kit_is_a_dev_dependency_of_product_crates() {
+        assert_eq!(
+            problems(
+                r#"
+                [package]
+                name = "sortie-runner"
+                [dependencies]
+                sortie-testkit.workspace = true
+                "#
+            ),
+            [
+                "sortie-runner must not depend on sortie-testkit (a dev-dependency only; only xtask may)"
+            ]
+        );
+        assert!(
+            problems(
+                r#"
+                [package]
+                name = "sortie-cli"
+                [dev-dependencies]
+                sortie-testkit.workspace = true
+                "#
+            )
+            .is_empty()
+        );
+        assert!(
+            problems(
+                r#"
+                [package]
+                name = "xtask"
+                [dependencies]
+                sortie-testkit.workspace = true
                 "#
             )
             .is_empty()

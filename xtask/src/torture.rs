@@ -22,8 +22,11 @@
 //! Any violation stops the torture with a message naming the seed, the crash and the run, and
 //! leaves its directory for a post-mortem. The same module runs a short version as an
 //! end-to-end test (`tests/e2e/torture.rs`), against the debug binary the tests build.
+//!
+//! The checks are in `torture_checks.rs`; the export's view, waits, the `/proc` scan and git
+//! come from `sortie-testkit`, shared with the crash tests.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,9 +35,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
+use sortie_testkit::{Journal, Usage, try_git as git, wait_exit};
 
-/// The engine's test hook (`sortie_runner::engine::TEST_PAUSE_AFTER`).
-const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
+// Explicit, so that xtask and the e2e test that includes this file find the same file.
+#[path = "torture_checks.rs"]
+mod checks;
+
+/// The engine's test hook, `sortie_runner::engine::TEST_PAUSE_AFTER` (xtask does not build the
+/// runner; `tests/e2e/torture.rs` checks that the two agree).
+pub(crate) const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 
 /// The longest any single wait of the torture may take before it counts as a hang.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -308,7 +317,9 @@ impl Torture {
             if !finished {
                 // The crashes are all spent: resume to the end, unharmed.
                 let mut child = self.start(&mut g, true, None)?;
-                let status = wait_exit(&mut child, PATIENCE)?;
+                let status = wait_exit(&mut child, PATIENCE)
+                    .context("violation: the last resume hung")?
+                    .code();
                 let log = g.log(g.starts);
                 if status != Some(0) {
                     bail!(
@@ -335,19 +346,7 @@ impl Torture {
         git(&repo, &["init", "-q", "-b", "main"])?;
         fs::write(repo.join("README"), "scratch repository of the torture\n")?;
         git(&repo, &["add", "README"])?;
-        git(
-            &repo,
-            &[
-                "-c",
-                "user.name=torture",
-                "-c",
-                "user.email=torture@localhost",
-                "commit",
-                "-q",
-                "-m",
-                "init",
-            ],
-        )?;
+        git(&repo, &["commit", "-q", "-m", "init"])?;
         let run = format!("torture-{}-{}-{n}", std::process::id(), self.opts.seed);
         let mut toml = format!(
             "concurrency = {}\n\n[defaults]\nmax_retries = 1000\nkill_grace = \"1s\"\n\
@@ -545,7 +544,7 @@ impl Torture {
                     j.finished().len(),
                     g.labels.len(),
                     j.live_attempts().len(),
-                    j.events.len()
+                    j.events().len()
                 );
             }
             if j.count("RunFinished") > 0 {
@@ -595,252 +594,6 @@ impl Torture {
         };
         c.spawn().context("starting sortie")
     }
-
-    /// Once the resume has recorded every attempt live at the crash as orphaned, none of their
-    /// processes may be alive.
-    fn check_reaped(&self, g: &Gen, child: &mut Child, at_kill: &Journal) -> Result<()> {
-        let live = at_kill.live_attempts();
-        let resumed = at_kill.count("RunResumed");
-        let mut done = false;
-        wait_until(child, || {
-            let Some(j) = g.try_journal(&self.sortie) else {
-                return Ok(false);
-            };
-            let orphaned: BTreeSet<(u64, u64)> = j
-                .kinds()
-                .filter(|(k, _)| *k == "AttemptOrphaned")
-                .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
-                .collect();
-            done = j.count("RunResumed") > resumed && live.is_subset(&orphaned);
-            Ok(done)
-        })?;
-        if !done {
-            return Ok(()); // it exited first; that is checked by the caller
-        }
-        let survivors: Vec<String> = marked_processes(&g.run)
-            .into_iter()
-            .filter(|(_, key)| key.is_some_and(|k| live.contains(&k)))
-            .map(|(pid, key)| format!("pid {pid} (task, attempt) {key:?}"))
-            .collect();
-        if !survivors.is_empty() {
-            bail!(
-                "violation: run {}: processes of attempts live at the crash survived the resume \
-                 that recorded them orphaned: {}",
-                g.run,
-                survivors.join(", ")
-            );
-        }
-        Ok(())
-    }
-
-    /// What must hold right after a kill; returns the journal.
-    fn check_after_kill(&mut self, g: &mut Gen) -> Result<Journal> {
-        let j = g.journal(&self.sortie)?;
-        let when = format!("after crash {} (run {})", self.report.crashes, g.run);
-        self.check_journal(g, &j, &when)?;
-        self.report.between += j.ended_not_finished().len() as u64;
-        Ok(j)
-    }
-
-    /// The checks of every crash and of the end: audit, ledger, usage against what the agents
-    /// reported, finished tasks frozen, attempts' usage stable.
-    fn check_journal(&self, g: &mut Gen, j: &Journal, when: &str) -> Result<()> {
-        let out = g
-            .sortie(&self.sortie)
-            .args(["--json", "audit", &g.run])
-            .output()
-            .context("running sortie audit")?;
-        if out.status.code() != Some(0) {
-            bail!(
-                "violation {when}: audit exited {:?}: {}{}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let audit: Value = serde_json::from_slice(&out.stdout).context("audit --json")?;
-        if audit["clean"] != true || !audit["ledger_mismatch"].is_null() {
-            bail!("violation {when}: the audit is not clean: {audit}");
-        }
-        let total = j.total();
-        if Usage::of(&audit["ledger"]["total"]) != Some(total) {
-            bail!(
-                "violation {when}: the ledger total {} is not the sum of each journaled \
-                 attempt's last usage {total:?}",
-                audit["ledger"]["total"]
-            );
-        }
-        // A task may finish once; a finished task never runs again.
-        for t in 0..g.labels.len() as u64 {
-            let n = j.of(t, "TaskFinished").len();
-            if n > 1 {
-                bail!(
-                    "violation {when}: [{}] finished {n} times",
-                    g.labels[t as usize]
-                );
-            }
-        }
-        for t in j.finished() {
-            let now = (g.counter(t), g.usage_lines(t));
-            let before = *g.frozen.entry(t).or_insert(now);
-            if now != before {
-                bail!(
-                    "violation {when}: [{}] had finished, yet ran again: (answers, usage \
-                     reports) went from {before:?} to {now:?}",
-                    g.labels[t as usize]
-                );
-            }
-        }
-        // Every attempt's usage is one its agent reported (or none yet), never changes, and a
-        // finished attempt holds the agent's last report.
-        let reported = g.reported()?;
-        let ended = j.finished_attempts();
-        for (key, u) in j.attempt_usage() {
-            let label = &g.labels[key.0 as usize];
-            let theirs = reported.get(&key).map(Vec::as_slice).unwrap_or_default();
-            if u != Usage::default() && !theirs.contains(&u) {
-                bail!(
-                    "violation {when}: [{label}] attempt {} holds usage {u:?}, which its agent \
-                     never reported (it reported {theirs:?})",
-                    key.1
-                );
-            }
-            if ended.contains(&key) && theirs.last().copied().unwrap_or_default() != u {
-                bail!(
-                    "violation {when}: [{label}] attempt {} finished with usage {u:?}, but its \
-                     agent's last report was {:?}",
-                    key.1,
-                    theirs.last()
-                );
-            }
-            if let Some(before) = g.seen_usage.insert(key, u)
-                && before != u
-            {
-                bail!(
-                    "violation {when}: [{label}] attempt {}'s usage changed from {before:?} to \
-                     {u:?}",
-                    key.1
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// What must hold once a run has ended.
-    fn check_end(&mut self, g: &mut Gen) -> Result<()> {
-        let j = g.journal(&self.sortie)?;
-        let when = format!("at the end of run {}", g.run);
-        if !j
-            .kinds()
-            .any(|(k, b)| k == "RunFinished" && b["state"] == "completed")
-        {
-            bail!("violation {when}: the run did not finish completed");
-        }
-        self.check_journal(g, &j, &when)?;
-        for (t, label) in g.labels.iter().enumerate() {
-            let t = t as u64;
-            let finished = j.of(t, "TaskFinished");
-            let [end] = finished.as_slice() else {
-                bail!(
-                    "violation {when}: [{label}] finished {} times",
-                    finished.len()
-                );
-            };
-            let state = end["result"]["state"].as_str().unwrap_or("?").to_owned();
-            if state != "completed" {
-                bail!(
-                    "violation {when}: [{label}] ended {state}: {}",
-                    end["result"]
-                );
-            }
-            *self.report.tasks_by_state.entry(state).or_default() += 1;
-            if g.counter(t) == 0 {
-                bail!("violation {when}: [{label}] completed, but its agent never answered");
-            }
-            let launched: Vec<u64> = j
-                .of(t, "AttemptLaunching")
-                .iter()
-                .map(|b| num(&b["attempt"]))
-                .collect();
-            if launched != (1..=launched.len() as u64).collect::<Vec<_>>() {
-                bail!("violation {when}: [{label}] attempts numbered {launched:?}");
-            }
-            for o in j.of(t, "AttemptOrphaned") {
-                let a = num(&o["attempt"]);
-                if !launched.contains(&(a + 1)) {
-                    bail!("violation {when}: [{label}] orphaned attempt {a} was not retried");
-                }
-                if o["action"] == "killed" {
-                    self.report.orphans_killed += 1;
-                } else {
-                    self.report.orphans_gone += 1;
-                }
-            }
-            self.report.attempts += launched.len() as u64;
-        }
-        self.report.events += j.events.len() as u64;
-        // No process of the run is left.
-        let mut left = Vec::new();
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            left = marked_processes(&g.run);
-            if left.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if !left.is_empty() {
-            bail!("violation {when}: processes of the run are still alive: {left:?}");
-        }
-        self.check_worktrees(g, &j, &when)
-    }
-
-    /// `git worktree list` and the run's branches hold exactly the worktrees the journal kept.
-    fn check_worktrees(&mut self, g: &Gen, j: &Journal, when: &str) -> Result<()> {
-        let mut kept_paths = BTreeSet::new();
-        let mut kept_branches = BTreeSet::new();
-        for (t, _) in g.labels.iter().enumerate() {
-            let t = t as u64;
-            let changed = j
-                .of(t, "WorktreeFinalized")
-                .last()
-                .is_some_and(|f| f["changed"] == true);
-            if let (true, Some(plan)) = (changed, j.of(t, "WorktreePlanned").last()) {
-                kept_paths.insert(canonical(plan["path"].as_str().unwrap_or_default()));
-                kept_branches.insert(plan["branch"].as_str().unwrap_or_default().to_owned());
-            }
-        }
-        let listed = git(&g.repo, &["worktree", "list", "--porcelain"])?;
-        let main = canonical(&g.repo.display().to_string());
-        let worktrees: BTreeSet<PathBuf> = listed
-            .lines()
-            .filter_map(|l| l.strip_prefix("worktree "))
-            .map(canonical)
-            .filter(|p| *p != main)
-            .collect();
-        if worktrees != kept_paths {
-            bail!(
-                "violation {when}: git lists the worktrees {worktrees:?}, the journal kept \
-                 {kept_paths:?}"
-            );
-        }
-        let pattern = format!("sortie/{}/*", g.run);
-        let branches: BTreeSet<String> = git(
-            &g.repo,
-            &["branch", "--list", "--format=%(refname:short)", &pattern],
-        )?
-        .lines()
-        .map(str::to_owned)
-        .collect();
-        if branches != kept_branches {
-            bail!(
-                "violation {when}: the run's branches are {branches:?}, the journal kept \
-                 {kept_branches:?}"
-            );
-        }
-        self.report.worktrees_kept += kept_paths.len() as u64;
-        Ok(())
-    }
 }
 
 impl Gen {
@@ -874,7 +627,7 @@ impl Gen {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        Journal::parse(&out.stdout)
+        Journal::parse(&out.stdout).map_err(anyhow::Error::msg)
     }
 
     /// The same, or `None` while it cannot be read (the run does not exist yet, or a reader
@@ -935,213 +688,8 @@ impl Gen {
     }
 }
 
-/// Usage as the ledger sums it (`context_tokens` is a level and is left out).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Usage {
-    input: u64,
-    output: u64,
-    cache_read: u64,
-    cache_write: u64,
-    reasoning: u64,
-    nanos: u64,
-    unreported: u64,
-    turns: u64,
-}
-
-impl Usage {
-    fn of(u: &Value) -> Option<Usage> {
-        let n = |v: &Value| v.as_u64();
-        Some(Usage {
-            input: n(&u["input"])?,
-            output: n(&u["output"])?,
-            cache_read: n(&u["cache_read"])?,
-            cache_write: n(&u["cache_write"])?,
-            reasoning: n(&u["reasoning"])?,
-            nanos: n(&u["cost"]["nanos"])?,
-            unreported: n(&u["cost"]["unreported"])?,
-            turns: n(&u["turns"])?,
-        })
-    }
-
-    fn plus(self, o: Usage) -> Usage {
-        Usage {
-            input: self.input + o.input,
-            output: self.output + o.output,
-            cache_read: self.cache_read + o.cache_read,
-            cache_write: self.cache_write + o.cache_write,
-            reasoning: self.reasoning + o.reasoning,
-            nanos: self.nanos + o.nanos,
-            unreported: self.unreported + o.unreported,
-            turns: self.turns + o.turns,
-        }
-    }
-}
-
-/// A run's exported events.
-struct Journal {
-    events: Vec<Value>,
-}
-
-impl Journal {
-    fn parse(bytes: &[u8]) -> Result<Journal> {
-        let events = String::from_utf8_lossy(bytes)
-            .lines()
-            .map(|l| serde_json::from_str(l).context("export prints JSON lines"))
-            .collect::<Result<Vec<Value>>>()?;
-        Ok(Journal { events })
-    }
-
-    /// (kind, body) of every event, in order.
-    fn kinds(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.events.iter().filter_map(|e| {
-            e["event"]
-                .as_object()
-                .and_then(|o| o.iter().next())
-                .map(|(k, b)| (k.as_str(), b))
-        })
-    }
-
-    fn count(&self, kind: &str) -> usize {
-        self.kinds().filter(|(k, _)| *k == kind).count()
-    }
-
-    /// Bodies of the events of `kind` about `task`.
-    fn of(&self, task: u64, kind: &str) -> Vec<&Value> {
-        self.kinds()
-            .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task))
-            .map(|(_, b)| b)
-            .collect()
-    }
-
-    /// Tasks with `TaskFinished`.
-    fn finished(&self) -> BTreeSet<u64> {
-        self.kinds()
-            .filter(|(k, _)| *k == "TaskFinished")
-            .map(|(_, b)| num(&b["task"]))
-            .collect()
-    }
-
-    /// Attempts with `AttemptFinished`.
-    fn finished_attempts(&self) -> BTreeSet<(u64, u64)> {
-        self.kinds()
-            .filter(|(k, _)| *k == "AttemptFinished")
-            .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
-            .collect()
-    }
-
-    /// Each attempt's last journaled usage (zero until it reports any).
-    fn attempt_usage(&self) -> BTreeMap<(u64, u64), Usage> {
-        let mut m = BTreeMap::new();
-        for (k, b) in self.kinds() {
-            let key = (num(&b["task"]), num(&b["attempt"]));
-            match k {
-                "AttemptLaunching" => {
-                    m.insert(key, Usage::default());
-                }
-                "AttemptProgress" | "AttemptFinished" => {
-                    m.insert(key, Usage::of(&b["usage"]).unwrap_or_default());
-                }
-                _ => {}
-            }
-        }
-        m
-    }
-
-    /// The sum over attempts of each one's last usage.
-    fn total(&self) -> Usage {
-        self.attempt_usage()
-            .values()
-            .fold(Usage::default(), |a, u| a.plus(*u))
-    }
-
-    /// Attempts launched and not ended (no `AttemptFinished` or `AttemptOrphaned`).
-    fn live_attempts(&self) -> BTreeSet<(u64, u64)> {
-        let mut live = BTreeSet::new();
-        for (k, b) in self.kinds() {
-            let key = (num(&b["task"]), num(&b["attempt"]));
-            match k {
-                "AttemptLaunching" => {
-                    live.insert(key);
-                }
-                "AttemptFinished" | "AttemptOrphaned" => {
-                    live.remove(&key);
-                }
-                _ => {}
-            }
-        }
-        live
-    }
-
-    /// Tasks whose last attempt completed while the task did not finish (yet): killed between
-    /// an attempt's end and its task's end (artifact, worktree finalize, `TaskFinished`).
-    fn ended_not_finished(&self) -> BTreeSet<u64> {
-        let mut last: BTreeMap<u64, bool> = BTreeMap::new();
-        for (k, b) in self.kinds() {
-            match k {
-                "AttemptLaunching" | "AttemptOrphaned" => {
-                    last.insert(num(&b["task"]), false);
-                }
-                "AttemptFinished" => {
-                    let done = b["outcome"]["stop_reason"] == "completed";
-                    last.insert(num(&b["task"]), done);
-                }
-                "TaskFinished" => {
-                    last.remove(&num(&b["task"]));
-                }
-                _ => {}
-            }
-        }
-        last.into_iter()
-            .filter(|(_, d)| *d)
-            .map(|(t, _)| t)
-            .collect()
-    }
-}
-
 fn num(v: &Value) -> u64 {
     v.as_u64().unwrap_or(u64::MAX)
-}
-
-/// Live (not zombie) processes carrying `SORTIE_ATTEMPT=<run>/...`, with the (task, attempt)
-/// their marker names.
-fn marked_processes(run: &str) -> Vec<(u32, Option<(u64, u64)>)> {
-    let needle = format!("SORTIE_ATTEMPT={run}/");
-    let mut found = Vec::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        {
-            continue;
-        }
-        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        for kv in env.split(|b| *b == 0) {
-            if let Some(rest) = kv.strip_prefix(needle.as_bytes()) {
-                let rest = String::from_utf8_lossy(rest);
-                let mut parts = rest.split('/');
-                let key = match (parts.next(), parts.next()) {
-                    (Some(t), Some(a)) => t.parse().ok().zip(a.parse().ok()),
-                    _ => None,
-                };
-                found.push((pid, key));
-            }
-        }
-    }
-    found
 }
 
 /// Polls `done` every 100 ms until it holds or `child` exits; fails past [`PATIENCE`].
@@ -1158,22 +706,6 @@ fn wait_until(child: &mut Child, mut done: impl FnMut() -> Result<bool>) -> Resu
     }
 }
 
-/// Waits for `child` to exit, at most `patience` (then kills it and fails).
-fn wait_exit(child: &mut Child, patience: Duration) -> Result<Option<i32>> {
-    let until = Instant::now() + patience;
-    loop {
-        if let Some(s) = child.try_wait()? {
-            return Ok(s.code());
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("violation: sortie did not end within {patience:?} (a hang?)");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The last lines of a log file.
 fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
@@ -1183,23 +715,4 @@ fn tail(path: &Path) -> String {
 
 fn canonical(p: &str) -> PathBuf {
     fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p))
-}
-
-/// Runs git in `dir`; returns its stdout.
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running git")?;
-    if !out.status.success() {
-        bail!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -1,8 +1,8 @@
 //! The committed format-v1 journal (`tests/fixtures/v1/`) must still read, replay to the
 //! expected state, and be what this build would write for the same events.
 //!
-//! Regenerate it only together with a format change, in its own commit:
-//! `SORTIE_WRITE_FIXTURE=1 cargo test -p sortie-journal --test fixture`.
+//! Regenerate it only together with a format change, in its own commit: `cargo xtask fixture`
+//! (which runs `crates/journal/examples/write_fixture.rs`).
 
 #![allow(
     clippy::unwrap_used,
@@ -35,23 +35,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[test]
-fn write_fixture_when_asked() {
-    if std::env::var_os("SORTIE_WRITE_FIXTURE").is_none() {
-        return;
-    }
-    let dir = fixture();
-    let _ = std::fs::remove_dir_all(&dir);
-    let j = Journal::create(&dir).unwrap();
-    for (at, e) in support::every_variant() {
-        j.append(at, &e).unwrap();
-    }
-}
-
-#[test]
 fn format_v1_fixture_still_reads_and_replays() {
-    if std::env::var_os("SORTIE_WRITE_FIXTURE").is_some() {
-        return; // being rewritten by the other test
-    }
     // Work on a copy: opening a sled database writes to it.
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
@@ -145,9 +129,6 @@ fn format_v1_fixture_still_reads_and_replays() {
 /// and the records before the first insertion are byte for byte the fixture's.
 #[test]
 fn variants_appended_after_the_fixture_round_trip() {
-    if std::env::var_os("SORTIE_WRITE_FIXTURE").is_some() {
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     copy_dir(&fixture(), &run);

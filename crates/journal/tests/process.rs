@@ -2,7 +2,7 @@
 //! a live run can be read from another process, and a second writer is refused with `Locked`.
 //!
 //! The child processes are this test binary re-executed with `SORTIE_JOURNAL_CHILD` set, running
-//! the `child` test below, which does nothing in a normal run.
+//! the `__child` entry point below (sled's pattern), which does nothing in a normal run.
 
 #![allow(
     clippy::unwrap_used,
@@ -79,8 +79,11 @@ fn hold(dir: &Path) {
     }
 }
 
+/// Not a test: the entry point of the child processes the tests start (this binary run again
+/// with `--exact __child` and [`CHILD`] set). In a normal run, with [`CHILD`] unset, it returns at
+/// once and checks nothing; the leading underscores say so in the test list.
 #[test]
-fn child() {
+fn __child() {
     let Ok(mode) = std::env::var(CHILD) else {
         return;
     };
@@ -98,7 +101,13 @@ fn child() {
 )]
 fn spawn(mode: &str, dir: &Path) -> (Child, BufReader<ChildStdout>) {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "--exact",
+            "__child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(CHILD, mode)
         .env(DIR, dir)
         .stdin(Stdio::piped())

@@ -1,8 +1,9 @@
 //! The process layer against real, short-lived processes: spawning, output, stopping, the
 //! pid-reuse guard, orphan hunting, and the plain protocol fed by a real child.
 //!
-//! No assertion depends on timing: sleeps only give processes time to do something, and
-//! waits for "gone" are bounded polls.
+//! No assertion depends on timing: a child says when it is ready (a line on stdout), the
+//! moment a test waits for is shown by a positive signal (an echo), and waits for "gone" are
+//! bounded polls.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -246,11 +247,25 @@ async fn a_grandchild_is_gone_after_stop() {
 
 #[tokio::test]
 async fn a_grandchild_that_ignores_sigterm_is_killed_with_the_group() {
-    let mut child = spawn(&sh("(trap '' TERM; exec sleep 1000) & echo $!; wait"))
-        .await
-        .unwrap();
-    let grandchild: u32 = child.next_line().await.unwrap().text.parse().unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The grandchild says `ready` once it ignores TERM, so that the stop below exercises the
+    // SIGKILL of what is left of the group, not a TERM it would die of.
+    let mut child = spawn(&sh(
+        "(trap '' TERM; echo ready; exec sleep 1000) & echo $!; wait",
+    ))
+    .await
+    .unwrap();
+    // The two lines come in either order.
+    let mut grandchild = None;
+    let mut ready = false;
+    for _ in 0..2 {
+        let line = child.next_line().await.expect("two lines").text;
+        match line.parse::<u32>() {
+            Ok(pid) => grandchild = Some(pid),
+            Err(_) => ready |= line == "ready",
+        }
+    }
+    assert!(ready, "the grandchild ignores TERM");
+    let grandchild = grandchild.expect("the grandchild's pid");
     let start = process_start_time(grandchild).expect("grandchild runs");
     // The leader dies of SIGTERM at once; what is left of the group is killed when it exits.
     child
@@ -265,17 +280,21 @@ async fn a_grandchild_that_ignores_sigterm_is_killed_with_the_group() {
 
 #[tokio::test]
 async fn leftovers_of_a_finished_leader_are_killed() {
-    let mut child = spawn(&sh("sleep 1000 & echo $!")).await.unwrap();
+    // The leader waits for a line (or end of input) before it exits, so that the grandchild's
+    // start time is read while it surely runs.
+    let mut child = sortie_runner::process::spawn_piped(&sh("sleep 1000 & echo $!; read go; true"))
+        .await
+        .unwrap();
+    let stdin = child.take_stdin().expect("a piped stdin");
     let grandchild: u32 = child.next_line().await.unwrap().text.parse().unwrap();
-    let start = process_start_time(grandchild);
+    let start = process_start_time(grandchild).expect("the grandchild runs");
+    drop(stdin);
     assert_eq!(child.wait().await, Ok(Exit::Code(0)));
     assert!(child.next_line().await.is_none(), "stdout closes");
-    if let Some(start) = start {
-        assert!(
-            gone(grandchild, start).await,
-            "grandchild {grandchild} left"
-        );
-    }
+    assert!(
+        gone(grandchild, start).await,
+        "grandchild {grandchild} left"
+    );
 }
 
 #[tokio::test]
@@ -294,12 +313,18 @@ async fn dropping_a_child_kills_its_group() {
 
 #[tokio::test]
 async fn the_pid_reuse_guard_refuses_a_different_start_time() {
-    let mut child = spawn(&spec(&["sleep", "1000"])).await.unwrap();
+    let mut child = sortie_runner::process::spawn_piped(&spec(&["cat"]))
+        .await
+        .unwrap();
+    let mut stdin = child.take_stdin().expect("a piped stdin");
     assert_eq!(
         kill_group_if_same(child.pid, child.start_time + 1, Duration::from_millis(10)).await,
         KillResult::Gone
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A signal the refused call had sent would be pending before `cat` returns from its next
+    // read, and would end it there: an echo of a line written now proves none was sent.
+    stdin.send_line("still here").await.unwrap();
+    assert_eq!(child.next_line().await.unwrap().text, "still here");
     assert!(is_running(child.pid, child.start_time), "left alone");
     assert_eq!(
         kill_group_if_same(child.pid, child.start_time, Duration::from_secs(5)).await,

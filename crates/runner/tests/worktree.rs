@@ -2,34 +2,14 @@
 //! `finalize`) against real repositories made in a temp dir: each step is idempotent, so that
 //! resume can finish whatever a crash cut short.
 
-#![allow(
-    clippy::disallowed_methods,
-    reason = "the tests make their repositories with git"
-)]
-
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sortie_runner::process::run_tool;
 use sortie_runner::worktree::{self, agent_cwd, location};
 
+/// Runs git in `dir` (the test kit's, with its fixed identity); returns its stdout trimmed.
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=T", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "T")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "T")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    sortie_testkit::git(dir, args).trim().to_owned()
 }
 
 /// A repository with one committed file, and a state dir beside it.

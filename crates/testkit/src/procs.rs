@@ -1,0 +1,110 @@
+//! Processes of a run, found by the environment marker sortie gives every attempt
+//! (`SORTIE_ATTEMPT=<run>/<task>/<attempt>/...`, read from `/proc/<pid>/environ`).
+//!
+//! The product has its own scan (`sortie_runner::process::find_marked`); the tests keep this
+//! one so that they do not check the product with the product's code.
+
+/// The environment variable that marks an attempt's processes (the runner's `MARKER`).
+pub const MARKER: &str = "SORTIE_ATTEMPT";
+
+/// A live process carrying a run's marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marked {
+    /// Its pid.
+    pub pid: u32,
+    /// The (task, attempt) its marker names, when the marker parses.
+    pub attempt: Option<(u64, u64)>,
+}
+
+/// Live (not zombie) processes whose environment marks them as attempts of `run`.
+pub fn marked_processes(run: &str) -> Vec<Marked> {
+    let needle = format!("{MARKER}={run}/");
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Zombies have no environment left to read and are not alive in any useful sense.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if let Some(rest) = env
+            .split(|b| *b == 0)
+            .find_map(|kv| kv.strip_prefix(needle.as_bytes()))
+        {
+            found.push(Marked {
+                pid,
+                attempt: task_attempt(&String::from_utf8_lossy(rest)),
+            });
+        }
+    }
+    found
+}
+
+/// Pids of live processes whose environment marks them as attempts of `run`.
+pub fn live_processes_of(run: &str) -> Vec<u32> {
+    marked_processes(run).into_iter().map(|m| m.pid).collect()
+}
+
+/// `<task>/<attempt>/...` as numbers.
+fn task_attempt(rest: &str) -> Option<(u64, u64)> {
+    let mut parts = rest.split('/');
+    let task = parts.next()?.parse().ok()?;
+    let attempt = parts.next()?.parse().ok()?;
+    Some((task, attempt))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::disallowed_methods,
+        reason = "the test starts a marked `sleep`"
+    )]
+
+    use super::*;
+
+    #[test]
+    fn a_marked_child_is_found_with_its_attempt_and_others_are_not() {
+        let run = crate::unique_run("procs");
+        let mut child = std::process::Command::new("sleep")
+            .arg("1000")
+            .env(MARKER, format!("{run}/3/2/nonce"))
+            .spawn()
+            .expect("spawn sleep");
+        let found = marked_processes(&run);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            found,
+            [Marked {
+                pid: child.id(),
+                attempt: Some((3, 2))
+            }]
+        );
+        assert!(marked_processes(&format!("{run}-other")).is_empty());
+        assert!(live_processes_of(&run).is_empty(), "killed and reaped");
+    }
+
+    #[test]
+    fn the_marker_value_parses_leniently() {
+        assert_eq!(task_attempt("1/2/x"), Some((1, 2)));
+        assert_eq!(task_attempt("1/2"), Some((1, 2)));
+        assert_eq!(task_attempt("1"), None);
+        assert_eq!(task_attempt("a/2"), None);
+    }
+}
