@@ -35,11 +35,10 @@ pub(crate) fn admit(input: &Input<'_>, batch: &Batch, ov: &Overrides, issues: &m
             .get(i)
             .map_or((input.file, None), |t| (t.file.as_path(), t.line))
     };
-    if let Some(state_dir) = &ov.state_dir {
-        let worktrees = std::path::absolute(state_dir)
+    if let Some(worktrees) = &ov.worktrees {
+        let worktrees = std::path::absolute(worktrees)
             .map(|d| clean(&d))
-            .unwrap_or_else(|_| state_dir.clone())
-            .join("worktrees");
+            .unwrap_or_else(|_| worktrees.clone());
         for (i, spec) in batch.tasks.iter().enumerate() {
             let Some(out) = &spec.output else { continue };
             if is_inside(Path::new(out), &worktrees) {

@@ -100,7 +100,7 @@ pub struct Overrides {
     pub model: Option<String>,
     /// `--allow-shared-writes`: overrides the file's `allow_shared_writes`.
     pub allow_shared_writes: Option<bool>,
-    /// The state dir the batch will run under: an `output` inside its `worktrees/` is refused.
-    /// None: not checked.
-    pub state_dir: Option<PathBuf>,
+    /// The worktrees directory of the state dir the batch will run under (the runner's layout
+    /// says where it is): an `output` inside it is refused. None: not checked.
+    pub worktrees: Option<PathBuf>,
 }

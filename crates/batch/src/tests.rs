@@ -404,7 +404,7 @@ fn batch_error_output_inside_the_worktrees() {
     )
     .unwrap();
     let with_state = Overrides {
-        state_dir: Some(dir.path().join("st")),
+        worktrees: Some(dir.path().join("st").join("worktrees")),
         ..Overrides::default()
     };
     let err = load(&path, None, &with_state).unwrap_err();

@@ -1,5 +1,6 @@
 //! The command line, as clap derive structs; their doc comments are the help text.
 
+use sortie_runner::layout::StateDir;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -29,6 +30,13 @@ pub(crate) struct Global {
     /// More log output on stderr (-v, -vv); RUST_LOG works too.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+}
+
+impl Global {
+    /// The state dir's layout.
+    pub(crate) fn layout(&self) -> StateDir {
+        StateDir::new(&self.state_dir)
+    }
 }
 
 /// sortie's commands.

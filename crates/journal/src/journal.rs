@@ -7,19 +7,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sortie_core::{RunId, Seq};
+use sortie_core::Seq;
 
 use crate::commit::{Commit, Durability};
 use crate::store::{self, Store};
 use crate::{Error, Result};
 
-/// The directory of a run: `<state-dir>/runs/<run-id>`.
-pub fn run_dir(state_dir: &Path, run: &RunId) -> PathBuf {
-    state_dir.join("runs").join(run.as_str())
-}
-
 /// The sled directory inside a run directory.
-fn db_dir(run_dir: &Path) -> PathBuf {
+pub fn db_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("journal")
 }
 

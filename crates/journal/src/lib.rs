@@ -2,11 +2,11 @@
 //!
 //! This crate owns bytes and storage, not rules: it stores `sortie_core::Event`s in order, each
 //! with a seq, a timestamp, a format version and a CRC, and folds them through
-//! `RunState::apply` for replay and audit. It also keeps the run index ([`index`]), so that
-//! listing runs never opens a journal.
+//! `RunState::apply` for replay and audit.
 //!
-//! Layout: one sled database per run in `<state-dir>/runs/<run-id>/journal/` (see [`run_dir`]);
-//! the run directory itself is free for the runner's other files. sled lives behind `store`,
+//! Layout: one sled database per run, in the `journal/` directory of the run directory it is
+//! given (the runner's `layout` says where run directories are; the rest of a run directory
+//! is the runner's). sled lives behind `store`,
 //! bincode behind `codec`, and the on-disk schema (`StoredEvent` v1, converted explicitly from
 //! and to `core::Event`) in `stored`: each can be swapped without touching the rest. A record is
 //! `[version u8][CRC-32 u32][bincode payload: seq, timestamp, StoredEvent]` under the key
@@ -49,8 +49,7 @@
 //! Modules: `journal` (the handle; create, open, the read-only snapshot copy), `commit` (appends
 //! and group commit), `read` (the checked iterator, replay, the two-thread scan), `audit`,
 //! `store` (sled, and the one wait on its lock), `codec` (bincode and the frame), `stored` (the
-//! on-disk schema), `export` (that schema as `sortie export`'s JSON), [`index`] (the run
-//! index). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
+//! on-disk schema), `export` (that schema as `sortie export`'s JSON). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
 //! (`test_util`).
 
 use std::path::PathBuf;
@@ -61,7 +60,6 @@ mod audit;
 mod codec;
 mod commit;
 mod export;
-pub mod index;
 mod journal;
 mod read;
 mod store;
@@ -72,8 +70,7 @@ mod test_util;
 pub use audit::Audit;
 pub use commit::Durability;
 pub use export::{EXPORT_VERSION, ExportRecord};
-pub(crate) use journal::create_private_dir;
-pub use journal::{Journal, run_dir};
+pub use journal::{Journal, db_dir};
 #[cfg(feature = "test-util")]
 pub use test_util::fuzzing;
 
@@ -146,13 +143,6 @@ pub enum Error {
         /// The journal's directory.
         path: PathBuf,
     },
-    /// A run index entry cannot be parsed.
-    BadIndex {
-        /// The entry's file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
 }
 
 impl std::fmt::Display for Error {
@@ -179,9 +169,6 @@ impl std::fmt::Display for Error {
                  appended from now on could be read back",
                 path.display()
             ),
-            Error::BadIndex { path, reason } => {
-                write!(f, "{}: bad index entry: {reason}", path.display())
-            }
         }
     }
 }

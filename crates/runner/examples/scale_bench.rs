@@ -29,14 +29,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sortie_batch::{Overrides, load};
 use sortie_core::{
     Attempt, AttemptOutcome, Event, RunId, RunState, Seq, Stamped, StopReason, TaskId, TaskResult,
     TerminalState, Timestamp, Usage,
 };
 use sortie_journal::Journal;
-use sortie_journal::index::RunEntry;
-use sortie_runner::batch::{Overrides, load};
-use sortie_runner::statedir;
+use sortie_runner::clock;
+use sortie_runner::layout::StateDir;
+use sortie_runner::layout::index::{self, IndexStatus, RunEntry};
 
 struct Args {
     sortie: PathBuf,
@@ -139,21 +140,22 @@ impl Writer {
 /// Writes the crashed run; returns its id and how many events it holds.
 fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
     let loaded = load(batch_file, None, &Overrides::default()).unwrap();
-    statedir::ensure_state_dir(state_dir).unwrap();
+    let state_dir = StateDir::new(state_dir);
+    state_dir.ensure().unwrap();
     let run_id = RunId::new("scale-resume").unwrap();
-    let dir = statedir::run_dir(state_dir, &run_id);
-    let journal = Journal::create(&dir).unwrap();
-    let lock = statedir::acquire(&dir).unwrap();
-    statedir::save_env(&dir, &loaded.env).unwrap();
-    let start = statedir::now();
-    sortie_journal::index::write(
-        state_dir,
+    let dir = state_dir.run(&run_id);
+    let journal = Journal::create(dir.path()).unwrap();
+    let lock = dir.acquire().unwrap();
+    dir.save_env(&loaded.env).unwrap();
+    let start = clock::now();
+    index::write(
+        &state_dir,
         &RunEntry {
             run_id: run_id.clone(),
             created: start,
             source: loaded.batch.source.clone(),
             tasks: a.tasks,
-            status: "running".into(),
+            status: IndexStatus::Running,
             pid: 1,
             updated: start,
         },
@@ -288,7 +290,7 @@ fn timed_sortie(
 /// Milliseconds from `RunResumed` to the first `AttemptStarted` after it, by the journal's
 /// clock (the engine's view, without process start and replay before `RunResumed`).
 fn journal_gap_ms(state_dir: &Path, run_id: &RunId, from: u64) -> Option<u64> {
-    let j = Journal::open_read_only(&statedir::run_dir(state_dir, run_id)).unwrap();
+    let j = Journal::open_read_only(StateDir::new(state_dir).run(run_id).path()).unwrap();
     let mut resumed = None;
     for r in j.read(Seq(from), None) {
         let s = r.unwrap();

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::agent_home;
+use crate::clock::now;
 use crate::process::{self, SpawnSpec};
-use crate::statedir::now;
 
 /// How often at most a progress report is sent while usage moves.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);

@@ -28,7 +28,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sortie_core::{PlannedWorktree, RunId, RunState, RunStatus, TaskId, Timestamp};
 
-use crate::statedir::{self, Owner};
+use crate::clock;
+use crate::files::write_atomic;
+use crate::layout::{Owner, RunDir, StateDir};
 use crate::{process, worktree};
 
 /// Why a kept-worktree command could not do its job.
@@ -138,10 +140,8 @@ pub struct Discard {
     pub branch_kept: bool,
 }
 
-fn discard_record(run_dir: &Path, label: &str, task: TaskId) -> PathBuf {
-    run_dir
-        .join("discarded")
-        .join(format!("{}.json", worktree::safe_name(label, task.0)))
+fn discard_record(run_dir: &RunDir, label: &str, task: TaskId) -> PathBuf {
+    run_dir.discarded(&worktree::safe_name(label, task.0))
 }
 
 fn read_discard(path: &Path) -> Option<Discard> {
@@ -150,7 +150,7 @@ fn read_discard(path: &Path) -> Option<Discard> {
 }
 
 /// Finds task `label`'s kept worktree in run `run`'s replayed state.
-pub fn find(state: &RunState, state_dir: &Path, run: &RunId, label: &str) -> Result<Kept> {
+pub fn find(state: &RunState, state_dir: &StateDir, run: &RunId, label: &str) -> Result<Kept> {
     let task = state
         .task_by_label(label)
         .ok_or_else(|| KeptError::NoTask {
@@ -177,8 +177,7 @@ pub fn find(state: &RunState, state_dir: &Path, run: &RunId, label: &str) -> Res
         Some((true, summary)) => summary.clone(),
     };
     // Absolute: git runs in the repository, not here.
-    let state_dir = std::path::absolute(state_dir).map_err(io(state_dir))?;
-    let run_dir = statedir::run_dir(&state_dir, run);
+    let run_dir = state_dir.absolute().run(run);
     let discarded = read_discard(&discard_record(&run_dir, label, task));
     Ok(Kept {
         run: run.to_string(),
@@ -188,7 +187,7 @@ pub fn find(state: &RunState, state_dir: &Path, run: &RunId, label: &str) -> Res
         path: plan.path,
         branch: plan.branch,
         base: plan.base,
-        patch: worktree::patch_path(&run_dir, label, task.0),
+        patch: run_dir.patch(&worktree::safe_name(label, task.0)),
         summary,
         discarded,
     })
@@ -313,7 +312,7 @@ pub async fn apply(kept: &Kept) -> Result<Applied> {
         if let Some(dir) = kept.patch.parent() {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
-        statedir::write_atomic(&kept.patch, &patch, 0o644).map_err(|e| KeptError::Io {
+        write_atomic(&kept.patch, &patch, 0o644).map_err(|e| KeptError::Io {
             path: kept.patch.clone(),
             source: std::io::Error::other(e.to_string()),
         })?;
@@ -408,14 +407,19 @@ pub struct Removed {
 }
 
 /// Removes a kept worktree and deletes its branch, and records the discard in the run dir.
-pub async fn discard(kept: &Kept, state_dir: &Path) -> Result<Removed> {
+pub async fn discard(kept: &Kept, state_dir: &StateDir) -> Result<Removed> {
     refuse_discarded(kept)?;
     remove(kept, state_dir, "discard", true).await
 }
 
 /// Removes the worktree (and its registration), then the branch when `force_branch` or when
 /// no commit of it is found only there; records the removal.
-async fn remove(kept: &Kept, state_dir: &Path, by: &str, force_branch: bool) -> Result<Removed> {
+async fn remove(
+    kept: &Kept,
+    state_dir: &StateDir,
+    by: &str,
+    force_branch: bool,
+) -> Result<Removed> {
     let repo = Path::new(&kept.repo);
     let path = Path::new(&kept.path);
     let removed = git_raw(
@@ -457,10 +461,10 @@ async fn remove(kept: &Kept, state_dir: &Path, by: &str, force_branch: bool) -> 
         path: PathBuf::from(&kept.run),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let run_dir = statedir::run_dir(state_dir, &run);
+    let run_dir = state_dir.run(&run);
     let record = Discard {
         by: by.to_owned(),
-        at: statedir::now().0,
+        at: clock::now().0,
         branch_kept: exists && !branch_deleted,
     };
     let file = discard_record(&run_dir, &kept.label, TaskId(kept.task));
@@ -471,7 +475,7 @@ async fn remove(kept: &Kept, state_dir: &Path, by: &str, force_branch: bool) -> 
         path: file.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    statedir::write_atomic(&file, &json, 0o644).map_err(|e| KeptError::Io {
+    write_atomic(&file, &json, 0o644).map_err(|e| KeptError::Io {
         path: file.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
@@ -518,8 +522,8 @@ pub struct GcRun {
 /// Removes the kept worktrees of finished runs that ended at least `older_than` before `now`
 /// (see the module's invariants). Looks at every run with a directory under
 /// `<state-dir>/worktrees/`, then prunes each repository's worktree list.
-pub async fn gc(state_dir: &Path, older_than: Duration, now: Timestamp) -> Result<Vec<GcRun>> {
-    let root = state_dir.join("worktrees");
+pub async fn gc(state_dir: &StateDir, older_than: Duration, now: Timestamp) -> Result<Vec<GcRun>> {
+    let root = state_dir.worktrees();
     let mut names: Vec<String> = match std::fs::read_dir(&root) {
         Ok(entries) => entries
             .flatten()
@@ -548,7 +552,7 @@ pub async fn gc(state_dir: &Path, older_than: Duration, now: Timestamp) -> Resul
 }
 
 async fn gc_run(
-    state_dir: &Path,
+    state_dir: &StateDir,
     name: &str,
     older_than: Duration,
     now: Timestamp,
@@ -558,23 +562,24 @@ async fn gc_run(
         entry.skipped = Some("not a run id".into());
         return Ok(());
     };
-    let run_dir = statedir::run_dir(state_dir, &run);
+    let run_dir = state_dir.run(&run);
     if !run_dir.exists() {
         entry.skipped = Some("no such run in the state dir".into());
         return Ok(());
     }
-    if let Owner::Live { pid } = statedir::owner(&run_dir) {
+    if let Owner::Live { pid } = run_dir.owner() {
         entry.skipped = Some(format!(
             "the run is live (pid {})",
             pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
         ));
         return Ok(());
     }
-    let journal =
-        sortie_journal::Journal::open_read_only(&run_dir).map_err(|source| KeptError::Journal {
+    let journal = sortie_journal::Journal::open_read_only(run_dir.path()).map_err(|source| {
+        KeptError::Journal {
             run: run.clone(),
             source,
-        })?;
+        }
+    })?;
     let state = journal.replay(None).map_err(|source| KeptError::Journal {
         run: run.clone(),
         source,

@@ -12,7 +12,9 @@ mod error;
 pub mod kept;
 pub mod process;
 pub use sortie_protocol as protocol;
-pub mod statedir;
+pub mod clock;
+pub mod files;
+pub mod layout;
 pub mod worktree;
 
 pub use error::{Error, Result};

@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 
 use sortie_core::PlannedWorktree;
 
+use crate::files::write_atomic;
+use crate::layout::StateDir;
 use crate::process::{self, ToolOutput};
-use crate::statedir;
 
 /// Serializes this process's changes to worktrees: git reads every worktree's metadata when it
 /// adds one, and a concurrent `git worktree add` may catch another one half-written ("failed
@@ -156,19 +157,12 @@ pub fn safe_name(label: &str, task: u32) -> String {
 
 /// Where a task's worktree goes and its branch: `<state-dir>/worktrees/<run>/<name>` and
 /// `sortie/<run>/<name>`, with `name` from [`safe_name`].
-pub fn location(state_dir: &Path, run: &str, label: &str, task: u32) -> (PathBuf, String) {
+pub fn location(state_dir: &StateDir, run: &str, label: &str, task: u32) -> (PathBuf, String) {
     let name = safe_name(label, task);
     (
-        state_dir.join("worktrees").join(run).join(&name),
+        state_dir.worktree(run, &name),
         format!("sortie/{run}/{name}"),
     )
-}
-
-/// Where a kept worktree's patch goes: `<run-dir>/patches/<name>.patch`.
-pub fn patch_path(run_dir: &Path, label: &str, task: u32) -> PathBuf {
-    run_dir
-        .join("patches")
-        .join(format!("{}.patch", safe_name(label, task)))
 }
 
 /// Where the agent runs: the worktree's counterpart of the task's `cwd` (the same subdirectory
@@ -427,7 +421,7 @@ pub async fn finalize(plan: &PlannedWorktree, patch: &Path) -> Result<Finalized,
         if let Some(dir) = patch.parent() {
             std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         }
-        statedir::write_atomic(patch, &diff.stdout, 0o644).map_err(|e| WorktreeError::Io {
+        write_atomic(patch, &diff.stdout, 0o644).map_err(|e| WorktreeError::Io {
             path: patch.to_path_buf(),
             source: std::io::Error::other(e.to_string()),
         })?;

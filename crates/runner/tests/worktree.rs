@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use sortie_runner::layout::StateDir;
 use sortie_runner::process::run_tool;
 use sortie_runner::worktree::{self, agent_cwd, location};
 
@@ -74,7 +75,7 @@ async fn run_tool_reports_output_exit_code_and_a_missing_program() {
 #[tokio::test]
 async fn create_and_finalize_are_idempotent() {
     let (_tmp, repo, state) = setup();
-    let (path, branch) = location(&state, "run1", "task one", 0);
+    let (path, branch) = location(&StateDir::new(&state), "run1", "task one", 0);
     assert!(
         path.ends_with("worktrees/run1/t0-task-one"),
         "{}",
@@ -127,7 +128,7 @@ async fn create_and_finalize_are_idempotent() {
 #[tokio::test]
 async fn changes_are_kept_with_a_patch_and_nothing_of_the_agents_is_committed() {
     let (_tmp, repo, state) = setup();
-    let (path, branch) = location(&state, "run2", "edit", 1);
+    let (path, branch) = location(&StateDir::new(&state), "run2", "edit", 1);
     let plan = worktree::plan(&repo, &path, &branch, false, &state.join("s.index"), &state)
         .await
         .expect("plan");
@@ -165,7 +166,7 @@ async fn include_wip_seeds_a_commit_and_leaves_the_users_index_alone() {
     git(&repo, &["add", "staged.txt"]);
     std::fs::write(repo.join("untracked.txt"), "u\n").expect("write");
     let status = git(&repo, &["status", "--porcelain"]);
-    let (path, branch) = location(&state, "run3", "wip", 2);
+    let (path, branch) = location(&StateDir::new(&state), "run3", "wip", 2);
     let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"), &state)
         .await
         .expect("plan");

@@ -43,7 +43,7 @@ fn ledger_view(state: &sortie_core::RunState, l: &Ledger) -> LedgerView {
 /// Audits a run.
 pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
     let run = run_id(run)?;
-    let journal = open_read(&g.state_dir, &run)?;
+    let journal = open_read(&g.layout(), &run)?;
     let audit = journal.audit();
     let clean = audit.is_clean();
     let mut out = std::io::stdout().lock();

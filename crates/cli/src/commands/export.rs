@@ -12,7 +12,7 @@ use crate::args::Global;
 /// Prints the run's events as JSON Lines on stdout.
 pub(crate) fn export(g: &Global, run: &str) -> Result<Code> {
     let run = run_id(run)?;
-    let journal = open_read(&g.state_dir, &run)?;
+    let journal = open_read(&g.layout(), &run)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     for record in journal.read(sortie_core::Seq(0), None) {
         let stamped = record?;

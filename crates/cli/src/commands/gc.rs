@@ -11,8 +11,8 @@ use crate::args::{GcArgs, Global};
 
 /// Collects old kept worktrees.
 pub(crate) fn gc(g: &Global, args: &GcArgs) -> Result<Code> {
-    let now = sortie_runner::statedir::now();
-    let report = block_on(sortie_runner::kept::gc(&g.state_dir, args.older_than, now))??;
+    let now = sortie_runner::clock::now();
+    let report = block_on(sortie_runner::kept::gc(&g.layout(), args.older_than, now))??;
     let failed = report.iter().any(|r| !r.failed.is_empty());
     let mut out = std::io::stdout().lock();
     if g.json {

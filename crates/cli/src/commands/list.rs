@@ -5,7 +5,8 @@ use std::io::Write;
 
 use crate::error::{Result, ResultExt};
 use serde::Serialize;
-use sortie_runner::statedir::{self, Owner};
+use sortie_runner::layout::index::IndexStatus;
+use sortie_runner::layout::{Owner, index};
 
 use super::Code;
 use crate::args::Global;
@@ -24,7 +25,7 @@ struct Row {
 /// Lists the runs.
 pub(crate) fn list(g: &Global) -> Result<Code> {
     let entries = if g.state_dir.exists() {
-        sortie_journal::index::list(&g.state_dir)
+        index::list(&g.layout())
             .with_context(|| format!("cannot list runs in {}", g.state_dir.display()))?
     } else {
         Vec::new()
@@ -32,18 +33,19 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
     let rows: Vec<Row> = entries
         .into_iter()
         .map(|e| {
-            let live = statedir::owner(&statedir::run_dir(&g.state_dir, &e.run_id));
+            let live = g.layout().run(&e.run_id).owner();
             let live_pid = match live {
                 Owner::Live { pid } => Some(pid.unwrap_or(0)),
                 Owner::Free => None,
             };
-            let status = match (live_pid, e.status.as_str()) {
-                (None, "running") => "interrupted".to_owned(),
-                (_, s) => s.to_owned(),
+            // A run whose owner died is resumable, whatever the index last heard.
+            let status = match (live_pid, e.status) {
+                (None, IndexStatus::Running) => IndexStatus::Interrupted,
+                (_, s) => s,
             };
             Row {
                 run_id: e.run_id.to_string(),
-                status,
+                status: status.to_string(),
                 live_pid,
                 tasks: e.tasks,
                 created: e.created.0,

@@ -11,10 +11,9 @@ mod replay;
 mod run;
 mod status;
 
-use std::path::Path;
-
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
+use sortie_runner::layout::{StateDir, index};
 
 use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
@@ -45,39 +44,32 @@ fn run_id(s: &str) -> Result<RunId> {
 }
 
 /// Opens a run's journal for reading: works while another process runs it.
-fn open_read(state_dir: &Path, run: &RunId) -> Result<Journal> {
-    let dir = sortie_journal::run_dir(state_dir, run);
+fn open_read(state_dir: &StateDir, run: &RunId) -> Result<Journal> {
+    let dir = state_dir.run(run);
     if !dir.exists() {
         return Err(CliError::usage(format_args!(
             "no run {run} in {} (see `sortie list`)",
-            state_dir.display()
+            state_dir.root().display()
         )));
     }
-    Journal::open_read_only(&dir).with_context(|| format!("cannot read run {run}"))
+    Journal::open_read_only(dir.path()).with_context(|| format!("cannot read run {run}"))
 }
 
 /// The newest run in the index, optionally only among unfinished ones.
-fn newest(state_dir: &Path, unfinished_only: bool) -> Result<RunId> {
-    let entries = sortie_journal::index::list(state_dir)
-        .with_context(|| format!("cannot list runs in {}", state_dir.display()))?;
+fn newest(state_dir: &StateDir, unfinished_only: bool) -> Result<RunId> {
+    let entries = index::list(state_dir)
+        .with_context(|| format!("cannot list runs in {}", state_dir.root().display()))?;
     entries
         .into_iter()
-        .find(|e| !unfinished_only || !is_finished_status(&e.status))
+        .find(|e| !unfinished_only || !e.status.is_finished())
         .map(|e| e.run_id)
         .ok_or_else(|| {
             CliError::usage(format_args!(
                 "no {}run in {}",
                 if unfinished_only { "unfinished " } else { "" },
-                state_dir.display()
+                state_dir.root().display()
             ))
         })
-}
-
-fn is_finished_status(status: &str) -> bool {
-    matches!(
-        status,
-        "completed" | "partial" | "failed" | "timeout" | "cancelled"
-    )
 }
 
 /// Runs a future of the runner (git through `process::run_tool`) to its end.
@@ -93,13 +85,8 @@ fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
 /// Task `label`'s kept worktree in run `run`, from the run's journal.
 fn find_kept(g: &crate::args::Global, run: &str, label: &str) -> Result<sortie_runner::kept::Kept> {
     let run = run_id(run)?;
-    let state = replay_all(&open_read(&g.state_dir, &run)?)?;
-    Ok(sortie_runner::kept::find(
-        &state,
-        &g.state_dir,
-        &run,
-        label,
-    )?)
+    let state = replay_all(&open_read(&g.layout(), &run)?)?;
+    Ok(sortie_runner::kept::find(&state, &g.layout(), &run, label)?)
 }
 
 /// Replays a run fully, turning a corrupt journal into an error that names the record.

@@ -20,7 +20,7 @@ struct ReplayView<'a> {
 /// Prints the timeline and the state as of `--at`.
 pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     let run = run_id(&args.run)?;
-    let journal = open_read(&g.state_dir, &run)?;
+    let journal = open_read(&g.layout(), &run)?;
     let upto = args.at.map(Seq);
     let mut state = RunState::new();
     let mut shown: Vec<Stamped> = Vec::new();

@@ -6,7 +6,7 @@ use crate::error::{CliError, Result, ResultExt};
 use sortie_batch::{self as batch, Overrides};
 use sortie_core::{RunOutcome, RunStatus};
 use sortie_runner::engine::{self, End, RunEnd, Takeover};
-use sortie_runner::statedir::{self, Owner};
+use sortie_runner::layout::Owner;
 
 use super::{Code, newest, open_read, run_id};
 use crate::args::{Global, RunArgs};
@@ -28,7 +28,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         agent: args.agent.clone(),
         model: args.model.clone(),
         allow_shared_writes: args.allow_shared_writes.then_some(true),
-        state_dir: Some(g.state_dir.clone()),
+        worktrees: Some(g.layout().absolute().worktrees()),
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let loaded = match (&args.batch, &args.prompt, args.command.is_empty()) {
@@ -49,7 +49,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
     let observer = output::observer(g.json);
-    let state_dir = absolute(&g.state_dir)?;
+    let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
 }
@@ -58,11 +58,11 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
 pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
     let run = match run {
         Some(r) => run_id(r)?,
-        None => newest(&g.state_dir, true)?,
+        None => newest(&g.layout(), true)?,
     };
     let observer = output::observer(g.json);
     let end = runtime()?.block_on(engine::take_over(
-        &absolute(&g.state_dir)?,
+        &g.layout().absolute(),
         run,
         Takeover::Resume,
         observer,
@@ -74,17 +74,17 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
 /// waits until it has; a dead run is taken over and its unfinished tasks cancelled here.
 pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
     let run = run_id(run)?;
-    let dir = statedir::run_dir(&g.state_dir, &run);
-    if let Owner::Live { pid } = statedir::owner(&dir) {
+    let dir = g.layout().run(&run);
+    if let Owner::Live { pid } = dir.owner() {
         let pid = pid.ok_or_else(|| {
             CliError::usage(format_args!("run {run} is live but its pid is unknown"))
         })?;
         signal_cancel(pid)?;
         eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
-        while matches!(statedir::owner(&dir), Owner::Live { .. }) {
+        while matches!(dir.owner(), Owner::Live { .. }) {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        let state = super::replay_all(&open_read(&g.state_dir, &run)?)?;
+        let state = super::replay_all(&open_read(&g.layout(), &run)?)?;
         return Ok(match state.status {
             RunStatus::Finished { state: s } => {
                 output::print_summary(g.json, &run, &state)?;
@@ -94,20 +94,12 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
         });
     }
     let end = runtime()?.block_on(engine::take_over(
-        &absolute(&g.state_dir)?,
+        &g.layout().absolute(),
         run,
         Takeover::Cancel,
         output::observer(g.json),
     ))?;
     Ok(report(g, &end))
-}
-
-/// The state dir as an absolute path: the engine hands paths under it to git, which runs in
-/// other directories (a worktree's patch and scratch index), so a relative `--state-dir` (the
-/// default `.sortie` is one) must not reach it.
-fn absolute(state_dir: &Path) -> Result<std::path::PathBuf> {
-    std::path::absolute(state_dir)
-        .with_context(|| format!("cannot resolve the state dir {}", state_dir.display()))
 }
 
 fn signal_cancel(pid: u32) -> anyhow::Result<()> {

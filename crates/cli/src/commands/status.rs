@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use crate::error::Result;
-use sortie_runner::statedir::{self, Owner};
+use sortie_runner::layout::Owner;
 
 use super::{Code, newest, open_read, replay_all, run_id};
 use crate::args::Global;
@@ -13,13 +13,13 @@ use crate::output;
 pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     let run = match run {
         Some(r) => run_id(r)?,
-        None => newest(&g.state_dir, false)?,
+        None => newest(&g.layout(), false)?,
     };
-    let live_pid = match statedir::owner(&statedir::run_dir(&g.state_dir, &run)) {
+    let live_pid = match g.layout().run(&run).owner() {
         Owner::Live { pid } => Some(pid.unwrap_or(0)),
         Owner::Free => None,
     };
-    let state = replay_all(&open_read(&g.state_dir, &run)?)?;
+    let state = replay_all(&open_read(&g.layout(), &run)?)?;
     let view = output::view(&run, &state, live_pid, false);
     let mut out = std::io::stdout().lock();
     if g.json {

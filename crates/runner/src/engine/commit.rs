@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use sortie_core::{Event, RunStatus, Seq, Stamped, Timestamp};
+use sortie_core::{Event, Seq, Stamped, Timestamp};
 
 use super::Engine;
-use crate::statedir::now;
+use crate::clock::now;
+use crate::layout::index::{self, IndexStatus, RunEntry};
 use crate::{Error, Result};
 
 impl Engine {
@@ -46,37 +47,31 @@ impl Engine {
     pub(super) fn journal_error(&self, source: sortie_journal::Error) -> Error {
         Error::JournalWrite {
             run: self.run_id.clone(),
-            path: self.run_dir.join("journal"),
+            path: self.run_dir.journal(),
             source,
         }
     }
 
     /// Creates the run's entry in the run index (`sortie list` reads it, never the journal).
     pub(super) fn index_entry(&self, source: &str) -> Result<()> {
-        let entry = sortie_journal::index::RunEntry {
+        let entry = RunEntry {
             run_id: self.run_id.clone(),
             created: now(),
             source: source.to_owned(),
             tasks: 0,
-            status: "running".to_owned(),
+            status: IndexStatus::Running,
             pid: std::process::id(),
             updated: now(),
         };
-        sortie_journal::index::write(&self.state_dir, &entry)?;
-        Ok(())
+        index::write(&self.state_dir, &entry)
     }
 
     /// Brings the run's index entry up to date with the state.
     pub(super) fn update_index(&self) {
-        let status = match &self.state.status {
-            RunStatus::Finished { state } => state.to_string(),
-            RunStatus::Interrupted { .. } => "interrupted".to_owned(),
-            _ => "running".to_owned(),
-        };
-        let tasks = self.state.tasks.len() as u32;
-        let updated = sortie_journal::index::update(&self.state_dir, &self.run_id, |e| {
-            e.status = status;
-            e.tasks = tasks;
+        let fresh = || RunEntry::from_state(self.run_id.clone(), &self.state, now());
+        let updated = index::update(&self.state_dir, &self.run_id, fresh, |e| {
+            e.status = IndexStatus::of(&self.state);
+            e.tasks = self.state.tasks.len() as u32;
             e.pid = std::process::id();
             e.updated = now();
         });

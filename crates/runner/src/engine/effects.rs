@@ -9,7 +9,7 @@ use sortie_core::{Event, TaskId, TaskResult, decide};
 
 use super::Engine;
 use crate::attempt;
-use crate::statedir;
+use crate::files::write_atomic;
 use crate::{Error, Result};
 
 impl Engine {
@@ -106,7 +106,7 @@ impl Engine {
                 source,
             })?;
         }
-        statedir::write_atomic(&path_buf, text, 0o644)?;
+        write_atomic(&path_buf, text, 0o644)?;
         Ok(Some(Event::ArtifactWritten {
             task,
             path,

@@ -28,7 +28,7 @@ impl Engine {
         rec: &TaskRecord,
         attempt: Attempt,
     ) -> (PathBuf, Vec<String>, Option<String>) {
-        let dir = session_dir(&self.run_dir, task, attempt);
+        let dir = self.run_dir.sessions(task.0, attempt.0);
         let mut args = vec!["--session-dir".to_owned(), dir.display().to_string()];
         let previous = rec
             .attempts
@@ -44,7 +44,7 @@ impl Engine {
                 p.continues
                     .clone()
                     .filter(|s| Path::new(s).is_file())
-                    .or_else(|| latest_session(&session_dir(&self.run_dir, task, p.attempt)))
+                    .or_else(|| latest_session(&self.run_dir.sessions(task.0, p.attempt.0)))
             });
         if let Some(session) = &continued {
             args.push("--session".to_owned());
@@ -118,7 +118,7 @@ impl Engine {
             .filter(|_| spec.command.is_none())
             .map(|kind| attempt::HomePlan {
                 kind,
-                dir: agent_home::dir_for(&self.run_dir, task.0, live.attempt.0),
+                dir: self.run_dir.agent_home(task.0, live.attempt.0),
                 user: agent_home::UserEnv::inherited(&env),
             });
         Some((
@@ -139,10 +139,7 @@ impl Engine {
                         self.incarnation()
                     ),
                 ),
-                stderr_log: self
-                    .run_dir
-                    .join("logs")
-                    .join(format!("{}.{}.stderr", task.0, live.attempt.0)),
+                stderr_log: self.run_dir.stderr_log(task.0, live.attempt.0),
                 protocol,
                 grace_turns: spec.grace_turns,
                 drive,
@@ -160,13 +157,6 @@ impl Engine {
             continues,
         ))
     }
-}
-
-/// Where attempt `attempt` of `task` keeps its agent session: `<run-dir>/sessions/<task>.<attempt>`.
-fn session_dir(run_dir: &Path, task: TaskId, attempt: Attempt) -> PathBuf {
-    run_dir
-        .join("sessions")
-        .join(format!("{}.{}", task.0, attempt.0))
 }
 
 /// The most recently modified session file (`*.jsonl`) in a session directory, if any.

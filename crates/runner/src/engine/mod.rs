@@ -42,7 +42,8 @@ use tokio::sync::mpsc;
 
 use crate::attempt::{AttemptHandle, Msg, StopRequest};
 use crate::batch::LoadedBatch;
-use crate::statedir::{self, OwnerLock, now};
+use crate::clock::{self, now};
+use crate::layout::{OwnerLock, RunDir, StateDir};
 use crate::{Error, Result};
 
 pub use launch::MARKER;
@@ -93,23 +94,23 @@ pub struct RunEnd {
 
 /// Starts a new run of a loaded batch and runs it to its end.
 pub async fn run(
-    state_dir: &Path,
+    state_dir: &StateDir,
     run_id: Option<RunId>,
     loaded: LoadedBatch,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
     survive_file_size_limit()?;
-    statedir::ensure_state_dir(state_dir)?;
-    let run_id = run_id.unwrap_or_else(statedir::new_run_id);
-    let dir = statedir::run_dir(state_dir, &run_id);
+    state_dir.ensure()?;
+    let run_id = run_id.unwrap_or_else(clock::new_run_id);
+    let dir = state_dir.run(&run_id);
     if dir.exists() {
         return Err(Error::RunExists(run_id));
     }
-    let journal = Journal::create(&dir)?;
-    let lock = statedir::acquire(&dir)?;
-    statedir::save_env(&dir, &loaded.env)?;
+    let journal = Journal::create(dir.path())?;
+    let lock = dir.acquire()?;
+    dir.save_env(&loaded.env)?;
     let parts = Parts {
-        state_dir: state_dir.to_path_buf(),
+        state_dir: state_dir.clone(),
         run_id: run_id.clone(),
         run_dir: dir,
         journal,
@@ -143,26 +144,26 @@ pub enum Takeover {
 /// sure no process of its attempts survives, records those attempts as orphaned, then resumes
 /// or cancels it.
 pub async fn take_over(
-    state_dir: &Path,
+    state_dir: &StateDir,
     run_id: RunId,
     how: Takeover,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
     survive_file_size_limit()?;
-    let dir = statedir::run_dir(state_dir, &run_id);
+    let dir = state_dir.run(&run_id);
     if !dir.exists() {
         return Err(Error::NoSuchRun(run_id));
     }
-    let lock = statedir::acquire(&dir)?;
+    let lock = dir.acquire()?;
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
-    let journal = Journal::open(&dir)?;
+    let journal = Journal::open(dir.path())?;
     let state = journal.replay(None)?;
     if let RunStatus::Finished { state: s } = state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
     }
-    let env = statedir::load_env(&dir, state.tasks.len())?;
+    let env = dir.load_env(state.tasks.len())?;
     let parts = Parts {
-        state_dir: state_dir.to_path_buf(),
+        state_dir: state_dir.clone(),
         run_id,
         run_dir: dir,
         journal,
@@ -199,9 +200,9 @@ fn survive_file_size_limit() -> Result<()> {
 
 /// What a run's owner holds, whether it started the run or took it over.
 struct Parts {
-    state_dir: PathBuf,
+    state_dir: StateDir,
     run_id: RunId,
-    run_dir: PathBuf,
+    run_dir: RunDir,
     journal: Journal,
     lock: OwnerLock,
     env: Vec<Vec<(String, String)>>,
@@ -216,9 +217,9 @@ struct Job {
 }
 
 struct Engine {
-    state_dir: PathBuf,
+    state_dir: StateDir,
     run_id: RunId,
-    run_dir: PathBuf,
+    run_dir: RunDir,
     journal: Arc<Journal>,
     _lock: OwnerLock,
     env: Vec<Vec<(String, String)>>,
@@ -404,7 +405,7 @@ impl Engine {
 
     fn io(&self, source: std::io::Error) -> Error {
         Error::Io {
-            path: self.run_dir.clone(),
+            path: self.run_dir.path().to_path_buf(),
             source,
         }
     }

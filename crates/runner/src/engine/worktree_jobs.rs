@@ -12,7 +12,7 @@ use sortie_core::{Event, PlannedWorktree, TaskId, TaskResult, decide};
 
 use super::{Engine, Job};
 use crate::Result;
-use crate::statedir::now;
+use crate::clock::now;
 use crate::worktree::{self, Finalized};
 
 /// A worktree job's report.
@@ -37,15 +37,14 @@ impl Engine {
         };
         let handle = match (kind, rec.worktree.clone()) {
             (JobKind::Plan, _) => {
-                let state_dir =
-                    std::fs::canonicalize(&self.state_dir).unwrap_or(self.state_dir.clone());
+                let state_dir = self.state_dir.canonical();
                 let (path, branch) =
                     worktree::location(&state_dir, self.run_id.as_str(), &spec.label, task.0);
                 let scratch = path.with_extension("index.tmp");
                 let cwd = PathBuf::from(&spec.cwd);
                 let wip = spec.include_wip;
                 let fut = async move {
-                    worktree::plan(&cwd, &path, &branch, wip, &scratch, &state_dir)
+                    worktree::plan(&cwd, &path, &branch, wip, &scratch, state_dir.root())
                         .await
                         .map_err(|e| e.to_string())
                 };
@@ -60,7 +59,9 @@ impl Engine {
                 })
             }
             (JobKind::Finalize, Some(plan)) => {
-                let patch = worktree::patch_path(&self.run_dir, &spec.label, task.0);
+                let patch = self
+                    .run_dir
+                    .patch(&worktree::safe_name(&spec.label, task.0));
                 tokio::spawn(async move {
                     let r = worktree::finalize(&plan, &patch)
                         .await

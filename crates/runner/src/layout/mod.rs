@@ -1,0 +1,320 @@
+//! Where everything of sortie's lives on disk: the one place that knows the state dir's tree.
+//!
+//! ```text
+//! <state-dir>/                      0700
+//!   runs/<run-id>/                  a run dir (RunDir)
+//!     journal/                      the run's journal (sled; owned by sortie-journal)
+//!     owner.lock                    held with flock by the one live process of the run
+//!     owner.pid                     that process's pid
+//!     env.json                      0600: the tasks' environment values, never journaled
+//!     logs/<task>.<attempt>.stderr  each attempt's stderr tail
+//!     agents/<task>.<attempt>/      each attempt's own agent config directory
+//!     sessions/<task>.<attempt>/    each attempt's agent session (continuable profiles)
+//!     patches/<name>.patch          a kept worktree's change
+//!     discarded/<name>.json         kept worktrees removed after the run (the journal is closed)
+//!   index/<run-id>                  the run index: one JSON file per run (`index`)
+//!   worktrees/<run-id>/<name>/      isolated tasks' git worktrees
+//! ```
+//!
+//! [`StateDir`] and [`RunDir`] hand out every one of these paths; nothing else in the product
+//! joins a path onto the state dir. A [`RunDir`] also takes and reports the run's owner lock,
+//! and keeps its environment file.
+
+pub mod index;
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use sortie_core::RunId;
+
+use crate::files::write_atomic;
+use crate::{Error, Result};
+
+/// A state dir (`--state-dir`, `SORTIE_DIR`, `./.sortie`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// The state dir at `root` (nothing is created).
+    pub fn new(root: impl Into<PathBuf>) -> StateDir {
+        StateDir { root: root.into() }
+    }
+
+    /// The same state dir with an absolute path (git runs elsewhere, so paths it is given
+    /// must not depend on this process's cwd). Falls back to the path as given.
+    pub fn absolute(&self) -> StateDir {
+        StateDir::new(std::path::absolute(&self.root).unwrap_or_else(|_| self.root.clone()))
+    }
+
+    /// The same state dir with symlinks resolved, when it exists.
+    pub fn canonical(&self) -> StateDir {
+        StateDir::new(fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone()))
+    }
+
+    /// Its root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the state dir (mode 0700) and its `runs/` if missing.
+    pub fn ensure(&self) -> Result<()> {
+        for dir in [self.root.clone(), self.runs()] {
+            private_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// `runs/`: one run dir per run.
+    pub fn runs(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    /// A run's directory (it may not exist).
+    pub fn run(&self, run: &RunId) -> RunDir {
+        RunDir {
+            id: run.clone(),
+            path: self.runs().join(run.as_str()),
+        }
+    }
+
+    /// `index/`: the run index.
+    pub fn index(&self) -> PathBuf {
+        self.root.join("index")
+    }
+
+    /// `worktrees/`: isolated tasks' worktrees, one directory per run.
+    pub fn worktrees(&self) -> PathBuf {
+        self.root.join("worktrees")
+    }
+
+    /// A run's worktrees.
+    pub fn run_worktrees(&self, run: &str) -> PathBuf {
+        self.worktrees().join(run)
+    }
+
+    /// One task's worktree, by its safe name.
+    pub fn worktree(&self, run: &str, name: &str) -> PathBuf {
+        self.run_worktrees(run).join(name)
+    }
+}
+
+/// One run's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    id: RunId,
+    path: PathBuf,
+}
+
+/// Proof that this process owns a run: the lock is released when it is dropped (or when the
+/// process dies, which is what makes a crashed run resumable).
+#[derive(Debug)]
+pub struct OwnerLock {
+    _lock: Flock<File>,
+}
+
+/// Who holds a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// A live process holds the run.
+    Live {
+        /// Its pid, when recorded.
+        pid: Option<u32>,
+    },
+    /// Nobody holds it.
+    Free,
+}
+
+impl RunDir {
+    /// The run.
+    pub fn id(&self) -> &RunId {
+        &self.id
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the run exists.
+    pub fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
+    /// The journal's directory (sortie-journal names it and owns what is inside).
+    pub fn journal(&self) -> PathBuf {
+        sortie_journal::db_dir(&self.path)
+    }
+
+    /// The owner lock file.
+    pub fn owner_lock(&self) -> PathBuf {
+        self.path.join("owner.lock")
+    }
+
+    /// The owner's pid file.
+    pub fn owner_pid(&self) -> PathBuf {
+        self.path.join("owner.pid")
+    }
+
+    /// The environment values of the tasks (0600).
+    pub fn env(&self) -> PathBuf {
+        self.path.join("env.json")
+    }
+
+    /// Where an attempt's stderr tail is kept.
+    pub fn stderr_log(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path
+            .join("logs")
+            .join(format!("{task}.{attempt}.stderr"))
+    }
+
+    /// An attempt's own agent config directory.
+    pub fn agent_home(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("agents").join(format!("{task}.{attempt}"))
+    }
+
+    /// An attempt's agent session directory.
+    pub fn sessions(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("sessions").join(format!("{task}.{attempt}"))
+    }
+
+    /// A kept worktree's patch, by its safe name.
+    pub fn patch(&self, name: &str) -> PathBuf {
+        self.path.join("patches").join(format!("{name}.patch"))
+    }
+
+    /// The record of a kept worktree removed after the run, by its safe name.
+    pub fn discarded(&self, name: &str) -> PathBuf {
+        self.path.join("discarded").join(format!("{name}.json"))
+    }
+
+    /// Takes ownership of the run, or says which pid holds it.
+    pub fn acquire(&self) -> Result<OwnerLock> {
+        let path = self.owner_lock();
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => {
+                let pid = std::process::id().to_string();
+                write_atomic(&self.owner_pid(), pid.as_bytes(), 0o600)?;
+                Ok(OwnerLock { _lock: lock })
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(Error::Live {
+                run_dir: self.path.clone(),
+                pid: self.read_pid(),
+            }),
+            Err((_, errno)) => Err(Error::Io {
+                path,
+                source: std::io::Error::from_raw_os_error(errno as i32),
+            }),
+        }
+    }
+
+    /// Whether a live process holds the run (without taking it).
+    pub fn owner(&self) -> Owner {
+        let Ok(file) = File::open(self.owner_lock()) else {
+            return Owner::Free;
+        };
+        match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(_shared) => Owner::Free,
+            Err(_) => Owner::Live {
+                pid: self.read_pid(),
+            },
+        }
+    }
+
+    fn read_pid(&self) -> Option<u32> {
+        fs::read_to_string(self.owner_pid())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Keeps the tasks' environment values in `env.json` (0600), outside the journal.
+    pub fn save_env(&self, env: &[Vec<(String, String)>]) -> Result<()> {
+        let bytes = serde_json::to_vec(env).map_err(|e| Error::Io {
+            path: self.env(),
+            source: std::io::Error::other(e),
+        })?;
+        write_atomic(&self.env(), &bytes, 0o600)
+    }
+
+    /// Reads the environment values saved by [`RunDir::save_env`]; a run without any has none.
+    pub fn load_env(&self, tasks: usize) -> Result<Vec<Vec<(String, String)>>> {
+        let path = self.env();
+        let mut env: Vec<Vec<(String, String)>> = match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Io {
+                path: path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        env.resize(tasks, Vec::new());
+        Ok(env)
+    }
+}
+
+/// Creates a directory and its missing parents, private to the user (0700).
+pub(crate) fn private_dir(dir: &Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_names_the_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = StateDir::new(tmp.path()).run(&RunId::new("r1").unwrap());
+        fs::create_dir_all(run.path()).unwrap();
+        assert_eq!(run.owner(), Owner::Free);
+        let lock = run.acquire().unwrap();
+        assert_eq!(
+            run.owner(),
+            Owner::Live {
+                pid: Some(std::process::id())
+            }
+        );
+        match run.acquire() {
+            Err(Error::Live { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+            other => panic!("expected Live, got {other:?}"),
+        }
+        drop(lock);
+        assert_eq!(run.owner(), Owner::Free);
+    }
+
+    #[test]
+    fn the_tree_is_the_documented_one() {
+        let s = StateDir::new("/s");
+        let r = s.run(&RunId::new("r1").unwrap());
+        assert_eq!(r.journal(), Path::new("/s/runs/r1/journal"));
+        assert_eq!(r.stderr_log(2, 3), Path::new("/s/runs/r1/logs/2.3.stderr"));
+        assert_eq!(r.agent_home(2, 3), Path::new("/s/runs/r1/agents/2.3"));
+        assert_eq!(r.sessions(2, 3), Path::new("/s/runs/r1/sessions/2.3"));
+        assert_eq!(r.patch("a"), Path::new("/s/runs/r1/patches/a.patch"));
+        assert_eq!(r.discarded("a"), Path::new("/s/runs/r1/discarded/a.json"));
+        assert_eq!(s.index(), Path::new("/s/index"));
+        assert_eq!(s.worktree("r1", "a"), Path::new("/s/worktrees/r1/a"));
+    }
+}
