@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::agent_home;
+use crate::agent::{self, Drive, HomePlan, home};
 use crate::process::{self, SpawnSpec};
 use crate::protocol::{self, Exit, RunPhase};
 use crate::statedir::now;
@@ -27,32 +27,6 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 /// How long a driven agent whose last call failed may stay silent before its stdin is closed:
 /// pi announces a retry of its own (`auto_retry_start`) right after such a run's end.
 const RETRY_SETTLE: Duration = Duration::from_secs(2);
-
-/// What sortie tells an agent whose budget ran out, when it can be steered.
-pub(crate) const WRAP_UP: &str = "You have reached your budget for this task. Stop starting new \
-work: give your final answer now, summarizing what you did and what is left.";
-
-/// How an agent driven over stdin is driven (pi's RPC mode).
-#[derive(Debug, Clone)]
-pub(crate) struct Drive {
-    /// The first command line: the prompt.
-    pub(crate) prompt_command: String,
-    /// The command line that asks the agent to wrap up, when it can be steered.
-    pub(crate) wrap_up_command: Option<String>,
-}
-
-impl Drive {
-    /// pi's RPC mode: `prompt`, and `steer` to wrap up.
-    pub(crate) fn pi_rpc(prompt: &str, can_steer: bool) -> Drive {
-        let command = |kind: &str, message: &str| {
-            serde_json::json!({ "type": kind, "message": message }).to_string()
-        };
-        Drive {
-            prompt_command: command("prompt", prompt),
-            wrap_up_command: can_steer.then(|| command("steer", WRAP_UP)),
-        }
-    }
-}
 
 /// What an attempt needs to know.
 #[derive(Debug, Clone)]
@@ -85,16 +59,6 @@ pub(crate) struct AttemptCtx {
     pub(crate) stderr_log: PathBuf,
     /// The attempt's own agent config directory, prepared right before the spawn.
     pub(crate) home: Option<HomePlan>,
-}
-
-/// Which agent home an attempt gets (see `agent_home`).
-#[derive(Debug, Clone)]
-pub(crate) struct HomePlan {
-    pub(crate) kind: agent_home::Kind,
-    /// `<run-dir>/agents/<task>.<attempt>`.
-    pub(crate) dir: PathBuf,
-    /// Where the user's own config is looked for.
-    pub(crate) user: agent_home::UserEnv,
 }
 
 /// A report from an attempt to the run loop.
@@ -227,12 +191,12 @@ fn keep_stderr(path: &std::path::Path, stderr: &str) {
 }
 
 /// Prepares an agent home off the async threads (it copies files).
-async fn prepare_home(plan: HomePlan) -> Result<agent_home::AgentHome, agent_home::HomeError> {
+async fn prepare_home(plan: HomePlan) -> Result<home::AgentHome, agent::HomeError> {
     let dir = plan.dir.clone();
-    tokio::task::spawn_blocking(move || agent_home::prepare(plan.kind, &plan.dir, &plan.user))
+    tokio::task::spawn_blocking(move || home::prepare(plan.agent, &plan.dir, &plan.user))
         .await
         .unwrap_or_else(|e| {
-            Err(agent_home::HomeError::Io {
+            Err(agent::HomeError::Io {
                 path: dir,
                 source: std::io::Error::other(e.to_string()),
             })
@@ -302,8 +266,8 @@ async fn run(
             Err(e) => {
                 let reason = match e {
                     // A file operation may work next time; a broken user config will not.
-                    agent_home::HomeError::Io { .. } => StopReason::SpawnError,
-                    agent_home::HomeError::Invalid { .. } => StopReason::SetupError,
+                    agent::HomeError::Io { .. } => StopReason::SpawnError,
+                    agent::HomeError::Invalid { .. } => StopReason::SetupError,
                 };
                 let msg = e.to_string();
                 return (

@@ -46,7 +46,7 @@ use crate::attempt::{self, AttemptCtx, AttemptHandle, Msg, StopRequest};
 use crate::batch::LoadedBatch;
 use crate::statedir::{self, OwnerLock, now};
 use crate::worktree::{self, Finalized};
-use crate::{Error, Result, agent_home, process, prompt};
+use crate::{Error, Result, agent, process, prompt};
 
 /// The environment variable that marks every attempt's process with
 /// `<run>/<task>/<attempt>/<incarnation>`, so that resume finds a crashed run's children even
@@ -1198,41 +1198,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The session arguments of a live attempt of a continuable pi profile (see
-    /// [`process::SESSION_ARGS`]): its own session directory under the run dir, and, when the
-    /// task's previous attempt was interrupted (a crash or a Ctrl-C) and left a session file,
-    /// that file to continue. Returns the directory, the arguments and the continued session.
-    fn session_plan(
-        &self,
-        task: TaskId,
-        rec: &TaskRecord,
-        attempt: Attempt,
-    ) -> (PathBuf, Vec<String>, Option<String>) {
-        let dir = session_dir(&self.run_dir, task, attempt);
-        let mut args = vec!["--session-dir".to_owned(), dir.display().to_string()];
-        let previous = rec
-            .attempts
-            .len()
-            .checked_sub(2)
-            .and_then(|i| rec.attempts.get(i));
-        let continued = previous
-            .filter(|p| {
-                p.outcome()
-                    .is_some_and(|o| o.stop_reason == StopReason::Interrupted)
-            })
-            .and_then(|p| {
-                p.continues
-                    .clone()
-                    .filter(|s| Path::new(s).is_file())
-                    .or_else(|| latest_session(&session_dir(&self.run_dir, task, p.attempt)))
-            });
-        if let Some(session) = &continued {
-            args.push("--session".to_owned());
-            args.push(session.clone());
-        }
-        (dir, args, continued)
-    }
-
     fn attempt_ctx(&self, task: TaskId) -> Option<(AttemptCtx, Option<String>)> {
         let batch = self.state.batch.as_ref()?;
         let spec = self.state.spec(task)?;
@@ -1243,13 +1208,6 @@ impl Engine {
             (Isolation::Worktree, Some(plan)) => worktree::agent_cwd(plan, &spec.cwd),
             _ => PathBuf::from(&spec.cwd),
         };
-        let vars = process::Vars {
-            prompt: prompt_text,
-            model: live.model.clone(),
-            cwd: cwd.display().to_string(),
-            attempt: live.attempt.0,
-            label: spec.label.clone(),
-        };
         let profile_name = if spec.command.is_some() {
             "command"
         } else {
@@ -1259,29 +1217,22 @@ impl Engine {
             .agents
             .get(profile_name)
             .or_else(|| batch.agents.get(&spec.agent))?;
-        let mut vars = vars;
-        if spec.command.is_none() && profile.protocol == sortie_core::Protocol::PiJson {
-            vars.prompt = crate::protocol::pi::guard_prompt(&vars.prompt).into_owned();
-        }
-        let protocol = if spec.command.is_some() {
-            sortie_core::Protocol::Plain
-        } else {
-            profile.protocol
-        };
-        let pi = matches!(
-            protocol,
-            sortie_core::Protocol::PiJson | sortie_core::Protocol::PiRpc
+        let env = self.env.get(task.index()).cloned().unwrap_or_default();
+        // The agent the profile speaks (none for a task's own command) shapes the launch: its
+        // prompt, session, stdin drive and per-attempt home (see `agent`).
+        let plan = agent::launch_plan(
+            &agent::LaunchInput {
+                profile,
+                spec,
+                rec,
+                task,
+                live,
+                run_dir: &self.run_dir,
+                cwd: &cwd,
+                env: &env,
+            },
+            prompt_text,
         );
-        let (session_dir, session_args, continues) = if pi && profile.can_continue {
-            let (dir, args, continues) = self.session_plan(task, rec, live.attempt);
-            (Some(dir), args, continues)
-        } else {
-            (None, Vec::new(), None)
-        };
-        let drive = (protocol == sortie_core::Protocol::PiRpc)
-            .then(|| attempt::Drive::pi_rpc(&vars.prompt, profile.can_steer));
-        let argv = process::render_argv(profile, spec.command.as_deref(), &vars)
-            .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &session_args));
         let prior = sortie_core::Usage::sum(
             rec.attempts[..rec.attempts.len().saturating_sub(1)]
                 .iter()
@@ -1291,24 +1242,14 @@ impl Engine {
             (Some(d), Some(ready)) => Some(ready.plus(d)),
             _ => None,
         };
-        let env = self.env.get(task.index()).cloned().unwrap_or_default();
-        // An agent that keeps state in a config directory gets its own per attempt, seeded
-        // from the user's (see `agent_home`); a task's own `command` is plain and gets none.
-        let home = agent_home::Kind::for_protocol(profile.protocol)
-            .filter(|_| spec.command.is_none())
-            .map(|kind| attempt::HomePlan {
-                kind,
-                dir: agent_home::dir_for(&self.run_dir, task.0, live.attempt.0),
-                user: agent_home::UserEnv::inherited(&env),
-            });
         Some((
             AttemptCtx {
                 task,
                 attempt: live.attempt,
-                argv,
+                argv: plan.argv,
                 cwd,
                 env,
-                home,
+                home: plan.home,
                 marker: (
                     MARKER.to_owned(),
                     format!(
@@ -1323,10 +1264,10 @@ impl Engine {
                     .run_dir
                     .join("logs")
                     .join(format!("{}.{}.stderr", task.0, live.attempt.0)),
-                protocol,
+                protocol: plan.protocol,
                 grace_turns: spec.grace_turns,
-                drive,
-                session_dir,
+                drive: plan.drive,
+                session_dir: plan.session_dir,
                 attempt_timeout: spec.attempt_timeout,
                 deadline_at,
                 stall_after: spec.stall_after,
@@ -1337,7 +1278,7 @@ impl Engine {
                 max_cost_nanos: spec.max_cost_nanos,
                 prior,
             },
-            continues,
+            plan.continues,
         ))
     }
 
@@ -1629,27 +1570,6 @@ fn parse_marker(value: &str, run: &RunId) -> Option<(TaskId, Attempt, Option<u64
         None => None,
     };
     Some((TaskId(task), Attempt(attempt), incarnation))
-}
-
-/// Where attempt `attempt` of `task` keeps its agent session: `<run-dir>/sessions/<task>.<attempt>`.
-fn session_dir(run_dir: &Path, task: TaskId, attempt: Attempt) -> PathBuf {
-    run_dir
-        .join("sessions")
-        .join(format!("{}.{}", task.0, attempt.0))
-}
-
-/// The most recently modified session file (`*.jsonl`) in a session directory, if any.
-fn latest_session(dir: &Path) -> Option<String> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
-        .filter_map(|e| {
-            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
-            Some((modified, e.path()))
-        })
-        .max()
-        .map(|(_, p)| p.display().to_string())
 }
 
 /// A deterministic jitter seed for a task's retry.

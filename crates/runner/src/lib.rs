@@ -6,9 +6,10 @@
 //! against the state, appends it to the journal (durable on return), then applies it.
 
 mod admission;
-pub mod agent_home;
+mod agent;
 mod attempt;
 pub mod batch;
+pub mod clock;
 pub mod engine;
 mod error;
 pub mod kept;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{Flock, FlockArg};
-use sortie_core::{RunId, Timestamp};
+use sortie_core::RunId;
 
 use crate::{Error, Result};
 
@@ -37,14 +37,8 @@ pub fn run_dir(state_dir: &Path, run: &RunId) -> PathBuf {
     sortie_journal::run_dir(state_dir, run)
 }
 
-/// The current wall-clock time.
-pub fn now() -> Timestamp {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    Timestamp(u64::try_from(ms).unwrap_or(u64::MAX))
-}
+/// The current wall-clock time (it lives in [`crate::clock`]).
+pub use crate::clock::now;
 
 /// A fresh run id: `YYYYMMDD-HHMMSS-xxxx` (UTC) with a suffix from the pid and the clock.
 pub fn new_run_id() -> RunId {
