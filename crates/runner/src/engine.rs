@@ -1242,14 +1242,14 @@ impl Engine {
             (Some(d), Some(ready)) => Some(ready.plus(d)),
             _ => None,
         };
+        let continues = plan.continues.clone();
         Some((
             AttemptCtx {
                 task,
                 attempt: live.attempt,
-                argv: plan.argv,
+                launch: plan,
                 cwd,
                 env,
-                home: plan.home,
                 marker: (
                     MARKER.to_owned(),
                     format!(
@@ -1264,21 +1264,20 @@ impl Engine {
                     .run_dir
                     .join("logs")
                     .join(format!("{}.{}.stderr", task.0, live.attempt.0)),
-                protocol: plan.protocol,
-                grace_turns: spec.grace_turns,
-                drive: plan.drive,
-                session_dir: plan.session_dir,
-                attempt_timeout: spec.attempt_timeout,
-                deadline_at,
-                stall_after: spec.stall_after,
-                stall_kill_after: spec.stall_kill_after,
+                limits: attempt::Limits {
+                    attempt_timeout: spec.attempt_timeout,
+                    deadline_at,
+                    stall_after: spec.stall_after,
+                    stall_kill_after: spec.stall_kill_after,
+                    max_turns: spec.max_turns,
+                    max_tokens: spec.max_tokens,
+                    max_cost_nanos: spec.max_cost_nanos,
+                    grace_turns: spec.grace_turns,
+                    prior,
+                },
                 kill_grace: spec.kill_grace,
-                max_turns: spec.max_turns,
-                max_tokens: spec.max_tokens,
-                max_cost_nanos: spec.max_cost_nanos,
-                prior,
             },
-            plan.continues,
+            continues,
         ))
     }
 
