@@ -205,3 +205,139 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod plan_tests {
+    use sortie_core::state::AttemptEnd;
+    use sortie_core::{Attempt, AttemptOutcome, StopReason, TaskState, Timestamp};
+
+    use super::*;
+    use crate::batch::{Overrides, one_off_command, one_off_prompt};
+
+    fn attempt(n: u32, end: Option<AttemptEnd>) -> AttemptRecord {
+        AttemptRecord {
+            attempt: Attempt(n),
+            model: None,
+            launched_at: Timestamp(0),
+            pid: None,
+            start_time: None,
+            usage: sortie_core::Usage::ZERO,
+            stalled: false,
+            side_effects: false,
+            continues: None,
+            end,
+        }
+    }
+
+    fn record(attempts: Vec<AttemptRecord>) -> TaskRecord {
+        TaskRecord {
+            state: TaskState::Pending,
+            ready_at: None,
+            setup: None,
+            worktree: None,
+            attempts,
+            artifact: None,
+            worktree_final: None,
+        }
+    }
+
+    /// The plan of the last attempt of `rec` for a one-off task.
+    fn plan(batch: &crate::batch::LoadedBatch, rec: &TaskRecord, run_dir: &Path) -> LaunchPlan {
+        let spec = &batch.batch.tasks[0];
+        let name = if spec.command.is_some() {
+            "command"
+        } else {
+            &spec.agent
+        };
+        let input = LaunchInput {
+            profile: &batch.batch.agents[name],
+            spec,
+            rec,
+            task: TaskId(0),
+            live: rec.attempts.last().unwrap(),
+            run_dir,
+            cwd: Path::new("/w"),
+            env: &[],
+        };
+        launch_plan(&input, "-p, a prompt".into())
+    }
+
+    fn one_off(agent: &str) -> crate::batch::LoadedBatch {
+        let o = Overrides::default();
+        one_off_prompt("unused", Some(agent), None, Path::new("/"), &o).unwrap()
+    }
+
+    #[test]
+    fn pi_json_guards_the_prompt_and_gets_a_home_but_no_session() {
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("pi"), &rec, Path::new("/run"));
+        let argv = p.argv.unwrap();
+        assert_eq!(argv.last().map(String::as_str), Some(" -p, a prompt"));
+        assert_eq!(p.protocol, Protocol::PiJson);
+        assert!(p.drive.is_none() && p.session_dir.is_none() && p.continues.is_none());
+        let home = p.home.unwrap();
+        assert_eq!(
+            (home.agent.name(), home.dir),
+            ("pi", PathBuf::from("/run/agents/0.1"))
+        );
+    }
+
+    #[test]
+    fn pi_rpc_is_driven_keeps_its_session_and_continues_an_interrupted_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path();
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("pi-rpc"), &rec, run);
+        let drive = p.drive.unwrap();
+        assert!(
+            drive.prompt_command.contains("\"-p, a prompt\""),
+            "not guarded on stdin"
+        );
+        assert!(drive.wrap_up_command.is_some(), "pi-rpc can steer");
+        let first = run.join("sessions/0.1");
+        assert_eq!(p.session_dir.as_deref(), Some(first.as_path()));
+        let argv = p.argv.unwrap();
+        let at = argv.iter().position(|a| a == "--session-dir").unwrap();
+        assert_eq!(argv[at + 1], first.display().to_string());
+        assert!(!argv.iter().any(|a| a == "--session" || a.contains('{')));
+        assert!(p.continues.is_none());
+
+        // The retry of an interrupted attempt continues its latest session file.
+        std::fs::create_dir_all(&first).unwrap();
+        let file = first.join("s.jsonl");
+        std::fs::write(&file, "{}").unwrap();
+        let interrupted = AttemptEnd::Finished {
+            outcome: AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
+            output: String::new(),
+            at: Timestamp(1),
+        };
+        let rec = record(vec![attempt(1, Some(interrupted)), attempt(2, None)]);
+        let p = plan(&one_off("pi-rpc"), &rec, run);
+        let file = file.display().to_string();
+        assert_eq!(p.continues.as_deref(), Some(file.as_str()));
+        let argv = p.argv.unwrap();
+        let at = argv.iter().position(|a| a == "--session").unwrap();
+        assert_eq!(argv[at + 1], file);
+        assert_eq!(p.session_dir, Some(run.join("sessions/0.2")));
+    }
+
+    #[test]
+    fn claude_gets_its_home_and_a_task_command_is_no_agent() {
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        assert_eq!(
+            p.argv.unwrap().last().map(String::as_str),
+            Some("-p, a prompt")
+        );
+        assert_eq!(p.home.map(|h| h.agent.name()), Some("claude"));
+        assert!(p.drive.is_none() && p.session_dir.is_none());
+
+        let o = Overrides::default();
+        let argv = ["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
+        let batch = one_off_command(&argv, Path::new("/"), &o).unwrap();
+        let p = plan(&batch, &rec, Path::new("/run"));
+        assert_eq!(p.protocol, Protocol::Plain);
+        assert_eq!(p.argv.unwrap(), argv);
+        assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
+    }
+}
