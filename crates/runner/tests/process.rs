@@ -9,11 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sortie_core::{AgentProfile, AttemptStatus, Protocol, StopReason};
+use sortie_protocol::{Exit, reader_for};
 use sortie_runner::process::{
     Child, KillResult, MAX_LINE_BYTES, RenderError, STDERR_TAIL_BYTES, SpawnError, SpawnSpec, Vars,
     find_marked, is_running, kill_group_if_same, process_start_time, render_argv, spawn,
 };
-use sortie_runner::protocol::{Exit, reader_for};
 
 const MARK: &str = "SORTIE_TEST_ATTEMPT";
 

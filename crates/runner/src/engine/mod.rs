@@ -41,10 +41,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::attempt::{AttemptHandle, Msg, StopRequest};
-use crate::batch::LoadedBatch;
 use crate::clock::{self, now};
 use crate::layout::{OwnerLock, RunDir, StateDir};
 use crate::{Error, Result};
+use sortie_batch::LoadedBatch;
 
 pub use launch::MARKER;
 

@@ -1,0 +1,122 @@
+//! Claude Code: `claude -p --output-format stream-json` (`claude-stream-json`).
+//!
+//! Launched as its template says (its `--` makes any prompt safe). Home: `$CLAUDE_CONFIG_DIR`
+//! (default `~/.claude`, plus the global `~/.claude.json` beside it), seeded by allow-list, with
+//! `CLAUDE_CODE_MAX_RETRIES=0` and its `DISABLE_*` switches for start-up traffic.
+
+use std::path::Path;
+
+use sortie_core::Protocol;
+
+use super::Agent;
+use super::home::{HomeError, Rules, UserEnv, copy_if_present};
+
+/// Claude Code.
+#[derive(Debug)]
+pub(super) struct Claude;
+
+impl Agent for Claude {
+    fn name(&self) -> &'static str {
+        "claude"
+    }
+
+    fn speaks(&self, protocol: Protocol) -> bool {
+        protocol == Protocol::ClaudeStreamJson
+    }
+
+    fn home(&self) -> Option<&'static Rules> {
+        Some(&CLAUDE)
+    }
+
+    fn seed_home(&self, user: Option<&Path>, dir: &Path, env: &UserEnv) -> Result<(), HomeError> {
+        // Claude Code keeps its global state in `$CLAUDE_CONFIG_DIR/.claude.json` when the
+        // variable is set, else in `~/.claude.json` (beside, not inside, `~/.claude`). This
+        // is the file concurrent processes corrupt: each attempt gets its own copy.
+        let global = match env.get(CLAUDE.env_var) {
+            Some(_) => user.map(|u| u.join(".claude.json")),
+            None => env.get("HOME").map(|h| Path::new(h).join(".claude.json")),
+        };
+        if let Some(global) = global {
+            copy_if_present(&global, &dir.join(".claude.json"))?;
+        }
+        Ok(())
+    }
+}
+
+const CLAUDE: Rules = Rules {
+    env_var: "CLAUDE_CONFIG_DIR",
+    default_dir: ".claude",
+    // `.claude.json` is copied from `$HOME` or the user's config dir (see `prepare`).
+    copy: &["settings.json", "CLAUDE.md"],
+    link: &[
+        ".credentials.json",
+        "agents",
+        "commands",
+        "skills",
+        "plugins",
+        "output-styles",
+    ],
+    env: &[
+        ("CLAUDE_CODE_MAX_RETRIES", "0"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ],
+};
+
+#[cfg(test)]
+mod tests {
+    use super::super::home::prepare;
+    use super::super::home::testing::write;
+    use super::*;
+
+    #[test]
+    fn claude_home_copies_the_global_file_links_credentials_and_sets_no_retries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        write(&home.join(".claude.json"), r#"{"numStartups":3}"#);
+        write(
+            &home.join(".claude/.credentials.json"),
+            r#"{"claudeAiOauth":{}}"#,
+        );
+        write(&home.join(".claude/settings.json"), r#"{"model":"x"}"#);
+        write(&home.join(".claude/projects/p/s.jsonl"), "{}");
+        write(&home.join(".claude/history.jsonl"), "{}");
+        write(&home.join(".claude/todos/t.json"), "[]");
+        let env = UserEnv::from_pairs([("HOME", home.to_str().unwrap())]);
+        let dir = tmp.path().join("h");
+        let h = prepare(&Claude, &dir, &env).unwrap();
+        let global = std::fs::symlink_metadata(dir.join(".claude.json")).unwrap();
+        assert!(
+            global.is_file(),
+            "each attempt has its own copy of .claude.json"
+        );
+        let creds = std::fs::symlink_metadata(dir.join(".credentials.json")).unwrap();
+        assert!(creds.file_type().is_symlink());
+        assert!(dir.join("settings.json").is_file());
+        for skipped in ["projects", "history.jsonl", "todos"] {
+            assert!(!dir.join(skipped).exists(), "{skipped}");
+        }
+        let env = h.child_env(&[]);
+        assert!(env.contains(&("CLAUDE_CODE_MAX_RETRIES".into(), "0".into())));
+        assert_eq!(
+            env.last(),
+            Some(&("CLAUDE_CONFIG_DIR".into(), dir.display().to_string()))
+        );
+
+        // With CLAUDE_CONFIG_DIR set, the global file is inside it.
+        let cfg = tmp.path().join("cfg");
+        write(&cfg.join(".claude.json"), r#"{"inside":true}"#);
+        let env = UserEnv::from_pairs([
+            ("HOME", home.to_str().unwrap()),
+            ("CLAUDE_CONFIG_DIR", cfg.to_str().unwrap()),
+        ]);
+        let dir2 = tmp.path().join("h2");
+        prepare(&Claude, &dir2, &env).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir2.join(".claude.json")).unwrap(),
+            r#"{"inside":true}"#
+        );
+    }
+}

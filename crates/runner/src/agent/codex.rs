@@ -1,0 +1,275 @@
+//! Codex: `codex exec --json` (`codex-json`).
+//!
+//! Launched as its template says. Home: `$CODEX_HOME` (default `~/.codex`), seeded by
+//! allow-list; its `config.toml` (and each `<profile>.config.toml` layer) is rewritten with
+//! every custom provider's retries off and, in the base layer, no start-up traffic and a
+//! writable sandbox where the user set nothing.
+
+use std::io;
+use std::path::Path;
+
+use sortie_core::Protocol;
+
+use super::Agent;
+use super::home::{HomeError, Rules, UserEnv, io_err};
+
+/// Codex.
+#[derive(Debug)]
+pub(super) struct Codex;
+
+impl Agent for Codex {
+    fn name(&self) -> &'static str {
+        "codex"
+    }
+
+    fn speaks(&self, protocol: Protocol) -> bool {
+        protocol == Protocol::CodexJson
+    }
+
+    fn home(&self) -> Option<&'static Rules> {
+        Some(&CODEX)
+    }
+
+    fn seed_home(&self, user: Option<&Path>, dir: &Path, _env: &UserEnv) -> Result<(), HomeError> {
+        if let Some(user) = user.filter(|u| u.is_dir()) {
+            for profile in codex_profile_layers(user)? {
+                write_codex_config(Some(&user.join(&profile)), &dir.join(&profile), false)?;
+            }
+        }
+        let from = user.map(|u| u.join("config.toml"));
+        write_codex_config(from.as_deref(), &dir.join("config.toml"), true)
+    }
+}
+
+const CODEX: Rules = Rules {
+    env_var: "CODEX_HOME",
+    default_dir: ".codex",
+    // config.toml (and any `<profile>.config.toml`) is rewritten, not copied (see `prepare`).
+    copy: &["AGENTS.md", "instructions.md"],
+    link: &["auth.json", "prompts", "skills"],
+    env: &[],
+};
+
+/// The names of the user's Codex profile layers (`<name>.config.toml`, which `codex -p <name>`
+/// layers over `config.toml`).
+fn codex_profile_layers(user: &Path) -> Result<Vec<String>, HomeError> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(user).map_err(io_err(user))? {
+        let entry = entry.map_err(io_err(user))?;
+        if let Some(name) = entry.file_name().to_str()
+            && name.ends_with(".config.toml")
+            && name != ".config.toml"
+            && entry.path().is_file()
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Codex settings the home gives when the user's `config.toml` does not set them: no update
+/// check, no analytics, no curated-plugins sync (a git fetch from GitHub at every start, into
+/// each attempt's fresh home; the user's installed plugins are not carried over anyway). The
+/// base layer also gets `sandbox_mode = "workspace-write"` when the user set none (see
+/// [`write_codex_config`]).
+const CODEX_DEFAULTS: &[(&[&str], bool)] = &[
+    (&["check_for_update_on_startup"], false),
+    (&["analytics", "enabled"], false),
+    (&["features", "plugins"], false),
+];
+
+/// Writes a Codex config layer: the user's (if any) with `request_max_retries = 0` and
+/// `stream_max_retries = 0` in every `[model_providers.<id>]` table (request retries: up to 4
+/// more HTTP requests per attempt, invisible; stream retries: up to 5 more attempts, visible as
+/// `Reconnecting... n/5` error events: 30 requests over about 25 s for a persistent 500). The
+/// base layer (`base`) also gets [`CODEX_DEFAULTS`] and `sandbox_mode = "workspace-write"`
+/// where the user set nothing: `codex exec` is read-only otherwise, so its commands fail (and
+/// the stream does not always show them). Codex's built-in providers (`openai`, `ollama`,
+/// `lmstudio`) cannot be given settings (Codex refuses to start), so their retries stay on.
+fn write_codex_config(from: Option<&Path>, to: &Path, base: bool) -> Result<(), HomeError> {
+    use toml::{Table, Value};
+    let invalid = |message: String| HomeError::Invalid {
+        path: from.map(Path::to_path_buf).unwrap_or_default(),
+        message,
+    };
+    let mut config = match from.map(std::fs::read_to_string) {
+        Some(Ok(text)) => text
+            .parse::<Table>()
+            .map_err(|e| invalid(format!("not valid TOML: {e}")))?,
+        Some(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(invalid("not UTF-8 text".into()));
+        }
+        Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(HomeError::Io {
+                path: from.map(Path::to_path_buf).unwrap_or_default(),
+                source: e,
+            });
+        }
+        _ => Table::new(),
+    };
+    if let Some(providers) = config.get_mut("model_providers") {
+        let Value::Table(providers) = providers else {
+            return Err(invalid("model_providers must be a table".into()));
+        };
+        for (id, provider) in providers.iter_mut() {
+            let Value::Table(provider) = provider else {
+                return Err(invalid(format!("model_providers.{id} must be a table")));
+            };
+            provider.insert("request_max_retries".into(), Value::Integer(0));
+            provider.insert("stream_max_retries".into(), Value::Integer(0));
+        }
+    }
+    if base {
+        for (path, value) in CODEX_DEFAULTS {
+            set_default(&mut config, path, Value::Boolean(*value));
+        }
+        set_default(
+            &mut config,
+            &["sandbox_mode"],
+            Value::String("workspace-write".into()),
+        );
+    }
+    let text = toml::to_string(&config).map_err(|e| invalid(e.to_string()))?;
+    std::fs::write(to, text).map_err(io_err(to))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o600)).map_err(io_err(to))
+}
+
+/// Sets `path` (a dotted key) to `value` unless the user set it; a non-table on the way (which
+/// Codex would reject anyway) is left alone.
+fn set_default(table: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut t = table;
+    for key in parents {
+        let entry = t
+            .entry((*key).to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        match entry {
+            toml::Value::Table(next) => t = next,
+            _ => return,
+        }
+    }
+    t.entry((*last).to_owned()).or_insert(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::home::prepare;
+    use super::super::home::testing::{snapshot, write};
+    use super::*;
+
+    #[test]
+    fn codex_home_rewrites_config_links_auth_and_turns_retries_off() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        write(
+            &home.join(".codex/config.toml"),
+            "model = \"m\"\nmodel_provider = \"gw\"\nsandbox_mode = \"danger-full-access\"\n\
+             [model_providers.gw]\nname = \"gw\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             wire_api = \"responses\"\nenv_key = \"GW_KEY\"\nrequest_max_retries = 4\n\
+             [model_providers.other]\nbase_url = \"http://h/v1\"\n\
+             [analytics]\nenabled = true\n\
+             [projects.\"/work/p\"]\ntrust_level = \"trusted\"\n",
+        );
+        write(
+            &home.join(".codex/work.config.toml"),
+            "[model_providers.w]\nbase_url = \"http://w/v1\"\n",
+        );
+        write(&home.join(".codex/auth.json"), "{}");
+        write(&home.join(".codex/sessions/2026/x.jsonl"), "{}");
+        write(&home.join(".codex/history.jsonl"), "{}");
+        write(&home.join(".codex/state_5.sqlite"), "db");
+        let before = snapshot(&home);
+        let env = UserEnv::from_pairs([("HOME", home.to_str().unwrap())]);
+        let dir = tmp.path().join("h");
+        let h = prepare(&Codex, &dir, &env).unwrap();
+
+        let read = |name: &str| -> toml::Table {
+            let p = dir.join(name);
+            assert!(std::fs::symlink_metadata(&p).unwrap().is_file(), "{name}");
+            std::fs::read_to_string(p).unwrap().parse().unwrap()
+        };
+        let c = read("config.toml");
+        let gw = &c["model_providers"]["gw"];
+        assert_eq!(gw["request_max_retries"].as_integer(), Some(0));
+        assert_eq!(gw["stream_max_retries"].as_integer(), Some(0));
+        assert_eq!(gw["env_key"].as_str(), Some("GW_KEY"));
+        assert_eq!(
+            c["model_providers"]["other"]["stream_max_retries"].as_integer(),
+            Some(0)
+        );
+        assert_eq!(c["model"].as_str(), Some("m"));
+        assert_eq!(
+            c["sandbox_mode"].as_str(),
+            Some("danger-full-access"),
+            "the user's choice stays"
+        );
+        assert_eq!(
+            c["analytics"]["enabled"].as_bool(),
+            Some(true),
+            "the user's choice stays"
+        );
+        assert_eq!(c["check_for_update_on_startup"].as_bool(), Some(false));
+        assert_eq!(c["features"]["plugins"].as_bool(), Some(false));
+        assert_eq!(
+            c["projects"]["/work/p"]["trust_level"].as_str(),
+            Some("trusted")
+        );
+        let w = read("work.config.toml");
+        assert_eq!(
+            w["model_providers"]["w"]["request_max_retries"].as_integer(),
+            Some(0)
+        );
+        assert!(
+            w.get("features").is_none(),
+            "defaults only in the base layer"
+        );
+
+        assert!(
+            std::fs::symlink_metadata(dir.join("auth.json"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        for skipped in ["sessions", "history.jsonl", "state_5.sqlite"] {
+            assert!(!dir.join(skipped).exists(), "{skipped}");
+        }
+        assert_eq!(h.pointer.0, "CODEX_HOME");
+        assert!(h.defaults.is_empty());
+        assert_eq!(snapshot(&home), before, "the user's dir is only read");
+    }
+
+    #[test]
+    fn codex_home_without_user_config_gets_the_defaults() {
+        let tmp = tempfile::tempdir().unwrap();
+        let env = UserEnv::from_pairs([("HOME", tmp.path().join("nobody").to_str().unwrap())]);
+        let dir = tmp.path().join("h");
+        prepare(&Codex, &dir, &env).unwrap();
+        let c: toml::Table = std::fs::read_to_string(dir.join("config.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(c["sandbox_mode"].as_str(), Some("workspace-write"));
+        assert_eq!(c["analytics"]["enabled"].as_bool(), Some(false));
+        assert!(c.get("model_providers").is_none());
+        assert!(!dir.join("auth.json").exists());
+    }
+
+    #[test]
+    fn invalid_codex_config_is_an_error() {
+        for bad in [
+            "model = ",
+            "model_providers = 3",
+            "[model_providers]\ngw = \"x\"",
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            write(&tmp.path().join("home/.codex/config.toml"), bad);
+            let env = UserEnv::from_pairs([("HOME", tmp.path().join("home").to_str().unwrap())]);
+            let err = prepare(&Codex, &tmp.path().join("h"), &env).unwrap_err();
+            assert!(matches!(err, HomeError::Invalid { .. }), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The agents sortie knows beyond their profiles' argv templates: one file per agent, holding
+//! its launch plan (the prompt made safe, its session and how a retry continues it, how it is
+//! driven over stdin and steered), its per-attempt home, and nothing else. The scheduler knows
+//! no agent by name: it calls [`launch_plan`], and the attempt prepares the [`HomePlan`] and
+//! follows the [`Drive`].
+//!
+//! An agent is keyed on its profile's protocol ([`for_protocol`]): the profile is journaled in a
+//! versioned format, so the rules live here, not in profile fields. A task with its own
+//! `command` speaks `plain` and is no agent at all. Adding an agent: its file (an [`Agent`]
+//! implementation) and one line in [`AGENTS`], plus its reader in `protocol`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use sortie_core::{AgentProfile, AttemptRecord, Protocol, TaskId, TaskRecord, TaskSpec};
+
+use crate::layout::RunDir;
+use crate::process::{self, RenderError, Vars};
+
+mod claude;
+mod codex;
+pub(crate) mod home;
+mod pi;
+
+pub(crate) use home::{HomeError, UserEnv};
+
+/// Every agent sortie knows, in the order they are asked whether they speak a protocol.
+static AGENTS: &[&dyn Agent] = &[&pi::Pi, &claude::Claude, &codex::Codex];
+
+/// What sortie knows about one agent. Every method but [`Agent::name`] and [`Agent::speaks`]
+/// has a default: an agent that keeps no state and is launched as its template says needs
+/// nothing more.
+pub(crate) trait Agent: fmt::Debug + Sync {
+    /// A short name (`pi`, `claude`, `codex`), for people.
+    fn name(&self) -> &'static str;
+
+    /// Whether a profile speaking `protocol` runs this agent.
+    fn speaks(&self, protocol: Protocol) -> bool;
+
+    /// How its per-attempt home is seeded (see [`home`]); `None`: it gets no home.
+    fn home(&self) -> Option<&'static home::Rules> {
+        None
+    }
+
+    /// The agent's own step in preparing its home, after the allow-lists were applied: its
+    /// config rewritten with its own retries off, say. `user` is the user's config directory,
+    /// when there is one (it may not exist).
+    fn seed_home(&self, user: Option<&Path>, dir: &Path, env: &UserEnv) -> Result<(), HomeError> {
+        let _ = (user, dir, env);
+        Ok(())
+    }
+
+    /// The agent's part of a launch: it may change the prompt, give session arguments (for
+    /// [`process::SESSION_ARGS`]) and a session to continue, and drive the agent over stdin.
+    fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
+        let _ = (input, launch);
+    }
+}
+
+/// The agent that a profile speaking `protocol` runs, if any (`plain` is none).
+pub(crate) fn for_protocol(protocol: Protocol) -> Option<&'static dyn Agent> {
+    all().find(|a| a.speaks(protocol))
+}
+
+/// Every agent sortie knows.
+pub(crate) fn all() -> impl Iterator<Item = &'static dyn Agent> {
+    AGENTS.iter().copied()
+}
+
+/// What sortie tells an agent whose budget ran out, when it can be steered.
+pub(crate) const WRAP_UP: &str = "You have reached your budget for this task. Stop starting new \
+work: give your final answer now, summarizing what you did and what is left.";
+
+/// How an agent driven over stdin is driven (pi's RPC mode).
+#[derive(Debug, Clone)]
+pub(crate) struct Drive {
+    /// The first command line: the prompt.
+    pub(crate) prompt_command: String,
+    /// The command line that asks the agent to wrap up, when it can be steered.
+    pub(crate) wrap_up_command: Option<String>,
+}
+
+/// Which agent home an attempt gets (see [`home`]), prepared right before the spawn.
+#[derive(Debug, Clone)]
+pub(crate) struct HomePlan {
+    /// The agent whose home it is.
+    pub(crate) agent: &'static dyn Agent,
+    /// `<run-dir>/agents/<task>.<attempt>`.
+    pub(crate) dir: PathBuf,
+    /// Where the user's own config is looked for.
+    pub(crate) user: UserEnv,
+}
+
+/// What the engine knows when it launches an attempt.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LaunchInput<'a> {
+    /// The task's profile (the `command` profile for a task with its own command).
+    pub(crate) profile: &'a AgentProfile,
+    /// The task.
+    pub(crate) spec: &'a TaskSpec,
+    /// The task's record; its last attempt is the one being launched.
+    pub(crate) rec: &'a TaskRecord,
+    /// The task's id.
+    pub(crate) task: TaskId,
+    /// The attempt being launched.
+    pub(crate) live: &'a AttemptRecord,
+    /// The run's directory.
+    pub(crate) run_dir: &'a RunDir,
+    /// The attempt's working directory.
+    pub(crate) cwd: &'a Path,
+    /// The task's extra environment (the values).
+    pub(crate) env: &'a [(String, String)],
+}
+
+/// The parts of a launch an agent may shape (see [`Agent::launch`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Launch {
+    /// The prompt as the agent gets it.
+    pub(crate) prompt: String,
+    /// What [`process::SESSION_ARGS`] expands to (nothing by default).
+    pub(crate) session_args: Vec<String>,
+    /// The agent's session directory, created before the spawn.
+    pub(crate) session_dir: Option<PathBuf>,
+    /// The session of an earlier attempt this one continues.
+    pub(crate) continues: Option<String>,
+    /// Set for an agent driven over stdin.
+    pub(crate) drive: Option<Drive>,
+}
+
+/// How an attempt is launched: what [`launch_plan`] returns.
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchPlan {
+    /// The rendered argv, or why it could not be rendered (the attempt then fails `invalid`).
+    pub(crate) argv: Result<Vec<String>, RenderError>,
+    /// The protocol its stdout is read in (`plain` for a task's own command).
+    pub(crate) protocol: Protocol,
+    /// Set for an agent driven over stdin.
+    pub(crate) drive: Option<Drive>,
+    /// The agent's session directory, created before the spawn (continuable profiles).
+    pub(crate) session_dir: Option<PathBuf>,
+    /// The session of an interrupted attempt that this one continues: the engine journals
+    /// `AttemptContinues` with it before the spawn.
+    pub(crate) continues: Option<String>,
+    /// The attempt's own agent config directory, prepared right before the spawn.
+    pub(crate) home: Option<HomePlan>,
+}
+
+/// Plans the launch of `input.live` with its rendered `prompt`: the agent its profile speaks
+/// (none for a task's own `command`) shapes the prompt, the session and the drive; the argv is
+/// the profile's template (or the task's command) rendered with them; an agent that keeps state
+/// in a config directory gets its own per attempt, seeded from the user's.
+pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan {
+    let own_command = input.spec.command.is_some();
+    let protocol = if own_command {
+        Protocol::Plain
+    } else {
+        input.profile.protocol
+    };
+    let agent = for_protocol(protocol);
+    let mut launch = Launch {
+        prompt,
+        ..Launch::default()
+    };
+    if let Some(agent) = agent {
+        agent.launch(input, &mut launch);
+    }
+    let vars = Vars {
+        prompt: launch.prompt,
+        model: input.live.model.clone(),
+        cwd: input.cwd.display().to_string(),
+        attempt: input.live.attempt.0,
+        label: input.spec.label.clone(),
+    };
+    let argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
+        .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args));
+    let home = agent.filter(|a| a.home().is_some()).map(|agent| HomePlan {
+        agent,
+        dir: input.run_dir.agent_home(input.task.0, input.live.attempt.0),
+        user: UserEnv::inherited(input.env),
+    });
+    LaunchPlan {
+        argv,
+        protocol,
+        drive: launch.drive,
+        session_dir: launch.session_dir,
+        continues: launch.continues,
+        home,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_follow_the_protocol() {
+        let name = |p| for_protocol(p).map(|a| a.name());
+        assert_eq!(name(Protocol::PiJson), Some("pi"));
+        assert_eq!(name(Protocol::PiRpc), Some("pi"));
+        assert_eq!(name(Protocol::ClaudeStreamJson), Some("claude"));
+        assert_eq!(name(Protocol::CodexJson), Some("codex"));
+        assert_eq!(name(Protocol::Plain), None);
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use sortie_core::state::AttemptEnd;
+    use sortie_core::{Attempt, AttemptOutcome, StopReason, TaskState, Timestamp};
+
+    use super::*;
+    use sortie_batch::{Overrides, one_off_command, one_off_prompt};
+
+    fn attempt(n: u32, end: Option<AttemptEnd>) -> AttemptRecord {
+        AttemptRecord {
+            attempt: Attempt(n),
+            model: None,
+            launched_at: Timestamp(0),
+            pid: None,
+            start_time: None,
+            usage: sortie_core::Usage::ZERO,
+            stalled: false,
+            side_effects: false,
+            continues: None,
+            end,
+        }
+    }
+
+    fn record(attempts: Vec<AttemptRecord>) -> TaskRecord {
+        TaskRecord {
+            state: TaskState::Pending,
+            ready_at: None,
+            setup: None,
+            worktree: None,
+            attempts,
+            artifact: None,
+            worktree_final: None,
+        }
+    }
+
+    /// The plan of the last attempt of `rec` for a one-off task, in run `t` of the state dir
+    /// at `root` (its run dir is `<root>/runs/t`).
+    fn plan(batch: &sortie_batch::LoadedBatch, rec: &TaskRecord, root: &Path) -> LaunchPlan {
+        let run_dir =
+            crate::layout::StateDir::new(root).run(&sortie_core::RunId::new("t").unwrap());
+        let run_dir = &run_dir;
+        let spec = &batch.batch.tasks[0];
+        let name = if spec.command.is_some() {
+            "command"
+        } else {
+            &spec.agent
+        };
+        let input = LaunchInput {
+            profile: &batch.batch.agents[name],
+            spec,
+            rec,
+            task: TaskId(0),
+            live: rec.attempts.last().unwrap(),
+            run_dir,
+            cwd: Path::new("/w"),
+            env: &[],
+        };
+        launch_plan(&input, "-p, a prompt".into())
+    }
+
+    fn one_off(agent: &str) -> sortie_batch::LoadedBatch {
+        let o = Overrides::default();
+        one_off_prompt("unused", Some(agent), None, Path::new("/"), &o).unwrap()
+    }
+
+    #[test]
+    fn pi_json_guards_the_prompt_and_gets_a_home_but_no_session() {
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("pi"), &rec, Path::new("/run"));
+        let argv = p.argv.unwrap();
+        assert_eq!(argv.last().map(String::as_str), Some(" -p, a prompt"));
+        assert_eq!(p.protocol, Protocol::PiJson);
+        assert!(p.drive.is_none() && p.session_dir.is_none() && p.continues.is_none());
+        let home = p.home.unwrap();
+        assert_eq!(
+            (home.agent.name(), home.dir),
+            ("pi", PathBuf::from("/run/runs/t/agents/0.1"))
+        );
+    }
+
+    #[test]
+    fn pi_rpc_is_driven_keeps_its_session_and_continues_an_interrupted_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path();
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("pi-rpc"), &rec, run);
+        let drive = p.drive.unwrap();
+        assert!(
+            drive.prompt_command.contains("\"-p, a prompt\""),
+            "not guarded on stdin"
+        );
+        assert!(drive.wrap_up_command.is_some(), "pi-rpc can steer");
+        let first = run.join("runs/t/sessions/0.1");
+        assert_eq!(p.session_dir.as_deref(), Some(first.as_path()));
+        let argv = p.argv.unwrap();
+        let at = argv.iter().position(|a| a == "--session-dir").unwrap();
+        assert_eq!(argv[at + 1], first.display().to_string());
+        assert!(!argv.iter().any(|a| a == "--session" || a.contains('{')));
+        assert!(p.continues.is_none());
+
+        // The retry of an interrupted attempt continues its latest session file.
+        std::fs::create_dir_all(&first).unwrap();
+        let file = first.join("s.jsonl");
+        std::fs::write(&file, "{}").unwrap();
+        let interrupted = AttemptEnd::Finished {
+            outcome: AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
+            output: String::new(),
+            at: Timestamp(1),
+        };
+        let rec = record(vec![attempt(1, Some(interrupted)), attempt(2, None)]);
+        let p = plan(&one_off("pi-rpc"), &rec, run);
+        let file = file.display().to_string();
+        assert_eq!(p.continues.as_deref(), Some(file.as_str()));
+        let argv = p.argv.unwrap();
+        let at = argv.iter().position(|a| a == "--session").unwrap();
+        assert_eq!(argv[at + 1], file);
+        assert_eq!(p.session_dir, Some(run.join("runs/t/sessions/0.2")));
+    }
+
+    #[test]
+    fn claude_gets_its_home_and_a_task_command_is_no_agent() {
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        assert_eq!(
+            p.argv.unwrap().last().map(String::as_str),
+            Some("-p, a prompt")
+        );
+        assert_eq!(p.home.map(|h| h.agent.name()), Some("claude"));
+        assert!(p.drive.is_none() && p.session_dir.is_none());
+
+        let o = Overrides::default();
+        let argv = ["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
+        let batch = one_off_command(&argv, Path::new("/"), &o).unwrap();
+        let p = plan(&batch, &rec, Path::new("/run"));
+        assert_eq!(p.protocol, Protocol::Plain);
+        assert_eq!(p.argv.unwrap(), argv);
+        assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
+    }
+}

@@ -1,0 +1,330 @@
+//! pi (pi-coding-agent): `pi --mode json` (`pi-json`) and `pi --mode rpc` (`pi-rpc`).
+//!
+//! - Launch: pi's argument parser has no `--`, so a `pi-json` prompt is guarded (see
+//!   `protocol::pi::guard_prompt`). A `pi-rpc` attempt gets its prompt as an RPC command on
+//!   stdin instead, and, when its profile can steer, a `steer` command asks it to wrap up on a
+//!   budget breach.
+//! - Sessions: a continuable profile keeps each attempt's session under
+//!   `<run-dir>/sessions/<task>.<attempt>` (`--session-dir`, through `{session_args}`); the retry
+//!   of an interrupted attempt continues its session file (`--session`).
+//! - Home: `$PI_CODING_AGENT_DIR` (default `~/.pi/agent`), seeded by allow-list, with both of
+//!   pi's retry layers off in its `settings.json` and `PI_OFFLINE=1`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use sortie_core::{Attempt, Protocol, StopReason, TaskId, TaskRecord};
+
+use super::home::{HomeError, Rules, UserEnv, io_err};
+use super::{Agent, Drive, Launch, LaunchInput, WRAP_UP};
+use crate::layout::RunDir;
+use sortie_protocol::pi::guard_prompt;
+
+/// pi.
+#[derive(Debug)]
+pub(super) struct Pi;
+
+impl Agent for Pi {
+    fn name(&self) -> &'static str {
+        "pi"
+    }
+
+    fn speaks(&self, protocol: Protocol) -> bool {
+        matches!(protocol, Protocol::PiJson | Protocol::PiRpc)
+    }
+
+    fn home(&self) -> Option<&'static Rules> {
+        Some(&PI)
+    }
+
+    fn seed_home(&self, user: Option<&Path>, dir: &Path, _env: &UserEnv) -> Result<(), HomeError> {
+        let from = user.map(|u| u.join("settings.json"));
+        write_pi_settings(from.as_deref(), &dir.join("settings.json"))
+    }
+
+    fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
+        let profile = input.profile;
+        match profile.protocol {
+            Protocol::PiJson => launch.prompt = guard_prompt(&launch.prompt).into_owned(),
+            Protocol::PiRpc => launch.drive = Some(rpc_drive(&launch.prompt, profile.can_steer)),
+            _ => {}
+        }
+        if profile.can_continue {
+            let (dir, args, continues) =
+                session_plan(input.run_dir, input.task, input.rec, input.live.attempt);
+            launch.session_dir = Some(dir);
+            launch.session_args = args;
+            launch.continues = continues;
+        }
+    }
+}
+
+/// pi's RPC mode: `prompt`, and `steer` to wrap up.
+fn rpc_drive(prompt: &str, can_steer: bool) -> Drive {
+    let command = |kind: &str, message: &str| {
+        serde_json::json!({ "type": kind, "message": message }).to_string()
+    };
+    Drive {
+        prompt_command: command("prompt", prompt),
+        wrap_up_command: can_steer.then(|| command("steer", WRAP_UP)),
+    }
+}
+
+/// The session arguments of an attempt of a continuable pi profile (see
+/// `process::SESSION_ARGS`): its own session directory under the run dir, and, when the
+/// task's previous attempt was interrupted (a crash or a Ctrl-C) and left a session file,
+/// that file to continue. Returns the directory, the arguments and the continued session.
+fn session_plan(
+    run_dir: &RunDir,
+    task: TaskId,
+    rec: &TaskRecord,
+    attempt: Attempt,
+) -> (PathBuf, Vec<String>, Option<String>) {
+    let dir = run_dir.sessions(task.0, attempt.0);
+    let mut args = vec!["--session-dir".to_owned(), dir.display().to_string()];
+    let previous = rec
+        .attempts
+        .len()
+        .checked_sub(2)
+        .and_then(|i| rec.attempts.get(i));
+    let continued = previous
+        .filter(|p| {
+            p.outcome()
+                .is_some_and(|o| o.stop_reason == StopReason::Interrupted)
+        })
+        .and_then(|p| {
+            p.continues
+                .clone()
+                .filter(|s| Path::new(s).is_file())
+                .or_else(|| latest_session(&run_dir.sessions(task.0, p.attempt.0)))
+        });
+    if let Some(session) = &continued {
+        args.push("--session".to_owned());
+        args.push(session.clone());
+    }
+    (dir, args, continued)
+}
+
+/// The most recently modified session file (`*.jsonl`) in a session directory, if any.
+fn latest_session(dir: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| {
+            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((modified, e.path()))
+        })
+        .max()
+        .map(|(_, p)| p.display().to_string())
+}
+
+const PI: Rules = Rules {
+    env_var: "PI_CODING_AGENT_DIR",
+    default_dir: ".pi/agent",
+    // settings.json is merged, not copied (see `prepare`).
+    copy: &[
+        "models.json",
+        "keybindings.json",
+        "AGENTS.md",
+        "SYSTEM.md",
+        "APPEND_SYSTEM.md",
+    ],
+    link: &[
+        "auth.json",
+        "extensions",
+        "skills",
+        "prompts",
+        "themes",
+        "tools",
+        "bin",
+    ],
+    env: &[("PI_OFFLINE", "1")],
+};
+
+/// Writes pi's `settings.json`: the user's settings (if any) with both retry layers off:
+/// `retry.enabled = false` (pi's own agent-level retries: 3 more attempts, 2 s, 4 s, 8 s) and
+/// `retry.provider.maxRetries = 0` (the provider SDK's hidden retries: 2 more requests each).
+fn write_pi_settings(from: Option<&Path>, to: &Path) -> Result<(), HomeError> {
+    use serde_json::{Map, Value};
+    let mut settings = match from.map(std::fs::read) {
+        Some(Ok(bytes)) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => {
+                return Err(HomeError::Invalid {
+                    path: from.map(Path::to_path_buf).unwrap_or_default(),
+                    message: "pi settings must be a JSON object".into(),
+                });
+            }
+            Err(e) => {
+                return Err(HomeError::Invalid {
+                    path: from.map(Path::to_path_buf).unwrap_or_default(),
+                    message: format!("not valid JSON: {e}"),
+                });
+            }
+        },
+        Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(HomeError::Io {
+                path: from.map(Path::to_path_buf).unwrap_or_default(),
+                source: e,
+            });
+        }
+        _ => Map::new(),
+    };
+    let retry = settings
+        .entry("retry")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !retry.is_object() {
+        *retry = Value::Object(Map::new());
+    }
+    if let Value::Object(retry) = retry {
+        retry.insert("enabled".into(), Value::Bool(false));
+        let provider = retry
+            .entry("provider")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !provider.is_object() {
+            *provider = Value::Object(Map::new());
+        }
+        if let Value::Object(provider) = provider {
+            provider.insert("maxRetries".into(), Value::from(0));
+        }
+    }
+    let text =
+        serde_json::to_vec_pretty(&Value::Object(settings)).map_err(|e| HomeError::Invalid {
+            path: to.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    std::fs::write(to, text).map_err(io_err(to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::home::prepare;
+    use super::super::home::testing::{read_json, snapshot, write};
+    use super::*;
+
+    #[test]
+    fn pi_home_links_credentials_copies_config_skips_sessions_and_turns_retries_off() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let user = home.join(".pi/agent");
+        write(
+            &user.join("auth.json"),
+            r#"{"anthropic":{"type":"api_key","key":"k"}}"#,
+        );
+        write(&user.join("models.json"), r#"{"providers":{}}"#);
+        write(
+            &user.join("settings.json"),
+            r#"{"theme":"dark","retry":{"baseDelayMs":500,"provider":{"timeoutMs":9000}}}"#,
+        );
+        write(&user.join("sessions/--x--/s.jsonl"), "{}");
+        write(&user.join("pi-debug.log"), "log");
+        write(&user.join("extensions/e.ts"), "export {}");
+        let before = snapshot(&user);
+
+        let env = UserEnv::from_pairs([("HOME", home.to_str().unwrap())]);
+        let dir = tmp.path().join("run/agents/0.1");
+        let h = prepare(&Pi, &dir, &env).unwrap();
+
+        let auth = dir.join("auth.json");
+        assert!(
+            std::fs::symlink_metadata(&auth)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_link(&auth).unwrap(), user.join("auth.json"));
+        assert!(
+            std::fs::symlink_metadata(dir.join("extensions"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        let models = std::fs::symlink_metadata(dir.join("models.json")).unwrap();
+        assert!(models.is_file(), "models.json is copied, not linked");
+        assert!(!dir.join("sessions").exists());
+        assert!(!dir.join("pi-debug.log").exists());
+        assert_eq!(
+            read_json(&dir.join("settings.json")),
+            serde_json::json!({
+                "theme": "dark",
+                "retry": {"baseDelayMs": 500, "enabled": false,
+                          "provider": {"timeoutMs": 9000, "maxRetries": 0}}
+            })
+        );
+        assert_eq!(
+            h.child_env(&[("PI_OFFLINE".into(), "0".into()), ("X".into(), "y".into())]),
+            vec![
+                ("PI_OFFLINE".into(), "1".into()),
+                ("PI_OFFLINE".into(), "0".into()),
+                ("X".into(), "y".into()),
+                ("PI_CODING_AGENT_DIR".into(), dir.display().to_string()),
+            ]
+        );
+        assert_eq!(snapshot(&user), before, "the user's dir is only read");
+    }
+
+    #[test]
+    fn pi_home_without_user_config_still_turns_retries_off() {
+        let tmp = tempfile::tempdir().unwrap();
+        let env = UserEnv::from_pairs([("HOME", tmp.path().join("nobody").to_str().unwrap())]);
+        let dir = tmp.path().join("a");
+        prepare(&Pi, &dir, &env).unwrap();
+        assert_eq!(
+            read_json(&dir.join("settings.json")),
+            serde_json::json!({"retry": {"enabled": false, "provider": {"maxRetries": 0}}})
+        );
+        assert!(
+            !dir.join("auth.json").exists(),
+            "no dangling credential link"
+        );
+        let env = UserEnv::from_pairs([]);
+        prepare(&Pi, &tmp.path().join("b"), &env).unwrap();
+    }
+
+    #[test]
+    fn the_variable_the_user_set_is_the_seed_and_a_relaunch_starts_clean() {
+        let tmp = tempfile::tempdir().unwrap();
+        let custom = tmp.path().join("custom");
+        write(&custom.join("models.json"), "{\"a\":1}");
+        write(&tmp.path().join("home/.pi/agent/models.json"), "{\"b\":2}");
+        let env = UserEnv::from_pairs([
+            ("HOME", tmp.path().join("home").to_str().unwrap()),
+            ("PI_CODING_AGENT_DIR", custom.to_str().unwrap()),
+        ]);
+        let dir = tmp.path().join("h");
+        std::fs::create_dir_all(dir.join("sessions")).unwrap();
+        prepare(&Pi, &dir, &env).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("models.json")).unwrap(),
+            "{\"a\":1}"
+        );
+        assert!(!dir.join("sessions").exists());
+    }
+
+    #[test]
+    fn invalid_pi_settings_are_an_error_not_silently_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(&tmp.path().join("home/.pi/agent/settings.json"), "{oops");
+        let env = UserEnv::from_pairs([("HOME", tmp.path().join("home").to_str().unwrap())]);
+        let err = prepare(&Pi, &tmp.path().join("h"), &env).unwrap_err();
+        assert!(matches!(err, HomeError::Invalid { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_rpc_drive_sends_the_prompt_and_steers_only_when_it_can() {
+        let d = rpc_drive("do it", true);
+        let prompt: serde_json::Value = serde_json::from_str(&d.prompt_command).unwrap();
+        assert_eq!(
+            prompt,
+            serde_json::json!({"type": "prompt", "message": "do it"})
+        );
+        let steer: serde_json::Value =
+            serde_json::from_str(d.wrap_up_command.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            steer,
+            serde_json::json!({"type": "steer", "message": WRAP_UP})
+        );
+        assert!(rpc_drive("x", false).wrap_up_command.is_none());
+    }
+}

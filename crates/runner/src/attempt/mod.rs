@@ -1,0 +1,141 @@
+//! One attempt, in its own tokio task: spawn the agent, feed its stdout to the protocol reader,
+//! watch the clocks (attempt timeout, deadline, stall), enforce the budgets, stop the process
+//! group when told to (first stop reason wins), and report everything to the run loop as
+//! [`Msg`]s. The attempt never touches the journal: the run loop turns its reports into events.
+//!
+//! An agent driven over stdin (pi's RPC mode, [`Drive`](crate::agent::Drive)) gets its prompt as
+//! a command, and its stdin is closed once its run ended (it exits then). On a budget breach a
+//! steerable agent is asked to wrap up and given `grace_turns` more turns; when it ends within
+//! them the attempt is partial (budget) and "wrapped up", otherwise it is stopped. An agent that
+//! cannot be steered is stopped at once. Either way the output so far is kept.
+//!
+//! The files: this one is the public face (what an attempt needs, what it reports, the run
+//! loop's handle); `watch.rs` is the watchdog, a state machine pure over the clock (every rule
+//! about stalls, timeouts, budgets, wrap-up and stop requests, tested on a paused clock);
+//! `run.rs` is the driver that spawns the child and carries the watchdog's decisions out.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sortie_core::{Attempt, AttemptOutcome, TaskId, Usage};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::agent::LaunchPlan;
+
+mod run;
+mod watch;
+
+pub(crate) use watch::{Limits, StopRequest, final_usage};
+
+/// What an attempt needs to know.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptCtx {
+    pub(crate) task: TaskId,
+    pub(crate) attempt: Attempt,
+    /// How it is launched: argv, protocol, drive, session, home (see `agent::launch_plan`).
+    pub(crate) launch: LaunchPlan,
+    pub(crate) cwd: PathBuf,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) marker: (String, String),
+    /// Its clocks and budgets.
+    pub(crate) limits: Limits,
+    /// How long a stopped child gets between SIGTERM and SIGKILL.
+    pub(crate) kill_grace: Duration,
+    /// Where the attempt's stderr tail is kept for post-mortems
+    /// (`<run-dir>/logs/<task>.<attempt>.stderr`).
+    pub(crate) stderr_log: PathBuf,
+}
+
+/// A report from an attempt to the run loop.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Started {
+        task: TaskId,
+        attempt: Attempt,
+        pid: u32,
+        start_time: u64,
+    },
+    Progress {
+        task: TaskId,
+        attempt: Attempt,
+        usage: Usage,
+    },
+    Stalled {
+        task: TaskId,
+        attempt: Attempt,
+    },
+    /// The agent ran a side-effecting tool (sent once).
+    SideEffects {
+        task: TaskId,
+        attempt: Attempt,
+    },
+    Finished {
+        task: TaskId,
+        attempt: Attempt,
+        outcome: AttemptOutcome,
+        usage: Usage,
+        output: String,
+    },
+}
+
+impl Msg {
+    pub(crate) fn task(&self) -> TaskId {
+        match self {
+            Msg::Started { task, .. }
+            | Msg::Progress { task, .. }
+            | Msg::Stalled { task, .. }
+            | Msg::SideEffects { task, .. }
+            | Msg::Finished { task, .. } => *task,
+        }
+    }
+
+    pub(crate) fn attempt(&self) -> Attempt {
+        match self {
+            Msg::Started { attempt, .. }
+            | Msg::Progress { attempt, .. }
+            | Msg::Stalled { attempt, .. }
+            | Msg::SideEffects { attempt, .. }
+            | Msg::Finished { attempt, .. } => *attempt,
+        }
+    }
+}
+
+/// The run loop's handle on a live attempt.
+pub(crate) struct AttemptHandle {
+    stop: mpsc::UnboundedSender<StopRequest>,
+    join: JoinHandle<()>,
+}
+
+impl AttemptHandle {
+    /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
+    pub(crate) fn stop(&self, req: StopRequest) {
+        let _ = self.stop.send(req);
+    }
+
+    /// Drops the attempt at once: its child's process group gets SIGKILL (the child handle
+    /// kills its group when dropped) and nothing more is reported.
+    pub(crate) fn kill_now(&self) {
+        self.join.abort();
+    }
+}
+
+/// Starts an attempt in its own task.
+pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptHandle {
+    let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let join = tokio::spawn(async move {
+        let (task, attempt) = (ctx.task, ctx.attempt);
+        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx).await;
+        let _ = tx.send(Msg::Finished {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        });
+    });
+    AttemptHandle {
+        stop: stop_tx,
+        join,
+    }
+}

@@ -1,0 +1,292 @@
+//! The attempt's driver: prepares the agent's home and session directory, spawns the child,
+//! feeds its lines to the protocol reader and the watchdog, sleeps until the watchdog's next
+//! deadline, and carries its decisions out (reports, stdin commands, the stop).
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::Duration;
+
+use sortie_core::{AttemptOutcome, StopReason, Usage};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::watch::{Decision, Watch};
+use super::{AttemptCtx, Msg, StopRequest};
+use crate::agent::{self, HomePlan, home};
+use crate::clock::Anchor;
+use crate::process::{self, Child, SpawnSpec, Stdin, Stopper};
+use sortie_protocol::{self as protocol, Exit, ProtocolReader};
+
+/// What an attempt reports at its end: its outcome, usage and output.
+type Ended = (AttemptOutcome, Usage, String);
+
+enum Step {
+    Line(Option<process::Line>),
+    Exit(Result<Exit, process::WaitError>),
+    Tick,
+    Stop(Option<StopRequest>),
+}
+
+/// Runs the attempt to its end.
+pub(super) async fn run(
+    ctx: AttemptCtx,
+    tx: &mpsc::UnboundedSender<Msg>,
+    stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+) -> Ended {
+    let mut child = match launch(&ctx).await {
+        Ok(child) => child,
+        Err(ended) => return ended,
+    };
+    let (task, attempt) = (ctx.task, ctx.attempt);
+    let _ = tx.send(Msg::Started {
+        task,
+        attempt,
+        pid: child.pid,
+        start_time: child.start_time,
+    });
+    let mut reader = protocol::reader_for(ctx.launch.protocol);
+    let mut stdin = child.take_stdin();
+    if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
+        && let Err(e) = w.send_line(&drive.prompt_command).await
+    {
+        // It exited at once; its exit and stderr say why.
+        tracing::debug!("cannot send the prompt to attempt {}: {e}", ctx.attempt);
+        stdin = None;
+    }
+    let steerable = ctx
+        .launch
+        .drive
+        .as_ref()
+        .is_some_and(|d| d.wrap_up_command.is_some());
+    let watch = Watch::new(
+        ctx.limits.clone(),
+        Instant::now(),
+        Anchor::now(),
+        steerable,
+        stdin.is_some(),
+    );
+    let mut driver = Driver {
+        ctx: &ctx,
+        tx,
+        stopper: child.stopper(),
+        stdin,
+        watch,
+        stop_task: None,
+    };
+    let exit = driver
+        .watch_child(&mut child, reader.as_mut(), stop_rx)
+        .await;
+    driver.finish(child, reader, exit).await
+}
+
+/// Prepares the home and the session directory, then spawns the child; a failure is the
+/// attempt's end.
+async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
+    let failed = |reason: StopReason, msg: String| {
+        (
+            AttemptOutcome::failed(reason, msg.clone()),
+            Usage::ZERO,
+            msg,
+        )
+    };
+    let argv = match &ctx.launch.argv {
+        Ok(argv) => argv.clone(),
+        Err(e) => return Err(failed(StopReason::Invalid, e.to_string())),
+    };
+    let env = match &ctx.launch.home {
+        None => ctx.env.clone(),
+        Some(plan) => match prepare_home(plan.clone()).await {
+            Ok(home) => home.child_env(&ctx.env),
+            Err(e) => {
+                let reason = match e {
+                    // A file operation may work next time; a broken user config will not.
+                    agent::HomeError::Io { .. } => StopReason::SpawnError,
+                    agent::HomeError::Invalid { .. } => StopReason::SetupError,
+                };
+                return Err(failed(reason, e.to_string()));
+            }
+        },
+    };
+    let spec = SpawnSpec {
+        argv,
+        cwd: ctx.cwd.clone(),
+        env,
+        marker: ctx.marker.clone(),
+    };
+    if let Some(dir) = &ctx.launch.session_dir
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        let msg = format!("cannot create the session directory {}: {e}", dir.display());
+        return Err(failed(StopReason::SpawnError, msg));
+    }
+    let spawned = if ctx.launch.drive.is_some() {
+        process::spawn_piped(&spec).await
+    } else {
+        process::spawn(&spec).await
+    };
+    spawned.map_err(|e| failed(StopReason::SpawnError, e.to_string()))
+}
+
+/// A live attempt's state beside its child: the watchdog and what carries out its decisions.
+struct Driver<'a> {
+    ctx: &'a AttemptCtx,
+    tx: &'a mpsc::UnboundedSender<Msg>,
+    stopper: Stopper,
+    stdin: Option<Stdin>,
+    watch: Watch,
+    stop_task: Option<JoinHandle<StopReason>>,
+}
+
+impl Driver<'_> {
+    /// Reads the child's lines and follows the clocks until the leader exited.
+    async fn watch_child(
+        &mut self,
+        child: &mut Child,
+        reader: &mut dyn ProtocolReader,
+        mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+    ) -> Result<Exit, process::WaitError> {
+        let mut stdout_open = true;
+        let mut stop_open = true;
+        loop {
+            let wake = self.watch.next_deadline();
+            let far = Instant::now() + Duration::from_secs(86_400 * 365);
+            let accepts_stop = stop_open && self.watch.stopping().is_none();
+            let step = tokio::select! {
+                step = async {
+                    if stdout_open {
+                        Step::Line(child.next_line().await)
+                    } else {
+                        Step::Exit(child.wait().await)
+                    }
+                } => step,
+                () = tokio::time::sleep_until(wake.unwrap_or(far)), if wake.is_some() => Step::Tick,
+                req = stop_rx.recv(), if accepts_stop => Step::Stop(req),
+            };
+            let now = Instant::now();
+            let decisions = match step {
+                Step::Exit(exit) => return exit,
+                Step::Line(Some(line)) => {
+                    let progress = reader.line(&line.text);
+                    self.watch
+                        .on_line(now, progress.as_ref(), reader.run_phase())
+                }
+                Step::Line(None) => {
+                    stdout_open = false;
+                    continue;
+                }
+                Step::Tick => self.watch.on_tick(now),
+                Step::Stop(Some(req)) => self.watch.on_stop_request(req).into_iter().collect(),
+                Step::Stop(None) => {
+                    // The run loop dropped its handle: no request can come anymore.
+                    stop_open = false;
+                    continue;
+                }
+            };
+            self.carry_out(decisions).await;
+        }
+    }
+
+    /// Carries the watchdog's decisions out, in order.
+    async fn carry_out(&mut self, decisions: Vec<Decision>) {
+        let (task, attempt) = (self.ctx.task, self.ctx.attempt);
+        let mut queue = VecDeque::from(decisions);
+        while let Some(decision) = queue.pop_front() {
+            match decision {
+                Decision::Progress(usage) => {
+                    let _ = self.tx.send(Msg::Progress {
+                        task,
+                        attempt,
+                        usage,
+                    });
+                }
+                Decision::Stalled => {
+                    let _ = self.tx.send(Msg::Stalled { task, attempt });
+                }
+                Decision::SideEffects => {
+                    let _ = self.tx.send(Msg::SideEffects { task, attempt });
+                }
+                Decision::WrapUp => {
+                    let command = self.ctx.launch.drive.as_ref();
+                    let command = command.and_then(|d| d.wrap_up_command.as_ref());
+                    let sent = match (command, self.stdin.as_mut()) {
+                        (Some(cmd), Some(w)) => w.send_line(cmd).await.is_ok(),
+                        _ => false,
+                    };
+                    if !sent && let Some(stop) = self.watch.wrap_up_failed() {
+                        queue.push_front(stop);
+                    }
+                }
+                Decision::CloseStdin => self.stdin = None,
+                Decision::Stop(req) => {
+                    let s = self.stopper.clone();
+                    let grace = self.ctx.kill_grace;
+                    let reason = req.reason;
+                    self.stop_task = Some(tokio::spawn(async move { s.stop(reason, grace).await }));
+                }
+            }
+        }
+    }
+
+    /// The leader exited: waits for the stop to finish, keeps the stderr tail, and classifies
+    /// the attempt.
+    async fn finish(
+        self,
+        child: Child,
+        reader: Box<dyn ProtocolReader>,
+        exit: Result<Exit, process::WaitError>,
+    ) -> Ended {
+        if let Some(t) = self.stop_task {
+            let _ = t.await;
+        }
+        let exit = match exit {
+            Ok(e) => e,
+            Err(e) => {
+                let msg = format!("lost track of the agent process: {}", e.message);
+                return (
+                    AttemptOutcome::failed(StopReason::Error, msg.clone()),
+                    self.watch.usage(),
+                    msg,
+                );
+            }
+        };
+        let stderr = child.stderr_tail();
+        keep_stderr(&self.ctx.stderr_log, &stderr);
+        drop(self.stdin);
+        let finished = reader.finish(exit, &stderr);
+        let finished = self.watch.conclude(finished, self.stopper.sent_reason());
+        if let Exit::Signal(_) = exit {
+            let (task, attempt) = (self.ctx.task, self.ctx.attempt);
+            tracing::debug!("attempt {attempt} of task {task} ended by a signal");
+        }
+        (finished.outcome, finished.usage, finished.output)
+    }
+}
+
+/// Keeps the last 50 KiB of an attempt's stderr beside the journal. Best effort: a log that
+/// cannot be written costs the post-mortem a detail, never the run.
+fn keep_stderr(path: &Path, stderr: &str) {
+    if stderr.is_empty() {
+        return;
+    }
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, stderr));
+    if let Err(e) = written {
+        tracing::warn!("cannot keep stderr in {}: {e}", path.display());
+    }
+}
+
+/// Prepares an agent home off the async threads (it copies files).
+async fn prepare_home(plan: HomePlan) -> Result<home::AgentHome, agent::HomeError> {
+    let dir = plan.dir.clone();
+    tokio::task::spawn_blocking(move || home::prepare(plan.agent, &plan.dir, &plan.user))
+        .await
+        .unwrap_or_else(|e| {
+            Err(agent::HomeError::Io {
+                path: dir,
+                source: std::io::Error::other(e.to_string()),
+            })
+        })
+}

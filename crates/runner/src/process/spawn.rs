@@ -1,0 +1,235 @@
+//! The one function that spawns an attempt's child: its own process group, the environment
+//! plus the marker, stdin `/dev/null` or a pipe, stdout and stderr piped to the readers, and a
+//! monitor that reaps it.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::signal::unix::{SignalKind, signal as signal_stream};
+use tokio::sync::{mpsc, watch};
+
+use super::STDERR_TAIL_BYTES;
+use super::child::{Child, Shared, Stopper, monitor};
+use super::lines::{LINE_QUEUE, TailBuffer, read_stderr, read_stdout};
+use super::procfs::process_start_time;
+/// What to start.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SpawnSpec {
+    /// The program and its arguments (see [`render_argv`](super::render_argv)).
+    pub argv: Vec<String>,
+    /// The working directory.
+    pub cwd: PathBuf,
+    /// Variables added to sortie's own environment (values may be secrets: never logged).
+    pub env: Vec<(String, String)>,
+    /// A variable set in the child's environment, e.g. `("SORTIE_ATTEMPT",
+    /// "<run-id>/<task>/<attempt>/<incarnation>")`, by which [`find_marked`](super::find_marked) finds it after a
+    /// crash.
+    pub marker: (String, String),
+}
+
+impl fmt::Debug for SpawnSpec {
+    /// Shows the environment's names only: its values may be secrets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpawnSpec")
+            .field("argv", &self.argv)
+            .field("cwd", &self.cwd)
+            .field(
+                "env",
+                &self.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            )
+            .field("marker", &self.marker)
+            .finish()
+    }
+}
+
+/// Why a child could not be started. The text is complete on its own (it becomes the error of
+/// a `spawn_error` outcome): a spawn failure ends an attempt, never the runner.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The argv is empty.
+    #[error("nothing to run: the command is empty")]
+    EmptyArgv,
+    /// The program does not exist (or, for a script, its interpreter).
+    #[error("cannot run `{program}`: not found")]
+    NotFound {
+        /// The program as given.
+        program: String,
+    },
+    /// The program is not executable by us.
+    #[error("cannot run `{program}`: permission denied")]
+    PermissionDenied {
+        /// The program as given.
+        program: String,
+    },
+    /// The working directory is missing or not a directory.
+    #[error("cannot run `{program}`: working directory {} is not usable: {error}", cwd.display())]
+    BadCwd {
+        /// The program as given.
+        program: String,
+        /// The working directory.
+        cwd: PathBuf,
+        /// What is wrong with it.
+        error: io::Error,
+    },
+    /// Any other failure to start it.
+    #[error("cannot run `{program}`: {error}")]
+    Io {
+        /// The program as given.
+        program: String,
+        /// The failure.
+        error: io::Error,
+    },
+    /// It started but its `/proc` entry could not be read, so it could not be stopped safely
+    /// later; it was killed at once.
+    #[error("started `{program}` (pid {pid}) but could not read /proc/{pid}/stat; killed it")]
+    NoProcStat {
+        /// The program as given.
+        program: String,
+        /// Its pid.
+        pid: u32,
+    },
+}
+
+/// Starts a child as described by `spec` (see the module doc for what the child gets).
+///
+/// Must be called within a tokio runtime: the child's monitor and output readers are tasks.
+pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
+    spawn_child(spec, false).await
+}
+
+/// Like [`spawn`], but the child's stdin is a pipe: [`Child::take_stdin`] gives the handle
+/// that writes to it, and dropping that handle closes it (EOF). For agents driven by commands
+/// on stdin (pi's RPC mode).
+pub async fn spawn_piped(spec: &SpawnSpec) -> Result<Child, SpawnError> {
+    spawn_child(spec, true).await
+}
+
+#[allow(clippy::disallowed_methods, reason = "the one spawn function")]
+async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, SpawnError> {
+    let Some(program) = spec.argv.first() else {
+        return Err(SpawnError::EmptyArgv);
+    };
+    // Checked first: a missing cwd fails exec with the same ENOENT as a missing program.
+    let cwd_ok = std::fs::metadata(&spec.cwd).and_then(|m| {
+        if m.is_dir() {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "not a directory",
+            ))
+        }
+    });
+    if let Err(error) = cwd_ok {
+        return Err(SpawnError::BadCwd {
+            program: program.clone(),
+            cwd: spec.cwd.clone(),
+            error,
+        });
+    }
+
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&spec.argv[1..])
+        .current_dir(&spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&spec.marker.0, &spec.marker.1)
+        .stdin(if piped_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+
+    // Listening before the child exists: its SIGCHLD cannot be missed.
+    let sigchld = signal_stream(SignalKind::child()).ok();
+    let mut child = cmd.spawn().map_err(|error| match error.kind() {
+        io::ErrorKind::NotFound => SpawnError::NotFound {
+            program: program.clone(),
+        },
+        io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied {
+            program: program.clone(),
+        },
+        _ => SpawnError::Io {
+            program: program.clone(),
+            error,
+        },
+    })?;
+    // Unreaped, so the id is there; and a pid always fits an i32 (pid_max <= 2^22).
+    let pid = child.id().unwrap_or(0);
+    let start_time = match process_start_time(pid) {
+        Some(t) if pid != 0 => t,
+        _ => {
+            // Dropped right after: kill_on_drop kills it and tokio reaps it.
+            let _ = child.start_kill();
+            return Err(SpawnError::NoProcStat {
+                program: program.clone(),
+                pid,
+            });
+        }
+    };
+
+    let (exit_tx, exit_rx) = watch::channel(None);
+    let shared = Arc::new(Shared {
+        pid,
+        start_time,
+        reaped: Mutex::new(false),
+        reason: OnceLock::new(),
+        signaled: AtomicBool::new(false),
+        exit: exit_rx.clone(),
+    });
+    let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);
+    let stdout_bytes = Arc::new(AtomicU64::new(0));
+    let stderr = Arc::new(Mutex::new(TailBuffer::new(STDERR_TAIL_BYTES)));
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(read_stdout(
+            out,
+            line_tx,
+            Arc::clone(&stdout_bytes),
+            exit_rx.clone(),
+        ));
+    }
+    let stderr_task = child
+        .stderr
+        .take()
+        .map(|err| tokio::spawn(read_stderr(err, Arc::clone(&stderr), exit_rx.clone())));
+    let stdin = child.stdin.take().map(|inner| Stdin { inner });
+    tokio::spawn(monitor(child, Arc::clone(&shared), sigchld, exit_tx));
+
+    tracing::debug!(pid, program = %program, "spawned");
+    Ok(Child {
+        pid,
+        start_time,
+        stopper: Stopper { shared },
+        lines: line_rx,
+        stderr,
+        stderr_task,
+        stdout_bytes,
+        stdin,
+    })
+}
+
+/// The write end of a child's stdin (see [`spawn_piped`]). Dropping it closes the pipe.
+#[derive(Debug)]
+pub struct Stdin {
+    inner: tokio::process::ChildStdin,
+}
+
+impl Stdin {
+    /// Writes one line (a newline is added) and flushes it. Fails when the child closed its
+    /// end (it exited).
+    pub async fn send_line(&mut self, line: &str) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.inner.write_all(&bytes).await?;
+        self.inner.flush().await
+    }
+}
