@@ -30,3 +30,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     fs::rename(&tmp, path).map_err(io)?;
     Ok(())
 }
+
+/// [`write_atomic`], creating the file's missing parent directories first.
+pub fn write_atomic_creating_dirs(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    write_atomic(path, bytes, mode)
+}

@@ -462,6 +462,17 @@ pub async fn finalize(plan: &PlannedWorktree, patch: &Path) -> Result<Finalized,
     })
 }
 
+/// Runs a setup step within the task's deadline (dropping it kills its git command).
+pub async fn within<T>(
+    budget: std::time::Duration,
+    fut: impl std::future::Future<Output = std::result::Result<T, String>>,
+) -> std::result::Result<T, String> {
+    match tokio::time::timeout(budget, fut).await {
+        Ok(r) => r,
+        Err(_) => Err("the task's deadline ran out during worktree setup".to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

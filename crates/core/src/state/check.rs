@@ -49,70 +49,101 @@ impl RunState {
         let Some(rec) = self.tasks.get(task.index()) else {
             return Err(Violation::UnknownTask { event: name, task });
         };
-        let illegal = || Violation::IllegalTransition {
+        let cx = TaskCheck {
+            run: self,
             task,
-            label: self.label(task),
-            state: rec.state.name(),
-            event: name,
+            rec,
+            name,
         };
-        let live = |attempt: Attempt| match rec.state {
+        match event {
+            Event::AttemptLaunching { .. }
+            | Event::AttemptStarted { .. }
+            | Event::AttemptProgress { .. }
+            | Event::AttemptFinished { .. }
+            | Event::AttemptStalled { .. }
+            | Event::AttemptOrphaned { .. }
+            | Event::AttemptSideEffects { .. }
+            | Event::AttemptContinues { .. } => cx.attempt_event(event),
+            _ => cx.task_event(event),
+        }
+    }
+}
+
+/// One task event being checked: the task's record, and the shapes of refusal.
+struct TaskCheck<'a> {
+    run: &'a RunState,
+    task: TaskId,
+    rec: &'a TaskRecord,
+    name: &'static str,
+}
+
+impl TaskCheck<'_> {
+    fn illegal(&self) -> Violation {
+        Violation::IllegalTransition {
+            task: self.task,
+            label: self.run.label(self.task),
+            state: self.rec.state.name(),
+            event: self.name,
+        }
+    }
+
+    fn duplicate(&self) -> Violation {
+        Violation::Duplicate {
+            task: self.task,
+            event: self.name,
+        }
+    }
+
+    /// A report must be about the live attempt (fencing).
+    fn live(&self, attempt: Attempt) -> Result<(), Violation> {
+        match self.rec.state {
             TaskState::Running { attempt: a } if a == attempt => Ok(()),
             TaskState::Running { attempt: a } => Err(Violation::StaleAttempt {
-                task,
-                event: name,
+                task: self.task,
+                event: self.name,
                 live: a,
                 got: attempt,
             }),
-            _ if rec.state.is_terminal() => Err(illegal()),
+            _ if self.rec.state.is_terminal() => Err(self.illegal()),
             _ => Err(Violation::StaleAttempt {
-                task,
-                event: name,
+                task: self.task,
+                event: self.name,
                 live: Attempt(0),
                 got: attempt,
             }),
-        };
-        let max = self.spec(task).map_or(1, TaskSpec::max_attempts);
-        let expected_next = Attempt(rec.attempts.len() as u32 + 1);
-        let number_ok = |got: Attempt| {
-            if got == expected_next && got.0 <= max {
-                Ok(())
-            } else {
-                Err(Violation::AttemptNumber {
-                    task,
-                    expected: expected_next,
-                    got,
-                    max,
-                })
-            }
-        };
+        }
+    }
+
+    fn max(&self) -> u32 {
+        self.run.spec(self.task).map_or(1, TaskSpec::max_attempts)
+    }
+
+    /// A new attempt must be the next one, within the spec's attempts.
+    fn number_ok(&self, got: Attempt) -> Result<(), Violation> {
+        let expected = Attempt(self.rec.attempts.len() as u32 + 1);
+        let max = self.max();
+        if got == expected && got.0 <= max {
+            Ok(())
+        } else {
+            Err(Violation::AttemptNumber {
+                task: self.task,
+                expected,
+                got,
+                max,
+            })
+        }
+    }
+
+    /// An attempt's events: launching (numbered, on the scheduled model, in a set-up
+    /// worktree) and the live attempt's reports.
+    fn attempt_event(&self, event: &Event) -> Result<(), Violation> {
         match event {
-            Event::TaskQueued { .. } => match rec.state {
-                TaskState::Pending => Ok(()),
-                _ => Err(illegal()),
-            },
-            Event::TaskSetUp { .. } => match rec.state {
-                TaskState::Queued { .. } if rec.setup.is_none() && rec.worktree_final.is_none() => {
-                    Ok(())
-                }
-                _ => Err(illegal()),
-            },
-            Event::WorktreePlanned { .. } => match rec.state {
-                _ if rec.worktree.is_some() => Err(Violation::Duplicate { task, event: name }),
-                TaskState::Queued { .. }
-                    if rec.setup.is_none()
-                        && rec.attempts.is_empty()
-                        && rec.worktree_final.is_none() =>
-                {
-                    Ok(())
-                }
-                _ => Err(illegal()),
-            },
-            Event::AttemptLaunching { attempt, model, .. } => match &rec.state {
+            Event::AttemptLaunching { attempt, model, .. } => match &self.rec.state {
                 // The worktree is gone once finalized: nothing runs in it again.
-                _ if rec.worktree_final.is_some() => Err(illegal()),
+                _ if self.rec.worktree_final.is_some() => Err(self.illegal()),
                 // A planned worktree must exist before anything runs in it.
-                _ if rec.worktree.is_some() && rec.setup.is_none() => Err(illegal()),
-                TaskState::Queued { .. } => number_ok(*attempt),
+                _ if self.rec.worktree.is_some() && self.rec.setup.is_none() => Err(self.illegal()),
+                TaskState::Queued { .. } => self.number_ok(*attempt),
                 TaskState::Retrying {
                     next,
                     model: scheduled,
@@ -120,16 +151,16 @@ impl RunState {
                 } => {
                     if attempt != next {
                         return Err(Violation::AttemptNumber {
-                            task,
+                            task: self.task,
                             expected: *next,
                             got: *attempt,
-                            max,
+                            max: self.max(),
                         });
                     }
-                    number_ok(*attempt)?;
+                    self.number_ok(*attempt)?;
                     if scheduled != model {
                         return Err(Violation::ModelMismatch {
-                            task,
+                            task: self.task,
                             attempt: *attempt,
                             expected: scheduled.clone(),
                             got: model.clone(),
@@ -137,85 +168,110 @@ impl RunState {
                     }
                     Ok(())
                 }
-                _ => Err(illegal()),
+                _ => Err(self.illegal()),
             },
             Event::AttemptStarted { attempt, .. } => {
-                live(*attempt)?;
-                match rec.attempts.last() {
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
                     Some(a) if a.pid.is_none() => Ok(()),
-                    _ => Err(illegal()),
+                    _ => Err(self.illegal()),
                 }
             }
             Event::AttemptProgress { attempt, usage, .. }
             | Event::AttemptFinished { attempt, usage, .. } => {
-                live(*attempt)?;
-                match rec.attempts.last() {
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
                     Some(a) if usage.dominates(&a.usage) => Ok(()),
                     _ => Err(Violation::UsageDecreased {
-                        task,
+                        task: self.task,
                         attempt: *attempt,
                     }),
                 }
             }
             Event::AttemptStalled { attempt, .. } | Event::AttemptOrphaned { attempt, .. } => {
-                live(*attempt)
+                self.live(*attempt)
             }
             Event::AttemptSideEffects { attempt, .. } => {
-                live(*attempt)?;
-                match rec.attempts.last() {
-                    Some(a) if a.side_effects => Err(Violation::Duplicate { task, event: name }),
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
+                    Some(a) if a.side_effects => Err(self.duplicate()),
                     Some(_) => Ok(()),
-                    None => Err(illegal()),
+                    None => Err(self.illegal()),
                 }
             }
             Event::AttemptContinues { attempt, .. } => {
-                live(*attempt)?;
-                match rec.attempts.last() {
-                    Some(a) if a.continues.is_some() => {
-                        Err(Violation::Duplicate { task, event: name })
-                    }
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
+                    Some(a) if a.continues.is_some() => Err(self.duplicate()),
                     // Only before the process exists: it is how the process is started.
                     Some(a) if a.pid.is_none() => Ok(()),
-                    _ => Err(illegal()),
+                    _ => Err(self.illegal()),
                 }
             }
-            Event::RetryScheduled { next_attempt, .. } => match rec.state {
-                // Artifact and worktree steps only come once the task gave up.
-                TaskState::Ended { .. }
-                    if rec.artifact.is_none() && rec.worktree_final.is_none() =>
-                {
-                    number_ok(*next_attempt)
-                }
-                _ => Err(illegal()),
+            _ => Err(self.illegal()),
+        }
+    }
+
+    /// The task's own steps: queued, set up, worktree planned and finalized, retry, artifact,
+    /// finished.
+    fn task_event(&self, event: &Event) -> Result<(), Violation> {
+        match event {
+            Event::TaskQueued { .. } => match self.rec.state {
+                TaskState::Pending => Ok(()),
+                _ => Err(self.illegal()),
             },
-            Event::ArtifactWritten { .. } => match rec.state {
-                TaskState::Ended { .. } if rec.worktree_final.is_some() => Err(illegal()),
-                TaskState::Ended { .. } if rec.artifact.is_none() => Ok(()),
-                TaskState::Ended { .. } => Err(Violation::Duplicate { task, event: name }),
-                _ => Err(illegal()),
-            },
-            Event::WorktreeFinalized { .. } => match rec.state {
-                _ if rec.worktree_final.is_some() => {
-                    Err(Violation::Duplicate { task, event: name })
-                }
-                TaskState::Ended { .. } | TaskState::Queued { .. } | TaskState::Retrying { .. }
-                    if rec.setup.is_some() || rec.worktree.is_some() =>
+            Event::TaskSetUp { .. } => match self.rec.state {
+                TaskState::Queued { .. }
+                    if self.rec.setup.is_none() && self.rec.worktree_final.is_none() =>
                 {
                     Ok(())
                 }
-                _ => Err(illegal()),
+                _ => Err(self.illegal()),
             },
-            Event::TaskFinished { .. } => match rec.state {
+            Event::WorktreePlanned { .. } => match self.rec.state {
+                _ if self.rec.worktree.is_some() => Err(self.duplicate()),
+                TaskState::Queued { .. }
+                    if self.rec.setup.is_none()
+                        && self.rec.attempts.is_empty()
+                        && self.rec.worktree_final.is_none() =>
+                {
+                    Ok(())
+                }
+                _ => Err(self.illegal()),
+            },
+            Event::RetryScheduled { next_attempt, .. } => match self.rec.state {
+                // Artifact and worktree steps only come once the task gave up.
+                TaskState::Ended { .. }
+                    if self.rec.artifact.is_none() && self.rec.worktree_final.is_none() =>
+                {
+                    self.number_ok(*next_attempt)
+                }
+                _ => Err(self.illegal()),
+            },
+            Event::ArtifactWritten { .. } => match self.rec.state {
+                TaskState::Ended { .. } if self.rec.worktree_final.is_some() => Err(self.illegal()),
+                TaskState::Ended { .. } if self.rec.artifact.is_none() => Ok(()),
+                TaskState::Ended { .. } => Err(self.duplicate()),
+                _ => Err(self.illegal()),
+            },
+            Event::WorktreeFinalized { .. } => match self.rec.state {
+                _ if self.rec.worktree_final.is_some() => Err(self.duplicate()),
+                TaskState::Ended { .. } | TaskState::Queued { .. } | TaskState::Retrying { .. }
+                    if self.rec.setup.is_some() || self.rec.worktree.is_some() =>
+                {
+                    Ok(())
+                }
+                _ => Err(self.illegal()),
+            },
+            Event::TaskFinished { .. } => match self.rec.state {
                 TaskState::Pending
                 | TaskState::Queued { .. }
                 | TaskState::Retrying { .. }
                 | TaskState::Ended { .. } => Ok(()),
-                TaskState::Running { .. } | TaskState::Finished(_) => Err(illegal()),
+                TaskState::Running { .. } | TaskState::Finished(_) => Err(self.illegal()),
             },
-            Event::RunStarted { .. }
-            | Event::RunResumed { .. }
-            | Event::RunInterrupted { .. }
-            | Event::RunFinished { .. } => Err(illegal()),
+            // Run events are decided above; attempt events in `attempt_event`.
+            _ => Err(self.illegal()),
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::agent::LaunchPlan;
 mod run;
 mod watch;
 
-pub(crate) use watch::{Limits, StopRequest, final_usage};
+pub(crate) use watch::{Limits, StopRequest};
 
 /// What an attempt needs to know.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use sortie_core::{Event, Seq, Stamped, Timestamp};
 
 use super::Engine;
 use crate::clock::now;
-use crate::layout::index::{self, IndexStatus, RunEntry};
+use crate::layout::index;
 use crate::{Error, Result};
 
 impl Engine {
@@ -52,31 +52,10 @@ impl Engine {
         }
     }
 
-    /// Creates the run's entry in the run index (`sortie list` reads it, never the journal).
-    pub(super) fn index_entry(&self, source: &str) -> Result<()> {
-        let entry = RunEntry {
-            run_id: self.run_id.clone(),
-            created: now(),
-            source: source.to_owned(),
-            tasks: 0,
-            status: IndexStatus::Running,
-            pid: std::process::id(),
-            updated: now(),
-        };
-        index::write(&self.state_dir, &entry)
-    }
-
-    /// Brings the run's index entry up to date with the state.
+    /// Brings the run's index entry up to date with the state (`sortie list` reads it, never
+    /// a journal). The index only speeds up `list`; the journal stays the truth.
     pub(super) fn update_index(&self) {
-        let fresh = || RunEntry::from_state(self.run_id.clone(), &self.state, now());
-        let updated = index::update(&self.state_dir, &self.run_id, fresh, |e| {
-            e.status = IndexStatus::of(&self.state);
-            e.tasks = self.state.tasks.len() as u32;
-            e.pid = std::process::id();
-            e.updated = now();
-        });
-        if let Err(e) = updated {
-            // The index only speeds up `list`; the journal stays the truth.
+        if let Err(e) = index::record(&self.state_dir, &self.run_id, &self.state, now()) {
             tracing::warn!("could not update the run index: {e}");
         }
     }

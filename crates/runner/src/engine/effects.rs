@@ -2,15 +2,14 @@
 //! launching, end tasks through their effects (artifact, then worktree finalize, then
 //! `TaskFinished`), start worktree setup jobs.
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use sortie_core::plan::Action;
 use sortie_core::{Event, TaskId, TaskResult, decide};
 
 use super::Engine;
 use crate::attempt;
-use crate::files::write_atomic;
-use crate::{Error, Result};
+use crate::{Result, files};
 
 impl Engine {
     /// Appends the round's events in one durable write, then performs its effects: launches,
@@ -99,14 +98,7 @@ impl Engine {
             return Ok(None);
         };
         let text = result.text.as_bytes();
-        let path_buf = PathBuf::from(&path);
-        if let Some(dir) = path_buf.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        write_atomic(&path_buf, text, 0o644)?;
+        files::write_atomic_creating_dirs(Path::new(&path), text, 0o644)?;
         Ok(Some(Event::ArtifactWritten {
             task,
             path,

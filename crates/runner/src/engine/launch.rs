@@ -9,14 +9,7 @@ use sortie_core::{Isolation, TaskId, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
-use crate::{agent, worktree};
-
-/// The environment variable that marks every attempt's process with
-/// `<run>/<task>/<attempt>/<incarnation>`, so that resume finds a crashed run's children even
-/// when their pid never reached the journal. The incarnation (the run's start time in ms, in
-/// hex, from its journal) tells apart runs of the same id in other state dirs, which resume
-/// leaves alone; a marker without it counts as this run's.
-pub const MARKER: &str = "SORTIE_ATTEMPT";
+use crate::{agent, process, worktree};
 
 impl Engine {
     /// The context of the attempt just journaled as launching, and the session it continues.
@@ -65,13 +58,6 @@ impl Engine {
             _ => None,
         };
         let continues = plan.continues.clone();
-        let marker = format!(
-            "{}/{}/{}/{:x}",
-            self.run_id,
-            task.0,
-            live.attempt.0,
-            self.incarnation()
-        );
         Some((
             AttemptCtx {
                 task,
@@ -79,7 +65,7 @@ impl Engine {
                 launch: plan,
                 cwd,
                 env,
-                marker: (MARKER.to_owned(), marker),
+                marker: process::marker(&self.run_id, task, live.attempt, self.incarnation()),
                 stderr_log: self.run_dir.stderr_log(task.0, live.attempt.0),
                 limits: attempt::Limits {
                     attempt_timeout: spec.attempt_timeout,

@@ -29,7 +29,7 @@ mod resume;
 mod worktree_jobs;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,11 +42,12 @@ use tokio::sync::mpsc;
 
 use crate::attempt::{AttemptHandle, Msg, StopRequest};
 use crate::clock::{self, now};
-use crate::layout::{OwnerLock, RunDir, StateDir};
-use crate::{Error, Result};
+use crate::layout::{OwnerLock, RunDir, StateDir, index};
+use crate::{Error, Result, process};
 use sortie_batch::LoadedBatch;
 
-pub use launch::MARKER;
+/// The environment variable that marks every attempt's process (see `process::marker`).
+pub use crate::process::MARKER;
 
 /// Test-only hook for the crash tests (`tests/e2e/crash.rs`): when this environment variable
 /// names an event (`AttemptFinished`, `AttemptLaunching`, ...), the run loop, once the round that
@@ -99,7 +100,7 @@ pub async fn run(
     loaded: LoadedBatch,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
-    survive_file_size_limit()?;
+    process::survive_file_size_limit()?;
     state_dir.ensure()?;
     let run_id = run_id.unwrap_or_else(clock::new_run_id);
     let dir = state_dir.run(&run_id);
@@ -118,12 +119,12 @@ pub async fn run(
         env: loaded.env,
     };
     let mut engine = Engine::new(parts, RunState::new(), observer);
-    engine.index_entry(&loaded.batch.source)?;
+    index::create(state_dir, &engine.run_id, &loaded.batch.source, now())?;
     let started = Event::RunStarted {
         run_id,
         batch: loaded.batch,
         batch_digest: loaded.digest,
-        host: hostname(),
+        host: process::hostname(),
         pid: std::process::id(),
     };
     engine.commit(vec![started])?;
@@ -149,7 +150,7 @@ pub async fn take_over(
     how: Takeover,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
-    survive_file_size_limit()?;
+    process::survive_file_size_limit()?;
     let dir = state_dir.run(&run_id);
     if !dir.exists() {
         return Err(Error::NoSuchRun(run_id));
@@ -182,20 +183,6 @@ pub async fn take_over(
         engine.stopping = Some(Stopping::Cancel);
     }
     engine.drive().await
-}
-
-/// A file-size limit (`ulimit -f`, RLIMIT_FSIZE: how a full disk is simulated, and a real limit
-/// on some machines) makes a write past it raise SIGXFSZ, whose default action kills the
-/// process without a word. With a handler installed, the write fails with EFBIG instead and the
-/// journal's append returns an error, which stops the run cleanly (see [`Error::JournalWrite`]).
-/// tokio keeps the handler for the life of the process; children get the default action back
-/// at exec.
-fn survive_file_size_limit() -> Result<()> {
-    let xfsz = SignalKind::from_raw(nix::sys::signal::Signal::SIGXFSZ as i32);
-    signal(xfsz).map(drop).map_err(|source| Error::Io {
-        path: PathBuf::from("SIGXFSZ"),
-        source,
-    })
 }
 
 /// What a run's owner holds, whether it started the run or took it over.
@@ -438,10 +425,4 @@ impl Engine {
             job.handle.abort();
         }
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
 }

@@ -7,7 +7,7 @@ use sortie_core::{Event, TaskId};
 
 use super::Engine;
 use crate::Result;
-use crate::attempt::{self, Msg};
+use crate::attempt::Msg;
 
 impl Engine {
     /// Turns attempt reports into events: one round per distinct task, in arrival order.
@@ -60,18 +60,17 @@ impl Engine {
                 pid,
                 start_time,
             },
+            // The attempt's watchdog made its usage monotonic (the one place that does);
+            // core's check refuses a decrease all the same.
             Msg::Progress {
                 task,
                 attempt,
                 usage,
-            } => {
-                let last = self.state.task(task)?.attempts.last()?.usage;
-                Event::AttemptProgress {
-                    task,
-                    attempt,
-                    usage: usage.max(&last),
-                }
-            }
+            } => Event::AttemptProgress {
+                task,
+                attempt,
+                usage,
+            },
             Msg::Stalled { task, attempt } => Event::AttemptStalled { task, attempt },
             Msg::SideEffects { task, attempt } => {
                 if self.state.task(task)?.attempts.last()?.side_effects {
@@ -85,16 +84,13 @@ impl Engine {
                 outcome,
                 usage,
                 output,
-            } => {
-                let last = self.state.task(task)?.attempts.last()?.usage;
-                Event::AttemptFinished {
-                    task,
-                    attempt,
-                    outcome,
-                    usage: attempt::final_usage(usage, &last),
-                    output,
-                }
-            }
+            } => Event::AttemptFinished {
+                task,
+                attempt,
+                outcome,
+                usage,
+                output,
+            },
         })
     }
 }

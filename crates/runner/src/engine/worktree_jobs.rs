@@ -49,13 +49,13 @@ impl Engine {
                         .map_err(|e| e.to_string())
                 };
                 tokio::spawn(async move {
-                    let _ = tx.send(WtMsg::Planned(task, within(budget, fut).await));
+                    let _ = tx.send(WtMsg::Planned(task, worktree::within(budget, fut).await));
                 })
             }
             (JobKind::Create, Some(plan)) => {
                 let fut = async move { worktree::create(&plan).await.map_err(|e| e.to_string()) };
                 tokio::spawn(async move {
-                    let _ = tx.send(WtMsg::Created(task, within(budget, fut).await));
+                    let _ = tx.send(WtMsg::Created(task, worktree::within(budget, fut).await));
                 })
             }
             (JobKind::Finalize, Some(plan)) => {
@@ -155,16 +155,5 @@ impl Engine {
             Some(result) => self.commit_report(Event::TaskFinished { task, result }),
             None => Ok(()),
         }
-    }
-}
-
-/// Runs a setup step within the task's deadline (dropping it kills its git command).
-async fn within<T>(
-    budget: Duration,
-    fut: impl std::future::Future<Output = std::result::Result<T, String>>,
-) -> std::result::Result<T, String> {
-    match tokio::time::timeout(budget, fut).await {
-        Ok(r) => r,
-        Err(_) => Err("the task's deadline ran out during worktree setup".to_owned()),
     }
 }

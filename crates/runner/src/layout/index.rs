@@ -137,6 +137,32 @@ pub fn write(state_dir: &StateDir, entry: &RunEntry) -> Result<()> {
     Ok(())
 }
 
+/// Creates a new run's entry, before its first event.
+pub fn create(state_dir: &StateDir, run: &RunId, source: &str, now: Timestamp) -> Result<()> {
+    let entry = RunEntry {
+        run_id: run.clone(),
+        created: now,
+        source: source.to_owned(),
+        tasks: 0,
+        status: IndexStatus::Running,
+        pid: std::process::id(),
+        updated: now,
+    };
+    write(state_dir, &entry)
+}
+
+/// Brings a run's entry up to date with its state, as owned by this process.
+pub fn record(state_dir: &StateDir, run: &RunId, state: &RunState, now: Timestamp) -> Result<()> {
+    let fresh = || RunEntry::from_state(run.clone(), state, now);
+    update(state_dir, run, fresh, |e| {
+        e.status = IndexStatus::of(state);
+        e.tasks = state.tasks.len() as u32;
+        e.pid = std::process::id();
+        e.updated = now;
+    })
+    .map(drop)
+}
+
 /// Reads a run's entry; `None` when the run has none.
 pub fn read(state_dir: &StateDir, run: &RunId) -> Result<Option<RunEntry>> {
     let p = state_dir.index().join(run.as_str());

@@ -41,7 +41,9 @@ use sortie_protocol::Exit;
 
 mod argv;
 mod child;
+mod host;
 mod lines;
+mod marker;
 mod orphan;
 mod procfs;
 mod spawn;
@@ -49,7 +51,9 @@ mod tool;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
+pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
+pub use marker::{MARKER, kill_marked, marker};
 pub use orphan::{KillResult, kill_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
 pub use spawn::{SpawnError, SpawnSpec, Stdin, spawn, spawn_piped};

@@ -1,0 +1,83 @@
+//! The marker every attempt's process carries in its environment,
+//! `SORTIE_ATTEMPT=<run>/<task>/<attempt>/<incarnation>`, so that resume finds a crashed run's
+//! children (and their children, who inherit it) even when their pid never reached the
+//! journal. The incarnation (the run's start time in ms, in hex) tells apart runs of the same
+//! id in other state dirs, which are left alone; a marker without it counts as this run's.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sortie_core::{Attempt, RunId, TaskId};
+
+use super::{KillResult, find_marked, kill_group_if_same};
+
+/// The environment variable of the marker.
+pub const MARKER: &str = "SORTIE_ATTEMPT";
+
+/// The marker (name, value) of attempt `attempt` of `task` in run `run`'s `incarnation`.
+pub fn marker(run: &RunId, task: TaskId, attempt: Attempt, incarnation: u64) -> (String, String) {
+    (
+        MARKER.to_owned(),
+        format!("{run}/{}/{}/{incarnation:x}", task.0, attempt.0),
+    )
+}
+
+/// Reads a marker value of run `run`: task, attempt, and the incarnation when present.
+fn parse(value: &str, run: &RunId) -> Option<(TaskId, Attempt, Option<u64>)> {
+    let rest = value.strip_prefix(run.as_str())?.strip_prefix('/')?;
+    let mut parts = rest.split('/');
+    let task = parts.next()?.parse().ok()?;
+    let attempt = parts.next()?.parse().ok()?;
+    let incarnation = match parts.next() {
+        Some(i) => Some(u64::from_str_radix(i, 16).ok()?),
+        None => None,
+    };
+    Some((TaskId(task), Attempt(attempt), incarnation))
+}
+
+/// Kills every live process marked as run `run`'s in `incarnation` (and its group: TERM,
+/// `grace`, KILL). Returns, per attempt, whether one of its processes was still running, or
+/// the pid of one that survived SIGKILL.
+pub async fn kill_marked(
+    run: &RunId,
+    incarnation: u64,
+    grace: Duration,
+) -> Result<HashMap<(TaskId, Attempt), bool>, u32> {
+    let mut killed: HashMap<(TaskId, Attempt), bool> = HashMap::new();
+    for m in find_marked(MARKER, &format!("{run}/")) {
+        let key = parse(&m.marker_value, run);
+        if let Some((_, _, Some(other))) = key
+            && other != incarnation
+        {
+            continue;
+        }
+        let r = kill_group_if_same(m.pid, m.start_time, grace).await;
+        if r == KillResult::Survived {
+            return Err(m.pid);
+        }
+        if let Some((task, attempt, _)) = key {
+            *killed.entry((task, attempt)).or_default() |= r == KillResult::Killed;
+        }
+    }
+    Ok(killed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_of_this_run_only() {
+        let run = RunId::new("r1").expect("valid id");
+        let (_, value) = marker(&run, TaskId(3), Attempt(2), 255);
+        assert_eq!(value, "r1/3/2/ff");
+        assert_eq!(
+            parse(&value, &run),
+            Some((TaskId(3), Attempt(2), Some(255)))
+        );
+        assert_eq!(parse("r1/3/2", &run), Some((TaskId(3), Attempt(2), None)));
+        assert_eq!(parse("r10/3/2", &run), None);
+        assert_eq!(parse("r1/x/2", &run), None);
+        assert_eq!(parse("r1/3/2/zz", &run), None);
+    }
+}
