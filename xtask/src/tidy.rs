@@ -10,6 +10,8 @@
 //!   The test kit (`sortie-testkit`) is dev-only: no product crate has it in those tables
 //!   (xtask may, for the torture).
 //! - File docs: every `.rs` file under `crates/`, `xtask/` and `tests/` begins with `//!`.
+//! - Spawning: no product source outside `crates/runner/src/process/` calls `Command::new`
+//!   (clippy's `disallowed-methods` says the same of the call sites; this names the room).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -214,16 +216,38 @@ fn doc_problems(root: &Path, dir: &Path, problems: &mut Vec<String>) -> Result<(
         } else if name.ends_with(".rs") {
             let text =
                 fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let rel = path.strip_prefix(root).unwrap_or(&path);
             if !starts_with_file_doc(&text) {
-                let rel = path.strip_prefix(root).unwrap_or(&path);
                 problems.push(format!(
                     "{} does not begin with a //! doc comment",
+                    rel.display()
+                ));
+            }
+            if spawns_outside_process(rel, &text) {
+                problems.push(format!(
+                    "{} spawns a process: only crates/runner/src/process/ may",
                     rel.display()
                 ));
             }
         }
     }
     Ok(())
+}
+
+/// Whether a product source file outside the runner's `process/` calls `Command::new` (its
+/// inline test module aside; the test kit is not product code).
+fn spawns_outside_process(rel: &Path, text: &str) -> bool {
+    let rel = rel.to_string_lossy().replace('\\', "/");
+    let product = rel.starts_with("crates/") && rel.contains("/src/");
+    if !product
+        || rel.starts_with("crates/testkit/")
+        || rel.starts_with("crates/runner/src/process/")
+    {
+        return false;
+    }
+    text.lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .any(|l| l.contains("Command::new("))
 }
 
 fn starts_with_file_doc(text: &str) -> bool {
@@ -363,5 +387,35 @@ mod tests {
         assert!(!starts_with_file_doc("/// An item doc.\nfn f() {}"));
         assert!(!starts_with_file_doc("\n//! Not first."));
         assert!(!starts_with_file_doc("use std::fs;\n"));
+    }
+
+    #[test]
+    fn only_the_runners_process_module_spawns() {
+        let spawn = "//! x\nfn f() { std::process::Command::new(\"git\"); }\n";
+        assert!(spawns_outside_process(
+            Path::new("crates/runner/src/kept.rs"),
+            spawn
+        ));
+        assert!(spawns_outside_process(
+            Path::new("crates/core/src/plan/mod.rs"),
+            spawn
+        ));
+        assert!(!spawns_outside_process(
+            Path::new("crates/runner/src/process/spawn.rs"),
+            spawn
+        ));
+        assert!(!spawns_outside_process(
+            Path::new("crates/testkit/src/cmd.rs"),
+            spawn
+        ));
+        assert!(!spawns_outside_process(
+            Path::new("tests/e2e/main.rs"),
+            spawn
+        ));
+        let in_tests = "//! x\n#[cfg(test)]\nmod tests { fn f() { Command::new(\"sh\"); } }\n";
+        assert!(!spawns_outside_process(
+            Path::new("crates/runner/src/kept.rs"),
+            in_tests
+        ));
     }
 }
