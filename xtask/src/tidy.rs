@@ -18,6 +18,20 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+/// What the pure crates (the protocol readers, the batch loader) must not depend on: no
+/// runtime, storage, process or command-line crate, nothing above core.
+const PURE: &[&str] = &[
+    "tokio",
+    "sled",
+    "bincode",
+    "clap",
+    "anyhow",
+    "nix",
+    "sortie-journal",
+    "sortie-runner",
+    "sortie-cli",
+];
+
 /// Packages and the dependencies each must not have.
 const FORBIDDEN: &[(&str, &[&str])] = &[
     (
@@ -37,34 +51,8 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "sortie-journal",
         &["tokio", "clap", "anyhow", "sortie-runner", "sortie-cli"],
     ),
-    (
-        "sortie-protocol",
-        &[
-            "tokio",
-            "sled",
-            "bincode",
-            "clap",
-            "anyhow",
-            "nix",
-            "sortie-journal",
-            "sortie-runner",
-            "sortie-cli",
-        ],
-    ),
-    (
-        "sortie-batch",
-        &[
-            "tokio",
-            "sled",
-            "bincode",
-            "clap",
-            "anyhow",
-            "nix",
-            "sortie-journal",
-            "sortie-runner",
-            "sortie-cli",
-        ],
-    ),
+    ("sortie-protocol", PURE),
+    ("sortie-batch", PURE),
     ("sortie-runner", &["sortie-cli", "clap", "anyhow"]),
 ];
 
