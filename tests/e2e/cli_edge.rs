@@ -131,3 +131,43 @@ fn export_prints_the_committed_v1_export_of_the_fixture_run() {
         assert_eq!(v["v"], 1, "{line}");
     }
 }
+
+/// The run index is a cache of the journals: an entry that cannot be read (damaged, or in the
+/// `key=value` format of sortie before 0.1's layout) is rebuilt from its run's journal by
+/// `sortie list`, not dropped from the listing.
+#[test]
+fn list_rebuilds_an_unreadable_index_entry_from_the_journal() {
+    let state = state_with_fixture();
+    let index = state.path().join("index");
+    std::fs::create_dir_all(&index).expect("mkdir");
+    std::fs::write(
+        index.join("fixture-v1"),
+        "run_id=fixture-v1\nstatus=running\ntasks=2\n",
+    )
+    .expect("write an old-format entry");
+    let out = sortie(state.path(), &["--json", "list"])
+        .output()
+        .expect("sortie list");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("list --json");
+    assert_eq!(rows[0]["run_id"], "fixture-v1", "{rows}");
+    let journal = sortie(state.path(), &["--json", "status", "fixture-v1"])
+        .output()
+        .expect("sortie status");
+    let status: serde_json::Value = serde_json::from_slice(&journal.stdout).expect("status");
+    assert_eq!(
+        rows[0]["tasks"].as_u64(),
+        status["tasks"].as_array().map(|t| t.len() as u64),
+        "the task count comes from the journal: {rows}"
+    );
+    let rewritten = std::fs::read_to_string(index.join("fixture-v1")).expect("entry");
+    assert!(
+        rewritten.trim_start().starts_with('{'),
+        "the entry is written back in the current format: {rewritten}"
+    );
+}
