@@ -10,7 +10,7 @@ use std::fmt::Display;
 use std::io::Write;
 
 use sortie_batch::BatchError;
-use sortie_runner::kept::KeptError;
+use sortie_runner::worktree::kept::KeptError;
 
 /// The exit codes of DESIGN.md section 8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,6 @@ pub mod clock;
 pub mod engine;
 mod error;
 pub mod files;
-pub mod kept;
 pub mod layout;
 pub mod process;
 pub mod worktree;

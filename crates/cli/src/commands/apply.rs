@@ -6,7 +6,7 @@ use std::io::Write;
 
 use crate::error::Result;
 use serde::Serialize;
-use sortie_runner::kept::Applied;
+use sortie_runner::worktree::kept::Applied;
 
 use super::{Code, block_on, find_kept};
 use crate::args::{Global, TaskRef};
@@ -24,7 +24,7 @@ struct ApplyView<'a> {
 /// Applies a kept worktree's change.
 pub(crate) fn apply(g: &Global, t: &TaskRef) -> Result<Code> {
     let kept = find_kept(g, &t.run, &t.label)?;
-    let applied = block_on(sortie_runner::kept::apply(&kept))??;
+    let applied = block_on(sortie_runner::worktree::kept::apply(&kept))??;
     let code = match applied {
         Applied::Conflict { .. } => Code::Failed,
         _ => Code::Ok,

@@ -11,7 +11,7 @@ use crate::args::{Global, TaskRef};
 #[derive(Serialize)]
 struct DiffView<'a> {
     #[serde(flatten)]
-    kept: &'a sortie_runner::kept::Kept,
+    kept: &'a sortie_runner::worktree::kept::Kept,
     /// The patch text (lossily decoded).
     diff: String,
 }
@@ -19,7 +19,7 @@ struct DiffView<'a> {
 /// Prints the patch of a kept worktree (`--json`: the worktree's details and the patch).
 pub(crate) fn diff(g: &Global, t: &TaskRef) -> Result<Code> {
     let kept = find_kept(g, &t.run, &t.label)?;
-    let patch = block_on(sortie_runner::kept::diff(&kept))??;
+    let patch = block_on(sortie_runner::worktree::kept::diff(&kept))??;
     let mut out = std::io::stdout().lock();
     if g.json {
         let view = DiffView {

@@ -12,7 +12,7 @@ use crate::args::{Global, TaskRef};
 /// Removes a kept worktree and its branch.
 pub(crate) fn discard(g: &Global, t: &TaskRef) -> Result<Code> {
     let kept = find_kept(g, &t.run, &t.label)?;
-    let removed = block_on(sortie_runner::kept::discard(&kept, &g.layout()))??;
+    let removed = block_on(sortie_runner::worktree::kept::discard(&kept, &g.layout()))??;
     let mut out = std::io::stdout().lock();
     if g.json {
         serde_json::to_writer_pretty(&mut out, &removed)?;

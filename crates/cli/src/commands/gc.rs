@@ -12,7 +12,11 @@ use crate::args::{GcArgs, Global};
 /// Collects old kept worktrees.
 pub(crate) fn gc(g: &Global, args: &GcArgs) -> Result<Code> {
     let now = sortie_runner::clock::now();
-    let report = block_on(sortie_runner::kept::gc(&g.layout(), args.older_than, now))??;
+    let report = block_on(sortie_runner::worktree::kept::gc(
+        &g.layout(),
+        args.older_than,
+        now,
+    ))??;
     let failed = report.iter().any(|r| !r.failed.is_empty());
     let mut out = std::io::stdout().lock();
     if g.json {

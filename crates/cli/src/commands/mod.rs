@@ -83,10 +83,19 @@ fn block_on<F: std::future::Future>(f: F) -> Result<F::Output> {
 }
 
 /// Task `label`'s kept worktree in run `run`, from the run's journal.
-fn find_kept(g: &crate::args::Global, run: &str, label: &str) -> Result<sortie_runner::kept::Kept> {
+fn find_kept(
+    g: &crate::args::Global,
+    run: &str,
+    label: &str,
+) -> Result<sortie_runner::worktree::kept::Kept> {
     let run = run_id(run)?;
     let state = replay_all(&open_read(&g.layout(), &run)?)?;
-    Ok(sortie_runner::kept::find(&state, &g.layout(), &run, label)?)
+    Ok(sortie_runner::worktree::kept::find(
+        &state,
+        &g.layout(),
+        &run,
+        label,
+    )?)
 }
 
 /// Replays a run fully, turning a corrupt journal into an error that names the record.

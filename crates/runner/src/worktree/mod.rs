@@ -18,6 +18,8 @@
 //!   through a scratch index: nothing of the agent's is committed), or removes an unchanged one
 //!   and deletes its branch; a worktree or branch already gone is fine.
 
+pub mod kept;
+
 use std::path::{Path, PathBuf};
 
 use sortie_core::PlannedWorktree;
