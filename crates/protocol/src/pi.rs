@@ -31,17 +31,6 @@ use crate::classify::{AgentFailure, AgentSummary, classify_agent};
 use crate::shared::{ProgressGate, count, parse_line, shorten, tool_activity};
 use crate::{Exit, Finished, MAX_PLAIN_OUTPUT, Progress, ProtocolReader, RunPhase};
 
-/// Makes a prompt safe as pi's last argument. pi's argument parser has no `--`: an argument
-/// starting with `-` is read as an option (or refused), one starting with `@` as a file to
-/// attach. Such a prompt gets one leading space, which pi passes on as is and a model ignores.
-pub fn guard_prompt(prompt: &str) -> Cow<'_, str> {
-    if prompt.starts_with('-') || prompt.starts_with('@') {
-        Cow::Owned(format!(" {prompt}"))
-    } else {
-        Cow::Borrowed(prompt)
-    }
-}
-
 /// pi's tools that change the world.
 const SIDE_EFFECT_TOOLS: &[&str] = &["bash", "write", "edit"];
 
@@ -509,13 +498,6 @@ mod tests {
     }
 
     const TEXT: &str = r#"[{"type":"text","text":"a"},{"type":"thinking","thinking":"hm"},{"type":"text","text":"b"}]"#;
-
-    #[test]
-    fn a_prompt_that_reads_as_an_option_or_a_file_is_guarded() {
-        assert_eq!(guard_prompt("-v is broken"), " -v is broken");
-        assert_eq!(guard_prompt("@notes.md"), " @notes.md");
-        assert!(matches!(guard_prompt("fix it"), Cow::Borrowed("fix it")));
-    }
 
     #[test]
     fn a_zero_cost_for_spent_tokens_is_unreported() {

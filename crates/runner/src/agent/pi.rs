@@ -1,7 +1,7 @@
 //! pi (pi-coding-agent): `pi --mode json` (`pi-json`) and `pi --mode rpc` (`pi-rpc`).
 //!
-//! - Launch: pi's argument parser has no `--`, so a `pi-json` prompt is guarded (see
-//!   `protocol::pi::guard_prompt`). A `pi-rpc` attempt gets its prompt as an RPC command on
+//! - Launch: pi's argument parser has no `--`, so a `pi-json` prompt is guarded
+//!   ([`guard_prompt`]). A `pi-rpc` attempt gets its prompt as an RPC command on
 //!   stdin instead, and, when its profile can steer, a `steer` command asks it to wrap up on a
 //!   budget breach.
 //! - Sessions: a continuable profile keeps each attempt's session under
@@ -10,6 +10,7 @@
 //! - Home: `$PI_CODING_AGENT_DIR` (default `~/.pi/agent`), seeded by allow-list, with both of
 //!   pi's retry layers off in its `settings.json` and `PI_OFFLINE=1`.
 
+use std::borrow::Cow;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,17 @@ use sortie_core::{Attempt, Protocol, StopReason, TaskId, TaskRecord};
 use super::home::{HomeError, Rules, UserEnv, io_err};
 use super::{Agent, Drive, Launch, LaunchInput, WRAP_UP};
 use crate::layout::RunDir;
-use sortie_protocol::pi::guard_prompt;
+
+/// Makes a prompt safe as pi's last argument. pi's argument parser has no `--`: an argument
+/// starting with `-` is read as an option (or refused), one starting with `@` as a file to
+/// attach. Such a prompt gets one leading space, which pi passes on as is and a model ignores.
+pub(super) fn guard_prompt(prompt: &str) -> Cow<'_, str> {
+    if prompt.starts_with('-') || prompt.starts_with('@') {
+        Cow::Owned(format!(" {prompt}"))
+    } else {
+        Cow::Borrowed(prompt)
+    }
+}
 
 /// pi.
 #[derive(Debug)]
@@ -202,6 +213,13 @@ mod tests {
     use super::super::home::prepare;
     use super::super::home::testing::{read_json, snapshot, write};
     use super::*;
+
+    #[test]
+    fn a_prompt_that_reads_as_an_option_or_a_file_is_guarded() {
+        assert_eq!(guard_prompt("-v is broken"), " -v is broken");
+        assert_eq!(guard_prompt("@notes.md"), " @notes.md");
+        assert!(matches!(guard_prompt("fix it"), Cow::Borrowed("fix it")));
+    }
 
     #[test]
     fn pi_home_links_credentials_copies_config_skips_sessions_and_turns_retries_off() {
