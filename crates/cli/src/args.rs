@@ -103,6 +103,10 @@ pub(crate) struct RunArgs {
     /// Run one command instead of a batch file: `sortie run -- CMD ARGS...`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+    /// Where attempts run: `local`, or `slurm` (one sbatch job per attempt), for every task
+    /// that does not say (#11).
+    #[arg(long, value_parser = ["local", "slurm"])]
+    pub(crate) executor: Option<String>,
 }
 
 /// A run, or by default the newest.

@@ -37,7 +37,7 @@ pub use outcome::{
     aggregate,
 };
 pub use plan::{Action, Facts, JobKind, Planner, Stopping};
-pub use slurm::{ExecutorKind, SlurmOptions};
+pub use slurm::{Executor, ExecutorKind, SlurmOptions};
 pub use spec::{
     AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
     TaskSpec, validate_batch,

@@ -286,6 +286,9 @@ pub struct TaskSpec {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
+    // #11
+    /// Where its attempts run: locally, or as Slurm jobs with their `[slurm]` options.
+    pub executor: crate::slurm::Executor,
 }
 
 impl TaskSpec {
@@ -318,6 +321,7 @@ impl TaskSpec {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: crate::slurm::Executor::Local,
         }
     }
 

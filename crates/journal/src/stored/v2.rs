@@ -19,20 +19,75 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 use sortie_core::spec::{AgentProfile, Batch, RunConfig};
-use sortie_core::{AttemptOutcome, TaskResult, TaskSpec};
+use sortie_core::{AttemptOutcome, Executor, SlurmOptions, TaskResult, TaskSpec};
 
 use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1, TaskSpecV1};
 
 /// The fields of `TaskSpec` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct TaskExtV2 {}
+pub(crate) struct TaskExtV2 {
+    // #11
+    executor: ExecutorV2,
+}
 
 impl TaskExtV2 {
-    pub(crate) fn of(_t: &TaskSpec) -> Self {
-        TaskExtV2 {}
+    pub(crate) fn of(t: &TaskSpec) -> Self {
+        TaskExtV2 {
+            executor: (&t.executor).into(),
+        }
     }
-    pub(crate) fn apply(self, _t: &mut TaskSpec) -> Result<(), String> {
+    pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
+        t.executor = self.executor.into();
         Ok(())
+    }
+}
+
+/// Mirrors `sortie_core::Executor` (#11).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ExecutorV2 {
+    #[default]
+    Local,
+    Slurm(SlurmOptionsV2),
+}
+
+/// Mirrors `sortie_core::SlurmOptions` (#11).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct SlurmOptionsV2 {
+    partition: Option<String>,
+    account: Option<String>,
+    cpus: Option<u32>,
+    mem_mb: Option<u64>,
+    extra_args: Vec<String>,
+}
+
+impl From<&Executor> for ExecutorV2 {
+    fn from(e: &Executor) -> Self {
+        match e {
+            Executor::Local => ExecutorV2::Local,
+            Executor::Slurm(o) => ExecutorV2::Slurm(SlurmOptionsV2 {
+                partition: o.partition.clone(),
+                account: o.account.clone(),
+                cpus: o.cpus,
+                mem_mb: o.mem_mb,
+                extra_args: o.extra_args.clone(),
+            }),
+        }
+    }
+}
+
+impl From<ExecutorV2> for Executor {
+    fn from(e: ExecutorV2) -> Self {
+        match e {
+            ExecutorV2::Local => Executor::Local,
+            ExecutorV2::Slurm(o) => Executor::Slurm(SlurmOptions {
+                partition: o.partition,
+                account: o.account,
+                cpus: o.cpus,
+                mem_mb: o.mem_mb,
+                extra_args: o.extra_args,
+            }),
+        }
     }
 }
 

@@ -53,6 +53,7 @@ pub(crate) fn batch(n: u32) -> Batch {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: sortie_core::Executor::Local,
         })
         .collect();
     Batch {
