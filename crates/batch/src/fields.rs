@@ -237,9 +237,8 @@ impl RawTask {
             "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
             "executor" => {
                 let name = string(v)?;
-                let kind = ExecutorKind::parse(&name).ok_or_else(|| {
-                    format!("expected \"local\" or \"slurm\", found {name:?}")
-                })?;
+                let kind = ExecutorKind::parse(&name)
+                    .ok_or_else(|| format!("expected \"local\" or \"slurm\", found {name:?}"))?;
                 self.executor = Some(kind);
             }
             "slurm" => self.parse_slurm(e, issues)?,

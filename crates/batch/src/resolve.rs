@@ -236,7 +236,11 @@ fn resolve_task(
 /// The task's executor (#11): its own `executor`, else `--executor`, else `[defaults]`'; a
 /// Slurm executor takes each `slurm` option from the task, else from `[defaults]`.
 fn resolve_executor(t: &RawTask, d: &RawTask, ov: &Overrides) -> Executor {
-    let kind = t.executor.or(ov.executor).or(d.executor).unwrap_or_default();
+    let kind = t
+        .executor
+        .or(ov.executor)
+        .or(d.executor)
+        .unwrap_or_default();
     match kind {
         ExecutorKind::Local => Executor::Local,
         ExecutorKind::Slurm => Executor::Slurm(SlurmOptions {

@@ -874,5 +874,8 @@ extra_args = ["--exclusive", "--job-name=mine"]
     let text = err.to_string();
     assert!(text.contains("expected \"local\" or \"slurm\""), "{text}");
     assert!(text.contains("did you mean `partition`?"), "{text}");
-    assert!(text.contains("\"--job-name=mine\" is set by sortie itself"), "{text}");
+    assert!(
+        text.contains("\"--job-name=mine\" is set by sortie itself"),
+        "{text}"
+    );
 }

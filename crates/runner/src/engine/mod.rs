@@ -27,6 +27,8 @@ mod launch;
 mod reports;
 mod resume;
 mod worktree_jobs;
+// #11
+mod slurm_resume;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -177,10 +179,12 @@ pub async fn take_over(
         pid: std::process::id(),
         from_seq,
     }])?;
+    engine.adopt_slurm_jobs().await?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
     if how == Takeover::Cancel {
-        engine.stopping = Some(Stopping::Cancel);
+        // Adopted attempts (#11) are live: they are stopped like a live run's.
+        engine.stop_all(Stopping::Cancel);
     }
     engine.drive().await
 }
@@ -225,6 +229,8 @@ struct Engine {
     wt_rx: mpsc::UnboundedReceiver<worktree_jobs::WtMsg>,
     /// Tasks whose worktree setup failed, and why: they end `setup_error` (or timeout).
     setup_failed: BTreeMap<TaskId, String>,
+    /// #11: the run's Slurm cluster (its one status poller), once a Slurm attempt needs it.
+    slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
 }
 
 impl Engine {
@@ -255,6 +261,7 @@ impl Engine {
             wt_tx,
             wt_rx,
             setup_failed: BTreeMap::new(),
+            slurm: std::sync::OnceLock::new(),
         }
     }
 
