@@ -11,6 +11,7 @@ mod attempt;
 pub mod clock;
 pub mod engine;
 mod error;
+pub mod executor;
 pub mod files;
 pub mod layout;
 pub mod process;
