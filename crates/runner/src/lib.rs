@@ -16,5 +16,7 @@ pub mod files;
 pub mod layout;
 pub mod process;
 pub mod worktree;
+// #11: Slurm's commands and their output, as data.
+pub mod slurm;
 
 pub use error::{Error, Result};
