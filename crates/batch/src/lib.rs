@@ -33,6 +33,7 @@ mod admission;
 mod agents;
 mod document;
 mod error;
+mod expand;
 mod fields;
 mod load;
 mod locate;

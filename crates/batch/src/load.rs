@@ -7,6 +7,7 @@ use sortie_core::digest::fnv1a;
 
 use crate::document::{RunDoc, parse_defaults_file, parse_jsonl_tasks, parse_toml_doc};
 use crate::error::{BatchError, BatchIssue, Issues};
+use crate::expand::expand;
 use crate::fields::RawTask;
 use crate::resolve::{Input, resolve};
 use crate::{COMMAND_LINE, LoadedBatch, Overrides};
@@ -53,7 +54,7 @@ pub fn load_toml(path: &Path, overrides: &Overrides) -> Result<LoadedBatch, Batc
     let Some(mut run) = parse_toml_doc(path, &bytes, true, &mut issues) else {
         return Err(issues.into_error(&[path]));
     };
-    let tasks = std::mem::take(&mut run.tasks);
+    let tasks = expand(std::mem::take(&mut run.tasks), &base, &mut issues);
     let input = Input {
         file: path,
         defaults_file: None,
@@ -84,7 +85,11 @@ pub fn load_jsonl(
         (Some(d), Some(db)) => parse_defaults_file(d, db, &mut issues),
         _ => Some(RunDoc::new(path)),
     };
-    let tasks = parse_jsonl_tasks(path, &bytes, &mut issues);
+    let tasks = expand(
+        parse_jsonl_tasks(path, &bytes, &mut issues),
+        &base,
+        &mut issues,
+    );
     let order: Vec<&Path> = defaults.into_iter().chain([path]).collect();
     let Some(run) = run else {
         return Err(issues.into_error(&order));
