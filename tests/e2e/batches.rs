@@ -130,3 +130,86 @@ fn out_of_range_values_are_refused_naming_file_line_and_field() {
         "nothing ran"
     );
 }
+
+/// `sortie check` with the variables that could hold an agent's key removed and `HOME` empty.
+fn check_cmd(s: &Scratch, batch: &Path) -> std::process::Output {
+    let home = s.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let mut c = s.sortie();
+    c.env("HOME", &home);
+    for k in [
+        "PI_CODING_AGENT_DIR",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "GROQ_API_KEY",
+        "XAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "MISTRAL_API_KEY",
+        "CEREBRAS_API_KEY",
+        "ZAI_API_KEY",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+    ] {
+        c.env_remove(k);
+    }
+    c.args(["check", batch.to_str().expect("utf-8")]);
+    c.output().expect("run sortie check")
+}
+
+#[test]
+fn check_names_every_mistake_at_once_and_runs_nothing() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.path().join("plain-dir")).expect("mkdir");
+    std::fs::write(s.path().join("a-file"), "").expect("write");
+    let counter = s.path().join("spawned.txt");
+    let counter_s = counter.display().to_string();
+    let fine = fake_command(&["--quiet", "--counter", &counter_s]);
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[agents.ghost]\ncommand = [\"no-such-agent-zz\", \"{{prompt}}\"]\nprotocol = \"plain\"\n\
+             may_write = false\n\n\
+             [[tasks]]\nlabel = \"typo\"\ncommand = {fine}\nmax_retrys = 2\n\n\
+             [[tasks]]\nlabel = \"nowhere\"\ncommand = {fine}\ncwd = \"no/such/dir\"\n\n\
+             [[tasks]]\nlabel = \"ghost\"\nagent = \"ghost\"\nprompt = \"hi\"\n\n\
+             [[tasks]]\nlabel = \"not-git\"\ncommand = {fine}\ncwd = \"plain-dir\"\n\
+             isolation = \"worktree\"\n\n\
+             [[tasks]]\nlabel = \"blocked\"\ncommand = {fine}\noutput = \"a-file/out.md\"\n\n\
+             [[tasks]]\nlabel = \"no-key\"\nagent = \"pi\"\nprompt = \"hi\"\n"
+        ),
+    );
+    let out = check_cmd(&s, &batch);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    for want in [
+        "batch.toml:9: field `max_retrys`: unknown field; did you mean `max_retries`?",
+        "batch.toml:14: field `cwd`: task `nowhere`: the directory",
+        "batch.toml:18: field `agent`: task `ghost`: the agent `ghost`'s program \
+         `no-such-agent-zz` is not on PATH",
+        "batch.toml:25: field `isolation`: task `not-git`: `isolation = \"worktree\"` needs a \
+         git repository",
+        "batch.toml:30: field `output`: task `blocked`:",
+        "a-file is not a directory",
+        "batch.toml:34: field `agent`: task `no-key`: no credentials for pi",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    assert!(text.contains("nothing was run"), "{text}");
+    assert!(!counter.exists(), "no agent was spawned");
+    assert!(
+        !s.state_dir().join("runs").exists(),
+        "no run was created: {text}"
+    );
+
+    // Fixed, the same batch is ready: exit 0, still nothing spawned.
+    let ok = s.write(
+        "ok.toml",
+        &format!("[[tasks]]\nlabel = \"{{name}}\"\nfor_each = [\"a\", \"b\"]\ncommand = {fine}\n"),
+    );
+    let out = check_cmd(&s, &ok);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("2 tasks ready to run"), "{text}");
+    assert!(!counter.exists(), "no agent was spawned");
+}

@@ -31,6 +31,7 @@
 
 mod admission;
 mod agents;
+mod check;
 mod document;
 mod error;
 mod expand;
@@ -48,6 +49,7 @@ use std::path::PathBuf;
 
 use sortie_core::Batch;
 
+pub use check::{Checked, load_for_check};
 pub use error::{BatchError, BatchIssue};
 pub use load::{load, load_jsonl, load_toml, one_off_command, one_off_prompt};
 

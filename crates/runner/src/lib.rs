@@ -13,6 +13,7 @@ pub mod engine;
 mod error;
 pub mod files;
 pub mod layout;
+pub mod preflight;
 pub mod process;
 pub mod worktree;
 
