@@ -68,6 +68,10 @@ pub(crate) enum Command {
     /// Remove kept worktrees of finished runs older than a retention; a branch with commits
     /// found nowhere else is kept.
     Gc(GcArgs),
+    /// Check a batch without running it: everything `run` would refuse, and what would fail
+    /// only once it runs (programs on PATH, credentials, directories, repositories, artifact
+    /// directories, prompt sizes). Nothing is spawned; exit 0 when ready, 2 with every problem.
+    Check(CheckArgs),
 }
 
 /// `sortie run`.
@@ -157,4 +161,26 @@ pub(crate) struct ExportArgs {
     /// The format (only `jsonl`).
     #[arg(long, default_value = "jsonl", value_parser = ["jsonl"])]
     pub(crate) format: String,
+}
+
+/// `sortie check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The batch file: `.toml`, or `.jsonl` (one task per line).
+    pub(crate) batch: PathBuf,
+    /// Defaults for a JSON Lines batch.
+    #[arg(long)]
+    pub(crate) defaults: Option<PathBuf>,
+    /// The agent profile (default for every task), as `run` takes it.
+    #[arg(long)]
+    pub(crate) agent: Option<String>,
+    /// The model (default for every task), as `run` takes it.
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// How many tasks would run at once.
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+    /// As `run --allow-shared-writes`.
+    #[arg(long)]
+    pub(crate) allow_shared_writes: bool,
 }
