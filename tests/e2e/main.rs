@@ -9,6 +9,7 @@
 mod agents;
 mod apply;
 mod bad_input;
+mod board;
 mod cli_edge;
 mod crash;
 mod faults;
