@@ -30,6 +30,9 @@ pub(crate) struct Global {
     /// More log output on stderr (-v, -vv); RUST_LOG works too.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    /// Print no progress while a run goes, only its summary at the end.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
 }
 
 impl Global {
@@ -68,6 +71,10 @@ pub(crate) enum Command {
     /// Remove kept worktrees of finished runs older than a retention; a branch with commits
     /// found nowhere else is kept.
     Gc(GcArgs),
+    /// Check a batch without running it: everything `run` would refuse, and what would fail
+    /// only once it runs (programs on PATH, credentials, directories, repositories, artifact
+    /// directories, prompt sizes). Nothing is spawned; exit 0 when ready, 2 with every problem.
+    Check(CheckArgs),
 }
 
 /// `sortie run`.
@@ -161,4 +168,26 @@ pub(crate) struct ExportArgs {
     /// The format (only `jsonl`).
     #[arg(long, default_value = "jsonl", value_parser = ["jsonl"])]
     pub(crate) format: String,
+}
+
+/// `sortie check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The batch file: `.toml`, or `.jsonl` (one task per line).
+    pub(crate) batch: PathBuf,
+    /// Defaults for a JSON Lines batch.
+    #[arg(long)]
+    pub(crate) defaults: Option<PathBuf>,
+    /// The agent profile (default for every task), as `run` takes it.
+    #[arg(long)]
+    pub(crate) agent: Option<String>,
+    /// The model (default for every task), as `run` takes it.
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// How many tasks would run at once.
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+    /// As `run --allow-shared-writes`.
+    #[arg(long)]
+    pub(crate) allow_shared_writes: bool,
 }

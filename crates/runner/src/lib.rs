@@ -14,6 +14,7 @@ mod error;
 pub mod executor;
 pub mod files;
 pub mod layout;
+pub mod preflight;
 pub mod process;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.

@@ -52,7 +52,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         }
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
-    let observer = output::observer(g.json);
+    let observer = output::observer(g.json || g.quiet, run_id.as_ref());
     let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
@@ -64,10 +64,10 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
         Some(r) => run_id(r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g.json);
+    let observer = output::observer(g.json || g.quiet, Some(&run));
     let end = runtime()?.block_on(engine::take_over(
         &g.layout().absolute(),
-        run,
+        run.clone(),
         Takeover::Resume,
         observer,
     ))?;
@@ -99,9 +99,9 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
     }
     let end = runtime()?.block_on(engine::take_over(
         &g.layout().absolute(),
-        run,
+        run.clone(),
         Takeover::Cancel,
-        output::observer(g.json),
+        output::observer(g.json || g.quiet, Some(&run)),
     ))?;
     Ok(report(g, &end))
 }

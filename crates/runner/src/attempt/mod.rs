@@ -87,6 +87,13 @@ pub(crate) enum Msg {
         usage: Usage,
         output: String,
     },
+    /// What the agent is doing now changed (the tool it runs, `thinking`, ...): shown on the
+    /// live board, never journaled.
+    Activity {
+        task: TaskId,
+        attempt: Attempt,
+        text: String,
+    },
 }
 
 impl Msg {
@@ -96,7 +103,8 @@ impl Msg {
             | Msg::Progress { task, .. }
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
-            | Msg::Finished { task, .. } => *task,
+            | Msg::Finished { task, .. }
+            | Msg::Activity { task, .. } => *task,
         }
     }
 
@@ -106,7 +114,8 @@ impl Msg {
             | Msg::Progress { attempt, .. }
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
-            | Msg::Finished { attempt, .. } => *attempt,
+            | Msg::Finished { attempt, .. }
+            | Msg::Activity { attempt, .. } => *attempt,
         }
     }
 }
