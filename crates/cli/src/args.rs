@@ -190,4 +190,7 @@ pub(crate) struct CheckArgs {
     /// As `run --allow-shared-writes`.
     #[arg(long)]
     pub(crate) allow_shared_writes: bool,
+    /// As `run --executor` (#11).
+    #[arg(long, value_parser = ["local", "slurm"])]
+    pub(crate) executor: Option<String>,
 }
