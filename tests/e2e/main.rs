@@ -19,6 +19,9 @@ mod mixed;
 mod real_codex;
 mod real_pi;
 mod signals;
+// #11
+mod slurm;
+mod slurm_crash;
 mod support;
 mod torture;
 mod worktree;
