@@ -11,6 +11,7 @@ mod apply;
 mod bad_input;
 mod cli_edge;
 mod crash;
+mod damage;
 mod faults;
 mod graphs;
 mod mixed;
