@@ -49,7 +49,9 @@
 //! Modules: `journal` (the handle; create, open, the read-only snapshot copy), `commit` (appends
 //! and group commit), `read` (the checked iterator, replay, the two-thread scan), `audit`,
 //! `store` (sled, and the one wait on its lock), `codec` (bincode and the frame), `stored` (the
-//! on-disk schema), `export` (that schema as `sortie export`'s JSON). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
+//! on-disk schema), `export` (that schema as `sortie export`'s JSON), `mark` (the acknowledged
+//! high-water mark kept outside sled, checked at every open: a journal that lost acknowledged
+//! records is `Error::Truncated`, never a shorter whole one). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
 //! (`test_util`).
 
 use std::path::PathBuf;

@@ -59,16 +59,22 @@ fn open_read(state_dir: &StateDir, run: &RunId) -> Result<Journal> {
 /// holds too (the journal checks the one beside it). Damage found is recorded in the index, so
 /// that `list` says so.
 fn open_checked(state_dir: &StateDir, run: &RunId) -> Result<Journal, sortie_journal::Error> {
+    // Read before the open: a live run's copy holds every record acknowledged before it.
+    let acked = index::acked(state_dir, run);
     let opened = Journal::open_read_only(state_dir.run(run).path()).and_then(|journal| {
-        if let Some(mark) = index::acked(state_dir, run) {
+        if let Some(mark) = acked {
             journal.check_mark(&mark)?;
         }
         Ok(journal)
     });
-    if let Err(e) = &opened
-        && e.is_damage()
-    {
-        let _ = index::record_damage(state_dir, run, &e.to_string());
+    match &opened {
+        Err(e) if e.is_damage() => {
+            let _ = index::record_damage(state_dir, run, &e.to_string());
+        }
+        Err(_) => {}
+        Ok(_) => {
+            let _ = index::clear_damage(state_dir, run);
+        }
     }
     opened
 }

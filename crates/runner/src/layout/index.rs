@@ -199,6 +199,17 @@ pub fn record_damage(state_dir: &StateDir, run: &RunId, why: &str) -> Result<()>
     }
 }
 
+/// Forgets a run's recorded damage (its journal opened whole after all, or was recovered).
+pub fn clear_damage(state_dir: &StateDir, run: &RunId) -> Result<()> {
+    match read(state_dir, run) {
+        Ok(Some(mut e)) if e.damaged.is_some() => {
+            e.damaged = None;
+            write(state_dir, &e)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The high-water mark the index holds for a run, if it can be read.
 pub fn acked(state_dir: &StateDir, run: &RunId) -> Option<Mark> {
     read(state_dir, run).ok().flatten().and_then(|e| e.acked)
