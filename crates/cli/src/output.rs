@@ -13,8 +13,10 @@ use sortie_runner::engine::Observer;
 
 /// Installs the tracing subscriber: warnings by default, `-v` info, `-vv` debug; RUST_LOG wins.
 pub(crate) fn init_tracing(verbose: u8) {
+    // sled logs through `log` (bridged into tracing): its complaints about a damaged file
+    // are for -v; without it sortie's own one-line error says what is wrong.
     let default = match verbose {
-        0 => "warn",
+        0 => "warn,sled=off",
         1 => "info",
         _ => "debug",
     };
