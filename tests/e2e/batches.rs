@@ -213,3 +213,96 @@ fn check_names_every_mistake_at_once_and_runs_nothing() {
     assert!(text.contains("2 tasks ready to run"), "{text}");
     assert!(!counter.exists(), "no agent was spawned");
 }
+
+#[test]
+fn apply_all_commit_applies_in_task_order_one_commit_each_and_stops_at_the_conflict() {
+    let s = Scratch::new();
+    let repo = scratch_repo(s.path(), "repo");
+    std::fs::write(repo.join("shared.txt"), "base\n").expect("write");
+    sortie_testkit::git(&repo, &["add", "-A"]);
+    sortie_testkit::git(&repo, &["commit", "-q", "-m", "shared"]);
+    // sortie's own commits need an identity; a CI machine has none configured.
+    sortie_testkit::git(&repo, &["config", "user.name", "Test"]);
+    sortie_testkit::git(&repo, &["config", "user.email", "test@example.invalid"]);
+    let task = |label: &str, write: &str| {
+        format!(
+            "\n[[tasks]]\nlabel = \"{label}\"\ncommand = {}\n",
+            fake_command(&["--quiet", "--write", write])
+        )
+    };
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 3\n[defaults]\nisolation = \"worktree\"\ncwd = {:?}\n{}{}{}",
+            repo.display().to_string(),
+            task("first", "shared.txt:first"),
+            task("second", "shared.txt:second"),
+            task("third", "third.txt:third"),
+        ),
+    );
+    let run = unique_run("ap");
+    s.run_ok(&["run", batch.to_str().expect("utf-8"), "--run-id", &run]);
+
+    // The summary of status names each kept worktree: path, branch and diff stat.
+    let status = String::from_utf8_lossy(&s.run_ok(&["status", &run]).stdout).into_owned();
+    assert!(status.contains("kept worktrees (3):"), "{status}");
+    for label in ["first", "second", "third"] {
+        assert!(
+            status.contains(&format!("(sortie/{run}/{label})")),
+            "{status}"
+        );
+        assert!(
+            status.contains(&format!("worktrees/{run}/{label}")),
+            "{status}"
+        );
+    }
+    assert!(status.contains("1 file changed"), "{status}");
+
+    // diff RUN: every kept worktree, in task order.
+    let diff = String::from_utf8_lossy(&s.run_ok(&["diff", &run]).stdout).into_owned();
+    let at = |l: &str| {
+        diff.find(&format!("# sortie: {l} "))
+            .unwrap_or_else(|| panic!("{l} in {diff}"))
+    };
+    assert!(
+        at("first") < at("second") && at("second") < at("third"),
+        "{diff}"
+    );
+    assert!(diff.contains("+second"), "{diff}");
+
+    let head_before = sortie_testkit::git(&repo, &["rev-parse", "HEAD"]);
+    let out = s.run(&["apply", &run, "--all", "--commit"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("applied first's change to") && stdout.contains("committed as"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("second's change conflicts with"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not applied: third"), "{stderr}");
+    // One commit, first's, on top of what was there; second changed nothing; third not reached.
+    let log = sortie_testkit::git(
+        &repo,
+        &[
+            "log",
+            "--format=%s",
+            &format!("{}..HEAD", head_before.trim()),
+        ],
+    );
+    assert_eq!(log.trim(), format!("sortie: first (run {run})"));
+    assert_eq!(
+        std::fs::read_to_string(repo.join("shared.txt")).expect("read"),
+        "base\nfirst\n"
+    );
+    assert!(!repo.join("third.txt").exists(), "third was not applied");
+    let dirty = sortie_testkit::git(&repo, &["status", "--porcelain"]);
+    assert_eq!(
+        dirty.trim(),
+        "",
+        "the checkout is clean: nothing half-applied"
+    );
+}

@@ -13,6 +13,7 @@ mod batches;
 mod board;
 mod cli_edge;
 mod crash;
+mod damage;
 mod faults;
 mod graphs;
 mod mixed;

@@ -61,11 +61,13 @@ pub(crate) enum Command {
     Cancel(RunId),
     /// Print a run's events as JSON Lines.
     Export(ExportArgs),
-    /// Print the change a task made in its kept worktree (its patch).
-    Diff(TaskRef),
+    /// Print the change a task made in its kept worktree (its patch); without a label, every
+    /// kept worktree's, in task order.
+    Diff(DiffArgs),
     /// Apply a kept worktree's change onto your checkout as uncommitted changes (three-way);
-    /// a conflict changes nothing and exits 1.
-    Apply(TaskRef),
+    /// a conflict changes nothing and exits 1. `--all`: every kept worktree, in task order,
+    /// stopping at the first conflict.
+    Apply(ApplyArgs),
     /// Remove a kept worktree and its branch (the patch stays in the run dir).
     Discard(TaskRef),
     /// Remove kept worktrees of finished runs older than a retention; a branch with commits
@@ -193,4 +195,31 @@ pub(crate) struct CheckArgs {
     /// As `run --executor` (#11).
     #[arg(long, value_parser = ["local", "slurm"])]
     pub(crate) executor: Option<String>,
+}
+
+/// `sortie diff`.
+#[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The task's label (default: every kept worktree of the run, in task order).
+    pub(crate) label: Option<String>,
+}
+
+/// `sortie apply`.
+#[derive(Debug, Args)]
+pub(crate) struct ApplyArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The task's label.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub(crate) label: Option<String>,
+    /// Every kept worktree of the run, in task order, each all-or-nothing; stops at the first
+    /// conflict and says what was applied and what was not.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Commit each task's change on the current branch, one commit per task (the index must
+    /// hold nothing staged).
+    #[arg(long)]
+    pub(crate) commit: bool,
 }
