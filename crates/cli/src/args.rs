@@ -30,6 +30,9 @@ pub(crate) struct Global {
     /// More log output on stderr (-v, -vv); RUST_LOG works too.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    /// Print no progress while a run goes, only its summary at the end.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
 }
 
 impl Global {
