@@ -211,6 +211,7 @@ mod tests {
             config: RunConfig {
                 concurrency,
                 fail_fast: false,
+                ..RunConfig::default()
             },
             source: "b.toml".into(),
         }

@@ -54,6 +54,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "defaults",
     "agents",
     "tasks",
+    // The whole run's budget (issue 14).
+    "budget",
 ];
 
 /// The keys of an `[agents.NAME]` table.

@@ -79,6 +79,7 @@ pub(crate) fn resolve_all(
             .fail_fast
             .or(run.fail_fast)
             .unwrap_or(defaults_config.fail_fast),
+        budget: run.budget,
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks

@@ -53,5 +53,8 @@ pub fn summary_text(state: &RunState) -> String {
         };
         blocks.push(format!("[{}] {name}\n{text}", spec.label));
     }
+    if let Some((_, reason)) = &state.budget_exceeded {
+        blocks.push(format!("Run budget exceeded: {reason}"));
+    }
     blocks.join("\n\n")
 }

@@ -370,6 +370,7 @@ impl From<RunConfigV1> for RunConfig {
         RunConfig {
             concurrency: c.concurrency,
             fail_fast: c.fail_fast,
+            budget: sortie_core::RunBudget::default(),
         }
     }
 }

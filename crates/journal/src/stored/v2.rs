@@ -106,14 +106,82 @@ impl AgentExtV2 {
 
 /// The fields of `RunConfig` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct RunConfigExtV2 {}
+pub(crate) struct RunConfigExtV2 {
+    /// `RunConfig::budget` (issue 14).
+    budget: RunBudgetV2,
+}
 
 impl RunConfigExtV2 {
-    pub(crate) fn of(_c: &RunConfig) -> Self {
-        RunConfigExtV2 {}
+    pub(crate) fn of(c: &RunConfig) -> Self {
+        RunConfigExtV2 {
+            budget: RunBudgetV2 {
+                max_cost_nanos: c.budget.max_cost_nanos,
+                max_tokens: c.budget.max_tokens,
+                deadline: c.budget.deadline.map(Into::into),
+                warn_percent: c.budget.warn_percent,
+            },
+        }
     }
-    pub(crate) fn apply(self, _c: &mut RunConfig) -> Result<(), String> {
+    pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
+        let b = self.budget;
+        c.budget = sortie_core::RunBudget {
+            max_cost_nanos: b.max_cost_nanos,
+            max_tokens: b.max_tokens,
+            deadline: b.deadline.map(TryInto::try_into).transpose()?,
+            warn_percent: b.warn_percent,
+        };
         Ok(())
+    }
+}
+
+/// Mirrors `sortie_core::RunBudget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunBudgetV2 {
+    max_cost_nanos: Option<u64>,
+    max_tokens: Option<u64>,
+    deadline: Option<super::DurationV1>,
+    warn_percent: u8,
+}
+
+impl Default for RunBudgetV2 {
+    fn default() -> Self {
+        RunBudgetV2 {
+            max_cost_nanos: None,
+            max_tokens: None,
+            deadline: None,
+            warn_percent: sortie_core::RunBudget::default().warn_percent,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::BudgetLimit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BudgetLimitV2 {
+    Cost,
+    Tokens,
+    Deadline,
+}
+
+impl From<sortie_core::BudgetLimit> for BudgetLimitV2 {
+    fn from(l: sortie_core::BudgetLimit) -> Self {
+        use sortie_core::BudgetLimit as L;
+        match l {
+            L::Cost => BudgetLimitV2::Cost,
+            L::Tokens => BudgetLimitV2::Tokens,
+            L::Deadline => BudgetLimitV2::Deadline,
+        }
+    }
+}
+
+impl From<BudgetLimitV2> for sortie_core::BudgetLimit {
+    fn from(l: BudgetLimitV2) -> Self {
+        use sortie_core::BudgetLimit as L;
+        match l {
+            BudgetLimitV2::Cost => L::Cost,
+            BudgetLimitV2::Tokens => L::Tokens,
+            BudgetLimitV2::Deadline => L::Deadline,
+        }
     }
 }
 

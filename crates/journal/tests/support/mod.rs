@@ -62,6 +62,7 @@ pub(crate) fn batch(n: u32) -> Batch {
         config: RunConfig {
             concurrency: 4,
             fail_fast: false,
+            ..RunConfig::default()
         },
         source: "/work/project/batch.toml".into(),
     }

@@ -331,7 +331,7 @@ impl Engine {
             if let Some(end) = self.ending()? {
                 return Ok(end);
             }
-            let wake = self.planner.next_wake(now());
+            let wake = self.planner.next_wake_of(&self.state, now());
             let sleep = async {
                 match wake {
                     Some(t) => tokio::time::sleep(t.since(now())).await,
@@ -441,6 +441,18 @@ impl Engine {
                 reason,
                 phase: None,
                 message: message.into(),
+            });
+        }
+    }
+
+    /// The run's budget ran out: every live attempt is asked to wrap up (a steerable agent
+    /// gets its grace turns, see the watchdog) or is stopped, with stop reason `budget`.
+    fn wind_down(&mut self, reason: &str) {
+        for h in self.live.values() {
+            h.stop(StopRequest {
+                reason: StopReason::Budget,
+                phase: None,
+                message: format!("the run's budget ran out: {reason}"),
             });
         }
     }
