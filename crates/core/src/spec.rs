@@ -130,8 +130,8 @@ impl AgentProfile {
                 name: "pi".into(),
                 // Headless: JSON events, no session file, no start-up network traffic, none
                 // of the user's extensions, skills, prompt templates or themes (context files
-                // such as AGENTS.md still load). pi has no `--`: the runner guards a prompt
-                // that would read as an option or an @file.
+                // such as AGENTS.md still load). No `{prompt}`: the runner gives the prompt on
+                // stdin (pi reads it to EOF), so its size has no argv limit.
                 command: s(&[
                     "pi",
                     "--mode",
@@ -143,7 +143,6 @@ impl AgentProfile {
                     "--no-prompt-templates",
                     "--no-themes",
                     "{model_args}",
-                    "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::PiJson,
@@ -154,6 +153,8 @@ impl AgentProfile {
             },
             AgentProfile {
                 name: "claude".into(),
+                // The prompt on stdin (`claude -p` reads it there when no prompt argument is
+                // given): no argv limit.
                 command: s(&[
                     "claude",
                     "-p",
@@ -162,8 +163,6 @@ impl AgentProfile {
                     "--verbose",
                     "--no-session-persistence",
                     "{model_args}",
-                    "--",
-                    "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::ClaudeStreamJson,
@@ -176,8 +175,8 @@ impl AgentProfile {
                 name: "codex".into(),
                 // Headless: JSONL events; runs outside a git repository too (codex exec
                 // refuses to start in a directory that is neither a git repository nor
-                // trusted in its config); no session files; `--` so that a prompt starting
-                // with `-` is not read as an option.
+                // trusted in its config); no session files; the prompt read from stdin (`-`),
+                // so its size has no argv limit.
                 command: s(&[
                     "codex",
                     "exec",
@@ -185,8 +184,7 @@ impl AgentProfile {
                     "--skip-git-repo-check",
                     "--ephemeral",
                     "{model_args}",
-                    "--",
-                    "{prompt}",
+                    "-",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::CodexJson,

@@ -191,6 +191,34 @@ async fn spawn_errors_name_the_binary_and_why() {
 
     let err = spawn(&spec(&[])).await.unwrap_err();
     assert!(matches!(err, SpawnError::EmptyArgv));
+    assert!(err.is_deterministic());
+
+    // An argv over the system's limit (E2BIG) is named as such, and is no transient failure.
+    let big = "x".repeat(4 << 20);
+    let err = spawn(&spec(&["true", &big])).await.unwrap_err();
+    assert!(
+        matches!(err, SpawnError::ArgumentListTooLong { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("argument list too long"), "{err}");
+    assert!(err.is_deterministic());
+}
+
+#[tokio::test]
+async fn a_prompt_file_is_the_childs_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt");
+    let prompt = "p".repeat(1 << 20);
+    std::fs::write(&file, &prompt).unwrap();
+    let mut child = sortie_runner::process::spawn_stdin_file(&sh("wc -c"), &file)
+        .await
+        .unwrap();
+    let line = child.next_line().await.unwrap();
+    assert_eq!(line.text.trim(), "1048576");
+    let err = sortie_runner::process::spawn_stdin_file(&sh("true"), &dir.path().join("none"))
+        .await
+        .unwrap_err();
+    assert!(!err.is_deterministic() && err.to_string().contains("stdin"), "{err}");
 }
 
 #[tokio::test]

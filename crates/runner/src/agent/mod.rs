@@ -125,6 +125,10 @@ pub(crate) struct Launch {
     pub(crate) continues: Option<String>,
     /// Set for an agent driven over stdin.
     pub(crate) drive: Option<Drive>,
+    /// Whether the prompt goes to the agent's stdin (the template does not place `{prompt}`
+    /// and the agent is not driven over stdin): set by [`launch_plan`] before the agent's
+    /// [`Agent::launch`], which then leaves the prompt as it is (no argv guard needed).
+    pub(crate) prompt_on_stdin: bool,
 }
 
 /// How an attempt is launched: what [`launch_plan`] returns.
@@ -143,6 +147,14 @@ pub(crate) struct LaunchPlan {
     pub(crate) continues: Option<String>,
     /// The attempt's own agent config directory, prepared right before the spawn.
     pub(crate) home: Option<HomePlan>,
+    /// The prompt the child reads on stdin, and the file it is written to right before the
+    /// spawn (`<run-dir>/prompts/<task>.<attempt>`): no argv limit applies to it.
+    pub(crate) stdin_prompt: Option<(PathBuf, String)>,
+}
+
+/// Whether an argv template places the prompt (any element mentions `{prompt}`).
+pub(crate) fn places_prompt(template: &[String]) -> bool {
+    template.iter().any(|e| e.contains("{prompt}"))
 }
 
 /// Plans the launch of `input.live` with its rendered `prompt`: the agent its profile speaks
@@ -157,13 +169,20 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         input.profile.protocol
     };
     let agent = for_protocol(protocol);
+    let template = input.spec.command.as_deref().unwrap_or(&input.profile.command);
     let mut launch = Launch {
         prompt,
+        prompt_on_stdin: input.spec.prompt.is_some() && !places_prompt(template),
         ..Launch::default()
     };
     if let Some(agent) = agent {
         agent.launch(input, &mut launch);
     }
+    let prompt_on_stdin = launch.prompt_on_stdin && launch.drive.is_none();
+    let stdin_prompt = prompt_on_stdin.then(|| {
+        let file = input.run_dir.prompt_file(input.task.0, input.live.attempt.0);
+        (file, std::mem::take(&mut launch.prompt))
+    });
     let vars = Vars {
         prompt: launch.prompt,
         model: input.live.model.clone(),
@@ -185,6 +204,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         session_dir: launch.session_dir,
         continues: launch.continues,
         home,
+        stdin_prompt,
     }
 }
 
@@ -269,11 +289,14 @@ mod plan_tests {
     }
 
     #[test]
-    fn pi_json_guards_the_prompt_and_gets_a_home_but_no_session() {
+    fn pi_json_gets_its_prompt_on_stdin_a_home_but_no_session() {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("pi"), &rec, Path::new("/run"));
         let argv = p.argv.unwrap();
-        assert_eq!(argv.last().map(String::as_str), Some(" -p, a prompt"));
+        assert!(!argv.iter().any(|a| a.contains("a prompt")), "{argv:?}");
+        let (file, prompt) = p.stdin_prompt.unwrap();
+        assert_eq!(file, PathBuf::from("/run/runs/t/prompts/0.1"));
+        assert_eq!(prompt, "-p, a prompt", "unguarded: stdin is no argument");
         assert_eq!(p.protocol, Protocol::PiJson);
         assert!(p.drive.is_none() && p.session_dir.is_none() && p.continues.is_none());
         let home = p.home.unwrap();
@@ -326,12 +349,13 @@ mod plan_tests {
     fn claude_gets_its_home_and_a_task_command_is_no_agent() {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("claude"), &rec, Path::new("/run"));
-        assert_eq!(
-            p.argv.unwrap().last().map(String::as_str),
-            Some("-p, a prompt")
-        );
+        assert!(!p.argv.unwrap().iter().any(|a| a.contains("a prompt")));
+        assert_eq!(p.stdin_prompt.map(|(_, p)| p).as_deref(), Some("-p, a prompt"));
         assert_eq!(p.home.map(|h| h.agent.name()), Some("claude"));
         assert!(p.drive.is_none() && p.session_dir.is_none());
+        let p = plan(&one_off("codex"), &rec, Path::new("/run"));
+        assert_eq!(p.argv.unwrap().last().map(String::as_str), Some("-"));
+        assert!(p.stdin_prompt.is_some());
 
         let o = Overrides::default();
         let argv = ["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
@@ -339,6 +363,7 @@ mod plan_tests {
         let p = plan(&batch, &rec, Path::new("/run"));
         assert_eq!(p.protocol, Protocol::Plain);
         assert_eq!(p.argv.unwrap(), argv);
+        assert!(p.stdin_prompt.is_none(), "a command without a prompt reads /dev/null");
         assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
     }
 }

@@ -56,7 +56,9 @@ impl Agent for Pi {
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
         let profile = input.profile;
         match profile.protocol {
-            Protocol::PiJson => launch.prompt = guard_prompt(&launch.prompt).into_owned(),
+            Protocol::PiJson if !launch.prompt_on_stdin => {
+                launch.prompt = guard_prompt(&launch.prompt).into_owned();
+            }
             Protocol::PiRpc => launch.drive = Some(rpc_drive(&launch.prompt, profile.can_steer)),
             _ => {}
         }

@@ -120,12 +120,37 @@ async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
         let msg = format!("cannot create the session directory {}: {e}", dir.display());
         return Err(failed(StopReason::SpawnError, msg));
     }
+    if let Some((file, prompt)) = &ctx.launch.stdin_prompt
+        && let Err(e) = write_prompt(file, prompt)
+    {
+        let msg = format!("cannot write the prompt to {}: {e}", file.display());
+        return Err(failed(StopReason::SpawnError, msg));
+    }
     let spawned = if ctx.launch.drive.is_some() {
         process::spawn_piped(&spec).await
+    } else if let Some((file, _)) = &ctx.launch.stdin_prompt {
+        process::spawn_stdin_file(&spec, file).await
     } else {
         process::spawn(&spec).await
     };
-    spawned.map_err(|e| failed(StopReason::SpawnError, e.to_string()))
+    spawned.map_err(|e| {
+        // A missing or unexecutable program, or an argv over the limit, fails the same way
+        // every time: the task cannot run as specified, which is never retried.
+        let reason = if e.is_deterministic() {
+            StopReason::Invalid
+        } else {
+            StopReason::SpawnError
+        };
+        failed(reason, e.to_string())
+    })
+}
+
+/// Writes an attempt's prompt file (its directory created), for the child's stdin.
+fn write_prompt(file: &std::path::Path, prompt: &str) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(file, prompt)
 }
 
 /// A live attempt's state beside its child: the watchdog and what carries out its decisions.

@@ -56,7 +56,7 @@ pub use lines::Line;
 pub use marker::{MARKER, kill_marked, marker};
 pub use orphan::{KillResult, kill_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
-pub use spawn::{SpawnError, SpawnSpec, Stdin, spawn, spawn_piped};
+pub use spawn::{SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file};
 pub use tool::{ToolError, ToolOutput, run_tool};
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.
