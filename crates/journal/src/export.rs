@@ -3,7 +3,10 @@
 //! It is the journal's own v1 schema (`stored`), not core's serde derive: renaming a field of
 //! core's event cannot change what users parse. `{"v":1,"seq":N,"at":MS,"event":{"Kind":{..}}}`,
 //! the names as core spelled them when v1 was frozen; `tests/export.rs` pins it to a committed
-//! file.
+//! file. Format v2's `{v1, ext}` pairs print as one object with the fields of both, and its
+//! `...V2` variants keep their v1 names (`stored::v2`), so a v2 record exports as its v1 record
+//! plus the fields added since: the export format only grows (new kinds, new fields), and `v`
+//! stays 1 while it does.
 
 use serde::Serialize;
 use sortie_core::Stamped;

@@ -7,8 +7,8 @@
 //! Layout: one sled database per run, in the `journal/` directory of the run directory it is
 //! given (the runner's `layout` says where run directories are; the rest of a run directory
 //! is the runner's). sled lives behind `store`,
-//! bincode behind `codec`, and the on-disk schema (`StoredEvent` v1, converted explicitly from
-//! and to `core::Event`) in `stored`: each can be swapped without touching the rest. A record is
+//! bincode behind `codec`, and the on-disk schema (`StoredEvent`, formats v1 and v2, converted
+//! explicitly from and to `core::Event`) in `stored`: each can be swapped without touching the rest. A record is
 //! `[version u8][CRC-32 u32][bincode payload: seq, timestamp, StoredEvent]` under the key
 //! `seq.to_be_bytes()`.
 //!

@@ -17,6 +17,14 @@ use sortie_core::ledger::ledger;
 use sortie_core::{RunOutcome, RunStatus, Seq, TaskId};
 use sortie_journal::Journal;
 
+/// The kinds that format v2 writes as their `...V2` variant: their records differ from v1's.
+const REWRITTEN_IN_V2: [&str; 3] = ["RunStarted", "AttemptFinished", "TaskFinished"];
+
+/// Whether this build still writes `event` with its v1 bytes.
+fn written_as_v1(event: &sortie_core::Event) -> bool {
+    !REWRITTEN_IN_V2.contains(&event.name())
+}
+
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
 }
@@ -110,12 +118,18 @@ fn format_v1_fixture_still_reads_and_replays() {
     assert!(audit.is_clean(), "{audit:?}");
     assert_eq!(audit.state, state);
 
-    // This build writes the same bytes for the same events.
+    // This build writes the same bytes for the same events, but for the kinds v2 rewrote.
     let fresh = Journal::create(&tmp.path().join("fresh")).unwrap();
     for (at, e) in &expected {
         fresh.append(*at, e).unwrap();
     }
-    for i in 0..expected.len() as u64 {
+    let rewritten = expected.iter().filter(|(_, e)| !written_as_v1(e)).count();
+    assert!(rewritten >= 3, "the fixture holds each rewritten kind");
+    for (i, (_, e)) in expected.iter().enumerate() {
+        let i = i as u64;
+        if !written_as_v1(e) {
+            continue;
+        }
         assert_eq!(
             fresh.raw_get(Seq(i)).unwrap(),
             j.raw_get(Seq(i)).unwrap(),
@@ -170,7 +184,11 @@ fn variants_appended_after_the_fixture_round_trip() {
         .map(|(i, _)| *i)
         .min()
         .unwrap();
-    for i in 0..first as u64 {
+    for (i, (_, e)) in events.iter().enumerate().take(first) {
+        if !written_as_v1(e) {
+            continue;
+        }
+        let i = i as u64;
         assert_eq!(
             j.raw_get(Seq(i)).unwrap(),
             old.raw_get(Seq(i)).unwrap(),

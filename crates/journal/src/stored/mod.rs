@@ -1,4 +1,4 @@
-//! The on-disk schema, format v1: `StoredEvent` and every type nested in it.
+//! The on-disk schema, format v1: every type nested in `StoredEvent` (`event`), and v2 (`v2`).
 //!
 //! These types mirror `sortie_core::Event` field by field but belong to the journal, so that core
 //! can evolve without silently changing what is on disk. Conversions are explicit: `From<&Event>`
@@ -7,12 +7,18 @@
 //!
 //! Rules for this file: variants are never removed or reordered, fields never change type. A
 //! change to core's event gets a new variant or a new format version (a `v2` module with its own
-//! fixture), never an edit here.
+//! fixture), never an edit here, except one line per field added to a core struct since v1: its
+//! default for v1 records, in the v1 conversion (see `v2`).
 //!
 //! `sortie export` prints these types as JSON (see `export`), so their field and variant names
 //! are a public format too: they are the names core had when v1 was frozen, spelled as core's
 //! serde attributes spelled them (bincode ignores names, so the `rename_all`s change nothing on
 //! disk). Never rename one; `tests/export.rs` pins the JSON.
+
+mod event;
+mod v2;
+
+pub(crate) use event::StoredEvent;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,9 +26,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sortie_core::spec::{AgentProfile, Batch, MaxOutput, RunConfig};
 use sortie_core::{
-    Attempt, AttemptOutcome, AttemptStatus, Cost, Event, Isolation, OrphanAction, OutputMode,
-    Phase, Protocol, RunId, RunOutcome, Seq, StopReason, TaskId, TaskResult, TaskSpec,
-    TerminalState, Usage,
+    AttemptOutcome, AttemptStatus, Cost, Isolation, OrphanAction, OutputMode, Phase, Protocol,
+    RunOutcome, StopReason, TaskResult, TaskSpec, TerminalState, Usage,
 };
 
 /// A record's payload: the event with its seq and time.
@@ -350,6 +355,24 @@ pub(crate) struct RunConfigV1 {
     fail_fast: bool,
 }
 
+impl From<&RunConfig> for RunConfigV1 {
+    fn from(c: &RunConfig) -> Self {
+        RunConfigV1 {
+            concurrency: c.concurrency,
+            fail_fast: c.fail_fast,
+        }
+    }
+}
+
+impl From<RunConfigV1> for RunConfig {
+    fn from(c: RunConfigV1) -> Self {
+        RunConfig {
+            concurrency: c.concurrency,
+            fail_fast: c.fail_fast,
+        }
+    }
+}
+
 /// Mirrors `sortie_core::Batch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct BatchV1 {
@@ -368,10 +391,7 @@ impl From<&Batch> for BatchV1 {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.into()))
                 .collect(),
-            config: RunConfigV1 {
-                concurrency: b.config.concurrency,
-                fail_fast: b.config.fail_fast,
-            },
+            config: (&b.config).into(),
             source: b.source.clone(),
         }
     }
@@ -387,10 +407,7 @@ impl TryFrom<BatchV1> for Batch {
                 .map(TryInto::try_into)
                 .collect::<Result<_, _>>()?,
             agents: b.agents.into_iter().map(|(k, v)| (k, v.into())).collect(),
-            config: RunConfig {
-                concurrency: b.config.concurrency,
-                fail_fast: b.config.fail_fast,
-            },
+            config: b.config.into(),
             source: b.source,
         })
     }
@@ -467,413 +484,5 @@ impl From<TaskResultV1> for TaskResult {
             error: r.error,
             text: r.text,
         }
-    }
-}
-
-/// Mirrors `sortie_core::Event`, format v1. Never remove or reorder a variant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum StoredEvent {
-    /// `Event::RunStarted`.
-    RunStarted {
-        run_id: String,
-        batch: BatchV1,
-        batch_digest: u64,
-        host: String,
-        pid: u32,
-    },
-    /// `Event::RunResumed`.
-    RunResumed { pid: u32, from_seq: u64 },
-    /// `Event::RunInterrupted`.
-    RunInterrupted { reason: String },
-    /// `Event::RunFinished`.
-    RunFinished {
-        state: RunOutcomeV1,
-        summary: String,
-    },
-    /// `Event::TaskQueued`.
-    TaskQueued { task: u32 },
-    /// `Event::TaskSetUp`.
-    TaskSetUp { task: u32, worktree: Option<String> },
-    /// `Event::AttemptLaunching`.
-    AttemptLaunching {
-        task: u32,
-        attempt: u32,
-        model: Option<String>,
-    },
-    /// `Event::AttemptStarted`.
-    AttemptStarted {
-        task: u32,
-        attempt: u32,
-        pid: u32,
-        start_time: u64,
-    },
-    /// `Event::AttemptProgress`.
-    AttemptProgress {
-        task: u32,
-        attempt: u32,
-        usage: UsageV1,
-    },
-    /// `Event::AttemptStalled`.
-    AttemptStalled { task: u32, attempt: u32 },
-    /// `Event::AttemptFinished`.
-    AttemptFinished {
-        task: u32,
-        attempt: u32,
-        outcome: AttemptOutcomeV1,
-        usage: UsageV1,
-        output: String,
-    },
-    /// `Event::AttemptOrphaned`.
-    AttemptOrphaned {
-        task: u32,
-        attempt: u32,
-        action: OrphanActionV1,
-    },
-    /// `Event::RetryScheduled`.
-    RetryScheduled {
-        task: u32,
-        next_attempt: u32,
-        model: Option<String>,
-        delay: DurationV1,
-        reason: String,
-    },
-    /// `Event::ArtifactWritten`.
-    ArtifactWritten {
-        task: u32,
-        path: String,
-        bytes: u64,
-        digest: u64,
-    },
-    /// `Event::WorktreeFinalized`.
-    WorktreeFinalized {
-        task: u32,
-        changed: bool,
-        diff: Option<String>,
-    },
-    /// `Event::TaskFinished`.
-    TaskFinished { task: u32, result: TaskResultV1 },
-    /// `Event::WorktreePlanned` (appended after the first v1 fixture; older journals never hold
-    /// it, and appending a variant leaves the earlier ones' encoding unchanged).
-    WorktreePlanned {
-        task: u32,
-        repo: String,
-        path: String,
-        branch: String,
-        base: String,
-    },
-    /// `Event::AttemptSideEffects` (appended after `WorktreePlanned`).
-    AttemptSideEffects { task: u32, attempt: u32 },
-    /// `Event::AttemptContinues` (appended after `AttemptSideEffects`).
-    AttemptContinues {
-        task: u32,
-        attempt: u32,
-        session: String,
-    },
-}
-
-impl From<&Event> for StoredEvent {
-    fn from(e: &Event) -> Self {
-        match e {
-            Event::RunStarted {
-                run_id,
-                batch,
-                batch_digest,
-                host,
-                pid,
-            } => StoredEvent::RunStarted {
-                run_id: run_id.as_str().to_owned(),
-                batch: batch.into(),
-                batch_digest: *batch_digest,
-                host: host.clone(),
-                pid: *pid,
-            },
-            Event::RunResumed { pid, from_seq } => StoredEvent::RunResumed {
-                pid: *pid,
-                from_seq: from_seq.0,
-            },
-            Event::RunInterrupted { reason } => StoredEvent::RunInterrupted {
-                reason: reason.clone(),
-            },
-            Event::RunFinished { state, summary } => StoredEvent::RunFinished {
-                state: (*state).into(),
-                summary: summary.clone(),
-            },
-            Event::TaskQueued { task } => StoredEvent::TaskQueued { task: task.0 },
-            Event::TaskSetUp { task, worktree } => StoredEvent::TaskSetUp {
-                task: task.0,
-                worktree: worktree.clone(),
-            },
-            Event::AttemptLaunching {
-                task,
-                attempt,
-                model,
-            } => StoredEvent::AttemptLaunching {
-                task: task.0,
-                attempt: attempt.0,
-                model: model.clone(),
-            },
-            Event::AttemptStarted {
-                task,
-                attempt,
-                pid,
-                start_time,
-            } => StoredEvent::AttemptStarted {
-                task: task.0,
-                attempt: attempt.0,
-                pid: *pid,
-                start_time: *start_time,
-            },
-            Event::AttemptProgress {
-                task,
-                attempt,
-                usage,
-            } => StoredEvent::AttemptProgress {
-                task: task.0,
-                attempt: attempt.0,
-                usage: usage.into(),
-            },
-            Event::AttemptStalled { task, attempt } => StoredEvent::AttemptStalled {
-                task: task.0,
-                attempt: attempt.0,
-            },
-            Event::AttemptFinished {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            } => StoredEvent::AttemptFinished {
-                task: task.0,
-                attempt: attempt.0,
-                outcome: outcome.into(),
-                usage: usage.into(),
-                output: output.clone(),
-            },
-            Event::AttemptOrphaned {
-                task,
-                attempt,
-                action,
-            } => StoredEvent::AttemptOrphaned {
-                task: task.0,
-                attempt: attempt.0,
-                action: (*action).into(),
-            },
-            Event::RetryScheduled {
-                task,
-                next_attempt,
-                model,
-                delay,
-                reason,
-            } => StoredEvent::RetryScheduled {
-                task: task.0,
-                next_attempt: next_attempt.0,
-                model: model.clone(),
-                delay: (*delay).into(),
-                reason: reason.clone(),
-            },
-            Event::ArtifactWritten {
-                task,
-                path,
-                bytes,
-                digest,
-            } => StoredEvent::ArtifactWritten {
-                task: task.0,
-                path: path.clone(),
-                bytes: *bytes,
-                digest: *digest,
-            },
-            Event::WorktreeFinalized {
-                task,
-                changed,
-                diff,
-            } => StoredEvent::WorktreeFinalized {
-                task: task.0,
-                changed: *changed,
-                diff: diff.clone(),
-            },
-            Event::TaskFinished { task, result } => StoredEvent::TaskFinished {
-                task: task.0,
-                result: result.into(),
-            },
-            Event::WorktreePlanned {
-                task,
-                repo,
-                path,
-                branch,
-                base,
-            } => StoredEvent::WorktreePlanned {
-                task: task.0,
-                repo: repo.clone(),
-                path: path.clone(),
-                branch: branch.clone(),
-                base: base.clone(),
-            },
-            Event::AttemptSideEffects { task, attempt } => StoredEvent::AttemptSideEffects {
-                task: task.0,
-                attempt: attempt.0,
-            },
-            Event::AttemptContinues {
-                task,
-                attempt,
-                session,
-            } => StoredEvent::AttemptContinues {
-                task: task.0,
-                attempt: attempt.0,
-                session: session.clone(),
-            },
-        }
-    }
-}
-
-impl TryFrom<StoredEvent> for Event {
-    type Error = String;
-    fn try_from(e: StoredEvent) -> Result<Self, String> {
-        Ok(match e {
-            StoredEvent::RunStarted {
-                run_id,
-                batch,
-                batch_digest,
-                host,
-                pid,
-            } => Event::RunStarted {
-                run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-                batch: batch.try_into()?,
-                batch_digest,
-                host,
-                pid,
-            },
-            StoredEvent::RunResumed { pid, from_seq } => Event::RunResumed {
-                pid,
-                from_seq: Seq(from_seq),
-            },
-            StoredEvent::RunInterrupted { reason } => Event::RunInterrupted { reason },
-            StoredEvent::RunFinished { state, summary } => Event::RunFinished {
-                state: state.into(),
-                summary,
-            },
-            StoredEvent::TaskQueued { task } => Event::TaskQueued { task: TaskId(task) },
-            StoredEvent::TaskSetUp { task, worktree } => Event::TaskSetUp {
-                task: TaskId(task),
-                worktree,
-            },
-            StoredEvent::AttemptLaunching {
-                task,
-                attempt,
-                model,
-            } => Event::AttemptLaunching {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                model,
-            },
-            StoredEvent::AttemptStarted {
-                task,
-                attempt,
-                pid,
-                start_time,
-            } => Event::AttemptStarted {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                pid,
-                start_time,
-            },
-            StoredEvent::AttemptProgress {
-                task,
-                attempt,
-                usage,
-            } => Event::AttemptProgress {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                usage: usage.into(),
-            },
-            StoredEvent::AttemptStalled { task, attempt } => Event::AttemptStalled {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-            },
-            StoredEvent::AttemptFinished {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            } => Event::AttemptFinished {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                outcome: outcome.into(),
-                usage: usage.into(),
-                output,
-            },
-            StoredEvent::AttemptOrphaned {
-                task,
-                attempt,
-                action,
-            } => Event::AttemptOrphaned {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                action: action.into(),
-            },
-            StoredEvent::RetryScheduled {
-                task,
-                next_attempt,
-                model,
-                delay,
-                reason,
-            } => Event::RetryScheduled {
-                task: TaskId(task),
-                next_attempt: Attempt(next_attempt),
-                model,
-                delay: delay.try_into()?,
-                reason,
-            },
-            StoredEvent::ArtifactWritten {
-                task,
-                path,
-                bytes,
-                digest,
-            } => Event::ArtifactWritten {
-                task: TaskId(task),
-                path,
-                bytes,
-                digest,
-            },
-            StoredEvent::WorktreeFinalized {
-                task,
-                changed,
-                diff,
-            } => Event::WorktreeFinalized {
-                task: TaskId(task),
-                changed,
-                diff,
-            },
-            StoredEvent::TaskFinished { task, result } => Event::TaskFinished {
-                task: TaskId(task),
-                result: result.into(),
-            },
-            StoredEvent::WorktreePlanned {
-                task,
-                repo,
-                path,
-                branch,
-                base,
-            } => Event::WorktreePlanned {
-                task: TaskId(task),
-                repo,
-                path,
-                branch,
-                base,
-            },
-            StoredEvent::AttemptSideEffects { task, attempt } => Event::AttemptSideEffects {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-            },
-            StoredEvent::AttemptContinues {
-                task,
-                attempt,
-                session,
-            } => Event::AttemptContinues {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                session,
-            },
-        })
     }
 }

@@ -1,0 +1,293 @@
+//! Format v2: the v1 schema plus extension structs, one per stored core struct that grows.
+//!
+//! A v2 value is its v1 value plus an `ext`: `TaskSpecV2 { v1: TaskSpecV1, ext: TaskExtV2 }` and
+//! so on. The v1 half is read by the v1 conversion, which gives every field added since v1 its
+//! default; the ext half then sets those fields from what was stored (`apply`). So a v1 record
+//! and a v2 record read through the same code, and an old journal keeps reading.
+//!
+//! Rules for this file:
+//! - to store a new field of a core struct, append it at the END of the matching ext struct, with
+//!   its line in `of` and in `apply`, and give it its default for v1 records in the v1 conversion
+//!   (`stored/mod.rs`, the only edit allowed there);
+//! - once a v2 fixture is committed (`crates/journal/tests/fixtures/v2`), fields are never
+//!   removed, reordered or retyped; a later change gets a v3.
+//!
+//! `sortie export` flattens each `{v1, ext}` pair into one object (see `export`), so users see
+//! one set of fields whatever the version.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize, Serializer};
+use sortie_core::spec::{AgentProfile, Batch, RunConfig};
+use sortie_core::{AttemptOutcome, TaskResult, TaskSpec};
+
+use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1, TaskSpecV1};
+
+/// The fields of `TaskSpec` added since v1.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct TaskExtV2 {}
+
+impl TaskExtV2 {
+    pub(crate) fn of(_t: &TaskSpec) -> Self {
+        TaskExtV2 {}
+    }
+    pub(crate) fn apply(self, _t: &mut TaskSpec) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The fields of `AgentProfile` added since v1.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct AgentExtV2 {}
+
+impl AgentExtV2 {
+    pub(crate) fn of(_p: &AgentProfile) -> Self {
+        AgentExtV2 {}
+    }
+    pub(crate) fn apply(self, _p: &mut AgentProfile) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The fields of `RunConfig` added since v1.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct RunConfigExtV2 {}
+
+impl RunConfigExtV2 {
+    pub(crate) fn of(_c: &RunConfig) -> Self {
+        RunConfigExtV2 {}
+    }
+    pub(crate) fn apply(self, _c: &mut RunConfig) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The fields of `Batch` added since v1 (batch-wide tables beside tasks and agents).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct BatchExtV2 {}
+
+impl BatchExtV2 {
+    pub(crate) fn of(_b: &Batch) -> Self {
+        BatchExtV2 {}
+    }
+    pub(crate) fn apply(self, _b: &mut Batch) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The fields of `AttemptOutcome` added since v1.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct OutcomeExtV2 {}
+
+impl OutcomeExtV2 {
+    pub(crate) fn of(_o: &AttemptOutcome) -> Self {
+        OutcomeExtV2 {}
+    }
+    pub(crate) fn apply(self, _o: &mut AttemptOutcome) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The fields of `TaskResult` added since v1.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct ResultExtV2 {}
+
+impl ResultExtV2 {
+    pub(crate) fn of(_r: &TaskResult) -> Self {
+        ResultExtV2 {}
+    }
+    pub(crate) fn apply(self, _r: &mut TaskResult) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A v2 value: the v1 value and the fields added since.
+///
+/// Stored (bincode, not human-readable) as the pair; printed (JSON) as one object holding the
+/// fields of both, in order, so that `sortie export` shows one flat record.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub(crate) struct V2<B, E> {
+    /// The value as v1 stored it.
+    pub(crate) v1: B,
+    /// The fields added since v1.
+    pub(crate) ext: E,
+}
+
+impl<B: Serialize, E: Serialize> Serialize for V2<B, E> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The stored form: the two halves in order.
+        #[derive(Serialize)]
+        struct Pair<'a, B, E> {
+            v1: &'a B,
+            ext: &'a E,
+        }
+        /// The printed form: one object.
+        #[derive(Serialize)]
+        struct Flat<'a, B, E> {
+            #[serde(flatten)]
+            v1: &'a B,
+            #[serde(flatten)]
+            ext: &'a E,
+        }
+        if serializer.is_human_readable() {
+            Flat {
+                v1: &self.v1,
+                ext: &self.ext,
+            }
+            .serialize(serializer)
+        } else {
+            Pair {
+                v1: &self.v1,
+                ext: &self.ext,
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+/// Mirrors `sortie_core::TaskSpec`, v2.
+pub(crate) type TaskSpecV2 = V2<TaskSpecV1, TaskExtV2>;
+/// Mirrors `sortie_core::spec::AgentProfile`, v2.
+pub(crate) type AgentProfileV2 = V2<AgentProfileV1, AgentExtV2>;
+/// Mirrors `sortie_core::spec::RunConfig`, v2.
+pub(crate) type RunConfigV2 = V2<RunConfigV1, RunConfigExtV2>;
+/// Mirrors `sortie_core::AttemptOutcome`, v2.
+pub(crate) type AttemptOutcomeV2 = V2<AttemptOutcomeV1, OutcomeExtV2>;
+/// Mirrors `sortie_core::TaskResult`, v2.
+pub(crate) type TaskResultV2 = V2<TaskResultV1, ResultExtV2>;
+
+impl From<&TaskSpec> for TaskSpecV2 {
+    fn from(t: &TaskSpec) -> Self {
+        V2 {
+            v1: t.into(),
+            ext: TaskExtV2::of(t),
+        }
+    }
+}
+
+impl TryFrom<TaskSpecV2> for TaskSpec {
+    type Error = String;
+    fn try_from(t: TaskSpecV2) -> Result<Self, String> {
+        let mut spec = TaskSpec::try_from(t.v1)?;
+        t.ext.apply(&mut spec)?;
+        Ok(spec)
+    }
+}
+
+impl From<&AgentProfile> for AgentProfileV2 {
+    fn from(p: &AgentProfile) -> Self {
+        V2 {
+            v1: p.into(),
+            ext: AgentExtV2::of(p),
+        }
+    }
+}
+
+impl TryFrom<AgentProfileV2> for AgentProfile {
+    type Error = String;
+    fn try_from(p: AgentProfileV2) -> Result<Self, String> {
+        let mut profile = AgentProfile::from(p.v1);
+        p.ext.apply(&mut profile)?;
+        Ok(profile)
+    }
+}
+
+impl From<&AttemptOutcome> for AttemptOutcomeV2 {
+    fn from(o: &AttemptOutcome) -> Self {
+        V2 {
+            v1: o.into(),
+            ext: OutcomeExtV2::of(o),
+        }
+    }
+}
+
+impl TryFrom<AttemptOutcomeV2> for AttemptOutcome {
+    type Error = String;
+    fn try_from(o: AttemptOutcomeV2) -> Result<Self, String> {
+        let mut outcome = AttemptOutcome::from(o.v1);
+        o.ext.apply(&mut outcome)?;
+        Ok(outcome)
+    }
+}
+
+impl From<&TaskResult> for TaskResultV2 {
+    fn from(r: &TaskResult) -> Self {
+        V2 {
+            v1: r.into(),
+            ext: ResultExtV2::of(r),
+        }
+    }
+}
+
+impl TryFrom<TaskResultV2> for TaskResult {
+    type Error = String;
+    fn try_from(r: TaskResultV2) -> Result<Self, String> {
+        let mut result = TaskResult::from(r.v1);
+        r.ext.apply(&mut result)?;
+        Ok(result)
+    }
+}
+
+/// The v1 fields of `Batch`, with its parts in v2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BatchBodyV2 {
+    tasks: Vec<TaskSpecV2>,
+    agents: BTreeMap<String, AgentProfileV2>,
+    config: RunConfigV2,
+    source: String,
+}
+
+/// Mirrors `sortie_core::Batch`, v2.
+pub(crate) type BatchV2 = V2<BatchBodyV2, BatchExtV2>;
+
+impl From<&Batch> for BatchV2 {
+    fn from(b: &Batch) -> Self {
+        let body = BatchBodyV2 {
+            tasks: b.tasks.iter().map(Into::into).collect(),
+            agents: b
+                .agents
+                .iter()
+                .map(|(k, v)| (k.clone(), v.into()))
+                .collect(),
+            config: V2 {
+                v1: RunConfigV1::from(&b.config),
+                ext: RunConfigExtV2::of(&b.config),
+            },
+            source: b.source.clone(),
+        };
+        V2 {
+            v1: body,
+            ext: BatchExtV2::of(b),
+        }
+    }
+}
+
+impl TryFrom<BatchV2> for Batch {
+    type Error = String;
+    fn try_from(b: BatchV2) -> Result<Self, String> {
+        let body = b.v1;
+        let mut config = RunConfig::from(body.config.v1);
+        body.config.ext.apply(&mut config)?;
+        // Through the v1 conversion, so that fields added to `Batch` since v1 get their v1
+        // defaults in one place; the parts are then set from their v2 forms.
+        let mut batch = Batch::try_from(BatchV1 {
+            tasks: Vec::new(),
+            agents: BTreeMap::new(),
+            config: (&config).into(),
+            source: body.source,
+        })?;
+        batch.config = config;
+        batch.tasks = body
+            .tasks
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?;
+        batch.agents = body
+            .agents
+            .into_iter()
+            .map(|(k, v)| Ok((k, v.try_into()?)))
+            .collect::<Result<_, String>>()?;
+        b.ext.apply(&mut batch)?;
+        Ok(batch)
+    }
+}
