@@ -103,7 +103,10 @@ fn a_missing_agent_binary_is_invalid_at_once_naming_the_binary() {
     let ghost = task_view(&status, "ghost");
     assert_eq!(ghost["state"], "failed", "{ghost}");
     assert_eq!(ghost["stop_reason"], "invalid", "{ghost}");
-    assert_eq!(ghost["attempts"], 1, "a missing binary is not retried: {ghost}");
+    assert_eq!(
+        ghost["attempts"], 1,
+        "a missing binary is not retried: {ghost}"
+    );
     let error = ghost["error"].as_str().unwrap_or_default();
     assert!(error.contains("/nonexistent/agent"), "{error}");
     assert!(error.contains("not found"), "{error}");

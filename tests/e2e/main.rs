@@ -14,6 +14,7 @@ mod crash;
 mod faults;
 mod graphs;
 mod mixed;
+mod real_claude;
 mod real_codex;
 mod real_pi;
 mod signals;

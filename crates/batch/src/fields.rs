@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sortie_core::{Isolation, OutputMode};
+use sortie_core::{Isolation, OutputMode, Permissions};
 
 use crate::error::Issues;
 use crate::value::{Entry, Val};
@@ -38,6 +38,10 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "needs",
     "env",
     "retry_after_side_effects",
+    // Issue 13.
+    "permissions",
+    "tools",
+    "allow_denials",
 ];
 
 /// The top-level keys of a batch file.
@@ -99,6 +103,9 @@ pub(crate) struct RawTask {
     pub(crate) needs: Option<Vec<String>>,
     pub(crate) env: Option<Vec<(String, String)>>,
     pub(crate) retry_after_side_effects: Option<bool>,
+    pub(crate) permissions: Option<Permissions>,
+    pub(crate) tools: Option<Vec<String>>,
+    pub(crate) allow_denials: Option<bool>,
 }
 
 /// Where a table of task fields is: a task, or `[defaults]`.
@@ -216,6 +223,20 @@ impl RawTask {
             "needs" => self.needs = Some(strings(v)?),
             "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
             "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
+            "permissions" => {
+                let name = string(v)?;
+                self.permissions = Some(Permissions::parse(&name).ok_or_else(|| {
+                    format!("expected \"read-only\", \"edit\" or \"full\", found {name:?}")
+                })?);
+            }
+            "tools" => {
+                let tools = strings(v)?;
+                if tools.iter().any(|t| t.trim().is_empty() || t.contains(',')) {
+                    return Err("a tool name must not be empty nor contain `,`".into());
+                }
+                self.tools = Some(tools);
+            }
+            "allow_denials" => self.allow_denials = Some(boolean(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())

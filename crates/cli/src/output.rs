@@ -243,6 +243,8 @@ pub(crate) struct TaskView {
     pub(crate) usage: Usage,
     /// Its text (for finished tasks).
     pub(crate) text: Option<String>,
+    /// The tool calls its agent's permissions denied (tool, count), over its attempts.
+    pub(crate) denials: Vec<sortie_core::Denial>,
 }
 
 /// A run as status and summaries show it.
@@ -297,6 +299,7 @@ pub(crate) fn view(
                 } else {
                     None
                 },
+                denials: rec.denials(),
             }
         })
         .collect();
@@ -413,6 +416,10 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         )?;
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;
+        }
+        if !t.denials.is_empty() {
+            let denied = sortie_core::Denial::describe(&t.denials);
+            writeln!(out, "      denied tool calls: {denied}")?;
         }
     }
     Ok(())

@@ -30,11 +30,13 @@ pub use decide::{
 };
 pub use event::{Event, OrphanAction, Stamped};
 pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
+pub use outcome::Denial;
 pub use outcome::{
     AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
     aggregate,
 };
 pub use plan::{Action, Facts, JobKind, Planner, Stopping};
+pub use spec::Permissions;
 pub use spec::{
     AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
     TaskSpec, validate_batch,

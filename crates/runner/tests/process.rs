@@ -218,7 +218,10 @@ async fn a_prompt_file_is_the_childs_stdin() {
     let err = sortie_runner::process::spawn_stdin_file(&sh("true"), &dir.path().join("none"))
         .await
         .unwrap_err();
-    assert!(!err.is_deterministic() && err.to_string().contains("stdin"), "{err}");
+    assert!(
+        !err.is_deterministic() && err.to_string().contains("stdin"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -344,6 +344,9 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             needs: t.needs,
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
+            permissions: sortie_core::Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
         })
     }
 }
@@ -449,6 +452,7 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             signal: o.signal,
             error: o.error,
             side_effects: o.side_effects,
+            denials: vec![],
         }
     }
 }

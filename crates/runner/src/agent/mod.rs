@@ -12,6 +12,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use sortie_core::spec::AGENT_ARGS;
 use sortie_core::{AgentProfile, AttemptRecord, Protocol, TaskId, TaskRecord, TaskSpec};
 
 use crate::layout::RunDir;
@@ -129,6 +130,10 @@ pub(crate) struct Launch {
     /// and the agent is not driven over stdin): set by [`launch_plan`] before the agent's
     /// [`Agent::launch`], which then leaves the prompt as it is (no argv guard needed).
     pub(crate) prompt_on_stdin: bool,
+    /// The agent's flags for the task's permissions and tools: what
+    /// [`sortie_core::spec::AGENT_ARGS`] expands to (a template without it gets none; the
+    /// batch is refused when it asks for permissions such a profile cannot get).
+    pub(crate) agent_args: Vec<String>,
 }
 
 /// How an attempt is launched: what [`launch_plan`] returns.
@@ -169,7 +174,11 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         input.profile.protocol
     };
     let agent = for_protocol(protocol);
-    let template = input.spec.command.as_deref().unwrap_or(&input.profile.command);
+    let template = input
+        .spec
+        .command
+        .as_deref()
+        .unwrap_or(&input.profile.command);
     let mut launch = Launch {
         prompt,
         prompt_on_stdin: input.spec.prompt.is_some() && !places_prompt(template),
@@ -180,7 +189,9 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
     }
     let prompt_on_stdin = launch.prompt_on_stdin && launch.drive.is_none();
     let stdin_prompt = prompt_on_stdin.then(|| {
-        let file = input.run_dir.prompt_file(input.task.0, input.live.attempt.0);
+        let file = input
+            .run_dir
+            .prompt_file(input.task.0, input.live.attempt.0);
         (file, std::mem::take(&mut launch.prompt))
     });
     let vars = Vars {
@@ -191,7 +202,8 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         label: input.spec.label.clone(),
     };
     let argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
-        .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args));
+        .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args))
+        .map(|argv| process::expand_element(argv, AGENT_ARGS, &launch.agent_args));
     let home = agent.filter(|a| a.home().is_some()).map(|agent| HomePlan {
         agent,
         dir: input.run_dir.agent_home(input.task.0, input.live.attempt.0),
@@ -306,6 +318,48 @@ mod plan_tests {
         );
     }
 
+    /// The argv of a one-off task of `agent` with `permissions` and `tools`.
+    fn argv_with(agent: &str, permissions: sortie_core::Permissions, tools: &[&str]) -> String {
+        let mut batch = one_off(agent);
+        batch.batch.tasks[0].permissions = permissions;
+        batch.batch.tasks[0].tools = tools.iter().map(|t| (*t).to_owned()).collect();
+        let rec = record(vec![attempt(1, None)]);
+        let argv = plan(&batch, &rec, Path::new("/run")).argv.unwrap();
+        assert!(!argv.iter().any(|a| a.contains('{')), "{argv:?}");
+        format!("{} ", argv.join(" "))
+    }
+
+    #[test]
+    fn permissions_and_tools_become_each_agents_own_flags() {
+        use sortie_core::Permissions::{Edit, Full, ReadOnly};
+        let claude = argv_with("claude", ReadOnly, &[]);
+        assert!(
+            claude.contains("--permission-mode dontAsk --allowedTools Read,Glob,Grep"),
+            "{claude}"
+        );
+        let claude = argv_with("claude", Edit, &["Bash", "Read"]);
+        assert!(
+            claude.contains("--permission-mode acceptEdits --allowedTools")
+                && claude.contains("--tools Bash,Read"),
+            "{claude}"
+        );
+        assert!(argv_with("claude", Full, &[]).contains("--permission-mode bypassPermissions"));
+        for (p, mode) in [
+            (ReadOnly, "read-only"),
+            (Edit, "workspace-write"),
+            (Full, "danger-full-access"),
+        ] {
+            let codex = argv_with("codex", p, &[]);
+            assert!(codex.contains(&format!("--sandbox {mode} ")), "{codex}");
+            assert!(codex.ends_with(" - "), "the prompt from stdin: {codex}");
+        }
+        assert!(argv_with("pi", ReadOnly, &[]).contains("--tools read,grep,find,ls"));
+        assert!(argv_with("pi", ReadOnly, &["read", "bash"]).contains("--tools read "));
+        assert!(argv_with("pi", ReadOnly, &["bash"]).contains("--no-tools"));
+        assert!(!argv_with("pi", Edit, &[]).contains("--tools"));
+        assert!(argv_with("pi-rpc", Full, &["bash", "read"]).contains("--tools bash,read"));
+    }
+
     #[test]
     fn pi_rpc_is_driven_keeps_its_session_and_continues_an_interrupted_one() {
         let tmp = tempfile::tempdir().unwrap();
@@ -350,7 +404,10 @@ mod plan_tests {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("claude"), &rec, Path::new("/run"));
         assert!(!p.argv.unwrap().iter().any(|a| a.contains("a prompt")));
-        assert_eq!(p.stdin_prompt.map(|(_, p)| p).as_deref(), Some("-p, a prompt"));
+        assert_eq!(
+            p.stdin_prompt.map(|(_, p)| p).as_deref(),
+            Some("-p, a prompt")
+        );
         assert_eq!(p.home.map(|h| h.agent.name()), Some("claude"));
         assert!(p.drive.is_none() && p.session_dir.is_none());
         let p = plan(&one_off("codex"), &rec, Path::new("/run"));
@@ -363,7 +420,10 @@ mod plan_tests {
         let p = plan(&batch, &rec, Path::new("/run"));
         assert_eq!(p.protocol, Protocol::Plain);
         assert_eq!(p.argv.unwrap(), argv);
-        assert!(p.stdin_prompt.is_none(), "a command without a prompt reads /dev/null");
+        assert!(
+            p.stdin_prompt.is_none(),
+            "a command without a prompt reads /dev/null"
+        );
         assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct AttemptCtx {
     /// Where the attempt's stderr tail is kept for post-mortems
     /// (`<run-dir>/logs/<task>.<attempt>.stderr`).
     pub(crate) stderr_log: PathBuf,
+    /// A completed attempt with denied tool calls stays completed (the task's `allow_denials`).
+    pub(crate) allow_denials: bool,
 }
 
 /// A report from an attempt to the run loop.

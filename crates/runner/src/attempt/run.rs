@@ -284,7 +284,8 @@ impl Driver<'_> {
             let (task, attempt) = (self.ctx.task, self.ctx.attempt);
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
-        (finished.outcome, finished.usage, finished.output)
+        let outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        (outcome, finished.usage, finished.output)
     }
 }
 

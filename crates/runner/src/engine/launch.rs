@@ -79,6 +79,7 @@ impl Engine {
                     prior,
                 },
                 kill_grace: spec.kill_grace,
+                allow_denials: spec.allow_denials,
             },
             continues,
         ))
