@@ -479,8 +479,12 @@ async fn a_stopped_plain_child_is_classified_by_the_stop_reason() {
     assert_eq!(finished.output, "half");
 }
 
+/// A pi profile of a user's own, placing the prompt as its last argument (the built-in one
+/// gives it on stdin).
 fn profile() -> AgentProfile {
-    AgentProfile::builtins()["pi"].clone()
+    let mut p = AgentProfile::builtins()["pi"].clone();
+    p.command.push("{prompt}".into());
+    p
 }
 
 fn vars(model: Option<&str>) -> Vars {
@@ -508,14 +512,20 @@ fn render_argv_substitutes_placeholders_and_model_args() {
     ];
     let argv = render_argv(&profile(), None, &vars(Some("gpt-x"))).unwrap();
     let mut want: Vec<&str> = HEADLESS.to_vec();
-    want.extend(["--model", "gpt-x", "fix {cwd} bug; echo $HOME"]);
+    // `{agent_args}` is the agent's launch plan's to expand, like `{session_args}`.
+    want.extend([
+        "{agent_args}",
+        "--model",
+        "gpt-x",
+        "fix {cwd} bug; echo $HOME",
+    ]);
     assert_eq!(
         argv, want,
         "the prompt is one argument and is not substituted again"
     );
     let argv = render_argv(&profile(), None, &vars(None)).unwrap();
     let mut want: Vec<&str> = HEADLESS.to_vec();
-    want.push("fix {cwd} bug; echo $HOME");
+    want.extend(["{agent_args}", "fix {cwd} bug; echo $HOME"]);
     assert_eq!(
         argv, want,
         "{{model_args}} expands to nothing without a model"
@@ -523,15 +533,20 @@ fn render_argv_substitutes_placeholders_and_model_args() {
 }
 
 #[test]
-fn the_claude_profile_ends_its_options_before_the_prompt() {
-    let claude = AgentProfile::builtins()["claude"].clone();
-    let mut v = vars(Some("sonnet"));
-    v.prompt = "-p is not an option here".into();
-    let argv = render_argv(&claude, None, &v).unwrap();
-    assert_eq!(
-        argv[argv.len() - 4..],
-        ["--model", "sonnet", "--", "-p is not an option here"]
-    );
+fn the_built_in_agents_take_no_prompt_argument() {
+    // Their prompt goes to stdin (no argv limit, no option parsing of a prompt that starts
+    // with `-`); codex is told so with `-`.
+    for (name, profile) in AgentProfile::builtins() {
+        let mut v = vars(Some("m"));
+        v.prompt = "-p is not an option here".into();
+        let argv = render_argv(&profile, None, &v).unwrap_or_default();
+        assert!(
+            !argv.iter().any(|a| a.contains("-p is not")),
+            "{name}: {argv:?}"
+        );
+    }
+    let codex = &AgentProfile::builtins()["codex"];
+    assert_eq!(codex.command.last().map(String::as_str), Some("-"));
 }
 
 #[test]
