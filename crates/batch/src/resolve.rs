@@ -221,7 +221,10 @@ fn resolve_task(
         include_wip,
         output_mode,
         needs,
-        retry_after_side_effects
+        retry_after_side_effects,
+        permissions,
+        tools,
+        allow_denials
     );
     s.deadline = pick(&t.deadline, &d.deadline);
     s.max_turns = pick(&t.max_turns, &d.max_turns);

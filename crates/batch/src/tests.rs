@@ -117,6 +117,9 @@ fn batch_toml_resolves_every_field() {
     want.reads = vec![format!("{d}/x.md"), "/abs/y.md".into()];
     want.env_keys = vec!["OVERRIDDEN".into(), "SHARED".into(), "TASK_ONLY".into()];
     want.retry_after_side_effects = true;
+    want.permissions = sortie_core::Permissions::ReadOnly;
+    want.tools = vec!["Read".into(), "Grep".into()];
+    want.allow_denials = true;
     assert_eq!(a, &want);
 
     // Defaults apply; the label is task-N; the cwd is the batch file's directory.
@@ -341,6 +344,16 @@ fn batch_error_needs_unknown_label() {
         8,
         Some("needs"),
         "unknown label \"ghost\"",
+    );
+}
+
+#[test]
+fn batch_error_unknown_permissions() {
+    check_one(
+        "bad_permissions.toml",
+        3,
+        Some("permissions"),
+        "\"read-only\", \"edit\" or \"full\"",
     );
 }
 
@@ -955,6 +968,8 @@ extra_args = ["--exclusive", "--job-name=mine"]
     assert!(
         text.contains("\"--job-name=mine\" is set by sortie itself"),
         "{text}"
+    );
+}
 
 #[test]
 fn batch_budget_table_resolves_and_its_problems_are_located() {

@@ -195,6 +195,8 @@ pub(crate) struct TaskView {
     pub(crate) text: Option<String>,
     /// Its worktree, for an isolated task whose worktree was planned.
     pub(crate) worktree: Option<WorktreeView>,
+    /// The tool calls its agent's permissions denied (tool, count), over its attempts.
+    pub(crate) denials: Vec<sortie_core::Denial>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -313,6 +315,7 @@ pub(crate) fn view(
                     None
                 },
                 worktree: WorktreeView::of(rec),
+                denials: rec.denials(),
             }
         })
         .collect();
@@ -424,6 +427,10 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         )?;
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;
+        }
+        if !t.denials.is_empty() {
+            let denied = sortie_core::Denial::describe(&t.denials);
+            writeln!(out, "      denied tool calls: {denied}")?;
         }
     }
     Ok(())

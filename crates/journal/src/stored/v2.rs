@@ -28,16 +28,26 @@ use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1
 pub(crate) struct TaskExtV2 {
     // #11
     executor: ExecutorV2,
+    // Issue 13: permissions, tools, allow_denials.
+    permissions: PermissionsV2,
+    tools: Vec<String>,
+    allow_denials: bool,
 }
 
 impl TaskExtV2 {
     pub(crate) fn of(t: &TaskSpec) -> Self {
         TaskExtV2 {
             executor: (&t.executor).into(),
+            permissions: t.permissions.into(),
+            tools: t.tools.clone(),
+            allow_denials: t.allow_denials,
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
         t.executor = self.executor.into();
+        t.permissions = self.permissions.into();
+        t.tools = self.tools;
+        t.allow_denials = self.allow_denials;
         Ok(())
     }
 }
@@ -76,6 +86,26 @@ impl From<&Executor> for ExecutorV2 {
     }
 }
 
+/// Mirrors `sortie_core::Permissions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum PermissionsV2 {
+    ReadOnly,
+    #[default]
+    Edit,
+    Full,
+}
+
+impl From<sortie_core::Permissions> for PermissionsV2 {
+    fn from(p: sortie_core::Permissions) -> Self {
+        match p {
+            sortie_core::Permissions::ReadOnly => PermissionsV2::ReadOnly,
+            sortie_core::Permissions::Edit => PermissionsV2::Edit,
+            sortie_core::Permissions::Full => PermissionsV2::Full,
+        }
+    }
+}
+
 impl From<ExecutorV2> for Executor {
     fn from(e: ExecutorV2) -> Self {
         match e {
@@ -89,6 +119,23 @@ impl From<ExecutorV2> for Executor {
             }),
         }
     }
+}
+
+impl From<PermissionsV2> for sortie_core::Permissions {
+    fn from(p: PermissionsV2) -> Self {
+        match p {
+            PermissionsV2::ReadOnly => sortie_core::Permissions::ReadOnly,
+            PermissionsV2::Edit => sortie_core::Permissions::Edit,
+            PermissionsV2::Full => sortie_core::Permissions::Full,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::Denial`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DenialV2 {
+    tool: String,
+    count: u32,
 }
 
 /// The fields of `AgentProfile` added since v1.
@@ -200,13 +247,33 @@ impl BatchExtV2 {
 
 /// The fields of `AttemptOutcome` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct OutcomeExtV2 {}
+pub(crate) struct OutcomeExtV2 {
+    // Issue 13: the tool calls the agent's permissions denied.
+    denials: Vec<DenialV2>,
+}
 
 impl OutcomeExtV2 {
-    pub(crate) fn of(_o: &AttemptOutcome) -> Self {
-        OutcomeExtV2 {}
+    pub(crate) fn of(o: &AttemptOutcome) -> Self {
+        OutcomeExtV2 {
+            denials: o
+                .denials
+                .iter()
+                .map(|d| DenialV2 {
+                    tool: d.tool.clone(),
+                    count: d.count,
+                })
+                .collect(),
+        }
     }
-    pub(crate) fn apply(self, _o: &mut AttemptOutcome) -> Result<(), String> {
+    pub(crate) fn apply(self, o: &mut AttemptOutcome) -> Result<(), String> {
+        o.denials = self
+            .denials
+            .into_iter()
+            .map(|d| sortie_core::Denial {
+                tool: d.tool,
+                count: d.count,
+            })
+            .collect();
         Ok(())
     }
 }

@@ -91,6 +91,7 @@ impl Engine {
                 placement,
                 launched_at: live.launched_at,
                 adopt: None,
+                allow_denials: spec.allow_denials,
             },
             continues,
         ))
