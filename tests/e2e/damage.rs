@@ -255,3 +255,59 @@ fn every_reader_refuses_a_truncated_journal_in_the_same_words() {
     let listed = copy.run(&["list"]);
     assert!(String::from_utf8_lossy(&listed.stdout).contains("damaged"));
 }
+
+#[test]
+fn a_zeroed_stale_or_foreign_snapshot_is_ignored_with_a_warning_never_trusted() {
+    let original = finished_run();
+    let run_dir = original.state_dir().join("runs").join(RUN);
+    let snapshot = run_dir.join("journal.snapshot");
+    assert!(snapshot.is_file(), "the end of a run writes a snapshot");
+    let whole = original.run_ok(&["--json", "status", RUN]).stdout;
+    let audit = original.run_ok(&["audit", RUN]);
+    assert!(String::from_utf8_lossy(&audit.stdout).contains("whole"));
+    // Another run's snapshot (same batch, other times): its last record differs.
+    let other = finished_run();
+    let foreign = std::fs::read(
+        other
+            .state_dir()
+            .join("runs")
+            .join(RUN)
+            .join("journal.snapshot"),
+    )
+    .expect("read");
+    let len = std::fs::metadata(&snapshot).expect("stat").len() as usize;
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("zeroed", vec![0u8; len]),
+        (
+            "cut short",
+            std::fs::read(&snapshot).expect("read")[..len / 2].to_vec(),
+        ),
+        ("another run's", foreign),
+    ];
+    for (what, bytes) in cases {
+        let copy = damaged(&original, |_| {});
+        let target = copy
+            .state_dir()
+            .join("runs")
+            .join(RUN)
+            .join("journal.snapshot");
+        std::fs::write(&target, bytes).expect("write");
+        let status = copy.run(&["--json", "status", RUN]);
+        assert_eq!(status.status.code(), Some(0), "{what}");
+        assert_eq!(
+            status.stdout, whole,
+            "{what}: status folds the journal instead"
+        );
+        let stderr = String::from_utf8_lossy(&status.stderr);
+        assert!(
+            stderr.contains("ignoring snapshot"),
+            "{what}: warned: {stderr}"
+        );
+        let audit = copy.run(&["audit", RUN]);
+        assert_eq!(audit.status.code(), Some(0), "{what}: the journal is whole");
+        assert!(
+            String::from_utf8_lossy(&audit.stdout).contains("whole"),
+            "{what}"
+        );
+    }
+}

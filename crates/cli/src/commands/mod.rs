@@ -122,7 +122,8 @@ fn find_kept(
     )?)
 }
 
-/// Replays a run fully, turning a corrupt journal into an error that names the record.
+/// A run's state after every record (from its newest valid snapshot and the tail), turning a
+/// corrupt journal into an error that names the record.
 fn replay_all(journal: &Journal) -> Result<RunState> {
-    Ok(journal.replay(None)?)
+    Ok(journal.replay_latest()?)
 }

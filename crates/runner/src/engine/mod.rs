@@ -46,6 +46,8 @@ use crate::layout::{OwnerLock, RunDir, StateDir, index};
 use crate::{Error, Result, process};
 use sortie_batch::LoadedBatch;
 
+pub use commit::snapshot_every;
+
 /// The environment variable that marks every attempt's process (see `process::marker`).
 pub use crate::process::MARKER;
 
@@ -163,7 +165,8 @@ pub async fn take_over(
         if let Some(mark) = index::acked(state_dir, &run_id) {
             journal.check_mark(&mark)?;
         }
-        let state = journal.replay(None)?;
+        // From the newest valid snapshot and the records after it.
+        let state = journal.replay_latest()?;
         Ok((journal, state))
     });
     let (journal, state) = match opened {
@@ -243,10 +246,13 @@ struct Engine {
     setup_failed: BTreeMap<TaskId, String>,
     /// The records counted by the last high-water mark, and when it was written.
     marked: (u64, std::time::Instant),
+    /// The records the last snapshot holds (or the state this process started from).
+    snapshotted: u64,
 }
 
 impl Engine {
     fn new(parts: Parts, state: RunState, observer: Box<dyn Observer>) -> Engine {
+        let state_seq = state.next_seq.0;
         let (tx, rx) = mpsc::unbounded_channel();
         let (wt_tx, wt_rx) = mpsc::unbounded_channel();
         // The journal is the product: an acknowledged event survives a power loss too, not
@@ -274,6 +280,7 @@ impl Engine {
             wt_rx,
             setup_failed: BTreeMap::new(),
             marked: (0, std::time::Instant::now()),
+            snapshotted: state_seq,
         }
     }
 
