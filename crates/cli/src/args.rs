@@ -68,6 +68,9 @@ pub(crate) enum Command {
     /// Remove kept worktrees of finished runs older than a retention; a branch with commits
     /// found nowhere else is kept.
     Gc(GcArgs),
+    /// Rebuild a damaged run's journal from every record that can still be read (the damaged
+    /// files are moved aside, untouched), say what was lost; then `sortie resume` continues it.
+    Recover(RunId),
 }
 
 /// `sortie run`.

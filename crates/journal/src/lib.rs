@@ -67,6 +67,7 @@ mod export;
 mod journal;
 mod mark;
 mod read;
+mod salvage;
 mod snapshot;
 mod store;
 mod stored;
@@ -78,6 +79,7 @@ pub use commit::Durability;
 pub use export::{EXPORT_VERSION, ExportRecord};
 pub use journal::{Journal, db_dir};
 pub use mark::{Mark, mark_path};
+pub use salvage::Salvage;
 pub use snapshot::{remove_snapshots, snapshot_paths};
 #[cfg(feature = "test-util")]
 pub use test_util::fuzzing;

@@ -246,6 +246,14 @@ impl Journal {
     }
 }
 
+/// The newest of a run's snapshots that decodes (checksum, schema), without checking it
+/// against a journal: salvage wants it even when the records it follows are lost.
+pub(crate) fn newest_decodable(run_dir: &Path) -> Option<(Mark, RunState)> {
+    paths(run_dir)
+        .iter()
+        .find_map(|p| fs::read(p).ok().and_then(|b| decode(&b).ok()))
+}
+
 /// Removes a run's snapshots (a recovered journal starts without them).
 pub fn remove_snapshots(run_dir: &Path) -> Result<()> {
     for path in paths(run_dir) {

@@ -14,6 +14,7 @@ mod error;
 pub mod files;
 pub mod layout;
 pub mod process;
+pub mod recover;
 pub mod worktree;
 
 pub use error::{Error, Result};

@@ -7,6 +7,7 @@ mod discard;
 mod export;
 mod gc;
 mod list;
+mod recover;
 mod replay;
 mod run;
 mod status;
@@ -35,6 +36,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Apply(t) => apply::apply(g, &t),
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
+        Command::Recover(r) => recover::recover(g, &r.run),
     }
 }
 
