@@ -9,6 +9,8 @@
 mod agents;
 mod apply;
 mod bad_input;
+mod batches;
+mod board;
 mod cli_edge;
 mod crash;
 mod damage;

@@ -11,10 +11,14 @@ mod attempt;
 pub mod clock;
 pub mod engine;
 mod error;
+pub mod executor;
 pub mod files;
 pub mod layout;
+pub mod preflight;
 pub mod process;
 pub mod recover;
 pub mod worktree;
+// #11: Slurm's commands and their output, as data.
+pub mod slurm;
 
 pub use error::{Error, Result};

@@ -2,6 +2,7 @@
 
 mod apply;
 mod audit;
+mod check;
 mod diff;
 mod discard;
 mod export;
@@ -36,6 +37,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Apply(t) => apply::apply(g, &t),
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
+        Command::Check(args) => check::check(g, &args),
         Command::Recover(r) => recover::recover(g, &r.run),
     }
 }

@@ -48,7 +48,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         }
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
-    let observer = output::observer(g.json);
+    let observer = output::observer(g.json || g.quiet, run_id.as_ref());
     let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
@@ -60,7 +60,7 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
         Some(r) => run_id(r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g.json);
+    let observer = output::observer(g.json || g.quiet, Some(&run));
     let end = runtime()?
         .block_on(engine::take_over(
             &g.layout().absolute(),
@@ -100,7 +100,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             &g.layout().absolute(),
             run.clone(),
             Takeover::Cancel,
-            output::observer(g.json),
+            output::observer(g.json || g.quiet, Some(&run)),
         ))
         .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))

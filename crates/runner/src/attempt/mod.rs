@@ -15,13 +15,15 @@
 //! `run.rs` is the driver that spawns the child and carries the watchdog's decisions out.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sortie_core::{Attempt, AttemptOutcome, TaskId, Usage};
+use sortie_core::{Attempt, AttemptOutcome, TaskId, Timestamp, Usage};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::agent::LaunchPlan;
+use crate::executor::{Adoption, Control, Executor, Placement, Sig};
 
 mod run;
 mod watch;
@@ -45,6 +47,14 @@ pub(crate) struct AttemptCtx {
     /// Where the attempt's stderr tail is kept for post-mortems
     /// (`<run-dir>/logs/<task>.<attempt>.stderr`).
     pub(crate) stderr_log: PathBuf,
+    /// The executor that runs it, and where (journaled before the launch).
+    pub(crate) executor: Arc<dyn Executor>,
+    /// See `executor`.
+    pub(crate) placement: Placement,
+    /// When it was journaled as launching: its clocks run from then.
+    pub(crate) launched_at: Timestamp,
+    /// Set when resume found the attempt alive or ended: it is followed, not launched.
+    pub(crate) adopt: Option<Adoption>,
 }
 
 /// A report from an attempt to the run loop.
@@ -77,6 +87,13 @@ pub(crate) enum Msg {
         usage: Usage,
         output: String,
     },
+    /// What the agent is doing now changed (the tool it runs, `thinking`, ...): shown on the
+    /// live board, never journaled.
+    Activity {
+        task: TaskId,
+        attempt: Attempt,
+        text: String,
+    },
 }
 
 impl Msg {
@@ -86,7 +103,8 @@ impl Msg {
             | Msg::Progress { task, .. }
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
-            | Msg::Finished { task, .. } => *task,
+            | Msg::Finished { task, .. }
+            | Msg::Activity { task, .. } => *task,
         }
     }
 
@@ -96,7 +114,8 @@ impl Msg {
             | Msg::Progress { attempt, .. }
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
-            | Msg::Finished { attempt, .. } => *attempt,
+            | Msg::Finished { attempt, .. }
+            | Msg::Activity { attempt, .. } => *attempt,
         }
     }
 }
@@ -105,9 +124,22 @@ impl Msg {
 pub(crate) struct AttemptHandle {
     stop: mpsc::UnboundedSender<StopRequest>,
     join: JoinHandle<()>,
+    control: Arc<OnceLock<Arc<dyn Control>>>,
 }
 
 impl AttemptHandle {
+    /// Sends `sig` to the attempt's process group (SIGSTOP and SIGCONT hold and release it);
+    /// false when it has not started or has ended.
+    #[allow(
+        dead_code,
+        reason = "the seam's signal, for hold, release and cancel of one task"
+    )]
+    pub(crate) fn signal(&self, sig: Sig) -> bool {
+        self.control
+            .get()
+            .is_some_and(|c| c.signal(sig).unwrap_or(false))
+    }
+
     /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
     pub(crate) fn stop(&self, req: StopRequest) {
         let _ = self.stop.send(req);
@@ -123,9 +155,11 @@ impl AttemptHandle {
 /// Starts an attempt in its own task.
 pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptHandle {
     let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let control = Arc::new(OnceLock::new());
+    let slot = Arc::clone(&control);
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx).await;
+        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, &slot).await;
         let _ = tx.send(Msg::Finished {
             task,
             attempt,
@@ -137,5 +171,6 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
     AttemptHandle {
         stop: stop_tx,
         join,
+        control,
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sortie_core::{AttemptOutcome, StopReason, Usage};
@@ -15,7 +16,8 @@ use super::watch::{Decision, Watch};
 use super::{AttemptCtx, Msg, StopRequest};
 use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
-use crate::process::{self, Child, SpawnSpec, Stdin, Stopper};
+use crate::executor::{Control, Execution, LaunchRequest};
+use crate::process::{self, SpawnSpec, Stdin};
 use sortie_protocol::{self as protocol, Exit, ProtocolReader};
 
 /// What an attempt reports at its end: its outcome, usage and output.
@@ -33,18 +35,34 @@ pub(super) async fn run(
     ctx: AttemptCtx,
     tx: &mpsc::UnboundedSender<Msg>,
     stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+    control: &OnceLock<Arc<dyn Control>>,
 ) -> Ended {
     let mut child = match launch(&ctx).await {
         Ok(child) => child,
         Err(ended) => return ended,
     };
     let (task, attempt) = (ctx.task, ctx.attempt);
-    let _ = tx.send(Msg::Started {
-        task,
-        attempt,
-        pid: child.pid,
-        start_time: child.start_time,
-    });
+    let started = match child.started().await {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = e.to_string();
+            return (
+                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                Usage::ZERO,
+                msg,
+            );
+        }
+    };
+    let _ = control.set(child.control());
+    // An adopted attempt whose start was journaled is not reported started again.
+    if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) {
+        let _ = tx.send(Msg::Started {
+            task,
+            attempt,
+            pid: started.pid,
+            start_time: started.start_time,
+        });
+    }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
     let mut stdin = child.take_stdin();
     if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
@@ -59,30 +77,35 @@ pub(super) async fn run(
         .drive
         .as_ref()
         .is_some_and(|d| d.wrap_up_command.is_some());
+    // The clocks run from the journaled launch: an adopted attempt's timeout is re-armed
+    // from it, not from the adoption.
+    let anchor = Anchor::now();
     let watch = Watch::new(
         ctx.limits.clone(),
-        Instant::now(),
-        Anchor::now(),
+        anchor.instant_of_past(ctx.launched_at),
+        anchor,
         steerable,
         stdin.is_some(),
     );
     let mut driver = Driver {
         ctx: &ctx,
         tx,
-        stopper: child.stopper(),
+        stopper: child.control(),
         stdin,
         watch,
         stop_task: None,
+        activity: None,
     };
     let exit = driver
-        .watch_child(&mut child, reader.as_mut(), stop_rx)
+        .watch_child(child.as_mut(), reader.as_mut(), stop_rx)
         .await;
     driver.finish(child, reader, exit).await
 }
 
-/// Prepares the home and the session directory, then spawns the child; a failure is the
-/// attempt's end.
-async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
+/// Prepares the home and the session directory, then launches the attempt through its
+/// executor (or, for an attempt resume found, follows it again); a failure is the attempt's
+/// end.
+async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
     let failed = |reason: StopReason, msg: String| {
         (
             AttemptOutcome::failed(reason, msg.clone()),
@@ -90,6 +113,13 @@ async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
             msg,
         )
     };
+    if let Some(adoption) = &ctx.adopt {
+        return ctx
+            .executor
+            .adopt(adoption.clone())
+            .await
+            .map_err(|e| failed(StopReason::Error, e.to_string()));
+    }
     let argv = match &ctx.launch.argv {
         Ok(argv) => argv.clone(),
         Err(e) => return Err(failed(StopReason::Invalid, e.to_string())),
@@ -120,29 +150,34 @@ async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
         let msg = format!("cannot create the session directory {}: {e}", dir.display());
         return Err(failed(StopReason::SpawnError, msg));
     }
-    let spawned = if ctx.launch.drive.is_some() {
-        process::spawn_piped(&spec).await
-    } else {
-        process::spawn(&spec).await
+    let req = LaunchRequest {
+        placement: ctx.placement.clone(),
+        spawn: spec,
+        piped_stdin: ctx.launch.drive.is_some(),
     };
-    spawned.map_err(|e| failed(StopReason::SpawnError, e.to_string()))
+    ctx.executor
+        .launch(req)
+        .await
+        .map_err(|e| failed(StopReason::SpawnError, e.to_string()))
 }
 
 /// A live attempt's state beside its child: the watchdog and what carries out its decisions.
 struct Driver<'a> {
     ctx: &'a AttemptCtx,
     tx: &'a mpsc::UnboundedSender<Msg>,
-    stopper: Stopper,
+    stopper: Arc<dyn Control>,
     stdin: Option<Stdin>,
     watch: Watch,
     stop_task: Option<JoinHandle<StopReason>>,
+    /// The last activity reported, so that only changes are sent.
+    activity: Option<String>,
 }
 
 impl Driver<'_> {
     /// Reads the child's lines and follows the clocks until the leader exited.
     async fn watch_child(
         &mut self,
-        child: &mut Child,
+        child: &mut dyn Execution,
         reader: &mut dyn ProtocolReader,
         mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
     ) -> Result<Exit, process::WaitError> {
@@ -168,6 +203,7 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    self.report_activity(progress.as_ref());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
@@ -185,6 +221,22 @@ impl Driver<'_> {
             };
             self.carry_out(decisions).await;
         }
+    }
+
+    /// Sends the reader's activity on when it changed (the board shows it; it is not state).
+    fn report_activity(&mut self, progress: Option<&protocol::Progress>) {
+        let Some(text) = progress.and_then(|p| p.activity.as_ref()) else {
+            return;
+        };
+        if self.activity.as_ref() == Some(text) {
+            return;
+        }
+        self.activity = Some(text.clone());
+        let _ = self.tx.send(Msg::Activity {
+            task: self.ctx.task,
+            attempt: self.ctx.attempt,
+            text: text.clone(),
+        });
     }
 
     /// Carries the watchdog's decisions out, in order.
@@ -219,10 +271,8 @@ impl Driver<'_> {
                 }
                 Decision::CloseStdin => self.stdin = None,
                 Decision::Stop(req) => {
-                    let s = self.stopper.clone();
-                    let grace = self.ctx.kill_grace;
-                    let reason = req.reason;
-                    self.stop_task = Some(tokio::spawn(async move { s.stop(reason, grace).await }));
+                    let stop = self.stopper.stop(req.reason, self.ctx.kill_grace);
+                    self.stop_task = Some(tokio::spawn(stop));
                 }
             }
         }
@@ -232,7 +282,7 @@ impl Driver<'_> {
     /// the attempt.
     async fn finish(
         self,
-        child: Child,
+        child: Box<dyn Execution>,
         reader: Box<dyn ProtocolReader>,
         exit: Result<Exit, process::WaitError>,
     ) -> Ended {

@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
+use sortie_core::{Attempt, TaskId, TaskResult};
 use sortie_core::{Event, RunId, RunOutcome, RunState, RunStatus, Seq, Stamped, StopReason};
-use sortie_core::{TaskId, TaskResult};
 use sortie_journal::Journal;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -66,6 +66,10 @@ const JOURNAL_CHECK: Duration = Duration::from_secs(2);
 pub trait Observer: Send {
     /// Called after `stamped` was made durable and applied to `state`.
     fn event(&mut self, state: &RunState, stamped: &Stamped);
+
+    /// Called when what a live attempt is doing changed (the tool it runs, `thinking`): for
+    /// displays only, never journaled.
+    fn activity(&mut self, _state: &RunState, _task: TaskId, _attempt: Attempt, _text: &str) {}
 }
 
 /// An observer that ignores everything.
