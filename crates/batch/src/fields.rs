@@ -38,6 +38,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "needs",
     "env",
     "retry_after_side_effects",
+    // #10: attempts that outlive sortie.
+    "max_orphans",
+    "supervise",
 ];
 
 /// The top-level keys of a batch file.
@@ -59,6 +62,8 @@ pub(crate) const AGENT_FIELDS: &[&str] = &[
     "can_steer",
     "can_continue",
     "may_write",
+    // #10: attempts that outlive sortie.
+    "supervise",
 ];
 
 /// One task's fields (or `[defaults]`), type-checked, not yet resolved.
@@ -99,6 +104,9 @@ pub(crate) struct RawTask {
     pub(crate) needs: Option<Vec<String>>,
     pub(crate) env: Option<Vec<(String, String)>>,
     pub(crate) retry_after_side_effects: Option<bool>,
+    // #10: attempts that outlive sortie.
+    pub(crate) max_orphans: Option<u32>,
+    pub(crate) supervise: Option<bool>,
 }
 
 /// Where a table of task fields is: a task, or `[defaults]`.
@@ -216,6 +224,9 @@ impl RawTask {
             "needs" => self.needs = Some(strings(v)?),
             "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
             "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
+            // #10: attempts that outlive sortie.
+            "max_orphans" => self.max_orphans = Some(uint(v)?),
+            "supervise" => self.supervise = Some(boolean(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())

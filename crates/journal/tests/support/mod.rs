@@ -53,6 +53,9 @@ pub(crate) fn batch(n: u32) -> Batch {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            // #10: what a v1 record reads as.
+            max_orphans: 3,
+            supervise: true,
         })
         .collect();
     Batch {
@@ -80,6 +83,7 @@ fn frozen_profiles() -> BTreeMap<String, AgentProfile> {
                 can_steer: false,
                 can_continue: false,
                 may_write,
+                supervise: true,
             }
         };
     let model = s(&["--model", "{model}"]);

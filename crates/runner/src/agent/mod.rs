@@ -223,6 +223,7 @@ mod plan_tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 

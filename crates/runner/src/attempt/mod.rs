@@ -55,6 +55,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) launched_at: Timestamp,
     /// Set when resume found the attempt alive or ended: it is followed, not launched.
     pub(crate) adopt: Option<Adoption>,
+    /// For an adopted attempt: its journaled usage, and when it last wrote output.
+    pub(crate) resumed: Option<(Usage, Timestamp)>,
 }
 
 /// A report from an attempt to the run loop.
@@ -87,6 +89,12 @@ pub(crate) enum Msg {
         usage: Usage,
         output: String,
     },
+    /// The executor's own id of the attempt (a batch job id), once known.
+    Handle {
+        task: TaskId,
+        attempt: Attempt,
+        handle: String,
+    },
 }
 
 impl Msg {
@@ -96,7 +104,8 @@ impl Msg {
             | Msg::Progress { task, .. }
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
-            | Msg::Finished { task, .. } => *task,
+            | Msg::Finished { task, .. }
+            | Msg::Handle { task, .. } => *task,
         }
     }
 
@@ -106,7 +115,8 @@ impl Msg {
             | Msg::Progress { attempt, .. }
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
-            | Msg::Finished { attempt, .. } => *attempt,
+            | Msg::Finished { attempt, .. }
+            | Msg::Handle { attempt, .. } => *attempt,
         }
     }
 }

@@ -10,7 +10,7 @@ use sortie_core::{Isolation, TaskId, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
-use crate::executor::{Direct, Executor};
+use crate::executor::{self, Direct, Executor, Placement, Supervised};
 use crate::{agent, process, worktree};
 
 impl Engine {
@@ -60,12 +60,38 @@ impl Engine {
             _ => None,
         };
         let continues = plan.continues.clone();
-        let executor: Arc<dyn Executor> = Arc::new(Direct);
-        let placement = executor.place(
-            self.run_dir.attempt_dir(task.0, live.attempt.0),
-            task,
-            live.attempt,
-        );
+        // A placed attempt keeps its executor and dir (resume follows it there); a new one
+        // is supervised unless its task or profile says not, or it is driven over stdin.
+        let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
+            Some(p) => {
+                let executor = executor::by_kind(&p.executor)?;
+                let placement = Placement {
+                    executor: p.executor.clone(),
+                    task,
+                    attempt: live.attempt,
+                    dir: PathBuf::from(&p.dir),
+                    handle: p.handle.clone(),
+                };
+                (executor, placement)
+            }
+            None => {
+                let dir = self.run_dir.attempt_dir(task.0, live.attempt.0);
+                let executor: Arc<dyn Executor> = match executor::supervisor() {
+                    // The dir is journaled as text: a path that is not UTF-8 runs direct.
+                    Some(program)
+                        if spec.supervise
+                            && profile.supervise
+                            && plan.drive.is_none()
+                            && dir.to_str().is_some() =>
+                    {
+                        Arc::new(Supervised::new(program.to_path_buf()))
+                    }
+                    _ => Arc::new(Direct),
+                };
+                let placement = executor.place(dir, task, live.attempt);
+                (executor, placement)
+            }
+        };
         Some((
             AttemptCtx {
                 task,
@@ -91,6 +117,7 @@ impl Engine {
                 placement,
                 launched_at: live.launched_at,
                 adopt: None,
+                resumed: None,
             },
             continues,
         ))

@@ -91,6 +91,15 @@ impl Engine {
                 usage,
                 output,
             },
+            Msg::Handle {
+                task,
+                attempt,
+                handle,
+            } => Event::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            },
         })
     }
 }
