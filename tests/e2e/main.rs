@@ -17,6 +17,7 @@ mod mixed;
 mod real_codex;
 mod real_pi;
 mod signals;
+mod supervised;
 mod support;
 mod torture;
 mod worktree;
