@@ -9,8 +9,11 @@
 mod agents;
 mod apply;
 mod bad_input;
+mod batches;
+mod board;
 mod cli_edge;
 mod crash;
+mod damage;
 mod faults;
 mod graphs;
 mod mixed;

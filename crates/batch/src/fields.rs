@@ -38,6 +38,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "needs",
     "env",
     "retry_after_side_effects",
+    // Expansion (issue 14): a task as a template over a list and/or samples.
+    "for_each",
+    "count",
     // #10: attempts that outlive sortie.
     "max_orphans",
     "supervise",
@@ -67,7 +70,7 @@ pub(crate) const AGENT_FIELDS: &[&str] = &[
 ];
 
 /// One task's fields (or `[defaults]`), type-checked, not yet resolved.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct RawTask {
     /// The file the table is in.
     pub(crate) file: PathBuf,
@@ -104,6 +107,12 @@ pub(crate) struct RawTask {
     pub(crate) needs: Option<Vec<String>>,
     pub(crate) env: Option<Vec<(String, String)>>,
     pub(crate) retry_after_side_effects: Option<bool>,
+    /// `for_each`: what the task is a template over.
+    pub(crate) for_each: Option<crate::expand::ForEach>,
+    /// `count`: samples of each item (or of the task).
+    pub(crate) count: Option<u32>,
+    /// Set on a task made by expansion: where it came from.
+    pub(crate) expanded: Option<crate::expand::Origin>,
     // #10: attempts that outlive sortie.
     pub(crate) max_orphans: Option<u32>,
     pub(crate) supervise: Option<bool>,
@@ -224,6 +233,11 @@ impl RawTask {
             "needs" => self.needs = Some(strings(v)?),
             "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
             "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
+            "for_each" | "count" if scope == Scope::Defaults => {
+                return Err("expansion makes tasks of one task; it cannot be a default".into());
+            }
+            "for_each" => self.for_each = Some(crate::expand::ForEach::parse(v)?),
+            "count" => self.count = Some(crate::expand::count(v)?),
             // #10: attempts that outlive sortie.
             "max_orphans" => self.max_orphans = Some(uint(v)?),
             "supervise" => self.supervise = Some(boolean(v)?),

@@ -5,6 +5,7 @@
 //! Each error gets its code where its type is known (`error`); a closed stdout exits 0.
 
 mod args;
+mod board;
 mod commands;
 mod error;
 mod output;

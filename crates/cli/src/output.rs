@@ -5,15 +5,18 @@ use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 
+use crate::board::{Board, cut as truncate};
 use crate::error::Result;
 use sortie_core::ledger::{Ledger, ledger};
-use sortie_core::{Event, RunId, RunState, RunStatus, Stamped, Usage};
+use sortie_core::{Attempt, Event, RunId, RunState, RunStatus, Stamped, TaskId, Usage};
 use sortie_runner::engine::Observer;
 
 /// Installs the tracing subscriber: warnings by default, `-v` info, `-vv` debug; RUST_LOG wins.
 pub(crate) fn init_tracing(verbose: u8) {
+    // sled logs through `log` (bridged into tracing): its complaints about a damaged file
+    // are for -v; without it sortie's own one-line error says what is wrong.
     let default = match verbose {
-        0 => "warn",
+        0 => "warn,sled=off",
         1 => "info",
         _ => "debug",
     };
@@ -25,97 +28,28 @@ pub(crate) fn init_tracing(verbose: u8) {
         .try_init();
 }
 
-/// Prints one line per notable event on stderr (plain log lines, good in CI logs and on a
-/// terminal alike). With `--json`, stays quiet: stdout gets the final JSON.
-pub(crate) fn observer(json: bool) -> Box<dyn Observer> {
-    Box::new(LogLines {
-        quiet: json,
-        tty: std::io::stderr().is_terminal(),
-        board: Board::default(),
-    })
+/// What a run prints while it goes: off a terminal, one timestamped line per event worth a
+/// person's attention; on a terminal, the same lines above the live board (`board.rs`). With
+/// `--json` or `--quiet`, nothing: stdout gets the summary at the end.
+pub(crate) fn observer(quiet: bool, run_id: Option<&RunId>) -> Box<dyn Observer> {
+    let board = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let board = Board::new();
+        if let Some(run) = run_id {
+            board.set_run_id(&run.to_string());
+        }
+        board
+    });
+    Box::new(LogLines { quiet, board })
 }
 
 struct LogLines {
     quiet: bool,
-    tty: bool,
-    board: Board,
+    board: Option<Board>,
 }
 
-/// The live display on a terminal: below the log lines, one line of counts, tokens, cost and
-/// ETA, then one line per running task. Redrawn at most ten times a second, and whenever a log
-/// line is printed above it.
-#[derive(Default)]
-struct Board {
-    drawn: usize,
-    last_draw: Option<std::time::Instant>,
-}
-
-/// How many running tasks the board lists before it summarises the rest.
-const BOARD_TASKS: usize = 12;
-
-impl Board {
-    fn erase(&mut self, out: &mut impl Write) {
-        for _ in 0..self.drawn {
-            let _ = write!(out, "\x1b[1A\x1b[2K");
-        }
-        self.drawn = 0;
-    }
-
-    fn draw(&mut self, out: &mut impl Write, state: &RunState, at: u64) {
-        let total = state.tasks.len();
-        let done = state.done_count();
-        let running: Vec<(usize, &sortie_core::TaskRecord)> = state
-            .tasks
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.live_attempt().is_some())
-            .collect();
-        let usage = state.usage_counters();
-        let eta = match (state.started_at, done) {
-            (Some(start), d) if d > 0 && d < total => {
-                let per = at.saturating_sub(start.0) / d as u64;
-                format!(" · ETA {}", short_duration(per * (total - d) as u64))
-            }
-            _ => String::new(),
-        };
-        let mut lines = vec![format!(
-            "[{done}/{total}] running {} · {} tokens · {}{eta}",
-            running.len(),
-            usage.tokens(),
-            usage.cost
-        )];
-        for (i, rec) in running.iter().take(BOARD_TASKS) {
-            let Some(a) = rec.live_attempt() else {
-                continue;
-            };
-            lines.push(format!(
-                "  {:<24} attempt {} {:<16} {:>7} {:>8} tok{}",
-                truncate(&state.label(sortie_core::TaskId(*i as u32)), 24),
-                a.attempt,
-                truncate(a.model.as_deref().unwrap_or("-"), 16),
-                short_duration(at.saturating_sub(a.launched_at.0)),
-                a.usage.tokens(),
-                if a.stalled { "  stalled" } else { "" }
-            ));
-        }
-        if running.len() > BOARD_TASKS {
-            lines.push(format!("  … and {} more", running.len() - BOARD_TASKS));
-        }
-        for l in &lines {
-            let _ = writeln!(out, "{l}");
-        }
-        self.drawn = lines.len();
-        self.last_draw = Some(std::time::Instant::now());
-    }
-}
-
-fn short_duration(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0..60 => format!("{}.{}s", s, ms % 1000 / 100),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-    }
+/// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
+fn colour() -> bool {
+    console::colors_enabled_stderr()
 }
 
 impl Observer for LogLines {
@@ -185,29 +119,36 @@ impl Observer for LogLines {
             }
             _ => None,
         };
-        let mut err = std::io::stderr().lock();
-        if !self.tty {
-            if let Some(line) = line {
-                let _ = writeln!(err, "{} {line}", clock(s.at.0));
+        match &mut self.board {
+            None => {
+                if let Some(line) = line {
+                    let mut err = std::io::stderr().lock();
+                    let _ = writeln!(err, "{} {line}", clock(s.at.0));
+                }
             }
-            return;
+            Some(board) => {
+                if let Some(line) = line {
+                    let stamp = if colour() {
+                        format!("\x1b[2m{}\x1b[0m", clock(s.at.0))
+                    } else {
+                        clock(s.at.0)
+                    };
+                    board.println(&format!("{stamp} {line}"));
+                }
+                board.event(state, s);
+                if matches!(
+                    s.event,
+                    Event::RunFinished { .. } | Event::RunInterrupted { .. }
+                ) {
+                    board.finish();
+                }
+            }
         }
-        let ending = matches!(
-            s.event,
-            Event::RunFinished { .. } | Event::RunInterrupted { .. }
-        );
-        let due = self
-            .board
-            .last_draw
-            .is_none_or(|t| t.elapsed().as_millis() >= 100);
-        if line.is_some() || due || ending {
-            self.board.erase(&mut err);
-            if let Some(line) = line {
-                let _ = writeln!(err, "\x1b[2m{}\x1b[0m {line}", clock(s.at.0));
-            }
-            if !ending {
-                self.board.draw(&mut err, state, s.at.0);
-            }
+    }
+
+    fn activity(&mut self, _: &RunState, task: TaskId, attempt: Attempt, text: &str) {
+        if let Some(board) = &self.board {
+            board.activity(task, attempt, text);
         }
     }
 }
@@ -243,6 +184,69 @@ pub(crate) struct TaskView {
     pub(crate) usage: Usage,
     /// Its text (for finished tasks).
     pub(crate) text: Option<String>,
+    /// Its worktree, for an isolated task whose worktree was planned.
+    pub(crate) worktree: Option<WorktreeView>,
+}
+
+/// A task's worktree as status and summaries show it.
+#[derive(Debug, Serialize)]
+pub(crate) struct WorktreeView {
+    /// Where it is.
+    pub(crate) path: String,
+    /// Its branch.
+    pub(crate) branch: String,
+    /// Whether it was kept (changed); None until it is finalized.
+    pub(crate) kept: Option<bool>,
+    /// Its diff summary (`git diff --stat` against its base), when kept.
+    pub(crate) diff: Option<String>,
+}
+
+impl WorktreeView {
+    fn of(rec: &sortie_core::TaskRecord) -> Option<WorktreeView> {
+        let plan = rec.worktree.as_ref()?;
+        Some(WorktreeView {
+            path: plan.path.clone(),
+            branch: plan.branch.clone(),
+            kept: rec.worktree_final.as_ref().map(|(changed, _)| *changed),
+            diff: rec.worktree_final.as_ref().and_then(|(_, d)| d.clone()),
+        })
+    }
+}
+
+/// The kept worktrees, in task order: label, path and branch, then the diff stat's last line
+/// (`N files changed, ...`). Nothing when none was kept.
+pub(crate) fn print_kept(out: &mut impl Write, v: &RunView) -> Result<()> {
+    let kept: Vec<(&TaskView, &WorktreeView)> = v
+        .tasks
+        .iter()
+        .filter_map(|t| t.worktree.as_ref().map(|w| (t, w)))
+        .filter(|(_, w)| w.kept == Some(true))
+        .collect();
+    if kept.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "kept worktrees ({}):", kept.len())?;
+    for (t, w) in kept {
+        let stat = w
+            .diff
+            .as_deref()
+            .and_then(|d| d.lines().rev().find(|l| !l.trim().is_empty()))
+            .map_or("(no diff summary)", str::trim);
+        writeln!(
+            out,
+            "  {:<24} {}  ({})",
+            truncate(&t.label, 24),
+            w.path,
+            w.branch
+        )?;
+        writeln!(out, "      {stat}")?;
+    }
+    writeln!(
+        out,
+        "review: sortie diff {run}; apply: sortie apply {run} --all [--commit]",
+        run = v.run_id
+    )?;
+    Ok(())
 }
 
 /// A run as status and summaries show it.
@@ -297,6 +301,7 @@ pub(crate) fn view(
                 } else {
                     None
                 },
+                worktree: WorktreeView::of(rec),
             }
         })
         .collect();
@@ -336,6 +341,7 @@ pub(crate) fn print_summary(json: bool, run: &RunId, state: &RunState) -> Result
     }
     writeln!(out)?;
     print_ledger(&mut out, state, &ledger(state))?;
+    print_kept(&mut out, &view(run, state, None, false))?;
     Ok(())
 }
 
@@ -371,16 +377,6 @@ pub(crate) fn print_ledger(out: &mut impl Write, state: &RunState, ledger: &Ledg
     }
     row(out, "total", &ledger.total)?;
     Ok(())
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }
 
 /// Prints the state of every task as a table.

@@ -48,7 +48,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         }
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
-    let observer = output::observer(g.json);
+    let observer = output::observer(g.json || g.quiet, run_id.as_ref());
     let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
@@ -60,13 +60,15 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
         Some(r) => run_id(r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g.json);
-    let end = runtime()?.block_on(engine::take_over(
-        &g.layout().absolute(),
-        run,
-        Takeover::Resume,
-        observer,
-    ))?;
+    let observer = output::observer(g.json || g.quiet, Some(&run));
+    let end = runtime()?
+        .block_on(engine::take_over(
+            &g.layout().absolute(),
+            run.clone(),
+            Takeover::Resume,
+            observer,
+        ))
+        .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
 }
 
@@ -93,13 +95,26 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             _ => Code::Interrupted,
         });
     }
-    let end = runtime()?.block_on(engine::take_over(
-        &g.layout().absolute(),
-        run,
-        Takeover::Cancel,
-        output::observer(g.json),
-    ))?;
+    let end = runtime()?
+        .block_on(engine::take_over(
+            &g.layout().absolute(),
+            run.clone(),
+            Takeover::Cancel,
+            output::observer(g.json || g.quiet, Some(&run)),
+        ))
+        .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
+}
+
+/// A damaged journal is refused in the words `status` and `audit` use for it.
+fn damage_context(e: sortie_runner::Error, run: &sortie_core::RunId) -> CliError {
+    let damaged = matches!(&e, sortie_runner::Error::Journal(j) if j.is_damage());
+    let e = CliError::from(e);
+    if damaged {
+        e.context(format!("cannot read run {run}"))
+    } else {
+        e
+    }
 }
 
 fn signal_cancel(pid: u32) -> anyhow::Result<()> {

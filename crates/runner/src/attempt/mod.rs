@@ -89,6 +89,13 @@ pub(crate) enum Msg {
         usage: Usage,
         output: String,
     },
+    /// What the agent is doing now changed (the tool it runs, `thinking`, ...): shown on the
+    /// live board, never journaled.
+    Activity {
+        task: TaskId,
+        attempt: Attempt,
+        text: String,
+    },
     /// The executor's own id of the attempt (a batch job id), once known.
     Handle {
         task: TaskId,
@@ -105,6 +112,7 @@ impl Msg {
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
+            | Msg::Activity { task, .. }
             | Msg::Handle { task, .. } => *task,
         }
     }
@@ -116,6 +124,7 @@ impl Msg {
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. }
+            | Msg::Activity { attempt, .. }
             | Msg::Handle { attempt, .. } => *attempt,
         }
     }

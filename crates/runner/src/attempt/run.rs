@@ -106,6 +106,7 @@ pub(super) async fn run(
         stdin,
         watch,
         stop_task: None,
+        activity: None,
     };
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx)
@@ -180,6 +181,8 @@ struct Driver<'a> {
     stdin: Option<Stdin>,
     watch: Watch,
     stop_task: Option<JoinHandle<StopReason>>,
+    /// The last activity reported, so that only changes are sent.
+    activity: Option<String>,
 }
 
 impl Driver<'_> {
@@ -212,6 +215,7 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    self.report_activity(progress.as_ref());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
@@ -229,6 +233,22 @@ impl Driver<'_> {
             };
             self.carry_out(decisions).await;
         }
+    }
+
+    /// Sends the reader's activity on when it changed (the board shows it; it is not state).
+    fn report_activity(&mut self, progress: Option<&protocol::Progress>) {
+        let Some(text) = progress.and_then(|p| p.activity.as_ref()) else {
+            return;
+        };
+        if self.activity.as_ref() == Some(text) {
+            return;
+        }
+        self.activity = Some(text.clone());
+        let _ = self.tx.send(Msg::Activity {
+            task: self.ctx.task,
+            attempt: self.ctx.attempt,
+            text: text.clone(),
+        });
     }
 
     /// Carries the watchdog's decisions out, in order.

@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
+use sortie_core::{Attempt, TaskId, TaskResult};
 use sortie_core::{Event, RunId, RunOutcome, RunState, RunStatus, Seq, Stamped, StopReason};
-use sortie_core::{TaskId, TaskResult};
 use sortie_journal::Journal;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -64,6 +64,10 @@ const JOURNAL_CHECK: Duration = Duration::from_secs(2);
 pub trait Observer: Send {
     /// Called after `stamped` was made durable and applied to `state`.
     fn event(&mut self, state: &RunState, stamped: &Stamped);
+
+    /// Called when what a live attempt is doing changed (the tool it runs, `thinking`): for
+    /// displays only, never journaled.
+    fn activity(&mut self, _state: &RunState, _task: TaskId, _attempt: Attempt, _text: &str) {}
 }
 
 /// An observer that ignores everything.
@@ -157,8 +161,24 @@ pub async fn take_over(
     }
     let lock = dir.acquire()?;
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
-    let journal = Journal::open(dir.path())?;
-    let state = journal.replay(None)?;
+    // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
+    // is refused: appending to it would write over what was lost.
+    let opened = Journal::open(dir.path()).and_then(|journal| {
+        if let Some(mark) = index::acked(state_dir, &run_id) {
+            journal.check_mark(&mark)?;
+        }
+        let state = journal.replay(None)?;
+        Ok((journal, state))
+    });
+    let (journal, state) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            if e.is_damage() {
+                let _ = index::record_damage(state_dir, &run_id, &e.to_string());
+            }
+            return Err(e.into());
+        }
+    };
     if let RunStatus::Finished { state: s } = state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
     }
@@ -225,6 +245,8 @@ struct Engine {
     wt_rx: mpsc::UnboundedReceiver<worktree_jobs::WtMsg>,
     /// Tasks whose worktree setup failed, and why: they end `setup_error` (or timeout).
     setup_failed: BTreeMap<TaskId, String>,
+    /// The records counted by the last high-water mark, and when it was written.
+    marked: (u64, std::time::Instant),
 }
 
 impl Engine {
@@ -255,6 +277,7 @@ impl Engine {
             wt_tx,
             wt_rx,
             setup_failed: BTreeMap::new(),
+            marked: (0, std::time::Instant::now()),
         }
     }
 

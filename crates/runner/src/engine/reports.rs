@@ -23,6 +23,18 @@ impl Engine {
             if let Msg::Finished { .. } = msg {
                 self.live.remove(&task);
             }
+            if let Msg::Activity {
+                task,
+                attempt,
+                text,
+            } = &msg
+            {
+                let live = self.state.task(*task).and_then(|r| r.live_attempt());
+                if live.is_some_and(|a| a.attempt == *attempt) {
+                    self.observer.activity(&self.state, *task, *attempt, text);
+                }
+                continue;
+            }
             let Some(event) = self.event_for(msg) else {
                 continue;
             };
@@ -91,6 +103,8 @@ impl Engine {
                 usage,
                 output,
             },
+            // Handled before: activity is shown, not journaled.
+            Msg::Activity { .. } => return None,
             Msg::Handle {
                 task,
                 attempt,

@@ -1,0 +1,263 @@
+//! End-to-end tests of what a run shows while it goes: the live board under a real
+//! pseudo-terminal of 80 columns (read back through a terminal emulator, `vt100`), and the
+//! plain timestamped lines off a terminal.
+
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+use crate::support::{Scratch, fake_command, poll};
+
+/// Labels long enough that a board line is wider than 80 columns before it is cut.
+const LABELS: [&str; 3] = [
+    "a-task-with-a-rather-long-label-1",
+    "a-task-with-a-rather-long-label-2",
+    "a-task-with-a-rather-long-label-3",
+];
+
+fn batch(s: &Scratch) -> std::path::PathBuf {
+    let mut toml = String::from("concurrency = 3\n\n");
+    for l in LABELS {
+        toml.push_str(&format!(
+            "[[tasks]]\nlabel = {l:?}\ncommand = {}\n\n",
+            fake_command(&[
+                "--sleep",
+                "4",
+                "--turns",
+                "8",
+                "--usage",
+                "100,50,0.01",
+                "--answer",
+                &format!("{l} done"),
+            ])
+        ));
+    }
+    s.write("batch.toml", &toml)
+}
+
+/// A terminal: the pty's output fed to an emulator, every screen seen kept for the checks.
+struct Screen {
+    parser: vt100::Parser,
+    /// Every distinct screen seen (its rows).
+    seen: Vec<Vec<String>>,
+}
+
+impl Screen {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.parser.process(bytes);
+        let screen = self.parser.screen();
+        let (_, cols) = screen.size();
+        let rows: Vec<String> = screen.rows(0, cols).collect();
+        if self.seen.last().is_none_or(|last| *last != rows) {
+            self.seen.push(rows);
+        }
+    }
+}
+
+fn is_board_line(row: &str) -> bool {
+    row.starts_with("run ")
+        || LABELS
+            .iter()
+            .any(|l| row.starts_with(&format!("  {}", &l[..18])))
+}
+
+#[test]
+fn the_board_shows_each_running_task_with_its_activity_cut_to_80_columns_then_the_summary() {
+    let s = Scratch::new();
+    let batch = batch(&s);
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 30,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("open a pty");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
+    cmd.cwd(s.path());
+    cmd.env_remove("SORTIE_DIR");
+    cmd.env_remove("RUST_LOG");
+    cmd.env_remove("NO_COLOR");
+    cmd.env("TERM", "xterm-256color");
+    cmd.args(["--state-dir", &s.state_dir().display().to_string()]);
+    cmd.args(["run", &batch.display().to_string(), "--run-id", "boardrun"]);
+    let mut child = pty
+        .slave
+        .spawn_command(cmd)
+        .expect("spawn sortie in the pty");
+    drop(pty.slave);
+    let screen = Arc::new(Mutex::new(Screen {
+        parser: vt100::Parser::new(30, 80, 0),
+        seen: Vec::new(),
+    }));
+    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let feeder = {
+        let screen = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen.lock().expect("screen").feed(&buf[..n]);
+            }
+        })
+    };
+    // Once the tasks show their activity at 80 columns, the terminal shrinks to 60: the board
+    // follows at its next draw.
+    poll("the board to show an activity", 30, || {
+        let screen = screen.lock().expect("screen");
+        let rows = screen.seen.last()?;
+        rows.iter()
+            .any(|r| is_board_line(r) && r.contains("working on"))
+            .then_some(())
+    });
+    let resized_at = {
+        let mut screen = screen.lock().expect("screen");
+        pty.master
+            .resize(PtySize {
+                rows: 30,
+                cols: 60,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("resize the pty");
+        screen.parser.screen_mut().set_size(30, 60);
+        screen.seen.len()
+    };
+    let status = child.wait().expect("wait for sortie");
+    // The reader ends when the pty has nothing more to give (its writer is gone).
+    drop(pty.master);
+    let _ = feeder.join();
+    assert!(status.success(), "sortie exited {status:?}");
+    let screen = screen.lock().expect("screen");
+
+    // Task lines appeared with their activity (the fake agent's progress lines).
+    let with_activity: Vec<&Vec<String>> = screen
+        .seen
+        .iter()
+        .filter(|rows| {
+            rows.iter()
+                .any(|r| is_board_line(r) && r.contains("tok  working on attempt"))
+        })
+        .collect();
+    assert!(
+        !with_activity.is_empty(),
+        "no board line with an activity in any screen; last screen:\n{}",
+        screen.parser.screen().contents()
+    );
+    // The header names the run and counts the running tasks.
+    assert!(
+        screen.seen.iter().any(|rows| rows
+            .iter()
+            .any(|r| r.starts_with("run boardrun [") && r.contains("running 3"))),
+        "no header with the run id and three running tasks"
+    );
+    // They updated: the first task's line changed over the run (its clock, tokens, turn).
+    let first: std::collections::BTreeSet<&String> = screen
+        .seen
+        .iter()
+        .flat_map(|rows| rows.iter())
+        .filter(|r| r.starts_with(&format!("  {}", &LABELS[0][..18])))
+        .collect();
+    assert!(
+        first.len() > 2,
+        "the first task's line never moved: {first:?}"
+    );
+    // Never wrapped: below the header, every row down to the first blank one is a whole task
+    // line (a line that ran past the 80th column would leave its tail on a row of its own).
+    // indicatif fills each line to the width and lets the terminal move to the next row, so the
+    // emulator's own "wrapped" flag says nothing here: the rows do.
+    let mut boards = 0;
+    for rows in &screen.seen[..resized_at] {
+        let Some(h) = rows.iter().position(|r| r.starts_with("run boardrun [")) else {
+            continue;
+        };
+        boards += 1;
+        for r in rows[h + 1..].iter().take_while(|r| !r.trim().is_empty()) {
+            assert!(
+                is_board_line(r) && r.chars().count() <= 80,
+                "a row below the header that is not a whole task line: {r:?}\nscreen:\n{}",
+                rows.join("\n")
+            );
+        }
+    }
+    assert!(boards > 2, "the board was drawn {boards} time(s)");
+    // After the resize, the last board drawn was cut to 60 columns.
+    let last_board = screen.seen[resized_at..]
+        .iter()
+        .rev()
+        .find(|rows| {
+            rows.iter()
+                .position(|r| r.starts_with("run boardrun ["))
+                .is_some_and(|h| rows.get(h + 1).is_some_and(|r| !r.trim().is_empty()))
+        })
+        .expect("a board with task lines drawn after the resize");
+    let h = last_board
+        .iter()
+        .position(|r| r.starts_with("run boardrun ["))
+        .unwrap_or_default();
+    let task_rows: Vec<&String> = last_board[h + 1..]
+        .iter()
+        .take_while(|r| !r.trim().is_empty())
+        .collect();
+    assert!(!task_rows.is_empty(), "{}", last_board.join("\n"));
+    for r in task_rows {
+        assert!(
+            is_board_line(r),
+            "at 60 columns: {r:?}\n{}",
+            last_board.join("\n")
+        );
+    }
+    // The board gave way to the summary: the final screen shows the summary, no board line.
+    let last = screen.parser.screen().contents();
+    assert!(last.contains("total"), "summary:\n{last}");
+    let final_rows: Vec<String> = screen.parser.screen().rows(0, 80).collect();
+    assert!(
+        !final_rows.iter().any(|r| r.starts_with("run boardrun [")),
+        "the board is still on screen:\n{last}"
+    );
+}
+
+#[test]
+fn off_a_terminal_a_run_prints_plain_timestamped_lines() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"ok\"\ncommand = {}\n\n[[tasks]]\nlabel = \"bad\"\ncommand = {}\nmax_retries = 0\n",
+            fake_command(&["--answer", "fine"]),
+            fake_command(&["--exit", "2", "--answer", "broken"]),
+        ),
+    );
+    let out = s.run(&["run", &batch.display().to_string(), "--run-id", "plainrun"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        !err.contains('\x1b'),
+        "no escape sequences off a terminal:\n{err}"
+    );
+    for l in &lines {
+        let (stamp, _) = l.split_at(8.min(l.len()));
+        assert!(
+            stamp.len() == 8 && stamp.as_bytes()[2] == b':' && stamp.as_bytes()[5] == b':',
+            "not a timestamped line: {l:?}"
+        );
+    }
+    let has = |needle: &str| lines.iter().any(|l| l.contains(needle));
+    assert!(has("run plainrun: 2 task(s)"), "{err}");
+    assert!(has("[ok] attempt 1 launching"), "{err}");
+    assert!(has("[ok] completed"), "{err}");
+    assert!(has("[bad] failed"), "{err}");
+    // `--quiet` prints the summary only.
+    let quiet = s.run(&["--quiet", "run", "--run-id", "quietrun", "--", "echo", "hi"]);
+    assert_eq!(quiet.status.code(), Some(0));
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+    assert!(String::from_utf8_lossy(&quiet.stdout).contains("hi"));
+}
