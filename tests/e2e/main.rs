@@ -20,6 +20,7 @@ mod mixed;
 mod real_codex;
 mod real_pi;
 mod signals;
+mod supervised;
 // #11
 mod slurm;
 mod slurm_crash;

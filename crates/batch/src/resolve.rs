@@ -220,7 +220,10 @@ fn resolve_task(
         include_wip,
         output_mode,
         needs,
-        retry_after_side_effects
+        retry_after_side_effects,
+        // #10: attempts that outlive sortie.
+        max_orphans,
+        supervise
     );
     s.deadline = pick(&t.deadline, &d.deadline);
     s.max_turns = pick(&t.max_turns, &d.max_turns);

@@ -218,6 +218,50 @@ pub enum Event {
         /// The session it continues: the agent's session file, as passed to the agent.
         session: String,
     },
+    // #10: attempts that outlive sortie.
+    /// Where the launching attempt runs and how it is found again: its executor and its
+    /// attempt dir. Durable after `AttemptLaunching` (and `AttemptContinues`) and before the
+    /// executor starts it; at most once per attempt, only before its process exists.
+    AttemptPlaced {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The executor's name (`local`: a supervisor that outlives sortie; `direct`: a child
+        /// of sortie; `slurm`).
+        executor: String,
+        /// The attempt dir (absolute): its output files and its executor's records.
+        dir: String,
+    },
+    /// The executor's own id of the placed attempt (a batch job id), once known; at most once.
+    AttemptHandle {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The id.
+        handle: String,
+    },
+    /// Resume found the live attempt still running: it is adopted and followed from its files
+    /// (its clocks re-armed from the journaled times); it ends with its own `AttemptFinished`.
+    AttemptAdopted {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The size of its stdout when it was adopted (what sortie had not seen yet starts at
+        /// or before it).
+        offset: u64,
+    },
+    /// Resume found the live attempt ended while no sortie watched it: its outcome is read
+    /// from its files exactly as if it had been watched (`AttemptFinished` follows); it is not
+    /// run again.
+    AttemptRecorded {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+    },
 }
 
 impl Event {
@@ -242,7 +286,11 @@ impl Event {
             | Event::TaskFinished { task, .. }
             | Event::WorktreePlanned { task, .. }
             | Event::AttemptSideEffects { task, .. }
-            | Event::AttemptContinues { task, .. } => Some(*task),
+            | Event::AttemptContinues { task, .. }
+            | Event::AttemptPlaced { task, .. }
+            | Event::AttemptHandle { task, .. }
+            | Event::AttemptAdopted { task, .. }
+            | Event::AttemptRecorded { task, .. } => Some(*task),
         }
     }
 
@@ -268,6 +316,10 @@ impl Event {
             Event::WorktreePlanned { .. } => "WorktreePlanned",
             Event::AttemptSideEffects { .. } => "AttemptSideEffects",
             Event::AttemptContinues { .. } => "AttemptContinues",
+            Event::AttemptPlaced { .. } => "AttemptPlaced",
+            Event::AttemptHandle { .. } => "AttemptHandle",
+            Event::AttemptAdopted { .. } => "AttemptAdopted",
+            Event::AttemptRecorded { .. } => "AttemptRecorded",
         }
     }
 }

@@ -238,6 +238,7 @@ mod plan_tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 

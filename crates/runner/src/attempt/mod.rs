@@ -55,6 +55,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) launched_at: Timestamp,
     /// Set when resume found the attempt alive or ended: it is followed, not launched.
     pub(crate) adopt: Option<Adoption>,
+    /// For an adopted attempt: its journaled usage, and when it last wrote output.
+    pub(crate) resumed: Option<(Usage, Timestamp)>,
 }
 
 /// A report from an attempt to the run loop.
@@ -94,6 +96,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         text: String,
     },
+    /// The executor's own id of the attempt (a batch job id), once known.
+    Handle {
+        task: TaskId,
+        attempt: Attempt,
+        handle: String,
+    },
 }
 
 impl Msg {
@@ -104,7 +112,8 @@ impl Msg {
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
-            | Msg::Activity { task, .. } => *task,
+            | Msg::Activity { task, .. }
+            | Msg::Handle { task, .. } => *task,
         }
     }
 
@@ -115,7 +124,8 @@ impl Msg {
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. }
-            | Msg::Activity { attempt, .. } => *attempt,
+            | Msg::Activity { attempt, .. }
+            | Msg::Handle { attempt, .. } => *attempt,
         }
     }
 }
