@@ -21,6 +21,7 @@ mod real_claude;
 mod real_codex;
 mod real_pi;
 mod signals;
+mod supervised;
 // #11
 mod slurm;
 mod slurm_crash;

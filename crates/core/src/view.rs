@@ -64,6 +64,7 @@ mod tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 

@@ -192,6 +192,22 @@ fn details(e: &Event) -> String {
                 .map(|e| format!(": {}", e.lines().next().unwrap_or_default()))
                 .unwrap_or_default()
         ),
+        // #10: attempts that outlive sortie.
+        Event::AttemptPlaced {
+            attempt,
+            executor,
+            dir,
+            ..
+        } => format!("attempt {attempt} on {executor} in {dir}"),
+        Event::AttemptHandle {
+            attempt, handle, ..
+        } => format!("attempt {attempt} is {handle}"),
+        Event::AttemptAdopted {
+            attempt, offset, ..
+        } => format!("attempt {attempt} adopted (stdout at {offset} bytes)"),
+        Event::AttemptRecorded { attempt, .. } => {
+            format!("attempt {attempt} ended while sortie was down: recorded from its files")
+        }
     }
 }
 

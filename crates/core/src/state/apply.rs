@@ -40,11 +40,12 @@ impl RunState {
             }
             _ => {
                 let Some(task) = event.task() else { return };
+                let resumes = self.resumes;
                 let Some(rec) = self.tasks.get_mut(task.index()) else {
                     return;
                 };
                 let (was_done, before) = (rec.state.is_terminal(), rec.usage());
-                Self::mutate_task(rec, at, event);
+                Self::mutate_task(rec, at, event, resumes);
                 let (is_done, after) = (rec.state.is_terminal(), rec.usage());
                 if after != before {
                     self.tally = counters_minus(&self.tally.plus(&after), &before);
@@ -85,7 +86,7 @@ impl RunState {
         self.status = RunStatus::Running;
     }
 
-    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event) {
+    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event, resumes: u32) {
         match event {
             Event::TaskQueued { .. } => {
                 rec.ready_at = Some(at);
@@ -121,6 +122,7 @@ impl RunState {
                     side_effects: false,
                     continues: None,
                     end: None,
+                    placed: None,
                 });
                 rec.state = TaskState::Running { attempt: *attempt };
             }
@@ -208,6 +210,30 @@ impl RunState {
             Event::AttemptContinues { session, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.continues = Some(session.clone());
+                }
+            }
+            Event::AttemptPlaced { executor, dir, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.placed = Some(Box::new(Placed {
+                        executor: executor.clone(),
+                        dir: dir.clone(),
+                        handle: None,
+                        found: None,
+                    }));
+                }
+            }
+            Event::AttemptHandle { handle, .. } => {
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.handle = Some(handle.clone());
+                }
+            }
+            Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. } => {
+                let found = match event {
+                    Event::AttemptAdopted { .. } => Found::Adopted,
+                    _ => Found::Recorded,
+                };
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.found = Some((resumes, found));
                 }
             }
             Event::RunStarted { .. }

@@ -145,6 +145,28 @@ pub(crate) enum StoredEvent {
         limit: BudgetLimitV2,
         reason: String,
     },
+    // #10: attempts that outlive sortie.
+    /// `Event::AttemptPlaced`.
+    AttemptPlaced {
+        task: u32,
+        attempt: u32,
+        executor: String,
+        dir: String,
+    },
+    /// `Event::AttemptHandle`.
+    AttemptHandle {
+        task: u32,
+        attempt: u32,
+        handle: String,
+    },
+    /// `Event::AttemptAdopted`.
+    AttemptAdopted {
+        task: u32,
+        attempt: u32,
+        offset: u64,
+    },
+    /// `Event::AttemptRecorded`.
+    AttemptRecorded { task: u32, attempt: u32 },
 }
 
 impl From<&Event> for StoredEvent {
@@ -305,6 +327,39 @@ impl From<&Event> for StoredEvent {
             Event::RunBudgetExceeded { limit, reason } => StoredEvent::RunBudgetExceeded {
                 limit: (*limit).into(),
                 reason: reason.clone(),
+            },
+            Event::AttemptPlaced {
+                task,
+                attempt,
+                executor,
+                dir,
+            } => StoredEvent::AttemptPlaced {
+                task: task.0,
+                attempt: attempt.0,
+                executor: executor.clone(),
+                dir: dir.clone(),
+            },
+            Event::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            } => StoredEvent::AttemptHandle {
+                task: task.0,
+                attempt: attempt.0,
+                handle: handle.clone(),
+            },
+            Event::AttemptAdopted {
+                task,
+                attempt,
+                offset,
+            } => StoredEvent::AttemptAdopted {
+                task: task.0,
+                attempt: attempt.0,
+                offset: *offset,
+            },
+            Event::AttemptRecorded { task, attempt } => StoredEvent::AttemptRecorded {
+                task: task.0,
+                attempt: attempt.0,
             },
         }
     }
@@ -497,6 +552,39 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::RunBudgetExceeded { limit, reason } => Event::RunBudgetExceeded {
                 limit: limit.into(),
                 reason,
+            },
+            StoredEvent::AttemptPlaced {
+                task,
+                attempt,
+                executor,
+                dir,
+            } => Event::AttemptPlaced {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                executor,
+                dir,
+            },
+            StoredEvent::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            } => Event::AttemptHandle {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                handle,
+            },
+            StoredEvent::AttemptAdopted {
+                task,
+                attempt,
+                offset,
+            } => Event::AttemptAdopted {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                offset,
+            },
+            StoredEvent::AttemptRecorded { task, attempt } => Event::AttemptRecorded {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
             },
         })
     }

@@ -270,6 +270,7 @@ mod plan_tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 

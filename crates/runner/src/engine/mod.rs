@@ -28,7 +28,7 @@ mod reports;
 mod resume;
 mod worktree_jobs;
 // #11
-mod slurm_resume;
+mod slurm;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -202,7 +202,6 @@ pub async fn take_over(
         pid: std::process::id(),
         from_seq,
     }])?;
-    engine.adopt_slurm_jobs().await?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
     if how == Takeover::Cancel {
