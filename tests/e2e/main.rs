@@ -18,6 +18,7 @@ mod mixed;
 mod real_codex;
 mod real_pi;
 mod signals;
+mod summary;
 mod support;
 mod torture;
 mod worktree;

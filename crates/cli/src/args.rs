@@ -33,6 +33,10 @@ pub(crate) struct Global {
     /// Print no progress while a run goes, only its summary at the end.
     #[arg(short, long, global = true)]
     pub(crate) quiet: bool,
+    /// Show every task's output in a run's summary (by default only for runs of at most 20
+    /// tasks).
+    #[arg(long, global = true)]
+    pub(crate) outputs: bool,
 }
 
 impl Global {

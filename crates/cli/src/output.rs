@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::board::{Board, cut as truncate};
 use crate::error::Result;
-use sortie_core::ledger::{Ledger, ledger};
+use sortie_core::ledger::Ledger;
 use sortie_core::{Attempt, Event, RunId, RunState, RunStatus, Stamped, TaskId, Usage};
 use sortie_runner::engine::Observer;
 
@@ -182,6 +182,15 @@ pub(crate) struct TaskView {
     pub(crate) usage: Usage,
     /// Its text (for finished tasks).
     pub(crate) text: Option<String>,
+    /// The models its attempts ran on, in order, each once (`null` for the profile's default).
+    pub(crate) models: Vec<Option<String>>,
+    /// From its first attempt's launch to its last attempt's end (or now, for a live one), in
+    /// milliseconds; `null` before any attempt.
+    pub(crate) duration_ms: Option<u64>,
+    /// Where its artifact was written.
+    pub(crate) artifact: Option<String>,
+    /// Its kept worktree (it changed something).
+    pub(crate) worktree: Option<String>,
 }
 
 /// A run as status and summaries show it.
@@ -203,6 +212,8 @@ pub(crate) struct RunView {
     pub(crate) tasks: Vec<TaskView>,
     /// The journal's length.
     pub(crate) events: u64,
+    /// The commands to go on from here (in a run's summary; empty elsewhere).
+    pub(crate) commands: Vec<String>,
 }
 
 /// Builds the view of a run.
@@ -213,6 +224,14 @@ pub(crate) fn view(
     with_text: bool,
 ) -> RunView {
     let mut counts = BTreeMap::new();
+    let now = state
+        .tasks
+        .iter()
+        .flat_map(|r| r.attempts.iter())
+        .filter_map(attempt_end)
+        .max()
+        .unwrap_or(0)
+        .max(if live_pid.is_some() { now_ms() } else { 0 });
     let tasks: Vec<TaskView> = state
         .tasks
         .iter()
@@ -236,6 +255,13 @@ pub(crate) fn view(
                 } else {
                     None
                 },
+                models: models_tried(rec),
+                duration_ms: duration(rec, now),
+                artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
+                worktree: match (&rec.worktree_final, &rec.worktree) {
+                    (Some((true, _)), Some(w)) => Some(w.path.clone()),
+                    _ => None,
+                },
             }
         })
         .collect();
@@ -255,27 +281,42 @@ pub(crate) fn view(
         cost: usage.cost.to_string(),
         tasks,
         events: state.next_seq.0,
+        commands: Vec::new(),
     }
 }
 
-/// Prints a finished (or interrupted) run's summary: the summary text and the ledger, or JSON.
-pub(crate) fn print_summary(json: bool, run: &RunId, state: &RunState) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    if json {
-        serde_json::to_writer_pretty(&mut out, &view(run, state, None, true))?;
-        writeln!(out)?;
-        return Ok(());
+/// The models a task's attempts ran on, in order, each once.
+fn models_tried(rec: &sortie_core::TaskRecord) -> Vec<Option<String>> {
+    let mut models: Vec<Option<String>> = Vec::new();
+    for a in &rec.attempts {
+        if !models.contains(&a.model) {
+            models.push(a.model.clone());
+        }
     }
-    // The journal's text once the run finished (`RunFinished` carries it, made by core's
-    // `summary_text`); a run not finished has none journaled, so the same function says it as
-    // of now.
-    match &state.summary {
-        Some(text) => writeln!(out, "{text}")?,
-        None => writeln!(out, "{}", sortie_core::summary_text(state))?,
+    models
+}
+
+/// When an attempt ended, if it has.
+fn attempt_end(a: &sortie_core::AttemptRecord) -> Option<u64> {
+    match &a.end {
+        Some(sortie_core::state::AttemptEnd::Finished { at, .. })
+        | Some(sortie_core::state::AttemptEnd::Orphaned { at, .. }) => Some(at.0),
+        None => None,
     }
-    writeln!(out)?;
-    print_ledger(&mut out, state, &ledger(state))?;
-    Ok(())
+}
+
+/// A task's span: its first launch to its last attempt's end, or to `now` while one runs.
+fn duration(rec: &sortie_core::TaskRecord, now: u64) -> Option<u64> {
+    let first = rec.attempts.first()?.launched_at.0;
+    let last = rec.attempts.last()?;
+    let end = attempt_end(last).unwrap_or(now.max(first));
+    Some(end.saturating_sub(first))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Prints a usage ledger per task and per model.

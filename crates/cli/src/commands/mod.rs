@@ -102,3 +102,12 @@ fn find_kept(
 fn replay_all(journal: &Journal) -> Result<RunState> {
     Ok(journal.replay(None)?)
 }
+
+/// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.
+pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
+    if dir == std::path::Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
+        String::new()
+    } else {
+        format!(" --state-dir {}", dir.display())
+    }
+}

@@ -1,7 +1,5 @@
 //! `sortie run`, `sortie resume` and `sortie cancel`: the commands that own a run.
 
-use std::path::Path;
-
 use crate::error::{CliError, Result, ResultExt};
 use sortie_batch::{self as batch, Overrides};
 use sortie_core::{RunOutcome, RunStatus};
@@ -87,7 +85,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
         let state = super::replay_all(&open_read(&g.layout(), &run)?)?;
         return Ok(match state.status {
             RunStatus::Finished { state: s } => {
-                output::print_summary(g.json, &run, &state)?;
+                crate::summary::print_summary(g, &run, &state)?;
                 outcome_code(s)
             }
             _ => Code::Interrupted,
@@ -121,7 +119,7 @@ fn outcome_code(s: RunOutcome) -> Code {
 
 fn report(g: &Global, end: &RunEnd) -> Code {
     // The run's own code wins over a failure to print its summary.
-    if let Err(e) = output::print_summary(g.json, &end.run_id, &end.state) {
+    if let Err(e) = crate::summary::print_summary(g, &end.run_id, &end.state) {
         e.print();
     }
     match end.end {
@@ -130,18 +128,10 @@ fn report(g: &Global, end: &RunEnd) -> Code {
             eprintln!(
                 "sortie: run {} interrupted; resume it with: sortie{} resume {}",
                 end.run_id,
-                state_dir_flag(&g.state_dir),
+                super::state_dir_flag(&g.state_dir),
                 end.run_id
             );
             Code::Interrupted
         }
-    }
-}
-
-fn state_dir_flag(dir: &Path) -> String {
-    if dir == Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
-        String::new()
-    } else {
-        format!(" --state-dir {}", dir.display())
     }
 }
