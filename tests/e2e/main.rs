@@ -11,6 +11,7 @@ mod apply;
 mod bad_input;
 mod board;
 mod cli_edge;
+mod control;
 mod crash;
 mod faults;
 mod graphs;

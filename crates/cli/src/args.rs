@@ -61,8 +61,9 @@ pub(crate) enum Command {
     Replay(ReplayArgs),
     /// Check a run's journal (checksums, order, transitions) and print its usage ledger.
     Audit(RunId),
-    /// Cancel a run: stop it if it is live; its unfinished tasks become cancelled.
-    Cancel(RunId),
+    /// Cancel a run: stop it if it is live; its unfinished tasks become cancelled. With
+    /// `--task`, only that task of a live run (the others go on).
+    Cancel(ControlArgs),
     /// Print a run's events as JSON Lines.
     Export(ExportArgs),
     /// Print the change a task made in its kept worktree (its patch).
@@ -75,6 +76,48 @@ pub(crate) enum Command {
     /// Remove kept worktrees of finished runs older than a retention; a branch with commits
     /// found nowhere else is kept.
     Gc(GcArgs),
+    /// Hold a live run, or one task of it: its processes are stopped (SIGSTOP), nothing of it
+    /// launches, tasks that need it wait, and its stall and attempt clocks stop. A held run
+    /// that crashes resumes held.
+    Hold(ControlArgs),
+    /// Release what `hold` held (without `--task`: the run and every held task).
+    Release(ControlArgs),
+    /// Send a message to a running task's agent (pi over RPC with `can_steer`).
+    Steer(SteerArgs),
+    /// Change how many tasks of a live run run at once.
+    Concurrency(ConcurrencyArgs),
+}
+
+/// A live run, or one task of it.
+#[derive(Debug, Args)]
+pub(crate) struct ControlArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Only this task (by label).
+    #[arg(long)]
+    pub(crate) task: Option<String>,
+}
+
+/// `sortie steer`.
+#[derive(Debug, Args)]
+pub(crate) struct SteerArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// The task (by label).
+    #[arg(long)]
+    pub(crate) task: String,
+    /// The message.
+    pub(crate) message: String,
+}
+
+/// `sortie concurrency`.
+#[derive(Debug, Args)]
+pub(crate) struct ConcurrencyArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// How many tasks may run at once (at least 1).
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) n: u32,
 }
 
 /// `sortie run`.

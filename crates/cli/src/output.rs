@@ -98,6 +98,14 @@ impl Observer for LogLines {
                 state.label(*task),
                 delay.as_secs_f64()
             )),
+            Event::Control { by, action } => Some(format!(
+                "[{}] {} by {by}",
+                action
+                    .task()
+                    .map(|t| state.label(t))
+                    .unwrap_or_else(|| "run".to_owned()),
+                crate::commands::control_text(action)
+            )),
             Event::TaskFinished { task, result } => {
                 let done = state.done_count();
                 let usage = state.usage_counters();
@@ -191,6 +199,8 @@ pub(crate) struct TaskView {
     pub(crate) artifact: Option<String>,
     /// Its kept worktree (it changed something).
     pub(crate) worktree: Option<String>,
+    /// Whether it is held (`sortie hold`, of it or of the run).
+    pub(crate) held: bool,
 }
 
 /// A run as status and summaries show it.
@@ -262,6 +272,8 @@ pub(crate) fn view(
                     (Some((true, _)), Some(w)) => Some(w.path.clone()),
                     _ => None,
                 },
+                held: !rec.state.is_terminal()
+                    && state.control.is_held(sortie_core::TaskId(i as u32)),
             }
         })
         .collect();
@@ -381,6 +393,9 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
             t.usage.cost,
             if t.stalled { "  STALLED" } else { "" }
         )?;
+        if t.held {
+            writeln!(out, "      held")?;
+        }
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;
         }

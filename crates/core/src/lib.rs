@@ -28,7 +28,7 @@ pub use decide::{
     NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,
     resume_plan,
 };
-pub use event::{Event, OrphanAction, Stamped};
+pub use event::{ControlAction, Event, OrphanAction, Stamped};
 pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 pub use outcome::{
     AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,

@@ -2,6 +2,7 @@
 
 mod apply;
 mod audit;
+mod control;
 mod diff;
 mod discard;
 mod export;
@@ -13,11 +14,13 @@ mod status;
 
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
+use sortie_runner::control::Request;
 use sortie_runner::layout::{StateDir, index};
 
 use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
+pub(crate) use replay::control_text;
 
 /// Runs the command.
 pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
@@ -25,7 +28,10 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
     match cli.command {
         Command::Run(args) => run::run(g, args),
         Command::Resume(r) => run::resume(g, r.run.as_deref()),
-        Command::Cancel(r) => run::cancel(g, &r.run),
+        Command::Cancel(r) => match r.task {
+            None => run::cancel(g, &r.run),
+            Some(task) => control::send(g, &r.run, Request::Cancel { task: Some(task) }),
+        },
         Command::Status(r) => status::status(g, r.run.as_deref()),
         Command::List => list::list(g),
         Command::Replay(args) => replay::replay(g, args),
@@ -35,6 +41,17 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Apply(t) => apply::apply(g, &t),
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
+        Command::Hold(r) => control::send(g, &r.run, Request::Hold { task: r.task }),
+        Command::Release(r) => control::send(g, &r.run, Request::Release { task: r.task }),
+        Command::Steer(s) => control::send(
+            g,
+            &s.run,
+            Request::Steer {
+                task: s.task,
+                message: s.message,
+            },
+        ),
+        Command::Concurrency(c) => control::send(g, &c.run, Request::Concurrency { n: c.n }),
     }
 }
 

@@ -167,5 +167,19 @@ fn details(e: &Event) -> String {
                 .map(|e| format!(": {}", e.lines().next().unwrap_or_default()))
                 .unwrap_or_default()
         ),
+        Event::Control { by, action } => format!("{} by {by}", control_text(action)),
+    }
+}
+
+/// A control action as people say it: `hold`, `steer: "message"`, `concurrency 2`.
+pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
+    use sortie_core::ControlAction as A;
+    match action {
+        A::Steer { message, .. } => format!("steer: {message:?}"),
+        A::Concurrency { n } => format!("concurrency {n}"),
+        A::Hold { task: None } | A::Release { task: None } | A::Cancel { task: None } => {
+            format!("{} of the run", action.name())
+        }
+        other => other.name().to_owned(),
     }
 }

@@ -77,7 +77,22 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
         let pid = pid.ok_or_else(|| {
             CliError::usage(format_args!("run {run} is live but its pid is unknown"))
         })?;
-        signal_cancel(pid)?;
+        // Through the control socket, so that the cancel is journaled with who asked; a run
+        // without one (started by an older sortie) gets SIGUSR1.
+        let asked = sortie_runner::control::send(
+            &dir.control_socket(),
+            &sortie_runner::control::Request::Cancel { task: None },
+        );
+        match asked {
+            Ok(reply) if !reply.ok => {
+                return Err(CliError::usage(format_args!(
+                    "run {run} refused: {}",
+                    reply.message
+                )));
+            }
+            Ok(_) => {}
+            Err(_) => signal_cancel(pid)?,
+        }
         eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
         while matches!(dir.owner(), Owner::Live { .. }) {
             std::thread::sleep(std::time::Duration::from_millis(100));

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod apply;
 mod check;
 
-use crate::event::{Event, OrphanAction, Stamped};
+use crate::event::{ControlAction, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
@@ -370,6 +370,12 @@ pub enum Violation {
         /// The event's name.
         event: &'static str,
     },
+    /// A control action that does not apply now.
+    #[error("{why}")]
+    IllegalControl {
+        /// Why, for people.
+        why: String,
+    },
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -406,6 +412,30 @@ pub struct RunState {
     /// The counters of the run's usage, kept as events apply (see
     /// [`RunState::usage_counters`]).
     tally: Usage,
+    /// What users asked of the live run (`Event::Control`): held, cancelled, concurrency.
+    pub control: ControlState,
+}
+
+/// What `Event::Control` changed, as the planner and the runner need it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ControlState {
+    /// The whole run is held: nothing launches, every live attempt is stopped.
+    pub run_held: bool,
+    /// Tasks held one by one.
+    pub held: std::collections::BTreeSet<TaskId>,
+    /// Tasks a user cancelled: they end cancelled, never retried.
+    pub cancelled: std::collections::BTreeSet<TaskId>,
+    /// The concurrency a user set, over the batch's.
+    pub concurrency: Option<u32>,
+    /// A user cancelled the whole run: a process that takes it over goes on cancelling.
+    pub run_cancelled: bool,
+}
+
+impl ControlState {
+    /// Whether task `task` is held (by itself or with the run).
+    pub fn is_held(&self, task: TaskId) -> bool {
+        self.run_held || self.held.contains(&task)
+    }
 }
 
 impl Default for RunState {
@@ -433,6 +463,7 @@ impl RunState {
             labels: HashMap::new(),
             done: 0,
             tally: Usage::ZERO,
+            control: ControlState::default(),
         }
     }
 

@@ -110,16 +110,35 @@ impl Msg {
     }
 }
 
+/// What a user asks of a live attempt (`sortie hold`, `release`, `steer`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ctl {
+    /// Stop its processes (SIGSTOP); its stall and attempt clocks stop too.
+    Hold,
+    /// Continue them (SIGCONT).
+    Release,
+    /// Pass a message to its agent (one that can be steered).
+    Steer(String),
+}
+
 /// The run loop's handle on a live attempt.
 pub(crate) struct AttemptHandle {
     stop: mpsc::UnboundedSender<StopRequest>,
+    ctl: mpsc::UnboundedSender<Ctl>,
     join: JoinHandle<()>,
+    /// Whether its agent can be steered (`sortie steer`).
+    pub(crate) steerable: bool,
 }
 
 impl AttemptHandle {
     /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
     pub(crate) fn stop(&self, req: StopRequest) {
         let _ = self.stop.send(req);
+    }
+
+    /// Passes a user's request on (hold, release, steer).
+    pub(crate) fn control(&self, ctl: Ctl) {
+        let _ = self.ctl.send(ctl);
     }
 
     /// Drops the attempt at once: its child's process group gets SIGKILL (the child handle
@@ -132,9 +151,15 @@ impl AttemptHandle {
 /// Starts an attempt in its own task.
 pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptHandle {
     let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let steerable = ctx
+        .launch
+        .drive
+        .as_ref()
+        .is_some_and(|d| d.steer_command.is_some());
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx).await;
+        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, ctl_rx).await;
         let _ = tx.send(Msg::Finished {
             task,
             attempt,
@@ -145,6 +170,8 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
     });
     AttemptHandle {
         stop: stop_tx,
+        ctl: ctl_tx,
         join,
+        steerable,
     }
 }

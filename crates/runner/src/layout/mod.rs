@@ -186,6 +186,12 @@ impl RunDir {
         self.path.join("patches").join(format!("{name}.patch"))
     }
 
+    /// The live run's control socket (`sortie hold`, `release`, `cancel --task`, `steer`,
+    /// `concurrency`), there while its owner runs.
+    pub fn control_socket(&self) -> PathBuf {
+        self.path.join("control.sock")
+    }
+
     /// The record of a kept worktree removed after the run, by its safe name.
     pub fn discarded(&self, name: &str) -> PathBuf {
         self.path.join("discarded").join(format!("{name}.json"))

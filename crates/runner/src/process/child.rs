@@ -179,6 +179,18 @@ impl Stopper {
         self.shared.exit.borrow().is_some()
     }
 
+    /// Stops the group (SIGSTOP) or continues it (SIGCONT): `sortie hold` and `release`. The
+    /// one place a hold signals (an executor with its own `signal` takes it over here); false
+    /// when the group is gone.
+    pub fn hold(&self, held: bool) -> bool {
+        let sig = if held {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        self.shared.signal_group(sig)
+    }
+
     /// Records `reason` (first request wins), sends SIGTERM to the group, and SIGKILL after
     /// `grace` if the leader has not exited by then; returns once the leader is reaped (or,
     /// for a process that SIGKILL cannot end at once, e.g. in uninterruptible sleep, a few
@@ -192,6 +204,8 @@ impl Stopper {
         }
         if self.shared.signal_group(Signal::SIGTERM) {
             self.shared.signaled.store(true, Ordering::SeqCst);
+            // A held group (`sortie hold`) handles its SIGTERM only once continued.
+            self.shared.signal_group(Signal::SIGCONT);
         }
         let exited = tokio::time::timeout(grace, exit.wait_for(Option::is_some))
             .await
