@@ -268,7 +268,7 @@ fn agents_truncated_streams_and_a_stall() {
         task(
             "stall",
             "stall",
-            "max_retries = 1\nstall_after = \"1s\"\nstall_kill_after = \"1s\"\nkill_grace = \"1s\""
+            "max_retries = 1\nstall_after = \"3s\"\nstall_kill_after = \"1s\"\nkill_grace = \"1s\""
         ),
     );
     let (code, events, err) = run_batch(&s, &run, &batch);

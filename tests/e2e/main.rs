@@ -9,10 +9,12 @@
 mod agents;
 mod apply;
 mod bad_input;
+mod batches;
 mod board;
 mod cli_edge;
 mod control;
 mod crash;
+mod damage;
 mod faults;
 mod graphs;
 mod mixed;

@@ -38,6 +38,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "needs",
     "env",
     "retry_after_side_effects",
+    // Expansion (issue 14): a task as a template over a list and/or samples.
+    "for_each",
+    "count",
 ];
 
 /// The top-level keys of a batch file.
@@ -62,7 +65,7 @@ pub(crate) const AGENT_FIELDS: &[&str] = &[
 ];
 
 /// One task's fields (or `[defaults]`), type-checked, not yet resolved.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct RawTask {
     /// The file the table is in.
     pub(crate) file: PathBuf,
@@ -99,6 +102,12 @@ pub(crate) struct RawTask {
     pub(crate) needs: Option<Vec<String>>,
     pub(crate) env: Option<Vec<(String, String)>>,
     pub(crate) retry_after_side_effects: Option<bool>,
+    /// `for_each`: what the task is a template over.
+    pub(crate) for_each: Option<crate::expand::ForEach>,
+    /// `count`: samples of each item (or of the task).
+    pub(crate) count: Option<u32>,
+    /// Set on a task made by expansion: where it came from.
+    pub(crate) expanded: Option<crate::expand::Origin>,
 }
 
 /// Where a table of task fields is: a task, or `[defaults]`.
@@ -216,6 +225,11 @@ impl RawTask {
             "needs" => self.needs = Some(strings(v)?),
             "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
             "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
+            "for_each" | "count" if scope == Scope::Defaults => {
+                return Err("expansion makes tasks of one task; it cannot be a default".into());
+            }
+            "for_each" => self.for_each = Some(crate::expand::ForEach::parse(v)?),
+            "count" => self.count = Some(crate::expand::count(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())

@@ -31,8 +31,10 @@
 
 mod admission;
 mod agents;
+mod check;
 mod document;
 mod error;
+mod expand;
 mod fields;
 mod load;
 mod locate;
@@ -47,6 +49,7 @@ use std::path::PathBuf;
 
 use sortie_core::Batch;
 
+pub use check::{Checked, load_for_check};
 pub use error::{BatchError, BatchIssue};
 pub use load::{load, load_jsonl, load_toml, one_off_command, one_off_prompt};
 

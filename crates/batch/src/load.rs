@@ -7,6 +7,7 @@ use sortie_core::digest::fnv1a;
 
 use crate::document::{RunDoc, parse_defaults_file, parse_jsonl_tasks, parse_toml_doc};
 use crate::error::{BatchError, BatchIssue, Issues};
+use crate::expand::expand;
 use crate::fields::RawTask;
 use crate::resolve::{Input, resolve};
 use crate::{COMMAND_LINE, LoadedBatch, Overrides};
@@ -37,7 +38,7 @@ pub fn load(
     }
 }
 
-fn is_jsonl(path: &Path) -> bool {
+pub(crate) fn is_jsonl(path: &Path) -> bool {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -47,13 +48,21 @@ fn is_jsonl(path: &Path) -> bool {
 
 /// Loads a TOML batch: run settings, `[defaults]`, `[agents.NAME]` and `[[tasks]]`.
 pub fn load_toml(path: &Path, overrides: &Overrides) -> Result<LoadedBatch, BatchError> {
+    match toml_input(path)? {
+        (Some(input), issues) => resolve(input, overrides, issues),
+        (None, issues) => Err(issues.into_error(&[path])),
+    }
+}
+
+/// A TOML batch parsed and expanded, not yet resolved. None: it is not TOML at all.
+pub(crate) fn toml_input(path: &Path) -> Result<(Option<Input<'_>>, Issues), BatchError> {
     let bytes = read(path)?;
     let (source, base) = locate_file(path)?;
     let mut issues = Issues::default();
     let Some(mut run) = parse_toml_doc(path, &bytes, true, &mut issues) else {
-        return Err(issues.into_error(&[path]));
+        return Ok((None, issues));
     };
-    let tasks = std::mem::take(&mut run.tasks);
+    let tasks = expand(std::mem::take(&mut run.tasks), &base, &mut issues);
     let input = Input {
         file: path,
         defaults_file: None,
@@ -63,7 +72,7 @@ pub fn load_toml(path: &Path, overrides: &Overrides) -> Result<LoadedBatch, Batc
         tasks,
         digest: digest(&[&bytes]),
     };
-    resolve(input, overrides, issues)
+    Ok((Some(input), issues))
 }
 
 /// Loads a JSON Lines batch: one task object per line (blank lines and lines starting with `#`
@@ -76,6 +85,21 @@ pub fn load_jsonl(
     defaults: Option<&Path>,
     overrides: &Overrides,
 ) -> Result<LoadedBatch, BatchError> {
+    match jsonl_input(path, defaults)? {
+        (Some(input), issues) => resolve(input, overrides, issues),
+        (None, issues) => {
+            let order: Vec<&Path> = defaults.into_iter().chain([path]).collect();
+            Err(issues.into_error(&order))
+        }
+    }
+}
+
+/// A JSON Lines batch (and its defaults file) parsed and expanded, not yet resolved. None: the
+/// defaults file could not be read as a document.
+pub(crate) fn jsonl_input<'a>(
+    path: &'a Path,
+    defaults: Option<&'a Path>,
+) -> Result<(Option<Input<'a>>, Issues), BatchError> {
     let bytes = read(path)?;
     let defaults_bytes = defaults.map(read).transpose()?;
     let (source, base) = locate_file(path)?;
@@ -84,10 +108,13 @@ pub fn load_jsonl(
         (Some(d), Some(db)) => parse_defaults_file(d, db, &mut issues),
         _ => Some(RunDoc::new(path)),
     };
-    let tasks = parse_jsonl_tasks(path, &bytes, &mut issues);
-    let order: Vec<&Path> = defaults.into_iter().chain([path]).collect();
+    let tasks = expand(
+        parse_jsonl_tasks(path, &bytes, &mut issues),
+        &base,
+        &mut issues,
+    );
     let Some(run) = run else {
-        return Err(issues.into_error(&order));
+        return Ok((None, issues));
     };
     let mut parts: Vec<&[u8]> = vec![&bytes];
     if let Some(db) = &defaults_bytes {
@@ -102,7 +129,7 @@ pub fn load_jsonl(
         tasks,
         digest: digest(&parts),
     };
-    resolve(input, overrides, issues)
+    Ok((Some(input), issues))
 }
 
 /// A batch of one task asking `prompt` of `agent` (else `--agent`, else `pi`) with `model`

@@ -54,6 +54,7 @@ pub(crate) fn issue(
     }
     let site = layers.site(e.field);
     let label = &spec.label;
+    let e = &expanded_from(e, task);
     Some(match site.from {
         From::Task => issue(site.file, site.line, e.message.clone()),
         From::Defaults => issue(
@@ -141,4 +142,18 @@ impl Layers<'_> {
             task_line
         }
     }
+}
+
+/// The error with the expansion a task came from (its item and sample) named after it, so
+/// that two expanded tasks that collide say which of the template's tasks they are.
+fn expanded_from(e: &SpecError, task: &RawTask) -> SpecError {
+    let mut e = e.clone();
+    if let Some(o) = &task.expanded {
+        let from = match &o.item {
+            Some(item) => format!("item {item:?}, sample {}", o.sample),
+            None => format!("sample {}", o.sample),
+        };
+        e.message = format!("{} ({from})", e.message);
+    }
+    e
 }

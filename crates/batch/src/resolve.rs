@@ -33,13 +33,30 @@ pub(crate) struct Input<'a> {
 pub(crate) fn resolve(
     input: Input<'_>,
     ov: &Overrides,
-    mut issues: Issues,
+    issues: Issues,
 ) -> Result<LoadedBatch, BatchError> {
-    let order: Vec<&Path> = input
-        .defaults_file
-        .into_iter()
-        .chain([input.file])
-        .collect();
+    let order = input.order();
+    let (loaded, issues) = resolve_all(&input, ov, issues);
+    match loaded {
+        Some(loaded) if issues.0.is_empty() => Ok(loaded),
+        _ => Err(issues.into_error(&order)),
+    }
+}
+
+impl Input<'_> {
+    /// The files in the order their issues are listed: the defaults file, then the batch.
+    pub(crate) fn order(&self) -> Vec<&Path> {
+        self.defaults_file.into_iter().chain([self.file]).collect()
+    }
+}
+
+/// Resolves, validates and admits, keeping the batch even when it has issues (`sortie check`
+/// looks further at what did resolve). None: not even the base directory could be named.
+pub(crate) fn resolve_all(
+    input: &Input<'_>,
+    ov: &Overrides,
+    mut issues: Issues,
+) -> (Option<LoadedBatch>, Issues) {
     let Some(base) = input.base.to_str() else {
         issues.add(
             input.file,
@@ -47,7 +64,7 @@ pub(crate) fn resolve(
             None,
             format!("the directory {} is not valid UTF-8", input.base.display()),
         );
-        return Err(issues.into_error(&order));
+        return (None, issues);
     };
     let run = &input.run;
     let defaults_config = RunConfig::default();
@@ -75,22 +92,19 @@ pub(crate) fn resolve(
     };
     if let Err(errors) = validate_batch(&batch) {
         for e in &errors {
-            if let Some(issue) = locate::issue(e, &input, &batch, ov) {
+            if let Some(issue) = locate::issue(e, input, &batch, ov) {
                 issues.0.push(issue);
             }
         }
     } else if issues.0.is_empty() {
-        admission::admit(&input, &batch, ov, &mut issues);
+        admission::admit(input, &batch, ov, &mut issues);
     }
-    if issues.0.is_empty() {
-        Ok(LoadedBatch {
-            batch,
-            env,
-            digest: input.digest,
-        })
-    } else {
-        Err(issues.into_error(&order))
-    }
+    let loaded = LoadedBatch {
+        batch,
+        env,
+        digest: input.digest,
+    };
+    (Some(loaded), issues)
 }
 
 fn pick<T: Clone>(task: &Option<T>, defaults: &Option<T>) -> Option<T> {

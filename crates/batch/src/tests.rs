@@ -584,7 +584,7 @@ fn batch_error_empty_batch_and_concurrency_zero() {
         "{text}"
     );
     assert!(
-        text.contains("empty.toml:2: field `concurrency`: must be at least 1"),
+        text.contains("empty.toml:2: field `concurrency`: must be between 1 and 1024 (found 0)"),
         "{text}"
     );
 }
@@ -758,4 +758,80 @@ fn batch_error_a_check_that_read_a_field_that_did_not_parse_is_left_out() {
         vec![(Some(6), Some("include_wip")), (Some(9), Some("prompt"))],
         "{err}"
     );
+}
+
+#[test]
+fn batch_error_out_of_range_values_name_file_line_and_field_and_zero_is_off_where_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bounds.toml");
+    std::fs::write(
+        &path,
+        "concurrency = 5000\n\
+         [defaults]\n\
+         stall_after = \"0s\"\n\
+         stall_kill_after = \"0s\"\n\
+         kill_grace = \"0s\"\n\
+         grace_turns = 0\n\
+         [[tasks]]\n\
+         command = [\"true\"]\n\
+         max_retries = 1000000\n\
+         attempt_timeout = \"1000d\"\n\
+         deadline = \"0s\"\n\
+         max_turns = 0\n\
+         grace_turns = 21\n\
+         max_tokens = 0\n\
+         max_cost = 0\n\
+         stall_after = \"2d\"\n",
+    )
+    .unwrap();
+    let err = load(&path, None, &Overrides::default()).unwrap_err();
+    let text = err.to_string();
+    let got: Vec<(Option<usize>, Option<&str>)> = err
+        .issues()
+        .iter()
+        .map(|i| (i.line, i.field.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(1), Some("concurrency")),
+            (Some(9), Some("max_retries")),
+            (Some(10), Some("attempt_timeout")),
+            (Some(11), Some("deadline")),
+            (Some(12), Some("max_turns")),
+            (Some(13), Some("grace_turns")),
+            (Some(14), Some("max_tokens")),
+            (Some(15), Some("max_cost")),
+            (Some(16), Some("stall_after")),
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "bounds.toml:9: field `max_retries`: must be between 0 and 1000 (found 1000000)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "bounds.toml:10: field `attempt_timeout`: must be more than 0 to 7d (found 1000d)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("bounds.toml:16: field `stall_after`: must be 0 (off) to 1d (found 2d)"),
+        "{text}"
+    );
+    // The zeros of [defaults] are "off" and accepted: the task with them alone loads.
+    std::fs::write(
+        &path,
+        "[defaults]\nstall_after = \"0s\"\nstall_kill_after = 0\nkill_grace = \"0s\"\n\
+         grace_turns = 0\nmax_retries = 0\n[[tasks]]\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let t = &load(&path, None, &Overrides::default())
+        .unwrap()
+        .batch
+        .tasks[0];
+    assert_eq!((t.stall_after, t.stall_kill_after), (secs(0), secs(0)));
 }

@@ -66,16 +66,22 @@ pub(crate) enum Command {
     Cancel(ControlArgs),
     /// Print a run's events as JSON Lines.
     Export(ExportArgs),
-    /// Print the change a task made in its kept worktree (its patch).
-    Diff(TaskRef),
+    /// Print the change a task made in its kept worktree (its patch); without a label, every
+    /// kept worktree's, in task order.
+    Diff(DiffArgs),
     /// Apply a kept worktree's change onto your checkout as uncommitted changes (three-way);
-    /// a conflict changes nothing and exits 1.
-    Apply(TaskRef),
+    /// a conflict changes nothing and exits 1. `--all`: every kept worktree, in task order,
+    /// stopping at the first conflict.
+    Apply(ApplyArgs),
     /// Remove a kept worktree and its branch (the patch stays in the run dir).
     Discard(TaskRef),
     /// Remove kept worktrees of finished runs older than a retention; a branch with commits
     /// found nowhere else is kept.
     Gc(GcArgs),
+    /// Check a batch without running it: everything `run` would refuse, and what would fail
+    /// only once it runs (programs on PATH, credentials, directories, repositories, artifact
+    /// directories, prompt sizes). Nothing is spawned; exit 0 when ready, 2 with every problem.
+    Check(CheckArgs),
     /// Hold a live run, or one task of it: its processes are stopped (SIGSTOP), nothing of it
     /// launches, tasks that need it wait, and its stall and attempt clocks stop. A held run
     /// that crashes resumes held.
@@ -207,4 +213,53 @@ pub(crate) struct ExportArgs {
     /// The format (only `jsonl`).
     #[arg(long, default_value = "jsonl", value_parser = ["jsonl"])]
     pub(crate) format: String,
+}
+
+/// `sortie check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The batch file: `.toml`, or `.jsonl` (one task per line).
+    pub(crate) batch: PathBuf,
+    /// Defaults for a JSON Lines batch.
+    #[arg(long)]
+    pub(crate) defaults: Option<PathBuf>,
+    /// The agent profile (default for every task), as `run` takes it.
+    #[arg(long)]
+    pub(crate) agent: Option<String>,
+    /// The model (default for every task), as `run` takes it.
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// How many tasks would run at once.
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+    /// As `run --allow-shared-writes`.
+    #[arg(long)]
+    pub(crate) allow_shared_writes: bool,
+}
+
+/// `sortie diff`.
+#[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The task's label (default: every kept worktree of the run, in task order).
+    pub(crate) label: Option<String>,
+}
+
+/// `sortie apply`.
+#[derive(Debug, Args)]
+pub(crate) struct ApplyArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The task's label.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub(crate) label: Option<String>,
+    /// Every kept worktree of the run, in task order, each all-or-nothing; stops at the first
+    /// conflict and says what was applied and what was not.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Commit each task's change on the current branch, one commit per task (the index must
+    /// hold nothing staged).
+    #[arg(long)]
+    pub(crate) commit: bool,
 }

@@ -73,6 +73,11 @@ impl CliError {
         self.code
     }
 
+    /// What went wrong, without the context added on the way out.
+    pub(crate) fn cause(&self) -> String {
+        self.err.root_cause().to_string()
+    }
+
     /// The same error (and code) said in a wider context.
     pub(crate) fn context(self, context: impl Display + Send + Sync + 'static) -> CliError {
         CliError {
@@ -153,7 +158,7 @@ impl From<sortie_journal::Error> for CliError {
 fn journal_code(e: &sortie_journal::Error) -> Code {
     use sortie_journal::Error;
     match e {
-        Error::Corrupt { .. } | Error::Violation { .. } => Code::Corrupt,
+        _ if e.is_damage() => Code::Corrupt,
         Error::NotFound { .. } | Error::Locked { .. } => Code::Usage,
         _ => Code::Failed,
     }

@@ -16,6 +16,15 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The per-attempt supervisor (`sortie_runner::process::supervise_main`): hidden, before
+    // clap, so that it starts as fast as it can and its argv is taken as is.
+    let raw: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if raw.get(1).map(String::as_str) == Some(sortie_runner::process::SUPERVISE_ARG) {
+        let code = sortie_runner::process::supervise_main(&raw[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let args = args::Cli::parse();
     output::init_tracing(args.global.verbose);
     match commands::dispatch(args) {

@@ -13,8 +13,10 @@ use sortie_runner::engine::Observer;
 
 /// Installs the tracing subscriber: warnings by default, `-v` info, `-vv` debug; RUST_LOG wins.
 pub(crate) fn init_tracing(verbose: u8) {
+    // sled logs through `log` (bridged into tracing): its complaints about a damaged file
+    // are for -v; without it sortie's own one-line error says what is wrong.
     let default = match verbose {
-        0 => "warn",
+        0 => "warn,sled=off",
         1 => "info",
         _ => "debug",
     };
@@ -197,10 +199,71 @@ pub(crate) struct TaskView {
     pub(crate) duration_ms: Option<u64>,
     /// Where its artifact was written.
     pub(crate) artifact: Option<String>,
-    /// Its kept worktree (it changed something).
-    pub(crate) worktree: Option<String>,
     /// Whether it is held (`sortie hold`, of it or of the run).
     pub(crate) held: bool,
+    /// Its worktree, for an isolated task whose worktree was planned.
+    pub(crate) worktree: Option<WorktreeView>,
+}
+
+/// A task's worktree as status and summaries show it.
+#[derive(Debug, Serialize)]
+pub(crate) struct WorktreeView {
+    /// Where it is.
+    pub(crate) path: String,
+    /// Its branch.
+    pub(crate) branch: String,
+    /// Whether it was kept (changed); None until it is finalized.
+    pub(crate) kept: Option<bool>,
+    /// Its diff summary (`git diff --stat` against its base), when kept.
+    pub(crate) diff: Option<String>,
+}
+
+impl WorktreeView {
+    fn of(rec: &sortie_core::TaskRecord) -> Option<WorktreeView> {
+        let plan = rec.worktree.as_ref()?;
+        Some(WorktreeView {
+            path: plan.path.clone(),
+            branch: plan.branch.clone(),
+            kept: rec.worktree_final.as_ref().map(|(changed, _)| *changed),
+            diff: rec.worktree_final.as_ref().and_then(|(_, d)| d.clone()),
+        })
+    }
+}
+
+/// The kept worktrees, in task order: label, path and branch, then the diff stat's last line
+/// (`N files changed, ...`). Nothing when none was kept.
+pub(crate) fn print_kept(out: &mut impl Write, v: &RunView) -> Result<()> {
+    let kept: Vec<(&TaskView, &WorktreeView)> = v
+        .tasks
+        .iter()
+        .filter_map(|t| t.worktree.as_ref().map(|w| (t, w)))
+        .filter(|(_, w)| w.kept == Some(true))
+        .collect();
+    if kept.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "kept worktrees ({}):", kept.len())?;
+    for (t, w) in kept {
+        let stat = w
+            .diff
+            .as_deref()
+            .and_then(|d| d.lines().rev().find(|l| !l.trim().is_empty()))
+            .map_or("(no diff summary)", str::trim);
+        writeln!(
+            out,
+            "  {:<24} {}  ({})",
+            truncate(&t.label, 24),
+            w.path,
+            w.branch
+        )?;
+        writeln!(out, "      {stat}")?;
+    }
+    writeln!(
+        out,
+        "review: sortie diff {run}; apply: sortie apply {run} --all [--commit]",
+        run = v.run_id
+    )?;
+    Ok(())
 }
 
 /// A run as status and summaries show it.
@@ -268,12 +331,9 @@ pub(crate) fn view(
                 models: models_tried(rec),
                 duration_ms: duration(rec, now),
                 artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
-                worktree: match (&rec.worktree_final, &rec.worktree) {
-                    (Some((true, _)), Some(w)) => Some(w.path.clone()),
-                    _ => None,
-                },
                 held: !rec.state.is_terminal()
                     && state.control.is_held(sortie_core::TaskId(i as u32)),
+                worktree: WorktreeView::of(rec),
             }
         })
         .collect();

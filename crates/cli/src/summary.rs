@@ -46,6 +46,7 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
     }
     print_table(&mut out, &view, colours())?;
     writeln!(out)?;
+    output::print_kept(&mut out, &view)?;
     let ledger = ledger(state);
     writeln!(
         out,
@@ -126,7 +127,12 @@ pub(crate) fn print_table(out: &mut impl Write, v: &RunView, colour: bool) -> Re
         } else {
             state
         };
-        let result = match (&t.artifact, &t.worktree) {
+        let kept = t
+            .worktree
+            .as_ref()
+            .filter(|w| w.kept == Some(true))
+            .map(|w| &w.path);
+        let result = match (&t.artifact, kept) {
             (Some(a), Some(w)) => format!("{a}; worktree {w}"),
             (Some(a), None) => a.clone(),
             (None, Some(w)) => format!("worktree {w}"),
@@ -191,7 +197,8 @@ fn commands(g: &Global, v: &RunView) -> Vec<String> {
             shell_word(&t.label)
         ));
     }
-    for t in v.tasks.iter().filter(|t| t.worktree.is_some()) {
+    let kept = |t: &&TaskView| t.worktree.as_ref().is_some_and(|w| w.kept == Some(true));
+    for t in v.tasks.iter().filter(kept) {
         c.push(format!(
             "diff:    {sortie} diff {run} {}",
             shell_word(&t.label)

@@ -23,6 +23,8 @@ pub mod state;
 pub mod summary;
 pub mod usage;
 pub mod view;
+// #11: where attempts run (Slurm).
+pub mod slurm;
 
 pub use decide::{
     NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,
@@ -35,6 +37,7 @@ pub use outcome::{
     aggregate,
 };
 pub use plan::{Action, Facts, JobKind, Planner, Stopping};
+pub use slurm::{ExecutorKind, SlurmOptions};
 pub use spec::{
     AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
     TaskSpec, validate_batch,

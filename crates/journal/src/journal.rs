@@ -10,6 +10,7 @@ use std::time::Duration;
 use sortie_core::Seq;
 
 use crate::commit::{Commit, Durability};
+use crate::mark::Mark;
 use crate::store::{self, Store};
 use crate::{Error, Result};
 
@@ -110,7 +111,11 @@ impl Journal {
         };
         match Store::open(&db, WRITER_PATIENCE) {
             Ok(store) if store.last_seq()?.is_some() => Err(exists()),
-            Ok(store) => Journal::with_store(store, run_dir, false, None),
+            Ok(store) => {
+                // A mark left by a create that died is not this journal's.
+                let _ = fs::remove_file(crate::mark::mark_path(run_dir));
+                Journal::with_store(store, run_dir, false, None)
+            }
             Err(Error::Locked { .. }) => Err(exists()),
             Err(e) => Err(e),
         }
@@ -119,14 +124,36 @@ impl Journal {
     /// Opens an existing journal for appending (resume, cancel). There is one writer per run:
     /// `Error::Locked` when another handle has it open (after waiting up to 5 s for a reader to
     /// let go), `Error::NotFound` when there is none.
+    ///
+    /// The journal's high-water mark is checked: one that lost acknowledged records is
+    /// [`Error::Truncated`] (or `Corrupt`), and nothing can be appended to it.
     pub fn open(run_dir: &Path) -> Result<Journal> {
         let db = existing_db_dir(run_dir)?;
-        Journal::with_store(Store::open(&db, WRITER_PATIENCE)?, run_dir, false, None)
+        let mark = Mark::read(run_dir);
+        let journal =
+            Journal::with_store(Store::open(&db, WRITER_PATIENCE)?, run_dir, false, None)?;
+        journal.checked(mark)
+    }
+
+    fn checked(self, mark: Option<Mark>) -> Result<Journal> {
+        if let Some(mark) = mark {
+            self.check_mark(&mark)?;
+        }
+        Ok(self)
     }
 
     /// Opens a journal for reading, even while another process writes it (see the crate docs:
     /// a private copy is opened then). [`Journal::append`] returns `Error::ReadOnly`.
+    ///
+    /// The high-water mark is checked as by [`Journal::open`]; it is read before the files are
+    /// copied, so it never counts records the copy could not hold.
     pub fn open_read_only(run_dir: &Path) -> Result<Journal> {
+        let mark = Mark::read(run_dir);
+        Journal::open_read_only_unchecked(run_dir)?.checked(mark)
+    }
+
+    /// [`Journal::open_read_only`] without the high-water mark check (for salvage).
+    fn open_read_only_unchecked(run_dir: &Path) -> Result<Journal> {
         let db = existing_db_dir(run_dir)?;
         match Store::open(&db, READER_PATIENCE) {
             Ok(store) => return Journal::with_store(store, run_dir, true, None),

@@ -49,7 +49,9 @@
 //! Modules: `journal` (the handle; create, open, the read-only snapshot copy), `commit` (appends
 //! and group commit), `read` (the checked iterator, replay, the two-thread scan), `audit`,
 //! `store` (sled, and the one wait on its lock), `codec` (bincode and the frame), `stored` (the
-//! on-disk schema), `export` (that schema as `sortie export`'s JSON). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
+//! on-disk schema), `export` (that schema as `sortie export`'s JSON), `mark` (the acknowledged
+//! high-water mark kept outside sled, checked at every open: a journal that lost acknowledged
+//! records is `Error::Truncated`, never a shorter whole one). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
 //! (`test_util`).
 
 use std::path::PathBuf;
@@ -61,6 +63,7 @@ mod codec;
 mod commit;
 mod export;
 mod journal;
+mod mark;
 mod read;
 mod store;
 mod stored;
@@ -71,6 +74,7 @@ pub use audit::Audit;
 pub use commit::Durability;
 pub use export::{EXPORT_VERSION, ExportRecord};
 pub use journal::{Journal, db_dir};
+pub use mark::{Mark, mark_path};
 #[cfg(feature = "test-util")]
 pub use test_util::fuzzing;
 
@@ -143,6 +147,21 @@ pub enum Error {
         /// The journal's directory.
         path: PathBuf,
     },
+    /// The journal holds fewer records than it acknowledged (its high-water mark, kept outside
+    /// sled: see `mark`): records `from..=to` are lost.
+    Truncated {
+        /// The first lost record.
+        from: Seq,
+        /// The last acknowledged record.
+        to: Seq,
+    },
+    /// sled cannot open or read its files.
+    Damaged {
+        /// The damaged file.
+        file: PathBuf,
+        /// What sled said.
+        message: String,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -169,6 +188,12 @@ impl std::fmt::Display for Error {
                  appended from now on could be read back",
                 path.display()
             ),
+            Error::Truncated { from, to } => {
+                write!(f, "truncated: records {from}..{to} lost")
+            }
+            Error::Damaged { file, message } => {
+                write!(f, "storage damaged: {}: {message}", file.display())
+            }
         }
     }
 }
@@ -181,7 +206,20 @@ impl Error {
     pub fn seq(&self) -> Option<Seq> {
         match self {
             Error::Corrupt { seq, .. } | Error::Violation { seq, .. } => Some(*seq),
+            Error::Truncated { from, .. } => Some(*from),
             _ => None,
         }
+    }
+
+    /// True when the journal itself is damaged (a bad or lost record, files sled cannot read),
+    /// as opposed to being unreachable, busy or missing.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            Error::Corrupt { .. }
+                | Error::Violation { .. }
+                | Error::Truncated { .. }
+                | Error::Damaged { .. }
+        )
     }
 }

@@ -160,7 +160,6 @@ impl Store {
         })
     }
 
-    #[cfg(feature = "test-util")]
     /// The raw value stored under a seq.
     pub(crate) fn get(&self, seq: u64) -> Result<Option<Vec<u8>>> {
         self.db
@@ -217,11 +216,29 @@ fn open_error(path: &Path, e: sled::Error) -> Error {
 }
 
 fn sled_error(path: &Path, e: sled::Error) -> Error {
+    let damaged = |message: String| Error::Damaged {
+        file: lock_file(path),
+        message,
+    };
     match e {
+        // A log that ends in the middle of an entry, or bytes sled cannot make sense of: its
+        // files are damaged, not the disk unreachable.
+        sled::Error::Io(source)
+            if matches!(
+                source.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::InvalidData
+            ) =>
+        {
+            damaged(format!("sled cannot read it: {source}"))
+        }
         sled::Error::Io(source) => Error::Io {
             path: path.to_owned(),
             source,
         },
+        sled::Error::Corruption { at, .. } => damaged(match at {
+            Some(at) => format!("sled found corrupted data at {at}"),
+            None => "sled found corrupted data".to_owned(),
+        }),
         other => Error::Storage {
             path: path.to_owned(),
             message: other.to_string(),

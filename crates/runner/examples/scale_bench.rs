@@ -158,6 +158,8 @@ fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
             status: IndexStatus::Running,
             pid: 1,
             updated: start,
+            acked: None,
+            damaged: None,
         },
     )
     .unwrap();

@@ -67,6 +67,14 @@ impl Anchor {
     pub fn instant_of(&self, t: Timestamp) -> Instant {
         self.instant + t.since(self.wall)
     }
+
+    /// Like [`Anchor::instant_of`], but a time already past is an instant as far before the
+    /// reading (as far as the monotonic clock reaches back): re-arms clocks that started
+    /// before this process did.
+    pub fn instant_of_past(&self, t: Timestamp) -> Instant {
+        let back = std::time::Duration::from_millis(self.wall.0.saturating_sub(t.0));
+        self.instant.checked_sub(back).unwrap_or(self.instant) + t.since(self.wall)
+    }
 }
 
 #[cfg(test)]

@@ -12,9 +12,13 @@ pub mod clock;
 pub mod control;
 pub mod engine;
 mod error;
+pub mod executor;
 pub mod files;
 pub mod layout;
+pub mod preflight;
 pub mod process;
 pub mod worktree;
+// #11: Slurm's commands and their output, as data.
+pub mod slurm;
 
 pub use error::{Error, Result};

@@ -1,15 +1,17 @@
 //! `sortie apply RUN LABEL`: a kept worktree's change applied onto the checkout of the
 //! repository it came from, as uncommitted changes. A three-way merge that conflicts changes
-//! nothing, says so, and exits 1.
+//! nothing, says so, and exits 1. `--all` applies every kept worktree of the run in task order,
+//! each all-or-nothing, and stops at the first conflict with a report of what was applied and
+//! what was not; `--commit` makes one commit per task.
 
 use std::io::Write;
 
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use serde::Serialize;
-use sortie_runner::worktree::kept::Applied;
+use sortie_runner::worktree::kept::{self, Applied, Kept};
 
-use super::{Code, block_on, find_kept};
-use crate::args::{Global, TaskRef};
+use super::{Code, block_on, find_kept, open_read, replay_all, run_id};
+use crate::args::{ApplyArgs, Global};
 
 #[derive(Serialize)]
 struct ApplyView<'a> {
@@ -19,38 +21,149 @@ struct ApplyView<'a> {
     patch: &'a std::path::Path,
     #[serde(flatten)]
     applied: &'a Applied,
+    /// The commit made (`--commit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commit: Option<&'a str>,
 }
 
-/// Applies a kept worktree's change.
-pub(crate) fn apply(g: &Global, t: &TaskRef) -> Result<Code> {
-    let kept = find_kept(g, &t.run, &t.label)?;
-    let applied = block_on(sortie_runner::worktree::kept::apply(&kept))??;
-    let code = match applied {
-        Applied::Conflict { .. } => Code::Failed,
-        _ => Code::Ok,
+/// Applies a kept worktree's change, or all of them.
+pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
+    let all = match (&t.label, t.all) {
+        (Some(label), false) => vec![find_kept(g, &t.run, label)?],
+        (None, true) => {
+            let run = run_id(&t.run)?;
+            let state = replay_all(&open_read(&g.layout(), &run)?)?;
+            kept::all(&state, &g.layout(), &run)
+        }
+        _ => return Err(CliError::usage("give a task's label, or --all")),
+    };
+    let mut done: Vec<(&Kept, Applied, Option<String>)> = Vec::new();
+    let mut stopped = None;
+    for k in &all {
+        if t.all && k.discarded.is_some() {
+            // Gone from disk; its patch stays, named in the report.
+            continue;
+        }
+        let result = if t.commit {
+            let message = format!("sortie: {} (run {})", k.label, k.run);
+            block_on(kept::apply_commit(k, &message))?
+        } else {
+            block_on(kept::apply(k))?.map(|a| (a, None))
+        };
+        let (applied, commit) = result.map_err(|e| stopped_by(e, &done, k, t.all))?;
+        let conflict = matches!(applied, Applied::Conflict { .. });
+        done.push((k, applied, commit));
+        if conflict {
+            stopped = Some(done.len() - 1);
+            break;
+        }
+    }
+    let not_reached: Vec<&Kept> = all
+        .iter()
+        .filter(|k| k.discarded.is_none() && !done.iter().any(|(d, _, _)| d.label == k.label))
+        .collect();
+    let discarded: Vec<&Kept> = all.iter().filter(|k| k.discarded.is_some()).collect();
+    let code = if stopped.is_some() {
+        Code::Failed
+    } else {
+        Code::Ok
     };
     let mut out = std::io::stdout().lock();
     if g.json {
-        let view = ApplyView {
-            run: &kept.run,
-            label: &kept.label,
-            repo: &kept.repo,
-            patch: &kept.patch,
-            applied: &applied,
-        };
-        serde_json::to_writer_pretty(&mut out, &view)?;
+        let views: Vec<ApplyView<'_>> = done
+            .iter()
+            .map(|(k, applied, commit)| ApplyView {
+                run: &k.run,
+                label: &k.label,
+                repo: &k.repo,
+                patch: &k.patch,
+                applied,
+                commit: commit.as_deref(),
+            })
+            .collect();
+        if t.all {
+            let v = serde_json::json!({
+                "applied": views,
+                "not_applied": not_reached.iter().map(|k| &k.label).collect::<Vec<_>>(),
+                "discarded": discarded.iter().map(|k| &k.label).collect::<Vec<_>>(),
+                "stopped_at": stopped.map(|i| &done[i].0.label),
+            });
+            serde_json::to_writer_pretty(&mut out, &v)?;
+        } else if let Some(v) = views.first() {
+            serde_json::to_writer_pretty(&mut out, v)?;
+        }
         writeln!(out)?;
         return Ok(code);
     }
-    match &applied {
+    for (k, applied, commit) in &done {
+        print_one(&mut out, k, applied, commit.as_deref())?;
+    }
+    if t.all {
+        if all.is_empty() {
+            writeln!(out, "run {} kept no worktree: nothing to apply", t.run)?;
+        }
+        for k in &discarded {
+            writeln!(
+                out,
+                "skipped {}: its worktree was discarded (patch {})",
+                k.label,
+                k.patch.display()
+            )?;
+        }
+        if stopped.is_some() && !not_reached.is_empty() {
+            let labels: Vec<&str> = not_reached.iter().map(|k| k.label.as_str()).collect();
+            eprintln!(
+                "sortie: stopped at the conflict; not applied: {}",
+                labels.join(", ")
+            );
+        }
+    }
+    Ok(code)
+}
+
+/// An error applying `k`: with `--all`, said with what was applied before it.
+fn stopped_by(
+    e: kept::KeptError,
+    done: &[(&Kept, Applied, Option<String>)],
+    k: &Kept,
+    all: bool,
+) -> CliError {
+    let err = CliError::from(e);
+    if !all {
+        return err;
+    }
+    let applied: Vec<&str> = done.iter().map(|(d, _, _)| d.label.as_str()).collect();
+    let before = if applied.is_empty() {
+        "nothing was applied before it".to_owned()
+    } else {
+        format!("applied before it: {}", applied.join(", "))
+    };
+    err.context(format!("stopped at {}; {before}", k.label))
+}
+
+fn print_one(
+    out: &mut impl Write,
+    kept: &Kept,
+    applied: &Applied,
+    commit: Option<&str>,
+) -> Result<()> {
+    let committed = commit
+        .map(|c| format!(", committed as {}", c.get(..12).unwrap_or(c)))
+        .unwrap_or_default();
+    let how = if commit.is_some() {
+        "as a commit"
+    } else {
+        "as uncommitted changes"
+    };
+    match applied {
         Applied::Clean => writeln!(
             out,
-            "applied {}'s change to {} as uncommitted changes",
+            "applied {}'s change to {} {how}{committed}",
             kept.label, kept.repo
         )?,
         Applied::Merged => writeln!(
             out,
-            "applied {}'s change to {} as uncommitted changes (three-way merge, clean)",
+            "applied {}'s change to {} {how} (three-way merge, clean){committed}",
             kept.label, kept.repo
         )?,
         Applied::Empty => writeln!(
@@ -70,5 +183,5 @@ pub(crate) fn apply(g: &Global, t: &TaskRef) -> Result<Code> {
             );
         }
     }
-    Ok(code)
+    Ok(())
 }

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_core::ledger::Ledger;
 
@@ -43,7 +43,10 @@ fn ledger_view(state: &sortie_core::RunState, l: &Ledger) -> LedgerView {
 /// Audits a run.
 pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
     let run = run_id(run)?;
-    let journal = open_read(&g.layout(), &run)?;
+    let journal = match open_read(&g.layout(), &run) {
+        Err(e) if e.code() == Code::Corrupt => return unreadable(g, &run, e),
+        other => other?,
+    };
     let audit = journal.audit();
     let clean = audit.is_clean();
     let mut out = std::io::stdout().lock();
@@ -75,4 +78,30 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
         output::print_ledger(&mut out, &audit.state, &audit.ledger)?;
     }
     Ok(if clean { Code::Ok } else { Code::Corrupt })
+}
+
+#[derive(Serialize)]
+struct UnreadableView {
+    run_id: String,
+    clean: bool,
+    problem: String,
+}
+
+/// A journal that cannot even be opened as whole (records lost, files sled cannot read): the
+/// one line that says so, exit 4.
+fn unreadable(g: &Global, run: &sortie_core::RunId, e: CliError) -> Result<Code> {
+    let problem = e.cause();
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        let view = UnreadableView {
+            run_id: run.to_string(),
+            clean: false,
+            problem,
+        };
+        serde_json::to_writer_pretty(&mut out, &view)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "journal of run {run}: {problem}")?;
+    }
+    Ok(Code::Corrupt)
 }

@@ -30,6 +30,8 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
     } else {
         Vec::new()
     };
+    // Runs whose journal a command found damaged (`commands::open_checked` records it).
+    let mut damaged = Vec::new();
     let rows: Vec<Row> = entries
         .into_iter()
         .map(|e| {
@@ -43,9 +45,15 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
                 (None, IndexStatus::Running) => IndexStatus::Interrupted,
                 (_, s) => s,
             };
+            if let Some(why) = &e.damaged {
+                damaged.push(format!("run {}: {why}", e.run_id));
+            }
             Row {
                 run_id: e.run_id.to_string(),
-                status: status.to_string(),
+                status: match e.damaged {
+                    Some(_) => "damaged".to_owned(),
+                    None => status.to_string(),
+                },
                 live_pid,
                 tasks: e.tasks,
                 created: e.created.0,
@@ -53,11 +61,16 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
             }
         })
         .collect();
+    let code = if damaged.is_empty() {
+        Code::Ok
+    } else {
+        Code::Corrupt
+    };
     let mut out = std::io::stdout().lock();
     if g.json {
         serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;
-        return Ok(Code::Ok);
+        return Ok(say_damaged(&damaged, code));
     }
     if rows.is_empty() {
         writeln!(out, "no runs in {}", g.state_dir.display())?;
@@ -73,5 +86,14 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
             r.source
         )?;
     }
-    Ok(Code::Ok)
+    Ok(say_damaged(&damaged, code))
+}
+
+/// One line on stderr per damaged run (see `sortie audit RUN`, `sortie recover RUN`).
+fn say_damaged(damaged: &[String], code: Code) -> Code {
+    let mut err = std::io::stderr().lock();
+    for d in damaged {
+        let _ = writeln!(err, "sortie: {d}");
+    }
+    code
 }

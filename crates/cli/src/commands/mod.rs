@@ -2,6 +2,7 @@
 
 mod apply;
 mod audit;
+mod check;
 mod control;
 mod diff;
 mod discard;
@@ -41,6 +42,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Apply(t) => apply::apply(g, &t),
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
+        Command::Check(args) => check::check(g, &args),
         Command::Hold(r) => control::send(g, &r.run, Request::Hold { task: r.task }),
         Command::Release(r) => control::send(g, &r.run, Request::Release { task: r.task }),
         Command::Steer(s) => control::send(
@@ -69,7 +71,31 @@ fn open_read(state_dir: &StateDir, run: &RunId) -> Result<Journal> {
             state_dir.root().display()
         )));
     }
-    Journal::open_read_only(dir.path()).with_context(|| format!("cannot read run {run}"))
+    open_checked(state_dir, run).with_context(|| format!("cannot read run {run}"))
+}
+
+/// Opens a run's journal read-only and checks it against the high-water mark the run index
+/// holds too (the journal checks the one beside it). Damage found is recorded in the index, so
+/// that `list` says so.
+fn open_checked(state_dir: &StateDir, run: &RunId) -> Result<Journal, sortie_journal::Error> {
+    // Read before the open: a live run's copy holds every record acknowledged before it.
+    let acked = index::acked(state_dir, run);
+    let opened = Journal::open_read_only(state_dir.run(run).path()).and_then(|journal| {
+        if let Some(mark) = acked {
+            journal.check_mark(&mark)?;
+        }
+        Ok(journal)
+    });
+    match &opened {
+        Err(e) if e.is_damage() => {
+            let _ = index::record_damage(state_dir, run, &e.to_string());
+        }
+        Err(_) => {}
+        Ok(_) => {
+            let _ = index::clear_damage(state_dir, run);
+        }
+    }
+    opened
 }
 
 /// The newest run in the index, optionally only among unfinished ones.

@@ -59,12 +59,14 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
         None => newest(&g.layout(), true)?,
     };
     let observer = output::observer(g.json || g.quiet, Some(&run));
-    let end = runtime()?.block_on(engine::take_over(
-        &g.layout().absolute(),
-        run.clone(),
-        Takeover::Resume,
-        observer,
-    ))?;
+    let end = runtime()?
+        .block_on(engine::take_over(
+            &g.layout().absolute(),
+            run.clone(),
+            Takeover::Resume,
+            observer,
+        ))
+        .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
 }
 
@@ -106,13 +108,26 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             _ => Code::Interrupted,
         });
     }
-    let end = runtime()?.block_on(engine::take_over(
-        &g.layout().absolute(),
-        run.clone(),
-        Takeover::Cancel,
-        output::observer(g.json || g.quiet, Some(&run)),
-    ))?;
+    let end = runtime()?
+        .block_on(engine::take_over(
+            &g.layout().absolute(),
+            run.clone(),
+            Takeover::Cancel,
+            output::observer(g.json || g.quiet, Some(&run)),
+        ))
+        .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
+}
+
+/// A damaged journal is refused in the words `status` and `audit` use for it.
+fn damage_context(e: sortie_runner::Error, run: &sortie_core::RunId) -> CliError {
+    let damaged = matches!(&e, sortie_runner::Error::Journal(j) if j.is_damage());
+    let e = CliError::from(e);
+    if damaged {
+        e.context(format!("cannot read run {run}"))
+    } else {
+        e
+    }
 }
 
 fn signal_cancel(pid: u32) -> anyhow::Result<()> {

@@ -27,6 +27,7 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         writeln!(out)?;
     } else {
         output::print_status(&mut out, &view)?;
+        output::print_kept(&mut out, &view)?;
     }
     Ok(Code::Ok)
 }

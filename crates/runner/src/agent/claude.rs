@@ -28,6 +28,10 @@ impl Agent for Claude {
         Some(&CLAUDE)
     }
 
+    fn credentials(&self) -> Option<&'static super::Credentials> {
+        Some(&CREDENTIALS)
+    }
+
     fn seed_home(&self, user: Option<&Path>, dir: &Path, env: &UserEnv) -> Result<(), HomeError> {
         // Claude Code keeps its global state in `$CLAUDE_CONFIG_DIR/.claude.json` when the
         // variable is set, else in `~/.claude.json` (beside, not inside, `~/.claude`). This
@@ -42,6 +46,19 @@ impl Agent for Claude {
         Ok(())
     }
 }
+
+/// Where claude finds its credentials (for `sortie check`): a credential file or a provider
+/// config in its config directory, or a key variable.
+const CREDENTIALS: super::Credentials = super::Credentials {
+    files: &[".credentials.json"],
+    env: &[
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "CLAUDE_CODE_USE_BEDROCK",
+        "CLAUDE_CODE_USE_VERTEX",
+    ],
+};
 
 const CLAUDE: Rules = Rules {
     env_var: "CLAUDE_CONFIG_DIR",

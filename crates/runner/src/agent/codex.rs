@@ -30,6 +30,10 @@ impl Agent for Codex {
         Some(&CODEX)
     }
 
+    fn credentials(&self) -> Option<&'static super::Credentials> {
+        Some(&CREDENTIALS)
+    }
+
     fn seed_home(&self, user: Option<&Path>, dir: &Path, _env: &UserEnv) -> Result<(), HomeError> {
         if let Some(user) = user.filter(|u| u.is_dir()) {
             for profile in codex_profile_layers(user)? {
@@ -40,6 +44,13 @@ impl Agent for Codex {
         write_codex_config(from.as_deref(), &dir.join("config.toml"), true)
     }
 }
+
+/// Where codex finds its credentials (for `sortie check`): a credential file or a provider
+/// config in its config directory, or a key variable.
+const CREDENTIALS: super::Credentials = super::Credentials {
+    files: &["auth.json", "config.toml"],
+    env: &["OPENAI_API_KEY", "CODEX_API_KEY"],
+};
 
 const CODEX: Rules = Rules {
     env_var: "CODEX_HOME",

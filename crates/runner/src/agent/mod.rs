@@ -55,6 +55,21 @@ pub(crate) trait Agent: fmt::Debug + Sync {
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
         let _ = (input, launch);
     }
+
+    /// Where its credentials are, for `sortie check`; `None`: not checked.
+    fn credentials(&self) -> Option<&'static Credentials> {
+        None
+    }
+}
+
+/// Where an agent finds its credentials: any one of these files in its config directory, or
+/// any one of these variables set.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Credentials {
+    /// Files in the agent's config directory (a credential file, or a provider config).
+    pub(crate) files: &'static [&'static str],
+    /// Variables holding a key.
+    pub(crate) env: &'static [&'static str],
 }
 
 /// The agent that a profile speaking `protocol` runs, if any (`plain` is none).

@@ -48,6 +48,10 @@ impl Agent for Pi {
         Some(&PI)
     }
 
+    fn credentials(&self) -> Option<&'static super::Credentials> {
+        Some(&CREDENTIALS)
+    }
+
     fn seed_home(&self, user: Option<&Path>, dir: &Path, _env: &UserEnv) -> Result<(), HomeError> {
         let from = user.map(|u| u.join("settings.json"));
         write_pi_settings(from.as_deref(), &dir.join("settings.json"))
@@ -135,6 +139,25 @@ fn latest_session(dir: &Path) -> Option<String> {
         .max()
         .map(|(_, p)| p.display().to_string())
 }
+
+/// Where pi finds its credentials (for `sortie check`): a credential file or a provider
+/// config in its config directory, or a key variable.
+const CREDENTIALS: super::Credentials = super::Credentials {
+    files: &["auth.json", "models.json"],
+    env: &[
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "GROQ_API_KEY",
+        "XAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "MISTRAL_API_KEY",
+        "CEREBRAS_API_KEY",
+        "ZAI_API_KEY",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+    ],
+};
 
 const PI: Rules = Rules {
     env_var: "PI_CODING_AGENT_DIR",

@@ -15,13 +15,15 @@
 //! `run.rs` is the driver that spawns the child and carries the watchdog's decisions out.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sortie_core::{Attempt, AttemptOutcome, TaskId, Usage};
+use sortie_core::{Attempt, AttemptOutcome, TaskId, Timestamp, Usage};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::agent::LaunchPlan;
+use crate::executor::{Adoption, Control, Executor, Placement, Sig};
 
 mod run;
 mod watch;
@@ -45,6 +47,14 @@ pub(crate) struct AttemptCtx {
     /// Where the attempt's stderr tail is kept for post-mortems
     /// (`<run-dir>/logs/<task>.<attempt>.stderr`).
     pub(crate) stderr_log: PathBuf,
+    /// The executor that runs it, and where (journaled before the launch).
+    pub(crate) executor: Arc<dyn Executor>,
+    /// See `executor`.
+    pub(crate) placement: Placement,
+    /// When it was journaled as launching: its clocks run from then.
+    pub(crate) launched_at: Timestamp,
+    /// Set when resume found the attempt alive or ended: it is followed, not launched.
+    pub(crate) adopt: Option<Adoption>,
 }
 
 /// A report from an attempt to the run loop.
@@ -113,7 +123,8 @@ impl Msg {
 /// What a user asks of a live attempt (`sortie hold`, `release`, `steer`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ctl {
-    /// Stop its processes (SIGSTOP); its stall and attempt clocks stop too.
+    /// Stop its processes (SIGSTOP through the executor's `signal`); its stall and attempt
+    /// clocks stop too.
     Hold,
     /// Continue them (SIGCONT).
     Release,
@@ -124,21 +135,35 @@ pub(crate) enum Ctl {
 /// The run loop's handle on a live attempt.
 pub(crate) struct AttemptHandle {
     stop: mpsc::UnboundedSender<StopRequest>,
-    ctl: mpsc::UnboundedSender<Ctl>,
     join: JoinHandle<()>,
+    control: Arc<OnceLock<Arc<dyn Control>>>,
+    ctl: mpsc::UnboundedSender<Ctl>,
     /// Whether its agent can be steered (`sortie steer`).
     pub(crate) steerable: bool,
 }
 
 impl AttemptHandle {
+    /// Sends `sig` to the attempt's process group (SIGSTOP and SIGCONT hold and release it);
+    /// false when it has not started or has ended.
+    #[allow(
+        dead_code,
+        reason = "the seam's signal, for hold, release and cancel of one task"
+    )]
+    pub(crate) fn signal(&self, sig: Sig) -> bool {
+        self.control
+            .get()
+            .is_some_and(|c| c.signal(sig).unwrap_or(false))
+    }
+
+    /// Passes a user's request on (hold, release, steer): the attempt's driver carries it out,
+    /// so that its watchdog knows of a hold.
+    pub(crate) fn control(&self, ctl: Ctl) {
+        let _ = self.ctl.send(ctl);
+    }
+
     /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
     pub(crate) fn stop(&self, req: StopRequest) {
         let _ = self.stop.send(req);
-    }
-
-    /// Passes a user's request on (hold, release, steer).
-    pub(crate) fn control(&self, ctl: Ctl) {
-        let _ = self.ctl.send(ctl);
     }
 
     /// Drops the attempt at once: its child's process group gets SIGKILL (the child handle
@@ -157,9 +182,11 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
         .drive
         .as_ref()
         .is_some_and(|d| d.steer_command.is_some());
+    let control = Arc::new(OnceLock::new());
+    let slot = Arc::clone(&control);
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, ctl_rx).await;
+        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await;
         let _ = tx.send(Msg::Finished {
             task,
             attempt,
@@ -170,8 +197,9 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
     });
     AttemptHandle {
         stop: stop_tx,
-        ctl: ctl_tx,
         join,
+        control,
+        ctl: ctl_tx,
         steerable,
     }
 }

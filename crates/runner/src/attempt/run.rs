@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sortie_core::{AttemptOutcome, StopReason, Usage};
@@ -15,7 +16,8 @@ use super::watch::{Decision, Watch};
 use super::{AttemptCtx, Ctl, Msg, StopRequest};
 use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
-use crate::process::{self, Child, SpawnSpec, Stdin, Stopper};
+use crate::executor::{Control, Execution, LaunchRequest, Sig};
+use crate::process::{self, SpawnSpec, Stdin};
 use sortie_protocol::{self as protocol, Exit, ProtocolReader};
 
 /// What an attempt reports at its end: its outcome, usage and output.
@@ -35,18 +37,34 @@ pub(super) async fn run(
     tx: &mpsc::UnboundedSender<Msg>,
     stop_rx: mpsc::UnboundedReceiver<StopRequest>,
     ctl_rx: mpsc::UnboundedReceiver<Ctl>,
+    control: &OnceLock<Arc<dyn Control>>,
 ) -> Ended {
     let mut child = match launch(&ctx).await {
         Ok(child) => child,
         Err(ended) => return ended,
     };
     let (task, attempt) = (ctx.task, ctx.attempt);
-    let _ = tx.send(Msg::Started {
-        task,
-        attempt,
-        pid: child.pid,
-        start_time: child.start_time,
-    });
+    let started = match child.started().await {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = e.to_string();
+            return (
+                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                Usage::ZERO,
+                msg,
+            );
+        }
+    };
+    let _ = control.set(child.control());
+    // An adopted attempt whose start was journaled is not reported started again.
+    if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) {
+        let _ = tx.send(Msg::Started {
+            task,
+            attempt,
+            pid: started.pid,
+            start_time: started.start_time,
+        });
+    }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
     let mut stdin = child.take_stdin();
     if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
@@ -61,31 +79,35 @@ pub(super) async fn run(
         .drive
         .as_ref()
         .is_some_and(|d| d.wrap_up_command.is_some());
+    // The clocks run from the journaled launch: an adopted attempt's timeout is re-armed
+    // from it, not from the adoption.
+    let anchor = Anchor::now();
     let watch = Watch::new(
         ctx.limits.clone(),
-        Instant::now(),
-        Anchor::now(),
+        anchor.instant_of_past(ctx.launched_at),
+        anchor,
         steerable,
         stdin.is_some(),
     );
     let mut driver = Driver {
         ctx: &ctx,
         tx,
-        stopper: child.stopper(),
+        stopper: child.control(),
         stdin,
         watch,
         stop_task: None,
         activity: None,
     };
     let exit = driver
-        .watch_child(&mut child, reader.as_mut(), stop_rx, ctl_rx)
+        .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
         .await;
     driver.finish(child, reader, exit).await
 }
 
-/// Prepares the home and the session directory, then spawns the child; a failure is the
-/// attempt's end.
-async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
+/// Prepares the home and the session directory, then launches the attempt through its
+/// executor (or, for an attempt resume found, follows it again); a failure is the attempt's
+/// end.
+async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
     let failed = |reason: StopReason, msg: String| {
         (
             AttemptOutcome::failed(reason, msg.clone()),
@@ -93,6 +115,13 @@ async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
             msg,
         )
     };
+    if let Some(adoption) = &ctx.adopt {
+        return ctx
+            .executor
+            .adopt(adoption.clone())
+            .await
+            .map_err(|e| failed(StopReason::Error, e.to_string()));
+    }
     let argv = match &ctx.launch.argv {
         Ok(argv) => argv.clone(),
         Err(e) => return Err(failed(StopReason::Invalid, e.to_string())),
@@ -123,19 +152,22 @@ async fn launch(ctx: &AttemptCtx) -> Result<Child, Ended> {
         let msg = format!("cannot create the session directory {}: {e}", dir.display());
         return Err(failed(StopReason::SpawnError, msg));
     }
-    let spawned = if ctx.launch.drive.is_some() {
-        process::spawn_piped(&spec).await
-    } else {
-        process::spawn(&spec).await
+    let req = LaunchRequest {
+        placement: ctx.placement.clone(),
+        spawn: spec,
+        piped_stdin: ctx.launch.drive.is_some(),
     };
-    spawned.map_err(|e| failed(StopReason::SpawnError, e.to_string()))
+    ctx.executor
+        .launch(req)
+        .await
+        .map_err(|e| failed(StopReason::SpawnError, e.to_string()))
 }
 
 /// A live attempt's state beside its child: the watchdog and what carries out its decisions.
 struct Driver<'a> {
     ctx: &'a AttemptCtx,
     tx: &'a mpsc::UnboundedSender<Msg>,
-    stopper: Stopper,
+    stopper: Arc<dyn Control>,
     stdin: Option<Stdin>,
     watch: Watch,
     stop_task: Option<JoinHandle<StopReason>>,
@@ -147,7 +179,7 @@ impl Driver<'_> {
     /// Reads the child's lines and follows the clocks until the leader exited.
     async fn watch_child(
         &mut self,
-        child: &mut Child,
+        child: &mut dyn Execution,
         reader: &mut dyn ProtocolReader,
         mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
         mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
@@ -204,17 +236,21 @@ impl Driver<'_> {
         }
     }
 
-    /// Carries a user's request out: hold (SIGSTOP, the clocks stop), release (SIGCONT, the
-    /// clocks go on), steer (the agent's steer command on its stdin).
+    /// Carries a user's request out: hold (SIGSTOP through the executor's `signal`, the clocks
+    /// stop), release (SIGCONT, the clocks go on), steer (the agent's steer command on its
+    /// stdin).
     async fn control(&mut self, now: Instant, ctl: Ctl) {
+        let attempt = self.ctx.attempt;
         match ctl {
-            Ctl::Hold => {
-                if self.stopper.hold(true) {
-                    self.watch.on_hold(now);
-                }
-            }
+            Ctl::Hold => match self.stopper.signal(Sig::Stop) {
+                Ok(true) => self.watch.on_hold(now),
+                Ok(false) => {}
+                Err(e) => tracing::warn!("cannot hold attempt {attempt}: {e}"),
+            },
             Ctl::Release => {
-                self.stopper.hold(false);
+                if let Err(e) = self.stopper.signal(Sig::Cont) {
+                    tracing::warn!("cannot release attempt {attempt}: {e}");
+                }
                 self.watch.on_release(now);
             }
             Ctl::Steer(message) => {
@@ -222,7 +258,7 @@ impl Driver<'_> {
                 if let (Some(steer), Some(w)) = (steer, self.stdin.as_mut())
                     && let Err(e) = w.send_line(&steer(&message)).await
                 {
-                    tracing::warn!("cannot steer attempt {}: {e}", self.ctx.attempt);
+                    tracing::warn!("cannot steer attempt {attempt}: {e}");
                 }
             }
         }
@@ -276,10 +312,8 @@ impl Driver<'_> {
                 }
                 Decision::CloseStdin => self.stdin = None,
                 Decision::Stop(req) => {
-                    let s = self.stopper.clone();
-                    let grace = self.ctx.kill_grace;
-                    let reason = req.reason;
-                    self.stop_task = Some(tokio::spawn(async move { s.stop(reason, grace).await }));
+                    let stop = self.stopper.stop(req.reason, self.ctx.kill_grace);
+                    self.stop_task = Some(tokio::spawn(stop));
                 }
             }
         }
@@ -289,7 +323,7 @@ impl Driver<'_> {
     /// the attempt.
     async fn finish(
         self,
-        child: Child,
+        child: Box<dyn Execution>,
         reader: Box<dyn ProtocolReader>,
         exit: Result<Exit, process::WaitError>,
     ) -> Ended {

@@ -6,6 +6,8 @@
 //! Rules:
 //! - No output for `stall_after`: the attempt is marked stalled (reported once); output clears
 //!   the mark (reported as progress); `stall_kill_after` more of silence stops it (`stalled`).
+//!   0 turns each part off, as in the seeds: `stall_after = 0` never marks nor stops for
+//!   silence; `stall_kill_after = 0` marks a stalled attempt and never stops it.
 //! - `attempt_timeout` after the start, or at the task's deadline: it is stopped (`timeout`,
 //!   phase `running`).
 //! - A budget reached (the task's usage, earlier attempts included): a steerable agent whose
@@ -185,11 +187,7 @@ impl Watch {
             // Held: only the task's deadline (wall clock) runs.
             [None, None, self.deadline_at]
         } else {
-            [
-                Some(self.stall_at()),
-                Some(self.timeout_at),
-                self.deadline_at,
-            ]
+            [self.stall_at(), Some(self.timeout_at), self.deadline_at]
         };
         [progress, self.settle_at]
             .into_iter()
@@ -252,7 +250,7 @@ impl Watch {
             return out;
         }
         let held = self.held_since.is_some();
-        if !held && now >= self.stall_at() {
+        if !held && self.stall_at().is_some_and(|at| now >= at) {
             if self.stalled {
                 let message = format!(
                     "no output for {}",
@@ -325,13 +323,20 @@ impl Watch {
         finished
     }
 
-    fn stall_at(&self) -> Instant {
-        let silence = if self.stalled {
+    /// When silence next matters: the stall mark, then the stop. None: off (`stall_after`
+    /// is 0, or the attempt is marked and `stall_kill_after` is 0).
+    fn stall_at(&self) -> Option<Instant> {
+        let silence = if self.limits.stall_after.is_zero() {
+            return None;
+        } else if self.stalled {
+            if self.limits.stall_kill_after.is_zero() {
+                return None;
+            }
             self.limits.stall_after + self.limits.stall_kill_after
         } else {
             self.limits.stall_after
         };
-        self.last_output + silence
+        Some(self.last_output + silence)
     }
 
     fn report(&mut self, now: Instant) -> Decision {
@@ -578,6 +583,37 @@ mod tests {
         assert_eq!(stop[0].reason, StopReason::Stalled);
         assert_eq!(stop[0].message, "no output for 1m 30s");
         assert_eq!(w.next_deadline(), None, "nothing more once stopping");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_turns_the_stall_clock_off() {
+        let t0 = Instant::now();
+        let mut l = limits();
+        l.stall_after = Duration::ZERO;
+        l.attempt_timeout = 3600 * S;
+        let mut w = watch(l, t0, false);
+        let (_, d) = next_tick(&mut w).await;
+        assert_eq!(
+            t0.elapsed(),
+            3600 * S,
+            "no stall before the attempt timeout"
+        );
+        assert_eq!(stops(&d)[0].reason, StopReason::Timeout);
+
+        let t0 = Instant::now();
+        let mut l = limits();
+        l.stall_kill_after = Duration::ZERO;
+        l.attempt_timeout = 3600 * S;
+        let mut w = watch(l, t0, false);
+        let (_, d) = next_tick(&mut w).await;
+        assert_eq!((d, t0.elapsed()), (vec![Decision::Stalled], 30 * S));
+        let (_, d) = next_tick(&mut w).await;
+        assert_eq!(
+            t0.elapsed(),
+            3600 * S,
+            "marked stalled, never stopped for it"
+        );
+        assert_eq!(stops(&d)[0].reason, StopReason::Timeout);
     }
 
     #[tokio::test(start_paused = true)]

@@ -59,6 +59,11 @@ impl Engine {
             }])?;
         }
         let handle = attempt::start(ctx, self.tx.clone());
+        // Only an attempt adopted after a crash can be of a held task (a held task does not
+        // launch): it was stopped, and stays stopped, its clocks with it.
+        if self.state.control.is_held(task) {
+            handle.control(attempt::Ctl::Hold);
+        }
         self.live.insert(task, handle);
         Ok(())
     }

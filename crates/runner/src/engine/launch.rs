@@ -4,11 +4,13 @@
 //! processes. The engine knows no agent by name.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use sortie_core::{Isolation, TaskId, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
+use crate::executor::{Direct, Executor};
 use crate::{agent, process, worktree};
 
 impl Engine {
@@ -58,6 +60,12 @@ impl Engine {
             _ => None,
         };
         let continues = plan.continues.clone();
+        let executor: Arc<dyn Executor> = Arc::new(Direct);
+        let placement = executor.place(
+            self.run_dir.attempt_dir(task.0, live.attempt.0),
+            task,
+            live.attempt,
+        );
         Some((
             AttemptCtx {
                 task,
@@ -79,6 +87,10 @@ impl Engine {
                     prior,
                 },
                 kill_grace: spec.kill_grace,
+                executor,
+                placement,
+                launched_at: live.launched_at,
+                adopt: None,
             },
             continues,
         ))

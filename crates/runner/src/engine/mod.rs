@@ -162,8 +162,24 @@ pub async fn take_over(
     }
     let lock = dir.acquire()?;
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
-    let journal = Journal::open(dir.path())?;
-    let state = journal.replay(None)?;
+    // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
+    // is refused: appending to it would write over what was lost.
+    let opened = Journal::open(dir.path()).and_then(|journal| {
+        if let Some(mark) = index::acked(state_dir, &run_id) {
+            journal.check_mark(&mark)?;
+        }
+        let state = journal.replay(None)?;
+        Ok((journal, state))
+    });
+    let (journal, state) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            if e.is_damage() {
+                let _ = index::record_damage(state_dir, &run_id, &e.to_string());
+            }
+            return Err(e.into());
+        }
+    };
     if let RunStatus::Finished { state: s } = state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
     }
@@ -231,6 +247,8 @@ struct Engine {
     wt_rx: mpsc::UnboundedReceiver<worktree_jobs::WtMsg>,
     /// Tasks whose worktree setup failed, and why: they end `setup_error` (or timeout).
     setup_failed: BTreeMap<TaskId, String>,
+    /// The records counted by the last high-water mark, and when it was written.
+    marked: (u64, std::time::Instant),
 }
 
 impl Engine {
@@ -261,6 +279,7 @@ impl Engine {
             wt_tx,
             wt_rx,
             setup_failed: BTreeMap::new(),
+            marked: (0, std::time::Instant::now()),
         }
     }
 

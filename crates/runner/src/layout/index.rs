@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sortie_core::{RunId, RunOutcome, RunState, RunStatus, Timestamp};
+use sortie_journal::Mark;
 
 use super::StateDir;
 use crate::{Error, Result};
@@ -77,6 +78,14 @@ pub struct RunEntry {
     pub pid: u32,
     /// When this entry was last written.
     pub updated: Timestamp,
+    /// The journal's acknowledged high-water mark, as its owner last wrote it (a copy of the
+    /// mark beside the journal, kept here too so that losing one does not hide damage).
+    #[serde(default)]
+    pub acked: Option<Mark>,
+    /// Why the journal is damaged, once a command found it so (`list` says so without opening
+    /// the journal).
+    #[serde(default)]
+    pub damaged: Option<String>,
 }
 
 impl RunEntry {
@@ -94,6 +103,8 @@ impl RunEntry {
             status: IndexStatus::of(state),
             pid: state.pid,
             updated,
+            acked: None,
+            damaged: None,
         }
     }
 }
@@ -147,20 +158,61 @@ pub fn create(state_dir: &StateDir, run: &RunId, source: &str, now: Timestamp) -
         status: IndexStatus::Running,
         pid: std::process::id(),
         updated: now,
+        acked: None,
+        damaged: None,
     };
     write(state_dir, &entry)
 }
 
-/// Brings a run's entry up to date with its state, as owned by this process.
-pub fn record(state_dir: &StateDir, run: &RunId, state: &RunState, now: Timestamp) -> Result<()> {
+/// Brings a run's entry up to date with its state and its journal's high-water mark, as owned
+/// by this process.
+pub fn record(
+    state_dir: &StateDir,
+    run: &RunId,
+    state: &RunState,
+    acked: Option<Mark>,
+    now: Timestamp,
+) -> Result<()> {
     let fresh = || RunEntry::from_state(run.clone(), state, now);
     update(state_dir, run, fresh, |e| {
         e.status = IndexStatus::of(state);
         e.tasks = state.tasks.len() as u32;
         e.pid = std::process::id();
         e.updated = now;
+        if acked.is_some() {
+            e.acked = acked;
+        }
     })
     .map(drop)
+}
+
+/// Records that a run's journal is damaged, and why (a command that opened it found out).
+/// An entry that cannot be read is left alone: `list` rebuilds it from the journal, which fails
+/// with the same words.
+pub fn record_damage(state_dir: &StateDir, run: &RunId, why: &str) -> Result<()> {
+    match read(state_dir, run) {
+        Ok(Some(mut e)) if e.damaged.as_deref() != Some(why) => {
+            e.damaged = Some(why.to_owned());
+            write(state_dir, &e)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Forgets a run's recorded damage (its journal opened whole after all, or was recovered).
+pub fn clear_damage(state_dir: &StateDir, run: &RunId) -> Result<()> {
+    match read(state_dir, run) {
+        Ok(Some(mut e)) if e.damaged.is_some() => {
+            e.damaged = None;
+            write(state_dir, &e)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The high-water mark the index holds for a run, if it can be read.
+pub fn acked(state_dir: &StateDir, run: &RunId) -> Option<Mark> {
+    read(state_dir, run).ok().flatten().and_then(|e| e.acked)
 }
 
 /// Reads a run's entry; `None` when the run has none.
@@ -261,6 +313,8 @@ mod tests {
             status: IndexStatus::Running,
             pid: 42,
             updated: Timestamp(created + 1),
+            acked: None,
+            damaged: None,
         }
     }
 

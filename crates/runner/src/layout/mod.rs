@@ -10,6 +10,8 @@
 //!     logs/<task>.<attempt>.stderr  each attempt's stderr tail
 //!     agents/<task>.<attempt>/      each attempt's own agent config directory
 //!     sessions/<task>.<attempt>/    each attempt's agent session (continuable profiles)
+//!     attempts/<task>.<attempt>/    each attempt's dir: its stdout (the transcript), stderr,
+//!                                   and the executor's files (a supervisor's started, exit)
 //!     patches/<name>.patch          a kept worktree's change
 //!     discarded/<name>.json         kept worktrees removed after the run (the journal is closed)
 //!   index/<run-id>                  the run index: one JSON file per run (`index`)
@@ -181,6 +183,16 @@ impl RunDir {
         self.path.join("sessions").join(format!("{task}.{attempt}"))
     }
 
+    /// An attempt's dir (see `executor`): its output files and its executor's records.
+    pub fn attempt_dir(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("attempts").join(format!("{task}.{attempt}"))
+    }
+
+    /// Where the attempt dirs are.
+    pub fn attempts(&self) -> PathBuf {
+        self.path.join("attempts")
+    }
+
     /// A kept worktree's patch, by its safe name.
     pub fn patch(&self, name: &str) -> PathBuf {
         self.path.join("patches").join(format!("{name}.patch"))
@@ -318,6 +330,7 @@ mod tests {
         assert_eq!(r.stderr_log(2, 3), Path::new("/s/runs/r1/logs/2.3.stderr"));
         assert_eq!(r.agent_home(2, 3), Path::new("/s/runs/r1/agents/2.3"));
         assert_eq!(r.sessions(2, 3), Path::new("/s/runs/r1/sessions/2.3"));
+        assert_eq!(r.attempt_dir(2, 3), Path::new("/s/runs/r1/attempts/2.3"));
         assert_eq!(r.patch("a"), Path::new("/s/runs/r1/patches/a.patch"));
         assert_eq!(r.discarded("a"), Path::new("/s/runs/r1/discarded/a.json"));
         assert_eq!(s.index(), Path::new("/s/index"));

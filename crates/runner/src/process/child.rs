@@ -153,6 +153,27 @@ impl Shared {
 }
 
 impl Stopper {
+    /// A stopper for a process group this process did not spawn (a supervised attempt):
+    /// signals pass the pid-reuse guard only, and `exit` says when it ended.
+    pub(super) fn external(pid: u32, start_time: u64, exit: watch::Receiver<ExitSlot>) -> Stopper {
+        Stopper {
+            shared: Arc::new(Shared {
+                pid,
+                start_time,
+                reaped: Mutex::new(false),
+                reason: OnceLock::new(),
+                signaled: AtomicBool::new(false),
+                exit,
+            }),
+        }
+    }
+
+    /// Sends `sig` to the group if its leader still is the process started (and, for a child
+    /// of ours, not reaped); true when it was sent. For STOP and CONT (hold and release).
+    pub fn signal_group(&self, sig: Signal) -> bool {
+        self.shared.signal_group(sig)
+    }
+
     /// Records a stop reason if none was recorded yet; returns the one that stands (the first
     /// request wins; the precedence between reasons is the caller's).
     pub fn request(&self, reason: StopReason) -> StopReason {
@@ -177,18 +198,6 @@ impl Stopper {
     /// True once the leader has exited and been reaped.
     pub fn has_exited(&self) -> bool {
         self.shared.exit.borrow().is_some()
-    }
-
-    /// Stops the group (SIGSTOP) or continues it (SIGCONT): `sortie hold` and `release`. The
-    /// one place a hold signals (an executor with its own `signal` takes it over here); false
-    /// when the group is gone.
-    pub fn hold(&self, held: bool) -> bool {
-        let sig = if held {
-            Signal::SIGSTOP
-        } else {
-            Signal::SIGCONT
-        };
-        self.shared.signal_group(sig)
     }
 
     /// Records `reason` (first request wins), sends SIGTERM to the group, and SIGKILL after

@@ -110,7 +110,7 @@ pub(super) async fn read_stderr<R: AsyncRead + Unpin>(
 
 /// Splits a byte stream into bounded lines.
 #[derive(Debug)]
-struct LineSplitter {
+pub(super) struct LineSplitter {
     current: Vec<u8>,
     /// True while skipping the rest of a line that was cut.
     skipping: bool,
@@ -118,7 +118,7 @@ struct LineSplitter {
 }
 
 impl LineSplitter {
-    fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         LineSplitter {
             current: Vec::new(),
             skipping: false,
@@ -126,7 +126,7 @@ impl LineSplitter {
         }
     }
 
-    fn push(&mut self, mut chunk: &[u8], out: &mut Vec<Line>) {
+    pub(super) fn push(&mut self, mut chunk: &[u8], out: &mut Vec<Line>) {
         while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
             self.take(&chunk[..i], out);
             if self.skipping {
@@ -159,7 +159,7 @@ impl LineSplitter {
     }
 
     /// The last line when the stream ended without a newline.
-    fn finish(self) -> Option<Line> {
+    pub(super) fn finish(self) -> Option<Line> {
         (!self.skipping && !self.current.is_empty()).then(|| line(self.current, false))
     }
 }

@@ -41,22 +41,29 @@ use sortie_protocol::Exit;
 
 mod argv;
 mod child;
+mod follow;
 mod host;
 mod lines;
 mod marker;
 mod orphan;
 mod procfs;
 mod spawn;
+mod supervise;
 mod tool;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
+pub use follow::Followed;
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
 pub use marker::{MARKER, kill_marked, marker};
-pub use orphan::{KillResult, kill_group_if_same};
+pub use orphan::{KillResult, kill_group_if_same, signal_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
 pub use spawn::{SpawnError, SpawnSpec, Stdin, spawn, spawn_piped};
+pub use supervise::{
+    DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, SUPERVISE_ARG, StartedFile,
+    SupervisorChild, presence, read_exit, read_started, spawn_supervised, supervise_main,
+};
 pub use tool::{ToolError, ToolOutput, run_tool};
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.

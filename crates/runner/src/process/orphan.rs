@@ -82,3 +82,10 @@ async fn wait_gone(pid: u32, start_time: u64, limit: Duration) -> bool {
         tokio::time::sleep(GONE_POLL).await;
     }
 }
+
+/// Sends `sig` to the process group led by `pid` if `pid` still is the process that started
+/// at `start_time`; true when it was sent (hold, release and stop of a process this process
+/// does not own).
+pub fn signal_group_if_same(pid: u32, start_time: u64, sig: Signal) -> bool {
+    is_running(pid, start_time) && killpg(pid_of(pid), sig).is_ok()
+}

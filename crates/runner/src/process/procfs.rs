@@ -11,6 +11,7 @@ const EXEC_WAIT: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Stat {
     state: char,
+    pub(super) ppid: u32,
     pub(super) pgrp: i32,
     flags: u64,
     pub(super) start_time: u64,
@@ -46,6 +47,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let field = |n: usize| fields.get(n - 3).copied();
     Some(Stat {
         state: field(3)?.chars().next()?,
+        ppid: field(4)?.parse().ok()?,
         pgrp: field(5)?.parse().ok()?,
         flags: field(9)?.parse().ok()?,
         start_time: field(22)?.parse().ok()?,
@@ -128,6 +130,17 @@ pub fn find_marked(marker_key: &str, value_prefix: &str) -> Vec<MarkedProcess> {
     found
 }
 
+/// The live children of process `parent` (by `/proc/<pid>/stat`'s ppid). Blocking.
+pub(super) fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| read_stat(*pid).is_some_and(|s| s.ppid == parent && !s.is_dead()))
+        .collect()
+}
+
 /// Reads a process's environment; a process caught in the middle of an exec is read again
 /// (for at most [`EXEC_WAIT`]) once the exec has laid its environment out.
 fn read_environ(pid: u32, mut stat: Stat) -> Option<Vec<u8>> {
@@ -154,6 +167,7 @@ mod tests {
             parse_stat(line),
             Some(Stat {
                 state: 'S',
+                ppid: 1,
                 pgrp: 77,
                 flags: 4194560,
                 start_time: 987654,

@@ -113,24 +113,7 @@ async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, Spawn
     let Some(program) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
     };
-    // Checked first: a missing cwd fails exec with the same ENOENT as a missing program.
-    let cwd_ok = std::fs::metadata(&spec.cwd).and_then(|m| {
-        if m.is_dir() {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::NotADirectory,
-                "not a directory",
-            ))
-        }
-    });
-    if let Err(error) = cwd_ok {
-        return Err(SpawnError::BadCwd {
-            program: program.clone(),
-            cwd: spec.cwd.clone(),
-            error,
-        });
-    }
+    check_cwd(program, &spec.cwd)?;
 
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&spec.argv[1..])
@@ -212,6 +195,25 @@ async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, Spawn
         stderr_task,
         stdout_bytes,
         stdin,
+    })
+}
+
+/// Checked before a spawn: a missing cwd fails exec with the same ENOENT as a missing program.
+pub(super) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), SpawnError> {
+    let cwd_ok = std::fs::metadata(cwd).and_then(|m| {
+        if m.is_dir() {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "not a directory",
+            ))
+        }
+    });
+    cwd_ok.map_err(|error| SpawnError::BadCwd {
+        program: program.to_owned(),
+        cwd: cwd.to_path_buf(),
+        error,
     })
 }
 

@@ -17,7 +17,9 @@
 //! - `apply` never leaves the checkout half-changed: the three-way merge is tried on a scratch
 //!   index built from the checkout's files (tracked and untracked); only when it is clean is the
 //!   merged change applied to the files, by one atomic `git apply`, as uncommitted changes (the
-//!   user's index is never touched). A conflict leaves every file as it was.
+//!   user's index is never touched). A conflict leaves every file as it was. `apply_commit`
+//!   is the one exception to the index rule: it needs an index with nothing staged, applies
+//!   through it and commits the change alone.
 //! - `gc` never deletes a branch with a commit that no other ref reaches, never touches a live
 //!   or unfinished run, and removes worktrees of finished runs only past the retention.
 //! - Every git command goes through `process::run_tool`.
@@ -302,6 +304,51 @@ pub enum Applied {
 /// Applies a kept worktree's change onto its repository's checkout as uncommitted changes
 /// (see the module's invariants: a conflict changes nothing).
 pub async fn apply(kept: &Kept) -> Result<Applied> {
+    apply_to(kept, false).await
+}
+
+/// Applies a kept worktree's change and commits it, alone, in one commit (`message`) on the
+/// repository's current branch: the change goes through the index (`git apply --index`), so
+/// the index must hold nothing staged beforehand (refused otherwise: the commit would take it
+/// along). A conflict changes nothing and commits nothing. Returns the commit, when one was made.
+pub async fn apply_commit(kept: &Kept, message: &str) -> Result<(Applied, Option<String>)> {
+    refuse_discarded(kept)?;
+    let repo = Path::new(&kept.repo);
+    let has_head = git_raw(repo, &["rev-parse", "--verify", "--quiet", "HEAD"], &[])
+        .await?
+        .success();
+    if has_head
+        && !git_raw(repo, &["diff", "--cached", "--quiet"], &[])
+            .await?
+            .success()
+    {
+        return Err(KeptError::Git {
+            what: format!("commit {}'s change in {}", kept.label, kept.repo),
+            detail: "the index holds staged changes, which the commit would take along;                      commit or unstage them first"
+                .into(),
+        });
+    }
+    let applied = apply_to(kept, true).await?;
+    if !matches!(applied, Applied::Clean | Applied::Merged) {
+        return Ok((applied, None));
+    }
+    git(repo, &["commit", "-q", "--no-verify", "-m", message], &[]).await?;
+    let commit = git(repo, &["rev-parse", "HEAD"], &[]).await?;
+    Ok((applied, Some(commit)))
+}
+
+/// Every kept worktree of a run, in task order (one discarded since included: it says so).
+pub fn all(state: &RunState, state_dir: &StateDir, run: &RunId) -> Vec<Kept> {
+    (0..state.tasks.len())
+        .filter_map(|i| {
+            let label = state.label(TaskId(u32::try_from(i).ok()?));
+            find(state, state_dir, run, &label).ok()
+        })
+        .collect()
+}
+
+/// [`apply`], through the index too when `index` (for [`apply_commit`]).
+async fn apply_to(kept: &Kept, index: bool) -> Result<Applied> {
     refuse_discarded(kept)?;
     let patch = diff(kept).await?;
     if patch.iter().all(u8::is_ascii_whitespace) {
@@ -319,11 +366,21 @@ pub async fn apply(kept: &Kept) -> Result<Applied> {
     }
     let repo = Path::new(&kept.repo);
     let patch_arg = kept.patch.to_string_lossy().into_owned();
-    if git_raw(repo, &["apply", "--check", &patch_arg], &[])
-        .await?
-        .success()
-    {
-        git(repo, &["apply", &patch_arg], &[]).await?;
+    let stage: &[&str] = if index { &["--index"] } else { &[] };
+    let args = |rest: &[&'static str], patch: &str| -> Vec<String> {
+        std::iter::once("apply")
+            .chain(stage.iter().copied())
+            .chain(rest.iter().copied())
+            .map(str::to_owned)
+            .chain([patch.to_owned()])
+            .collect()
+    };
+    let check = args(&["--check"], &patch_arg);
+    let check: Vec<&str> = check.iter().map(String::as_str).collect();
+    if git_raw(repo, &check, &[]).await?.success() {
+        let run = args(&[], &patch_arg);
+        let run: Vec<&str> = run.iter().map(String::as_str).collect();
+        git(repo, &run, &[]).await?;
         return Ok(Applied::Clean);
     }
     // A three-way merge, tried on a scratch index that holds the checkout's files as they are.
@@ -338,7 +395,9 @@ pub async fn apply(kept: &Kept) -> Result<Applied> {
     };
     if matches!(outcome, Ok(Applied::Merged)) {
         let merged_arg = merged_patch.to_string_lossy().into_owned();
-        let applied = git(repo, &["apply", &merged_arg], &[]).await;
+        let run = args(&[], &merged_arg);
+        let run: Vec<&str> = run.iter().map(String::as_str).collect();
+        let applied = git(repo, &run, &[]).await;
         let _ = std::fs::remove_file(&merged_patch);
         applied?;
     }

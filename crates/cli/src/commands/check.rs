@@ -1,0 +1,158 @@
+//! `sortie check BATCH`: every problem `run` would refuse the batch for, and the runner's
+//! preflight on what resolved (programs, credentials, directories, repositories, artifact
+//! directories, prompt sizes), all at once. Nothing is spawned (but `git rev-parse`) and
+//! nothing written: no run is created. The same problem of many tasks of one template is one
+//! line naming the tasks.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use sortie_batch::{BatchIssue, Overrides, load_for_check};
+
+use super::{Code, block_on};
+use crate::args::{CheckArgs, Global};
+use crate::error::Result;
+
+/// `sortie check`.
+pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
+    let overrides = Overrides {
+        concurrency: args.concurrency,
+        fail_fast: None,
+        agent: args.agent.clone(),
+        model: args.model.clone(),
+        allow_shared_writes: args.allow_shared_writes.then_some(true),
+        worktrees: Some(g.layout().absolute().worktrees()),
+    };
+    let mut checked = load_for_check(&args.batch, args.defaults.as_deref(), &overrides)?;
+    let mut tasks = 0;
+    if let Some(loaded) = &checked.loaded {
+        tasks = loaded.batch.tasks.len();
+        let findings = block_on(sortie_runner::preflight::check(&loaded.batch, &loaded.env))?;
+        let issues: Vec<BatchIssue> = findings
+            .iter()
+            .map(|f| checked.issue(f.task, f.field, &f.message))
+            .collect();
+        for i in issues {
+            checked.push(i);
+        }
+    }
+    let problems = grouped(checked.issues());
+    let file = args.batch.display();
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        let list: Vec<serde_json::Value> = problems
+            .iter()
+            .map(|(i, tasks)| {
+                serde_json::json!({
+                    "file": i.file.display().to_string(),
+                    "line": i.line,
+                    "field": i.field,
+                    "message": i.message,
+                    "tasks": tasks,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({ "ok": list.is_empty(), "tasks": tasks, "problems": list });
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+    } else if problems.is_empty() {
+        writeln!(
+            out,
+            "{file}: {tasks} task{} ready to run; no problem found",
+            if tasks == 1 { "" } else { "s" }
+        )?;
+    } else {
+        for (i, _) in &problems {
+            writeln!(out, "{i}")?;
+        }
+        writeln!(
+            out,
+            "{file}: {} problem{}; nothing was run",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        )?;
+    }
+    Ok(if problems.is_empty() {
+        Code::Ok
+    } else {
+        Code::Usage
+    })
+}
+
+/// The issues, those that differ only by the task they name (`task `x`: ...`) made one that
+/// names the tasks (`tasks `a`, `b`: ...`, the first five and how many more), with the labels.
+fn grouped(issues: Vec<BatchIssue>) -> Vec<(BatchIssue, Vec<String>)> {
+    let mut order: Vec<(BatchIssue, Vec<String>)> = Vec::new();
+    let mut index: BTreeMap<(String, Option<usize>, Option<String>, String), usize> =
+        BTreeMap::new();
+    for issue in issues {
+        let (label, rest) = split_task(&issue.message);
+        let key = (
+            issue.file.display().to_string(),
+            issue.line,
+            issue.field.clone(),
+            rest.to_owned(),
+        );
+        match (label, index.get(&key)) {
+            (Some(l), Some(&at)) => order[at].1.push(l.to_owned()),
+            (Some(l), None) => {
+                index.insert(key, order.len());
+                order.push((issue.clone(), vec![l.to_owned()]));
+            }
+            (None, _) => order.push((issue, Vec::new())),
+        }
+    }
+    for (issue, labels) in &mut order {
+        if labels.len() > 1 {
+            let (_, rest) = split_task(&issue.message);
+            let shown: Vec<String> = labels.iter().take(5).map(|l| format!("`{l}`")).collect();
+            let more = match labels.len().saturating_sub(5) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            issue.message = format!("tasks {}{more}: {rest}", shown.join(", "));
+        }
+    }
+    order
+}
+
+/// `task `x`: rest` → (`x`, `rest`).
+fn split_task(message: &str) -> (Option<&str>, &str) {
+    message
+        .strip_prefix("task `")
+        .and_then(|r| r.split_once("`: "))
+        .map_or((None, message), |(l, rest)| (Some(l), rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issue(line: usize, message: &str) -> BatchIssue {
+        BatchIssue {
+            file: "b.toml".into(),
+            line: Some(line),
+            field: Some("cwd".into()),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn the_same_problem_of_many_tasks_is_one_line_naming_them() {
+        let mut issues: Vec<BatchIssue> = (1..=7)
+            .map(|n| issue(3, &format!("task `r{n}`: git is missing")))
+            .collect();
+        issues.push(issue(3, "task `r8`: something else"));
+        issues.push(issue(9, "not about a task"));
+        let got: Vec<String> = grouped(issues).iter().map(|(i, _)| i.to_string()).collect();
+        assert_eq!(
+            got,
+            [
+                "b.toml:3: field `cwd`: tasks `r1`, `r2`, `r3`, `r4`, `r5` and 2 more: git is \
+                 missing",
+                "b.toml:3: field `cwd`: task `r8`: something else",
+                "b.toml:9: field `cwd`: not about a task",
+            ]
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! Preflight: what `sortie check` looks at beyond the batch file, before anything runs. Each
+//! task's directory exists; its program (the agent profile's, or its own `command`) is on
+//! `PATH` and executable; its agent has credentials (a credential file in the agent's config
+//! directory, or a key variable: each agent's file says which, [`Agent::credentials`]); a
+//! worktree task's directory is in a git repository with a commit; its artifact's directory can
+//! be written; a prompt passed as an argument fits in one (Linux's `MAX_ARG_STRLEN`); its
+//! `reads` exist. Nothing is spawned but `git rev-parse`, nothing is written.
+//!
+//! [`Agent::credentials`]: crate::agent::Agent::credentials
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use sortie_core::{Batch, Isolation, TaskSpec};
+
+use crate::agent::{self, UserEnv, home};
+use crate::process;
+
+/// The longest single argument Linux passes to a program (`MAX_ARG_STRLEN`, 32 pages).
+pub const MAX_ARG_BYTES: usize = 32 * 4096;
+
+/// One problem found, about a task's field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The task's index in the batch.
+    pub task: usize,
+    /// The field at fault, as written in a batch file.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Every problem of every task, in task order. `env[i]` is task i's extra environment.
+pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, spec) in batch.tasks.iter().enumerate() {
+        let task_env = env.get(i).map(Vec::as_slice).unwrap_or_default();
+        let mut found = |field: &'static str, message: String| {
+            out.push(Finding {
+                task: i,
+                field,
+                message,
+            });
+        };
+        let cwd = Path::new(&spec.cwd);
+        let cwd_ok = match std::fs::metadata(cwd) {
+            Ok(m) if m.is_dir() => true,
+            Ok(_) => {
+                found("cwd", format!("{} is not a directory", cwd.display()));
+                false
+            }
+            Err(e) => {
+                found(
+                    "cwd",
+                    format!("the directory {} {}", cwd.display(), gone(&e)),
+                );
+                false
+            }
+        };
+        if let Some((field, message)) = program_problem(batch, spec, task_env) {
+            found(field, message);
+        }
+        if let Some(message) = credentials_problem(batch, spec, task_env) {
+            found("agent", message);
+        }
+        if spec.isolation == Isolation::Worktree
+            && cwd_ok
+            && let Some(message) = repository_problem(cwd).await
+        {
+            found("isolation", message);
+        }
+        if let Some(message) = spec.output.as_deref().and_then(output_problem) {
+            found("output", message);
+        }
+        if let Some(message) = prompt_problem(batch, spec) {
+            found("prompt", message);
+        }
+        for r in &spec.reads {
+            if let Err(e) = std::fs::metadata(r) {
+                found("reads", format!("{r} {}", gone(&e)));
+            }
+        }
+    }
+    out
+}
+
+fn gone(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "does not exist".into(),
+        _ => format!("cannot be read ({e})"),
+    }
+}
+
+/// The program a task runs, and the field that gives it.
+fn program<'a>(batch: &'a Batch, spec: &'a TaskSpec) -> Option<(&'static str, &'a str)> {
+    match &spec.command {
+        Some(c) => c.first().map(|p| ("command", p.as_str())),
+        None => batch
+            .agents
+            .get(&spec.agent)
+            .and_then(|p| p.command.first())
+            .map(|p| ("agent", p.as_str())),
+    }
+}
+
+fn program_problem(
+    batch: &Batch,
+    spec: &TaskSpec,
+    task_env: &[(String, String)],
+) -> Option<(&'static str, String)> {
+    let (field, program) = program(batch, spec)?;
+    let whose = if field == "agent" {
+        format!("the agent `{}`'s program", spec.agent)
+    } else {
+        "the task's command".to_owned()
+    };
+    if program.contains('/') {
+        let p = Path::new(&spec.cwd).join(program);
+        return match executable(&p) {
+            Ok(()) => None,
+            Err(why) => Some((field, format!("{whose} {} {why}", p.display()))),
+        };
+    }
+    let path = task_env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|d| executable(&d.join(program)).is_ok());
+    (!found).then(|| (field, format!("{whose} `{program}` is not on PATH")))
+}
+
+fn executable(p: &Path) -> Result<(), &'static str> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(m) if m.is_file() => Err("is not executable"),
+        Ok(_) => Err("is not a file"),
+        Err(_) => Err("does not exist"),
+    }
+}
+
+fn credentials_problem(
+    batch: &Batch,
+    spec: &TaskSpec,
+    task_env: &[(String, String)],
+) -> Option<String> {
+    if spec.command.is_some() {
+        return None;
+    }
+    let profile = batch.agents.get(&spec.agent)?;
+    let agent = agent::for_protocol(profile.protocol)?;
+    let creds = agent.credentials()?;
+    let var_set = |k: &str| {
+        task_env
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| !v.is_empty())
+            .unwrap_or_else(|| std::env::var(k).is_ok_and(|v| !v.is_empty()))
+    };
+    if creds.env.iter().any(|k| var_set(k)) {
+        return None;
+    }
+    let dir = agent
+        .home()
+        .and_then(|rules| home::user_dir(rules, &UserEnv::inherited(task_env)));
+    if let Some(dir) = &dir
+        && creds.files.iter().any(|f| dir.join(f).exists())
+    {
+        return None;
+    }
+    let place = dir.map_or_else(
+        || "its config directory (HOME is not set)".to_owned(),
+        |d| d.display().to_string(),
+    );
+    Some(format!(
+        "no credentials for {}: none of {} in {place}, and none of {} is set",
+        agent.name(),
+        creds.files.join(", "),
+        creds.env.join(", ")
+    ))
+}
+
+/// Whether `cwd` is in a git repository whose HEAD is a commit.
+async fn repository_problem(cwd: &Path) -> Option<String> {
+    let git = |args: &[&str]| {
+        let argv: Vec<String> = std::iter::once("git")
+            .chain(args.iter().copied())
+            .map(str::to_owned)
+            .collect();
+        async move {
+            let env = [("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned())];
+            process::run_tool(&argv, cwd, &env).await
+        }
+    };
+    match git(&["rev-parse", "--show-toplevel"]).await {
+        Err(e) => return Some(format!("`isolation = \"worktree\"` needs git: {e}")),
+        Ok(o) if !o.success() => {
+            return Some(format!(
+                "`isolation = \"worktree\"` needs a git repository, and {} is not in one",
+                cwd.display()
+            ));
+        }
+        Ok(_) => {}
+    }
+    match git(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).await {
+        Ok(o) if o.success() => None,
+        _ => Some(format!(
+            "`isolation = \"worktree\"` makes the worktree from HEAD, and the repository of {} \
+             has no commit yet",
+            cwd.display()
+        )),
+    }
+}
+
+/// Whether the artifact can be written: not a directory, and its nearest existing ancestor a
+/// directory sortie may create files in.
+fn output_problem(output: &str) -> Option<String> {
+    let path = Path::new(output);
+    if path.is_dir() {
+        return Some(format!("{output} is a directory"));
+    }
+    let mut dir: PathBuf = path.parent()?.to_path_buf();
+    while !dir.exists() {
+        dir = dir.parent()?.to_path_buf();
+    }
+    if !dir.is_dir() {
+        return Some(format!(
+            "{output} cannot be written: {} is not a directory",
+            dir.display()
+        ));
+    }
+    use nix::unistd::{AccessFlags, access};
+    match access(&dir, AccessFlags::W_OK | AccessFlags::X_OK) {
+        Ok(()) => None,
+        Err(e) => Some(format!(
+            "{output} cannot be written: {} is not writable ({e})",
+            dir.display()
+        )),
+    }
+}
+
+/// Whether a prompt passed as an argument fits in one.
+fn prompt_problem(batch: &Batch, spec: &TaskSpec) -> Option<String> {
+    let prompt = spec.prompt.as_deref()?;
+    let profile = batch.agents.get(&spec.agent)?;
+    let in_argv = spec.command.is_none() && profile.command.iter().any(|a| a.contains("{prompt}"));
+    (in_argv && prompt.len() >= MAX_ARG_BYTES).then(|| {
+        format!(
+            "is {} bytes; the agent `{}` takes it as an argument, and Linux passes at most {} \
+             bytes in one",
+            prompt.len(),
+            spec.agent,
+            MAX_ARG_BYTES - 1
+        )
+    })
+}

@@ -1,0 +1,220 @@
+//! Following a supervised attempt from its files (see `supervise`): its stdout as bounded
+//! lines, read from the start of the file as it grows, its exit from the exit file once the
+//! supervisor recorded it, and a [`Stopper`] over its process group (behind the pid-reuse
+//! guard). The same follower serves an attempt this process launched (it waits on the
+//! supervisor, its child) and one adopted after a crash (it polls the files and `/proc`).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use tokio::sync::{mpsc, watch};
+
+use super::child::Stopper;
+use super::lines::{LINE_QUEUE, LineSplitter, TailBuffer};
+use super::procfs::is_running;
+use super::supervise::{DirPresence, STDERR_FILE, STDOUT_FILE, StartedFile, presence, read_exit};
+use super::{ExitSlot, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES, WaitError, pid_of};
+
+/// How often a growing stdout file is read while the attempt runs.
+const FOLLOW_POLL: Duration = Duration::from_millis(50);
+/// How often an adopted attempt's dir is looked at for its end.
+const ADOPT_POLL: Duration = Duration::from_millis(100);
+/// The read size.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A supervised attempt, followed through its files.
+#[derive(Debug)]
+pub struct Followed {
+    /// What its supervisor recorded.
+    pub started: StartedFile,
+    dir: PathBuf,
+    stopper: Stopper,
+    lines: mpsc::Receiver<Line>,
+    exit: watch::Receiver<ExitSlot>,
+    stdout_bytes: Arc<AtomicU64>,
+}
+
+impl Followed {
+    /// Follows the attempt in `dir`; `supervisor` is the supervisor process when this process
+    /// started it (its end is then seen at once), None for an adopted attempt.
+    pub fn new(
+        dir: &Path,
+        started: StartedFile,
+        supervisor: Option<tokio::process::Child>,
+    ) -> Followed {
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let dir = dir.to_path_buf();
+        tokio::spawn(watch_exit(dir.clone(), started, supervisor, exit_tx));
+        let (line_tx, lines) = mpsc::channel(LINE_QUEUE);
+        let stdout_bytes = Arc::new(AtomicU64::new(0));
+        tokio::spawn(follow_stdout(
+            dir.join(STDOUT_FILE),
+            line_tx,
+            Arc::clone(&stdout_bytes),
+            exit_rx.clone(),
+        ));
+        Followed {
+            stopper: Stopper::external(started.pid, started.start_time, exit_rx.clone()),
+            started,
+            dir,
+            lines,
+            exit: exit_rx,
+            stdout_bytes,
+        }
+    }
+
+    /// The next stdout line; None once the attempt ended and its file was read to its end.
+    pub async fn next_line(&mut self) -> Option<Line> {
+        self.lines.recv().await
+    }
+
+    /// Waits for the attempt's end.
+    pub async fn wait(&mut self) -> Result<sortie_protocol::Exit, WaitError> {
+        let pid = self.started.pid;
+        match self.exit.wait_for(Option::is_some).await {
+            Ok(slot) => slot.clone().unwrap_or_else(|| {
+                Err(WaitError {
+                    pid,
+                    message: "no status".into(),
+                })
+            }),
+            Err(_) => Err(WaitError {
+                pid,
+                message: "the follower stopped".into(),
+            }),
+        }
+    }
+
+    /// The bytes of stdout read so far.
+    pub fn stdout_bytes(&self) -> u64 {
+        self.stdout_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The last [`STDERR_TAIL_BYTES`] of its stderr file.
+    pub fn stderr_tail(&self) -> String {
+        stderr_tail(&self.dir.join(STDERR_FILE))
+    }
+
+    /// Its stopper.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
+    }
+}
+
+impl Drop for Followed {
+    /// Dropped before its end (a second Ctrl-C, a journal failure): the supervisor goes first,
+    /// so that no status is recorded (resume finds it gone: orphaned), then the group.
+    fn drop(&mut self) {
+        if self.exit.borrow().is_some() {
+            return;
+        }
+        let s = self.started;
+        if is_running(s.supervisor, s.supervisor_start) {
+            let _ = kill(pid_of(s.supervisor), Signal::SIGKILL);
+        }
+        if is_running(s.pid, s.start_time) {
+            let _ = killpg(pid_of(s.pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Publishes the attempt's end: the supervisor's exit (when it is our child), else the
+/// exit file, polled.
+async fn watch_exit(
+    dir: PathBuf,
+    started: StartedFile,
+    supervisor: Option<tokio::process::Child>,
+    tx: watch::Sender<ExitSlot>,
+) {
+    let lost = |message: String| WaitError {
+        pid: started.pid,
+        message,
+    };
+    let result = match supervisor {
+        Some(mut child) => {
+            let status = child.wait().await;
+            read_exit(&dir).ok_or_else(|| {
+                lost(format!(
+                    "its supervisor ended ({}) without recording its exit",
+                    status.map_or_else(|e| e.to_string(), |s| s.to_string())
+                ))
+            })
+        }
+        None => loop {
+            match presence(&dir) {
+                DirPresence::Ended(exit) => break Ok(exit),
+                DirPresence::Gone => {
+                    break Err(lost(
+                        "its supervisor is gone without recording its exit".into(),
+                    ));
+                }
+                DirPresence::Alive(_) => tokio::time::sleep(ADOPT_POLL).await,
+            }
+        },
+    };
+    tx.send_replace(Some(result));
+}
+
+/// Reads the stdout file from its start as it grows, until the attempt ended and the file is
+/// read to its end.
+async fn follow_stdout(
+    path: PathBuf,
+    tx: mpsc::Sender<Line>,
+    bytes: Arc<AtomicU64>,
+    mut exit: watch::Receiver<ExitSlot>,
+) {
+    let mut file = None;
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut splitter = LineSplitter::new(MAX_LINE_BYTES);
+    let mut ready = Vec::new();
+    loop {
+        let ended = exit.borrow().is_some();
+        if file.is_none() {
+            file = File::open(&path).ok();
+        }
+        let n = file.as_mut().map_or(0, |f| f.read(&mut buf).unwrap_or(0));
+        if n > 0 {
+            bytes.fetch_add(n as u64, Ordering::Relaxed);
+            splitter.push(&buf[..n], &mut ready);
+            for line in ready.drain(..) {
+                if tx.send(line).await.is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
+        if ended {
+            break;
+        }
+        tokio::select! {
+            _ = exit.changed() => {}
+            () = tokio::time::sleep(FOLLOW_POLL) => {}
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        let _ = tx.send(line).await;
+    }
+}
+
+/// The end of a stderr file, at a char boundary.
+fn stderr_tail(path: &Path) -> String {
+    let mut tail = TailBuffer::new(STDERR_TAIL_BYTES);
+    if let Ok(mut f) = File::open(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let from = len.saturating_sub(STDERR_TAIL_BYTES as u64);
+        let mut bytes = Vec::new();
+        if f.seek(SeekFrom::Start(from)).is_ok() && f.read_to_end(&mut bytes).is_ok() {
+            if from > 0 {
+                // Marks the start as cut, so that a split character's rest is skipped.
+                tail.push(b"\xff");
+            }
+            tail.push(&bytes);
+        }
+    }
+    tail.text()
+}

@@ -1,0 +1,326 @@
+//! The per-attempt supervisor: a small process that outlives sortie. sortie starts it as
+//! `sortie __supervise <attempt-dir> <argv...>` (the hidden subcommand, [`SUPERVISE_ARG`]); it
+//! leaves sortie's session (`setsid`, so that neither the terminal's Ctrl-C nor sortie's death
+//! reaches it), becomes a child subreaper (an agent's daemonized grandchildren are reparented
+//! to it, not to init), starts the agent in its own process group with stdout and stderr going
+//! to the attempt dir's `stdout` and `stderr`, records the agent's pid and start time in
+//! `started`, and tells sortie the same on its stdout. When the agent's leader exits it kills
+//! what is left of the group and every descendant reparented to it, reaps them, writes the exit
+//! status atomically to `exit` (fsynced, with its directory), and exits: it never outlives its
+//! attempt by more than that cleanup.
+//!
+//! The files of an attempt dir:
+//! - `stdout`, `stderr`: the agent's output, written by the agent itself (no pipe through
+//!   sortie or the supervisor: a crash of either costs the agent nothing);
+//! - `started`: `<agent pid> <agent start time> <supervisor pid> <supervisor start time>`;
+//! - `exit`: `code <n>` or `signal <n>`, once everything of the attempt is gone.
+//!
+//! An attempt dir with `exit` ended; with `started` and a live supervisor it runs; anything
+//! else is gone (see [`presence`]).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use sortie_protocol::Exit;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::procfs::{children_of, is_running, process_start_time};
+use super::spawn::check_cwd;
+use super::{SpawnError, SpawnSpec, pid_of};
+
+/// The hidden subcommand that runs a supervisor.
+pub const SUPERVISE_ARG: &str = "__supervise";
+
+/// The files of an attempt dir (see the module doc).
+pub const STDOUT_FILE: &str = "stdout";
+/// See [`STDOUT_FILE`].
+pub const STDERR_FILE: &str = "stderr";
+/// See [`STDOUT_FILE`].
+pub const STARTED_FILE: &str = "started";
+/// See [`STDOUT_FILE`].
+pub const EXIT_FILE: &str = "exit";
+
+/// What `started` records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartedFile {
+    /// The agent's pid (its process group id).
+    pub pid: u32,
+    /// The agent's start time.
+    pub start_time: u64,
+    /// The supervisor's pid.
+    pub supervisor: u32,
+    /// The supervisor's start time.
+    pub supervisor_start: u64,
+}
+
+impl StartedFile {
+    fn parse(text: &str) -> Option<StartedFile> {
+        let mut f = text.split_ascii_whitespace().map(str::parse::<u64>);
+        let mut next = || f.next()?.ok();
+        Some(StartedFile {
+            pid: u32::try_from(next()?).ok()?,
+            start_time: next()?,
+            supervisor: u32::try_from(next()?).ok()?,
+            supervisor_start: next()?,
+        })
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "{} {} {} {}\n",
+            self.pid, self.start_time, self.supervisor, self.supervisor_start
+        )
+    }
+}
+
+/// Reads an attempt dir's `started`, if it is there and whole.
+pub fn read_started(dir: &Path) -> Option<StartedFile> {
+    StartedFile::parse(&fs::read_to_string(dir.join(STARTED_FILE)).ok()?)
+}
+
+/// Reads an attempt dir's `exit`, if it is there and whole.
+pub fn read_exit(dir: &Path) -> Option<Exit> {
+    let text = fs::read_to_string(dir.join(EXIT_FILE)).ok()?;
+    let (kind, n) = text.trim().split_once(' ')?;
+    let n: i32 = n.parse().ok()?;
+    match kind {
+        "code" => Some(Exit::Code(n)),
+        "signal" => Some(Exit::Signal(n)),
+        _ => None,
+    }
+}
+
+/// Where a supervised attempt stands, from its dir and `/proc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirPresence {
+    /// Its supervisor runs.
+    Alive(StartedFile),
+    /// It ended so.
+    Ended(Exit),
+    /// No status and no supervisor.
+    Gone,
+}
+
+/// Where the supervised attempt in `dir` stands. The exit file is read again after a dead
+/// supervisor is seen (it writes the file before it exits).
+pub fn presence(dir: &Path) -> DirPresence {
+    if let Some(exit) = read_exit(dir) {
+        return DirPresence::Ended(exit);
+    }
+    match read_started(dir) {
+        Some(s) if is_running(s.supervisor, s.supervisor_start) => DirPresence::Alive(s),
+        _ => match read_exit(dir) {
+            Some(exit) => DirPresence::Ended(exit),
+            None => DirPresence::Gone,
+        },
+    }
+}
+
+/// A supervisor just started by this process: its own handle (sortie reaps it) and the
+/// agent's pid and start time.
+#[derive(Debug)]
+pub struct SupervisorChild {
+    /// The supervisor process (a child of sortie while sortie lives; never killed on drop).
+    pub process: tokio::process::Child,
+    /// What the supervisor recorded.
+    pub started: StartedFile,
+}
+
+/// Starts a supervisor (the program `supervisor`, run as `supervisor __supervise <dir>
+/// <argv...>`) for `spec` with its files in `dir`, and waits until it started the agent.
+#[allow(clippy::disallowed_methods, reason = "the supervisor's spawn")]
+pub async fn spawn_supervised(
+    supervisor: &Path,
+    spec: &SpawnSpec,
+    dir: &Path,
+) -> Result<SupervisorChild, SpawnError> {
+    let Some(program) = spec.argv.first() else {
+        return Err(SpawnError::EmptyArgv);
+    };
+    check_cwd(program, &spec.cwd)?;
+    let io_err = |error| SpawnError::Io {
+        program: program.clone(),
+        error,
+    };
+    fs::create_dir_all(dir).map_err(io_err)?;
+    let mut cmd = tokio::process::Command::new(supervisor);
+    cmd.arg(SUPERVISE_ARG)
+        .arg(dir)
+        .args(&spec.argv)
+        .current_dir(&spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&spec.marker.0, &spec.marker.1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(false);
+    let mut process = cmd.spawn().map_err(io_err)?;
+    let Some(out) = process.stdout.take() else {
+        return Err(io_err(io::Error::other("the supervisor has no stdout")));
+    };
+    let mut first = String::new();
+    let read = BufReader::new(out).read_line(&mut first).await;
+    let line = first.trim();
+    if let Some(rest) = line.strip_prefix("started ")
+        && let Some(started) = StartedFile::parse(rest)
+    {
+        return Ok(SupervisorChild { process, started });
+    }
+    // It could not start the agent (and said why), or it died.
+    let _ = process.wait().await;
+    Err(match line.split_once(' ') {
+        Some(("error", rest)) => parse_error(program, rest),
+        _ => io_err(io::Error::other(format!(
+            "the supervisor ended before starting it{}",
+            read.err().map(|e| format!(": {e}")).unwrap_or_default()
+        ))),
+    })
+}
+
+fn parse_error(program: &str, rest: &str) -> SpawnError {
+    let program = program.to_owned();
+    let (kind, msg) = rest.split_once(' ').unwrap_or((rest, ""));
+    match kind {
+        "not_found" => SpawnError::NotFound { program },
+        "permission_denied" => SpawnError::PermissionDenied { program },
+        _ => SpawnError::Io {
+            program,
+            error: io::Error::other(msg.to_owned()),
+        },
+    }
+}
+
+/// The supervisor's body (see the module doc): `args` are `<attempt-dir> <argv...>`. Returns
+/// its exit code. Single-threaded and synchronous: it does only what it must.
+#[allow(clippy::disallowed_methods, reason = "the supervisor's one spawn")]
+pub fn supervise_main(args: &[String]) -> i32 {
+    let say = |line: &str| {
+        let mut out = io::stdout().lock();
+        // sortie may be gone: a closed pipe is fine.
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    };
+    let (Some(dir), Some(program)) = (args.first(), args.get(1)) else {
+        say("error usage sortie __supervise <attempt-dir> <program> [args...]");
+        return 2;
+    };
+    let dir = PathBuf::from(dir);
+    // Out of sortie's session and group: its Ctrl-C and its death do not reach us.
+    let _ = nix::unistd::setsid();
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let open = |name: &str| {
+        OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join(name))
+    };
+    let (out, err) = match (open(STDOUT_FILE), open(STDERR_FILE)) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => {
+            say(&format!("error io cannot open {}: {e}", dir.display()));
+            return 1;
+        }
+    };
+    let mut child = match std::process::Command::new(program)
+        .args(&args[2..])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let kind = match e.kind() {
+                io::ErrorKind::NotFound => "not_found",
+                io::ErrorKind::PermissionDenied => "permission_denied",
+                _ => "io",
+            };
+            say(&format!("error {kind} {e}"));
+            return 1;
+        }
+    };
+    let me = std::process::id();
+    let started = StartedFile {
+        pid: child.id(),
+        start_time: process_start_time(child.id()).unwrap_or(0),
+        supervisor: me,
+        supervisor_start: process_start_time(me).unwrap_or(0),
+    };
+    // Not fsynced: a reboot that loses it loses the processes too.
+    let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes(), false);
+    say(&format!("started {}", started.text().trim()));
+    let exit = wait_leader(started.pid);
+    // The leader is an unreaped zombie: its group id is still its own.
+    let _ = killpg(pid_of(started.pid), Signal::SIGKILL);
+    let exit = match (exit, child.wait()) {
+        (Some(e), _) => e,
+        (None, Ok(status)) => match (status.code(), status.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(s)) => Exit::Signal(s),
+            (None, None) => Exit::Code(-1),
+        },
+        (None, Err(_)) => Exit::Code(-1),
+    };
+    reap_descendants(me);
+    let text = match exit {
+        Exit::Code(c) => format!("code {c}\n"),
+        Exit::Signal(s) => format!("signal {s}\n"),
+    };
+    match write_file(&dir, EXIT_FILE, text.as_bytes(), true) {
+        Ok(()) => 0,
+        Err(_) => 3,
+    }
+}
+
+/// Waits until the leader exited, without reaping it.
+fn wait_leader(pid: u32) -> Option<Exit> {
+    loop {
+        match waitid(
+            Id::Pid(pid_of(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+        ) {
+            Ok(WaitStatus::Exited(_, code)) => return Some(Exit::Code(code)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(Exit::Signal(sig as i32)),
+            Ok(_) | Err(Errno::EINTR) => {}
+            // A signal nix has no name for, or no such child: the reap says.
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Kills and reaps every process reparented to us (we are a subreaper), until none is left.
+fn reap_descendants(me: u32) {
+    loop {
+        for pid in children_of(me) {
+            let _ = kill(pid_of(pid), Signal::SIGKILL);
+        }
+        match waitpid(None::<nix::unistd::Pid>, None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Writes `dir/name` atomically (a temp file renamed), fsynced with its dir when `durable`.
+fn write_file(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    if durable {
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(name))?;
+    if durable {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! Batches at scale end to end (issue 14): a task template expanded over directories and
+//! samples, run as ordinary tasks; out-of-range values refused before anything runs.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::{Scratch, event_kind, fake_command, task_events, unique_run};
+
+/// A scratch git repository `name` under `root` with one committed file.
+pub(crate) fn scratch_repo(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    sortie_testkit::git(&dir, &["init", "-q"]);
+    std::fs::write(dir.join("README"), format!("{name}\n")).expect("write");
+    sortie_testkit::git(&dir, &["add", "-A"]);
+    sortie_testkit::git(&dir, &["commit", "-q", "-m", "initial"]);
+    dir
+}
+
+#[test]
+fn for_each_over_five_repositories_times_two_samples_runs_ten_ordinary_tasks() {
+    let s = Scratch::new();
+    for n in 1..=5 {
+        scratch_repo(&s.path().join("repos"), &format!("r{n}"));
+    }
+    // Not a directory: the glob takes directories only.
+    std::fs::write(s.path().join("repos/notes.txt"), "").expect("write");
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 4\n\n[[tasks]]\nlabel = \"{{name}}-{{sample}}\"\n\
+             for_each = {{ glob = \"repos/*\" }}\ncount = 2\ncwd = \"{{item}}\"\n\
+             isolation = \"worktree\"\noutput = \"out/{{name}}-{{sample}}.txt\"\n\
+             command = {}\n",
+            fake_command(&[
+                "--quiet",
+                "--write",
+                "made.txt:{label}",
+                "--answer",
+                "{label}"
+            ])
+        ),
+    );
+    let run = unique_run("fe");
+    let out = s.run(&["run", batch.to_str().expect("utf-8"), "--run-id", &run]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(&run);
+    let labels = crate::support::labels(&events);
+    let want: Vec<String> = (1..=5)
+        .flat_map(|n| (1..=2).map(move |k| format!("r{n}-{k}")))
+        .collect();
+    assert_eq!(labels, want, "ten tasks, in item then sample order");
+    let started = events
+        .iter()
+        .map(event_kind)
+        .find(|(k, _)| *k == "RunStarted")
+        .expect("RunStarted")
+        .1;
+    let tasks = started["batch"]["tasks"].as_array().expect("tasks");
+    for (i, t) in tasks.iter().enumerate() {
+        let repo = format!("r{}", i / 2 + 1);
+        let cwd = t["cwd"].as_str().expect("cwd");
+        assert!(cwd.ends_with(&format!("repos/{repo}")), "{i}: {cwd}");
+        let finished = task_events(&events, "TaskFinished", i);
+        assert_eq!(finished.len(), 1, "{i}");
+        assert_eq!(
+            finished[0]["result"]["state"], "completed",
+            "{}",
+            finished[0]
+        );
+        let label = &want[i];
+        let artifact = s.path().join(format!("out/{label}.txt"));
+        assert_eq!(
+            std::fs::read_to_string(&artifact).expect("artifact").trim(),
+            label.as_str()
+        );
+    }
+    for n in 1..=5 {
+        let repo = s.path().join(format!("repos/r{n}"));
+        let branches = sortie_testkit::git(
+            &repo,
+            &["branch", "--list", "sortie/*", "--format=%(refname:short)"],
+        );
+        let mut got: Vec<&str> = branches.lines().collect();
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            [
+                format!("sortie/{run}/r{n}-1"),
+                format!("sortie/{run}/r{n}-2")
+            ],
+            "each repository holds its own two samples' kept worktrees"
+        );
+    }
+    s.audit_clean(&run);
+}
+
+#[test]
+fn out_of_range_values_are_refused_naming_file_line_and_field() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        "[[tasks]]\ncommand = [\"true\"]\nmax_retries = 1000000\nattempt_timeout = \"1000d\"\n\
+         stall_after = \"0s\"\n",
+    );
+    let out = s.run(&["run", batch.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("batch.toml:3: field `max_retries`: must be between 0 and 1000"),
+        "{err}"
+    );
+    assert!(
+        err.contains("batch.toml:4: field `attempt_timeout`: must be more than 0 to 7d"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("stall_after"),
+        "0s is off, not an error: {err}"
+    );
+    assert!(
+        !s.state_dir().join("runs").exists()
+            || std::fs::read_dir(s.state_dir().join("runs"))
+                .expect("runs")
+                .next()
+                .is_none(),
+        "nothing ran"
+    );
+}
+
+/// `sortie check` with the variables that could hold an agent's key removed and `HOME` empty.
+fn check_cmd(s: &Scratch, batch: &Path) -> std::process::Output {
+    let home = s.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let mut c = s.sortie();
+    c.env("HOME", &home);
+    for k in [
+        "PI_CODING_AGENT_DIR",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "GROQ_API_KEY",
+        "XAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "MISTRAL_API_KEY",
+        "CEREBRAS_API_KEY",
+        "ZAI_API_KEY",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+    ] {
+        c.env_remove(k);
+    }
+    c.args(["check", batch.to_str().expect("utf-8")]);
+    c.output().expect("run sortie check")
+}
+
+#[test]
+fn check_names_every_mistake_at_once_and_runs_nothing() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.path().join("plain-dir")).expect("mkdir");
+    std::fs::write(s.path().join("a-file"), "").expect("write");
+    let counter = s.path().join("spawned.txt");
+    let counter_s = counter.display().to_string();
+    let fine = fake_command(&["--quiet", "--counter", &counter_s]);
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[agents.ghost]\ncommand = [\"no-such-agent-zz\", \"{{prompt}}\"]\nprotocol = \"plain\"\n\
+             may_write = false\n\n\
+             [[tasks]]\nlabel = \"typo\"\ncommand = {fine}\nmax_retrys = 2\n\n\
+             [[tasks]]\nlabel = \"nowhere\"\ncommand = {fine}\ncwd = \"no/such/dir\"\n\n\
+             [[tasks]]\nlabel = \"ghost\"\nagent = \"ghost\"\nprompt = \"hi\"\n\n\
+             [[tasks]]\nlabel = \"not-git\"\ncommand = {fine}\ncwd = \"plain-dir\"\n\
+             isolation = \"worktree\"\n\n\
+             [[tasks]]\nlabel = \"blocked\"\ncommand = {fine}\noutput = \"a-file/out.md\"\n\n\
+             [[tasks]]\nlabel = \"no-key\"\nagent = \"pi\"\nprompt = \"hi\"\n"
+        ),
+    );
+    let out = check_cmd(&s, &batch);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    for want in [
+        "batch.toml:9: field `max_retrys`: unknown field; did you mean `max_retries`?",
+        "batch.toml:14: field `cwd`: task `nowhere`: the directory",
+        "batch.toml:18: field `agent`: task `ghost`: the agent `ghost`'s program \
+         `no-such-agent-zz` is not on PATH",
+        "batch.toml:25: field `isolation`: task `not-git`: `isolation = \"worktree\"` needs a \
+         git repository",
+        "batch.toml:30: field `output`: task `blocked`:",
+        "a-file is not a directory",
+        "batch.toml:34: field `agent`: task `no-key`: no credentials for pi",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    assert!(text.contains("nothing was run"), "{text}");
+    assert!(!counter.exists(), "no agent was spawned");
+    assert!(
+        !s.state_dir().join("runs").exists(),
+        "no run was created: {text}"
+    );
+
+    // Fixed, the same batch is ready: exit 0, still nothing spawned.
+    let ok = s.write(
+        "ok.toml",
+        &format!("[[tasks]]\nlabel = \"{{name}}\"\nfor_each = [\"a\", \"b\"]\ncommand = {fine}\n"),
+    );
+    let out = check_cmd(&s, &ok);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("2 tasks ready to run"), "{text}");
+    assert!(!counter.exists(), "no agent was spawned");
+}
+
+#[test]
+fn apply_all_commit_applies_in_task_order_one_commit_each_and_stops_at_the_conflict() {
+    let s = Scratch::new();
+    let repo = scratch_repo(s.path(), "repo");
+    std::fs::write(repo.join("shared.txt"), "base\n").expect("write");
+    sortie_testkit::git(&repo, &["add", "-A"]);
+    sortie_testkit::git(&repo, &["commit", "-q", "-m", "shared"]);
+    // sortie's own commits need an identity; a CI machine has none configured.
+    sortie_testkit::git(&repo, &["config", "user.name", "Test"]);
+    sortie_testkit::git(&repo, &["config", "user.email", "test@example.invalid"]);
+    let task = |label: &str, write: &str| {
+        format!(
+            "\n[[tasks]]\nlabel = \"{label}\"\ncommand = {}\n",
+            fake_command(&["--quiet", "--write", write])
+        )
+    };
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 3\n[defaults]\nisolation = \"worktree\"\ncwd = {:?}\n{}{}{}",
+            repo.display().to_string(),
+            task("first", "shared.txt:first"),
+            task("second", "shared.txt:second"),
+            task("third", "third.txt:third"),
+        ),
+    );
+    let run = unique_run("ap");
+    s.run_ok(&["run", batch.to_str().expect("utf-8"), "--run-id", &run]);
+
+    // The summary of status names each kept worktree: path, branch and diff stat.
+    let status = String::from_utf8_lossy(&s.run_ok(&["status", &run]).stdout).into_owned();
+    assert!(status.contains("kept worktrees (3):"), "{status}");
+    for label in ["first", "second", "third"] {
+        assert!(
+            status.contains(&format!("(sortie/{run}/{label})")),
+            "{status}"
+        );
+        assert!(
+            status.contains(&format!("worktrees/{run}/{label}")),
+            "{status}"
+        );
+    }
+    assert!(status.contains("1 file changed"), "{status}");
+
+    // diff RUN: every kept worktree, in task order.
+    let diff = String::from_utf8_lossy(&s.run_ok(&["diff", &run]).stdout).into_owned();
+    let at = |l: &str| {
+        diff.find(&format!("# sortie: {l} "))
+            .unwrap_or_else(|| panic!("{l} in {diff}"))
+    };
+    assert!(
+        at("first") < at("second") && at("second") < at("third"),
+        "{diff}"
+    );
+    assert!(diff.contains("+second"), "{diff}");
+
+    let head_before = sortie_testkit::git(&repo, &["rev-parse", "HEAD"]);
+    let out = s.run(&["apply", &run, "--all", "--commit"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("applied first's change to") && stdout.contains("committed as"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("second's change conflicts with"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not applied: third"), "{stderr}");
+    // One commit, first's, on top of what was there; second changed nothing; third not reached.
+    let log = sortie_testkit::git(
+        &repo,
+        &[
+            "log",
+            "--format=%s",
+            &format!("{}..HEAD", head_before.trim()),
+        ],
+    );
+    assert_eq!(log.trim(), format!("sortie: first (run {run})"));
+    assert_eq!(
+        std::fs::read_to_string(repo.join("shared.txt")).expect("read"),
+        "base\nfirst\n"
+    );
+    assert!(!repo.join("third.txt").exists(), "third was not applied");
+    let dirty = sortie_testkit::git(&repo, &["status", "--porcelain"]);
+    assert_eq!(
+        dirty.trim(),
+        "",
+        "the checkout is clean: nothing half-applied"
+    );
+}

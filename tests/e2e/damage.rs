@@ -1,0 +1,257 @@
+//! A damaged journal is never silent: for many damage positions across a real multi-task
+//! journal (flipped bytes inside its written records, a truncated file, zeroed pages of the log,
+//! a zeroed sled snapshot), `audit` exits 4 with one line naming what was lost, never says
+//! "whole", never panics; `status`, `replay`, `resume` and `list` refuse it in the same words.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::{Scratch, fake_command};
+
+const RUN: &str = "good";
+const TASKS: usize = 12;
+
+/// A finished run of [`TASKS`] fake agents reporting usage, in a scratch state dir.
+fn finished_run() -> Scratch {
+    let s = Scratch::new();
+    let mut toml = String::from("concurrency = 3\n");
+    for i in 0..TASKS {
+        let usage = format!("{},{},0.00{:02}", 100 + i, 10 + i, 10 + i);
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i:02}\"\ncommand = {}\n",
+            fake_command(&["--usage", &usage, "--turns", "2", "--answer", "done"])
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    s
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// A copy of `original`'s state dir, damaged by `damage` (given the journal's directory).
+fn damaged(original: &Scratch, damage: impl FnOnce(&Path)) -> Scratch {
+    let copy = Scratch::new();
+    copy_dir(&original.state_dir(), &copy.state_dir());
+    damage(&journal_dir(&copy));
+    copy
+}
+
+fn journal_dir(s: &Scratch) -> PathBuf {
+    s.state_dir().join("runs").join(RUN).join("journal")
+}
+
+fn db(s: &Scratch) -> Vec<u8> {
+    std::fs::read(journal_dir(s).join("db")).expect("read the db")
+}
+
+/// The length of the log's written part (the rest of the segment is zeros).
+fn written(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)
+}
+
+/// The stored bytes of every record, read through a private copy of the journal.
+fn records(s: &Scratch) -> Vec<Vec<u8>> {
+    let copy = tempfile::tempdir().expect("tempdir");
+    let run_dir = copy.path().join("run");
+    copy_dir(&s.state_dir().join("runs").join(RUN), &run_dir);
+    let journal = sortie_journal::Journal::open_read_only(&run_dir).expect("the journal opens");
+    (0..journal.next_seq().0)
+        .map(|seq| {
+            journal
+                .raw_get(sortie_core::Seq(seq))
+                .expect("readable")
+                .expect("present")
+        })
+        .collect()
+}
+
+/// Every offset where `needle` is in `hay`.
+fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
+    hay.windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// What `sortie audit` says about a damaged copy: asserts exit 4, one line that names the
+/// loss, no "whole", no panic, no raw sled log; returns the line.
+fn audit_refuses(s: &Scratch, what: &str) -> String {
+    let out = s.run(&["audit", RUN]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{what}: audit must exit 4\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        !stdout.contains("whole"),
+        "{what}: audit says whole: {stdout}"
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "{what}: audit panicked: {stderr}"
+    );
+    assert!(!stderr.contains("sled"), "{what}: raw sled log: {stderr}");
+    let first = stdout.lines().next().unwrap_or_default().to_owned();
+    assert!(
+        first.contains("truncated: records ")
+            || first.contains("storage damaged: ")
+            || first.contains("CORRUPT at seq"),
+        "{what}: audit does not name the loss: {stdout}"
+    );
+    first
+}
+
+#[test]
+fn a_flipped_byte_in_any_written_record_is_never_silent() {
+    let original = finished_run();
+    let records = records(&original);
+    assert!(records.len() > 50, "a real multi-task journal");
+    let log = db(&original);
+    let mut tried = 0;
+    for (seq, record) in records.iter().enumerate().step_by(3) {
+        let places = find_all(&log, record);
+        if places.is_empty() {
+            continue; // held only in a form sled rewrote (a page image), not as written
+        }
+        let copy = damaged(&original, |dir| {
+            let mut bytes = db(&original);
+            for at in &places {
+                bytes[at + record.len() / 2] ^= 0x5a;
+            }
+            std::fs::write(dir.join("db"), bytes).expect("write");
+        });
+        let line = audit_refuses(&copy, &format!("record {seq} flipped"));
+        if let Some(rest) = line.split("truncated: records ").nth(1) {
+            let from: u64 = rest
+                .split("..")
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("a seq");
+            assert!(from <= seq as u64, "record {seq} flipped, says {line}");
+        }
+        tried += 1;
+    }
+    assert!(
+        tried >= 15,
+        "only {tried} records found as written in the log"
+    );
+}
+
+#[test]
+fn a_truncated_log_or_zeroed_pages_are_never_silent() {
+    let original = finished_run();
+    let end = written(&db(&original));
+    for cut in [end / 10, end / 3, end / 2, end * 9 / 10, end - 20] {
+        let copy = damaged(&original, |dir| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("db"))
+                .expect("open");
+            f.set_len(cut as u64).expect("truncate");
+        });
+        audit_refuses(&copy, &format!("log cut at {cut} of {end}"));
+    }
+    for page in (0..end).step_by(4096).skip(1) {
+        let copy = damaged(&original, |dir| {
+            let mut bytes = db(&original);
+            let stop = (page + 4096).min(bytes.len());
+            bytes[page..stop].fill(0);
+            std::fs::write(dir.join("db"), bytes).expect("write");
+        });
+        audit_refuses(&copy, &format!("page at {page} zeroed"));
+    }
+}
+
+#[test]
+fn a_zeroed_or_removed_sled_snapshot_with_damage_behind_it_is_never_silent() {
+    let original = finished_run();
+    // An open and close leaves sled's own snapshot of its page table beside the log.
+    original.run_ok(&["audit", RUN]);
+    let snaps = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("read dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("snap."))
+            })
+            .collect()
+    };
+    assert!(
+        !snaps(&journal_dir(&original)).is_empty(),
+        "sled wrote a snapshot"
+    );
+    let copy = damaged(&original, |dir| {
+        for snap in snaps(dir) {
+            let len = std::fs::metadata(&snap).expect("stat").len();
+            std::fs::write(&snap, vec![0u8; len as usize]).expect("zero");
+        }
+    });
+    let line = audit_refuses(&copy, "sled snapshot zeroed");
+    assert!(line.contains("storage damaged: "), "{line}");
+    // sled's own complaint is for -v.
+    let verbose = copy.run(&["-v", "audit", RUN]);
+    assert_eq!(verbose.status.code(), Some(4));
+    assert!(
+        String::from_utf8_lossy(&verbose.stderr).contains("sled"),
+        "-v shows what sled logged"
+    );
+    let end = written(&db(&original));
+    let copy = damaged(&original, |dir| {
+        for snap in snaps(dir) {
+            std::fs::remove_file(snap).expect("remove");
+        }
+        let mut bytes = db(&original);
+        bytes[end / 2] ^= 0xff;
+        std::fs::write(dir.join("db"), bytes).expect("write");
+    });
+    audit_refuses(&copy, "sled snapshot removed, a byte flipped behind it");
+}
+
+#[test]
+fn every_reader_refuses_a_truncated_journal_in_the_same_words() {
+    let original = finished_run();
+    let end = written(&db(&original));
+    let copy = damaged(&original, |dir| {
+        let mut bytes = db(&original);
+        bytes[end / 2] ^= 0xff;
+        std::fs::write(dir.join("db"), bytes).expect("write");
+    });
+    let line = audit_refuses(&copy, "a byte flipped");
+    let words = line
+        .split(&format!("journal of run {RUN}: "))
+        .nth(1)
+        .expect("the audit line names the run")
+        .to_owned();
+    assert!(words.starts_with("truncated: records "), "{line}");
+    for args in [
+        vec!["status", RUN],
+        vec!["replay", RUN],
+        vec!["resume", RUN],
+        vec!["list"],
+    ] {
+        let out = copy.run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {stdout} {stderr}");
+        assert!(stderr.contains(&words), "{args:?} says: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(!stdout.contains("not started"), "{args:?}: {stdout}");
+    }
+    let listed = copy.run(&["list"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("damaged"));
+}
