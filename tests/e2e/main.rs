@@ -15,6 +15,7 @@ mod cli_edge;
 mod control;
 mod crash;
 mod damage;
+mod detach;
 mod faults;
 mod graphs;
 mod mixed;

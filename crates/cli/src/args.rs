@@ -37,6 +37,11 @@ pub(crate) struct Global {
     /// tasks).
     #[arg(long, global = true)]
     pub(crate) outputs: bool,
+    /// While this process runs a run (`run`, `resume`, `cancel`), run CMD through `sh -c` each
+    /// time a task ends, with SORTIE_RUN, SORTIE_TASK, SORTIE_STATE, SORTIE_COST_USD,
+    /// SORTIE_ARTIFACT and SORTIE_ERROR in its environment (a notification, a chat hook).
+    #[arg(long, global = true, value_name = "CMD")]
+    pub(crate) on_task_end: Option<String>,
 }
 
 impl Global {
@@ -92,6 +97,19 @@ pub(crate) enum Command {
     Steer(SteerArgs),
     /// Change how many tasks of a live run run at once.
     Concurrency(ConcurrencyArgs),
+    /// Wait for a run to end and exit with its code (0 completed, 1 failed or partial, 3
+    /// interrupted; 5 when `--timeout` passed first), printing its summary.
+    Wait(WaitArgs),
+}
+
+/// `sortie wait`.
+#[derive(Debug, Args)]
+pub(crate) struct WaitArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Give up after this long ("30s", "2h"): exit 5, the run goes on.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Option<std::time::Duration>,
 }
 
 /// A live run, or one task of it.
@@ -159,6 +177,10 @@ pub(crate) struct RunArgs {
     /// Run one command instead of a batch file: `sortie run -- CMD ARGS...`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+    /// Start the run in the background: print its id and return while it goes on (its output
+    /// goes to `<state-dir>/logs/<run>.log`; `sortie wait RUN` waits for it).
+    #[arg(long)]
+    pub(crate) detach: bool,
 }
 
 /// A run, or by default the newest.

@@ -31,7 +31,8 @@ pub(crate) fn init_tracing(verbose: u8) {
 /// What a run prints while it goes: off a terminal, one timestamped line per event worth a
 /// person's attention; on a terminal, the same lines above the live board (`board.rs`). With
 /// `--json` or `--quiet`, nothing: stdout gets the summary at the end.
-pub(crate) fn observer(quiet: bool, run_id: Option<&RunId>) -> Box<dyn Observer> {
+pub(crate) fn observer(g: &crate::args::Global, run_id: Option<&RunId>) -> Box<dyn Observer> {
+    let quiet = g.json || g.quiet;
     let board = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let board = Board::new();
         if let Some(run) = run_id {
@@ -39,12 +40,56 @@ pub(crate) fn observer(quiet: bool, run_id: Option<&RunId>) -> Box<dyn Observer>
         }
         board
     });
-    Box::new(LogLines { quiet, board })
+    Box::new(LogLines {
+        quiet,
+        board,
+        on_task_end: g.on_task_end.clone(),
+    })
 }
 
 struct LogLines {
     quiet: bool,
     board: Option<Board>,
+    /// `--on-task-end CMD`.
+    on_task_end: Option<String>,
+}
+
+/// Runs `--on-task-end CMD` for a task that just ended, with what a hook wants to know in its
+/// environment.
+fn task_end_hook(cmd: &str, state: &RunState, task: TaskId, result: &sortie_core::TaskResult) {
+    let rec = state.task(task);
+    let usage = rec.map(|r| r.usage()).unwrap_or_default();
+    let artifact = rec
+        .and_then(|r| r.artifact.as_ref())
+        .map(|a| a.path.clone())
+        .unwrap_or_default();
+    let env = vec![
+        (
+            "SORTIE_RUN".to_owned(),
+            state
+                .run_id
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+        ),
+        ("SORTIE_TASK".to_owned(), state.label(task)),
+        ("SORTIE_STATE".to_owned(), result.state.to_string()),
+        (
+            "SORTIE_COST_USD".to_owned(),
+            format!("{:.6}", usage.cost.usd()),
+        ),
+        ("SORTIE_ARTIFACT".to_owned(), artifact),
+        (
+            "SORTIE_ERROR".to_owned(),
+            result
+                .error
+                .as_deref()
+                .map(first_line)
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+    ];
+    sortie_runner::process::run_hook(cmd, &env);
 }
 
 /// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
@@ -54,6 +99,9 @@ fn colour() -> bool {
 
 impl Observer for LogLines {
     fn event(&mut self, state: &RunState, s: &Stamped) {
+        if let (Some(cmd), Event::TaskFinished { task, result }) = (&self.on_task_end, &s.event) {
+            task_end_hook(cmd, state, *task, result);
+        }
         if self.quiet {
             return;
         }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sortie_runner::control::{self, Request};
 use sortie_runner::layout::Owner;
 
-use super::{Code, run_id};
+use super::Code;
 use crate::args::Global;
 use crate::error::{CliError, Result};
 
@@ -33,7 +33,7 @@ fn action_name(req: &Request) -> &'static str {
 /// Sends `req` to live run `run` and prints its answer: exit 0 when it was carried out, 1 when
 /// the run refused it, 2 when no process runs the run.
 pub(crate) fn send(g: &Global, run: &str, req: Request) -> Result<Code> {
-    let run = run_id(run)?;
+    let run = super::find_run(g, run)?;
     let dir = g.layout().run(&run);
     if !dir.exists() {
         return Err(CliError::usage(format_args!(

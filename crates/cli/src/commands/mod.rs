@@ -12,6 +12,7 @@ mod list;
 mod replay;
 mod run;
 mod status;
+mod wait;
 
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
@@ -54,12 +55,43 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
             },
         ),
         Command::Concurrency(c) => control::send(g, &c.run, Request::Concurrency { n: c.n }),
+        Command::Wait(w) => wait::wait(g, &w),
     }
 }
 
-/// Parses a run id given on the command line.
+/// Parses a run id given on the command line (for a new run: `--run-id`).
 fn run_id(s: &str) -> Result<RunId> {
     Ok(RunId::new(s)?)
+}
+
+/// The run a command line names: its whole id, or any prefix of exactly one run's id in the
+/// state dir (an ambiguous prefix is a usage error naming the candidates; a prefix of none is
+/// left as given, for the command to say there is no such run).
+pub(crate) fn find_run(g: &crate::args::Global, s: &str) -> Result<RunId> {
+    let layout = g.layout();
+    if let Ok(id) = RunId::new(s)
+        && layout.run(&id).exists()
+    {
+        return Ok(id);
+    }
+    let mut matches: Vec<RunId> = layout
+        .run_ids()
+        .into_iter()
+        .filter(|id| id.as_str().starts_with(s))
+        .collect();
+    matches.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    match matches.len() {
+        0 => run_id(s),
+        1 => Ok(matches.remove(0)),
+        n => {
+            let names: Vec<&str> = matches.iter().take(5).map(RunId::as_str).collect();
+            Err(CliError::usage(format_args!(
+                "{s:?} is the start of {n} runs' ids: {}{}; give more of it",
+                names.join(", "),
+                if n > 5 { ", ..." } else { "" }
+            )))
+        }
+    }
 }
 
 /// Opens a run's journal for reading: works while another process runs it.
@@ -131,7 +163,7 @@ fn find_kept(
     run: &str,
     label: &str,
 ) -> Result<sortie_runner::worktree::kept::Kept> {
-    let run = run_id(run)?;
+    let run = find_run(g, run)?;
     let state = replay_all(&open_read(&g.layout(), &run)?)?;
     Ok(sortie_runner::worktree::kept::find(
         &state,

@@ -7,7 +7,7 @@ use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_core::{Event, RunState, Seq, Stamped};
 
-use super::{Code, open_read, run_id};
+use super::{Code, open_read};
 use crate::args::{Global, ReplayArgs};
 use crate::output;
 
@@ -19,7 +19,7 @@ struct ReplayView<'a> {
 
 /// Prints the timeline and the state as of `--at`.
 pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
-    let run = run_id(&args.run)?;
+    let run = super::find_run(g, &args.run)?;
     let journal = open_read(&g.layout(), &run)?;
     let upto = args.at.map(Seq);
     let mut state = RunState::new();

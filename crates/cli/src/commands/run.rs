@@ -45,8 +45,22 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
             ));
         }
     };
-    let run_id = args.run_id.as_deref().map(run_id).transpose()?;
-    let observer = output::observer(g.json || g.quiet, run_id.as_ref());
+    let mut run_id = args.run_id.as_deref().map(run_id).transpose()?;
+    if run_id.is_none()
+        && let Ok(id) = std::env::var(super::wait::DETACHED_RUN_ID)
+    {
+        run_id = Some(super::run_id(&id)?);
+    }
+    if args.detach {
+        // The batch loaded above: a batch that does not load fails here, not in the
+        // background.
+        let id = run_id.unwrap_or_else(sortie_runner::clock::new_run_id);
+        if g.layout().run(&id).exists() {
+            return Err(CliError::usage(format_args!("run {id} exists already")));
+        }
+        return super::wait::detach(g, &id);
+    }
+    let observer = output::observer(g, run_id.as_ref());
     let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
@@ -55,10 +69,10 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
 /// `sortie resume [RUN]`.
 pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
     let run = match run {
-        Some(r) => run_id(r)?,
+        Some(r) => super::find_run(g, r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g.json || g.quiet, Some(&run));
+    let observer = output::observer(g, Some(&run));
     let end = runtime()?
         .block_on(engine::take_over(
             &g.layout().absolute(),
@@ -73,7 +87,7 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
 /// `sortie cancel RUN`: a live run is told to cancel (SIGUSR1 to its owner) and this command
 /// waits until it has; a dead run is taken over and its unfinished tasks cancelled here.
 pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
-    let run = run_id(run)?;
+    let run = super::find_run(g, run)?;
     let dir = g.layout().run(&run);
     if let Owner::Live { pid } = dir.owner() {
         let pid = pid.ok_or_else(|| {
@@ -113,7 +127,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             &g.layout().absolute(),
             run.clone(),
             Takeover::Cancel,
-            output::observer(g.json || g.quiet, Some(&run)),
+            output::observer(g, Some(&run)),
         ))
         .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
