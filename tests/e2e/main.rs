@@ -19,9 +19,13 @@ mod detach;
 mod faults;
 mod graphs;
 mod mixed;
+mod real_claude;
 mod real_codex;
 mod real_pi;
 mod signals;
+// #11
+mod slurm;
+mod slurm_crash;
 mod summary;
 mod support;
 mod torture;

@@ -23,6 +23,7 @@ use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
 pub(crate) use replay::control_text;
+pub(crate) use replay::percent;
 
 /// Runs the command.
 pub(crate) fn dispatch(cli: Cli) -> Result<Code> {

@@ -34,6 +34,10 @@ impl RunState {
                 self.status = RunStatus::Finished { state: *state };
                 self.summary = Some(summary.clone());
             }
+            Event::RunBudgetWarned { limit, .. } => self.budget_warned.push(*limit),
+            Event::RunBudgetExceeded { limit, reason } => {
+                self.budget_exceeded = Some((*limit, reason.clone()));
+            }
             Event::Control { action, .. } => self.control_apply(action),
             _ => {
                 let Some(task) = event.task() else { return };
@@ -211,6 +215,8 @@ impl RunState {
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. }
+            | Event::RunBudgetWarned { .. }
+            | Event::RunBudgetExceeded { .. }
             | Event::Control { .. } => {}
         }
     }
