@@ -12,8 +12,10 @@ mod bad_input;
 mod batches;
 mod board;
 mod cli_edge;
+mod control;
 mod crash;
 mod damage;
+mod detach;
 mod faults;
 mod graphs;
 mod mixed;
@@ -25,6 +27,7 @@ mod supervised;
 // #11
 mod slurm;
 mod slurm_crash;
+mod summary;
 mod support;
 mod torture;
 mod worktree;

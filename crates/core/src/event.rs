@@ -280,6 +280,15 @@ pub enum Event {
         /// The attempt.
         attempt: Attempt,
     },
+    /// A user acted on the live run through its control socket (`sortie hold`, `release`,
+    /// `cancel --task`, `steer`, `concurrency`). Journaled before it takes effect, so that
+    /// replay shows it and a resume keeps it (a held task stays held).
+    Control {
+        /// Who: the peer's user and pid as the socket's credentials gave them.
+        by: String,
+        /// What.
+        action: ControlAction,
+    },
 }
 
 /// One limit of a run's budget.
@@ -301,6 +310,63 @@ impl BudgetLimit {
             BudgetLimit::Cost => "max_cost",
             BudgetLimit::Tokens => "max_tokens",
             BudgetLimit::Deadline => "deadline",
+        }
+    }
+}
+
+/// What a user did to a live run (see [`Event::Control`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlAction {
+    /// Hold one task (its processes stopped, nothing of it launched), or the whole run.
+    Hold {
+        /// The task; `None`: the run.
+        task: Option<TaskId>,
+    },
+    /// Release one held task, or the run and every held task.
+    Release {
+        /// The task; `None`: everything held.
+        task: Option<TaskId>,
+    },
+    /// Cancel one task (its attempt stopped, not retried; it ends cancelled), or the run.
+    Cancel {
+        /// The task; `None`: the run.
+        task: Option<TaskId>,
+    },
+    /// Send a message to a running task's agent (one that can be steered).
+    Steer {
+        /// The task.
+        task: TaskId,
+        /// The message.
+        message: String,
+    },
+    /// Change how many tasks run at once.
+    Concurrency {
+        /// The new limit (at least 1).
+        n: u32,
+    },
+}
+
+impl ControlAction {
+    /// The task the action is about, if one.
+    pub fn task(&self) -> Option<TaskId> {
+        match self {
+            ControlAction::Hold { task }
+            | ControlAction::Release { task }
+            | ControlAction::Cancel { task } => *task,
+            ControlAction::Steer { task, .. } => Some(*task),
+            ControlAction::Concurrency { .. } => None,
+        }
+    }
+
+    /// The action's name, as the CLI's commands say it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ControlAction::Hold { .. } => "hold",
+            ControlAction::Release { .. } => "release",
+            ControlAction::Cancel { .. } => "cancel",
+            ControlAction::Steer { .. } => "steer",
+            ControlAction::Concurrency { .. } => "concurrency",
         }
     }
 }
@@ -334,6 +400,7 @@ impl Event {
             | Event::AttemptHandle { task, .. }
             | Event::AttemptAdopted { task, .. }
             | Event::AttemptRecorded { task, .. } => Some(*task),
+            Event::Control { action, .. } => action.task(),
         }
     }
 
@@ -365,6 +432,7 @@ impl Event {
             Event::AttemptHandle { .. } => "AttemptHandle",
             Event::AttemptAdopted { .. } => "AttemptAdopted",
             Event::AttemptRecorded { .. } => "AttemptRecorded",
+            Event::Control { .. } => "Control",
         }
     }
 }

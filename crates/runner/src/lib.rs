@@ -9,6 +9,7 @@
 mod agent;
 mod attempt;
 pub mod clock;
+pub mod control;
 pub mod engine;
 mod error;
 pub mod executor;

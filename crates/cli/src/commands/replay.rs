@@ -7,7 +7,7 @@ use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_core::{Event, RunState, Seq, Stamped};
 
-use super::{Code, open_read, run_id};
+use super::{Code, open_read};
 use crate::args::{Global, ReplayArgs};
 use crate::output;
 
@@ -19,7 +19,7 @@ struct ReplayView<'a> {
 
 /// Prints the timeline and the state as of `--at`.
 pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
-    let run = run_id(&args.run)?;
+    let run = super::find_run(g, &args.run)?;
     let journal = open_read(&g.layout(), &run)?;
     let upto = args.at.map(Seq);
     let mut state = RunState::new();
@@ -208,6 +208,20 @@ fn details(e: &Event) -> String {
         Event::AttemptRecorded { attempt, .. } => {
             format!("attempt {attempt} ended while sortie was down: recorded from its files")
         }
+        Event::Control { by, action } => format!("{} by {by}", control_text(action)),
+    }
+}
+
+/// A control action as people say it: `hold`, `steer: "message"`, `concurrency 2`.
+pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
+    use sortie_core::ControlAction as A;
+    match action {
+        A::Steer { message, .. } => format!("steer: {message:?}"),
+        A::Concurrency { n } => format!("concurrency {n}"),
+        A::Hold { task: None } | A::Release { task: None } | A::Cancel { task: None } => {
+            format!("{} of the run", action.name())
+        }
+        other => other.name().to_owned(),
     }
 }
 

@@ -1,7 +1,5 @@
 //! `sortie run`, `sortie resume` and `sortie cancel`: the commands that own a run.
 
-use std::path::Path;
-
 use crate::error::{CliError, Result, ResultExt};
 use sortie_batch::{self as batch, Overrides};
 use sortie_core::{RunOutcome, RunStatus};
@@ -51,8 +49,22 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
             ));
         }
     };
-    let run_id = args.run_id.as_deref().map(run_id).transpose()?;
-    let observer = output::observer(g.json || g.quiet, run_id.as_ref());
+    let mut run_id = args.run_id.as_deref().map(run_id).transpose()?;
+    if run_id.is_none()
+        && let Ok(id) = std::env::var(super::wait::DETACHED_RUN_ID)
+    {
+        run_id = Some(super::run_id(&id)?);
+    }
+    if args.detach {
+        // The batch loaded above: a batch that does not load fails here, not in the
+        // background.
+        let id = run_id.unwrap_or_else(sortie_runner::clock::new_run_id);
+        if g.layout().run(&id).exists() {
+            return Err(CliError::usage(format_args!("run {id} exists already")));
+        }
+        return super::wait::detach(g, &id);
+    }
+    let observer = output::observer(g, run_id.as_ref());
     let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
@@ -61,10 +73,10 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
 /// `sortie resume [RUN]`.
 pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
     let run = match run {
-        Some(r) => run_id(r)?,
+        Some(r) => super::find_run(g, r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g.json || g.quiet, Some(&run));
+    let observer = output::observer(g, Some(&run));
     let end = runtime()?
         .block_on(engine::take_over(
             &g.layout().absolute(),
@@ -79,13 +91,28 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
 /// `sortie cancel RUN`: a live run is told to cancel (SIGUSR1 to its owner) and this command
 /// waits until it has; a dead run is taken over and its unfinished tasks cancelled here.
 pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
-    let run = run_id(run)?;
+    let run = super::find_run(g, run)?;
     let dir = g.layout().run(&run);
     if let Owner::Live { pid } = dir.owner() {
         let pid = pid.ok_or_else(|| {
             CliError::usage(format_args!("run {run} is live but its pid is unknown"))
         })?;
-        signal_cancel(pid)?;
+        // Through the control socket, so that the cancel is journaled with who asked; a run
+        // without one (started by an older sortie) gets SIGUSR1.
+        let asked = sortie_runner::control::send(
+            &dir.control_socket(),
+            &sortie_runner::control::Request::Cancel { task: None },
+        );
+        match asked {
+            Ok(reply) if !reply.ok => {
+                return Err(CliError::usage(format_args!(
+                    "run {run} refused: {}",
+                    reply.message
+                )));
+            }
+            Ok(_) => {}
+            Err(_) => signal_cancel(pid)?,
+        }
         eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
         while matches!(dir.owner(), Owner::Live { .. }) {
             std::thread::sleep(std::time::Duration::from_millis(100));
@@ -93,7 +120,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
         let state = super::replay_all(&open_read(&g.layout(), &run)?)?;
         return Ok(match state.status {
             RunStatus::Finished { state: s } => {
-                output::print_summary(g.json, &run, &state)?;
+                crate::summary::print_summary(g, &run, &state)?;
                 outcome_code(s)
             }
             _ => Code::Interrupted,
@@ -104,7 +131,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             &g.layout().absolute(),
             run.clone(),
             Takeover::Cancel,
-            output::observer(g.json || g.quiet, Some(&run)),
+            output::observer(g, Some(&run)),
         ))
         .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
@@ -140,7 +167,7 @@ fn outcome_code(s: RunOutcome) -> Code {
 
 fn report(g: &Global, end: &RunEnd) -> Code {
     // The run's own code wins over a failure to print its summary.
-    if let Err(e) = output::print_summary(g.json, &end.run_id, &end.state) {
+    if let Err(e) = crate::summary::print_summary(g, &end.run_id, &end.state) {
         e.print();
     }
     match end.end {
@@ -149,18 +176,10 @@ fn report(g: &Global, end: &RunEnd) -> Code {
             eprintln!(
                 "sortie: run {} interrupted; resume it with: sortie{} resume {}",
                 end.run_id,
-                state_dir_flag(&g.state_dir),
+                super::state_dir_flag(&g.state_dir),
                 end.run_id
             );
             Code::Interrupted
         }
-    }
-}
-
-pub(super) fn state_dir_flag(dir: &Path) -> String {
-    if dir == Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
-        String::new()
-    } else {
-        format!(" --state-dir {}", dir.display())
     }
 }

@@ -38,6 +38,7 @@ impl RunState {
             Event::RunBudgetExceeded { limit, reason } => {
                 self.budget_exceeded = Some((*limit, reason.clone()));
             }
+            Event::Control { action, .. } => self.control_apply(action),
             _ => {
                 let Some(task) = event.task() else { return };
                 let resumes = self.resumes;
@@ -241,7 +242,33 @@ impl RunState {
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
-            | Event::RunBudgetExceeded { .. } => {}
+            | Event::RunBudgetExceeded { .. }
+            | Event::Control { .. } => {}
+        }
+    }
+
+    /// Applies `Event::Control`.
+    fn control_apply(&mut self, action: &ControlAction) {
+        let c = &mut self.control;
+        match action {
+            ControlAction::Hold { task: Some(t) } => {
+                c.held.insert(*t);
+            }
+            ControlAction::Hold { task: None } => c.run_held = true,
+            ControlAction::Release { task: Some(t) } => {
+                c.held.remove(t);
+            }
+            ControlAction::Release { task: None } => {
+                c.run_held = false;
+                c.held.clear();
+            }
+            ControlAction::Cancel { task: Some(t) } => {
+                c.cancelled.insert(*t);
+                c.held.remove(t);
+            }
+            ControlAction::Cancel { task: None } => c.run_cancelled = true,
+            ControlAction::Steer { .. } => {}
+            ControlAction::Concurrency { n } => c.concurrency = Some(*n),
         }
     }
 }

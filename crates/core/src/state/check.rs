@@ -35,6 +35,9 @@ impl RunState {
                 }
                 return Ok(());
             }
+            (RunStatus::Running, Event::Control { action, .. }) => {
+                return self.check_control(action);
+            }
             (RunStatus::Running, Event::RunFinished { state, .. }) => {
                 let unfinished = self.tasks.iter().filter(|t| !t.state.is_terminal()).count();
                 if unfinished > 0 {
@@ -330,6 +333,45 @@ impl TaskCheck<'_> {
             },
             // Run events are decided above; attempt events in `attempt_event`.
             _ => Err(self.illegal()),
+        }
+    }
+}
+
+impl RunState {
+    /// A control action applies to a running run, on a task that exists and has not finished;
+    /// a steer only to a task with a live attempt; a concurrency of at least 1.
+    fn check_control(&self, action: &ControlAction) -> Result<(), Violation> {
+        let name = "Control";
+        if let ControlAction::Concurrency { n: 0 } = action {
+            return Err(Violation::IllegalControl {
+                why: "the concurrency must be at least 1".into(),
+            });
+        }
+        let Some(task) = action.task() else {
+            return Ok(());
+        };
+        let Some(rec) = self.tasks.get(task.index()) else {
+            return Err(Violation::UnknownTask { event: name, task });
+        };
+        let refuse = |why: &str| {
+            Err(Violation::IllegalControl {
+                why: format!("task {}: {why}", self.label(task)),
+            })
+        };
+        if rec.state.is_terminal() {
+            return refuse("it has finished");
+        }
+        match action {
+            ControlAction::Steer { .. } if rec.live_attempt().is_none() => {
+                refuse("it is not running")
+            }
+            ControlAction::Release { .. } if !self.control.held.contains(&task) => {
+                refuse("it is not held")
+            }
+            ControlAction::Cancel { .. } if self.control.cancelled.contains(&task) => {
+                refuse("it is already cancelled")
+            }
+            _ => Ok(()),
         }
     }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod apply;
 mod check;
 
-use crate::event::{BudgetLimit, Event, OrphanAction, Stamped};
+use crate::event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
@@ -426,6 +426,12 @@ pub enum Violation {
         /// The limit.
         limit: BudgetLimit,
     },
+    /// A control action that does not apply now.
+    #[error("{why}")]
+    IllegalControl {
+        /// Why, for people.
+        why: String,
+    },
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -466,6 +472,30 @@ pub struct RunState {
     pub budget_warned: Vec<BudgetLimit>,
     /// The limit that ran out and why (`RunBudgetExceeded`).
     pub budget_exceeded: Option<(BudgetLimit, String)>,
+    /// What users asked of the live run (`Event::Control`): held, cancelled, concurrency.
+    pub control: ControlState,
+}
+
+/// What `Event::Control` changed, as the planner and the runner need it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ControlState {
+    /// The whole run is held: nothing launches, every live attempt is stopped.
+    pub run_held: bool,
+    /// Tasks held one by one.
+    pub held: std::collections::BTreeSet<TaskId>,
+    /// Tasks a user cancelled: they end cancelled, never retried.
+    pub cancelled: std::collections::BTreeSet<TaskId>,
+    /// The concurrency a user set, over the batch's.
+    pub concurrency: Option<u32>,
+    /// A user cancelled the whole run: a process that takes it over goes on cancelling.
+    pub run_cancelled: bool,
+}
+
+impl ControlState {
+    /// Whether task `task` is held (by itself or with the run).
+    pub fn is_held(&self, task: TaskId) -> bool {
+        self.run_held || self.held.contains(&task)
+    }
 }
 
 impl Default for RunState {
@@ -495,6 +525,7 @@ impl RunState {
             tally: Usage::ZERO,
             budget_warned: Vec::new(),
             budget_exceeded: None,
+            control: ControlState::default(),
         }
     }
 

@@ -176,6 +176,10 @@ pub(crate) enum Op {
     Resume(u8),
     /// `sortie cancel`: live attempts end cancelled and the loop ends every unfinished task.
     Cancel,
+    /// Live control (`Event::Control`), chosen by the first byte: hold, release or cancel a task
+    /// (picked by the second), hold or release the run, or set the concurrency; a cancelled live
+    /// attempt then ends cancelled, as the runner stops it.
+    Control(u8, u8),
 }
 
 /// A batch and what happens to it.
@@ -332,6 +336,7 @@ pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
         3 => Just(Op::Crash),
         20 => any::<u8>().prop_map(Op::Resume),
         1 => Just(Op::Cancel),
+        4 => (any::<u8>(), any::<u8>()).prop_map(|(k, sel)| Op::Control(k, sel)),
     ]
 }
 
@@ -675,7 +680,43 @@ impl<B: Backend> Driver<B> {
             Op::Cancel => {
                 self.cancel();
             }
+            Op::Control(kind, sel) => {
+                self.control(*kind, *sel);
+            }
         }
+    }
+
+    /// A user's live control: journaled as the runner does (checked first: one that does not
+    /// apply is refused, not stored), then its effect on a live attempt.
+    fn control(&mut self, kind: u8, sel: u8) -> Option<()> {
+        use sortie_core::ControlAction as C;
+        let st = self.st()?;
+        if self.stopping.is_some() {
+            return None;
+        }
+        let task = self.pick(sel, |r| !r.state.is_terminal());
+        let action = match (kind % 6, task) {
+            (0, Some(t)) => C::Hold { task: Some(t) },
+            (1, Some(t)) => C::Release { task: Some(t) },
+            (2, Some(t)) => C::Cancel { task: Some(t) },
+            (3, _) => C::Hold { task: None },
+            (4, _) => C::Release { task: None },
+            (_, _) => C::Concurrency {
+                n: u32::from(sel % 4) + 1,
+            },
+        };
+        let event = Event::Control {
+            by: "uid 1000 pid 7".into(),
+            action: action.clone(),
+        };
+        st.check(&event).ok()?;
+        self.emit(event)?;
+        if let C::Cancel { task: Some(t) } = action
+            && self.st()?.tasks[t.index()].live_attempt().is_some()
+        {
+            self.finish_attempt(t, OutcomeKind::Cancelled, false);
+        }
+        Some(())
     }
 
     fn live_attempt(&self, task: TaskId) -> Attempt {
@@ -1011,6 +1052,16 @@ impl<B: Backend> Driver<B> {
     fn wind_down(&mut self) {
         if self.state.is_none() && self.resume(0).is_none() {
             return;
+        }
+        // Whatever a user held is released: a held task would wait for ever.
+        let held = self
+            .st()
+            .is_some_and(|st| st.control.run_held || !st.control.held.is_empty());
+        if held {
+            self.emit(Event::Control {
+                by: "uid 1000 pid 7".into(),
+                action: sortie_core::ControlAction::Release { task: None },
+            });
         }
         for _ in 0..1000 {
             let Some(st) = self.st() else { return };

@@ -98,6 +98,8 @@ fn step(g: G, e: &Event) -> Option<G> {
     use G::*;
     let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Retried);
     Some(match (g, e) {
+        // A user's action on the task (hold, cancel, steer) changes no step of its grammar.
+        (g, Event::Control { .. }) if g != Done => g,
         (Pending, Event::TaskQueued { .. }) => Queued,
         (Queued, Event::WorktreePlanned { .. }) => Planned,
         (Queued | Planned, Event::TaskSetUp { .. }) => SetUp,

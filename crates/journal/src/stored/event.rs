@@ -7,7 +7,7 @@
 //! bincode ignores names.
 
 use serde::{Deserialize, Serialize};
-use sortie_core::{Attempt, Event, RunId, Seq, TaskId};
+use sortie_core::{Attempt, ControlAction, Event, RunId, Seq, TaskId};
 
 use super::v2::{AttemptOutcomeV2, BatchV2, BudgetLimitV2, TaskResultV2};
 use super::{
@@ -167,6 +167,61 @@ pub(crate) enum StoredEvent {
     },
     /// `Event::AttemptRecorded`.
     AttemptRecorded { task: u32, attempt: u32 },
+    /// `Event::Control` (issue 15: live control).
+    Control { by: String, action: ControlActionV1 },
+}
+
+/// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ControlActionV1 {
+    Hold { task: Option<u32> },
+    Release { task: Option<u32> },
+    Cancel { task: Option<u32> },
+    Steer { task: u32, message: String },
+    Concurrency { n: u32 },
+}
+
+impl From<&ControlAction> for ControlActionV1 {
+    fn from(a: &ControlAction) -> Self {
+        match a {
+            ControlAction::Hold { task } => ControlActionV1::Hold {
+                task: task.map(|t| t.0),
+            },
+            ControlAction::Release { task } => ControlActionV1::Release {
+                task: task.map(|t| t.0),
+            },
+            ControlAction::Cancel { task } => ControlActionV1::Cancel {
+                task: task.map(|t| t.0),
+            },
+            ControlAction::Steer { task, message } => ControlActionV1::Steer {
+                task: task.0,
+                message: message.clone(),
+            },
+            ControlAction::Concurrency { n } => ControlActionV1::Concurrency { n: *n },
+        }
+    }
+}
+
+impl From<ControlActionV1> for ControlAction {
+    fn from(a: ControlActionV1) -> Self {
+        match a {
+            ControlActionV1::Hold { task } => ControlAction::Hold {
+                task: task.map(TaskId),
+            },
+            ControlActionV1::Release { task } => ControlAction::Release {
+                task: task.map(TaskId),
+            },
+            ControlActionV1::Cancel { task } => ControlAction::Cancel {
+                task: task.map(TaskId),
+            },
+            ControlActionV1::Steer { task, message } => ControlAction::Steer {
+                task: TaskId(task),
+                message,
+            },
+            ControlActionV1::Concurrency { n } => ControlAction::Concurrency { n },
+        }
+    }
 }
 
 impl From<&Event> for StoredEvent {
@@ -360,6 +415,10 @@ impl From<&Event> for StoredEvent {
             Event::AttemptRecorded { task, attempt } => StoredEvent::AttemptRecorded {
                 task: task.0,
                 attempt: attempt.0,
+            },
+            Event::Control { by, action } => StoredEvent::Control {
+                by: by.clone(),
+                action: action.into(),
             },
         }
     }
@@ -585,6 +644,10 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::AttemptRecorded { task, attempt } => Event::AttemptRecorded {
                 task: TaskId(task),
                 attempt: Attempt(attempt),
+            },
+            StoredEvent::Control { by, action } => Event::Control {
+                by,
+                action: action.into(),
             },
         })
     }

@@ -132,11 +132,26 @@ impl Msg {
     }
 }
 
+/// What a user asks of a live attempt (`sortie hold`, `release`, `steer`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ctl {
+    /// Stop its processes (SIGSTOP through the executor's `signal`); its stall and attempt
+    /// clocks stop too.
+    Hold,
+    /// Continue them (SIGCONT).
+    Release,
+    /// Pass a message to its agent (one that can be steered).
+    Steer(String),
+}
+
 /// The run loop's handle on a live attempt.
 pub(crate) struct AttemptHandle {
     stop: mpsc::UnboundedSender<StopRequest>,
     join: JoinHandle<()>,
     control: Arc<OnceLock<Arc<dyn Control>>>,
+    ctl: mpsc::UnboundedSender<Ctl>,
+    /// Whether its agent can be steered (`sortie steer`).
+    pub(crate) steerable: bool,
 }
 
 impl AttemptHandle {
@@ -150,6 +165,12 @@ impl AttemptHandle {
         self.control
             .get()
             .is_some_and(|c| c.signal(sig).unwrap_or(false))
+    }
+
+    /// Passes a user's request on (hold, release, steer): the attempt's driver carries it out,
+    /// so that its watchdog knows of a hold.
+    pub(crate) fn control(&self, ctl: Ctl) {
+        let _ = self.ctl.send(ctl);
     }
 
     /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
@@ -167,11 +188,17 @@ impl AttemptHandle {
 /// Starts an attempt in its own task.
 pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptHandle {
     let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let steerable = ctx
+        .launch
+        .drive
+        .as_ref()
+        .is_some_and(|d| d.steer_command.is_some());
     let control = Arc::new(OnceLock::new());
     let slot = Arc::clone(&control);
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, &slot).await;
+        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await;
         let _ = tx.send(Msg::Finished {
             task,
             attempt,
@@ -184,5 +211,7 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
         stop: stop_tx,
         join,
         control,
+        ctl: ctl_tx,
+        steerable,
     }
 }

@@ -13,10 +13,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::watch::{Decision, Watch};
-use super::{AttemptCtx, Msg, StopRequest};
+use super::{AttemptCtx, Ctl, Msg, StopRequest};
 use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
-use crate::executor::{Control, Execution, LaunchRequest};
+use crate::executor::{Control, Execution, LaunchRequest, Sig};
 use crate::process::{self, SpawnSpec, Stdin};
 use sortie_protocol::{self as protocol, Exit, ProtocolReader};
 
@@ -28,6 +28,7 @@ enum Step {
     Exit(Result<Exit, process::WaitError>),
     Tick,
     Stop(Option<StopRequest>),
+    Ctl(Option<Ctl>),
 }
 
 /// Runs the attempt to its end.
@@ -35,6 +36,7 @@ pub(super) async fn run(
     ctx: AttemptCtx,
     tx: &mpsc::UnboundedSender<Msg>,
     stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+    ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     control: &OnceLock<Arc<dyn Control>>,
 ) -> Ended {
     let mut child = match launch(&ctx).await {
@@ -116,7 +118,7 @@ pub(super) async fn run(
         activity: None,
     };
     let exit = driver
-        .watch_child(child.as_mut(), reader.as_mut(), stop_rx)
+        .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
         .await;
     driver.finish(child, reader, exit).await
 }
@@ -224,9 +226,11 @@ impl Driver<'_> {
         child: &mut dyn Execution,
         reader: &mut dyn ProtocolReader,
         mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+        mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     ) -> Result<Exit, process::WaitError> {
         let mut stdout_open = true;
         let mut stop_open = true;
+        let mut ctl_open = true;
         loop {
             let wake = self.watch.next_deadline();
             let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -241,6 +245,7 @@ impl Driver<'_> {
                 } => step,
                 () = tokio::time::sleep_until(wake.unwrap_or(far)), if wake.is_some() => Step::Tick,
                 req = stop_rx.recv(), if accepts_stop => Step::Stop(req),
+                ctl = ctl_rx.recv(), if ctl_open => Step::Ctl(ctl),
             };
             let now = Instant::now();
             let decisions = match step {
@@ -262,8 +267,44 @@ impl Driver<'_> {
                     stop_open = false;
                     continue;
                 }
+                Step::Ctl(Some(ctl)) => {
+                    self.control(now, ctl).await;
+                    continue;
+                }
+                Step::Ctl(None) => {
+                    ctl_open = false;
+                    continue;
+                }
             };
             self.carry_out(decisions).await;
+        }
+    }
+
+    /// Carries a user's request out: hold (SIGSTOP through the executor's `signal`, the clocks
+    /// stop), release (SIGCONT, the clocks go on), steer (the agent's steer command on its
+    /// stdin).
+    async fn control(&mut self, now: Instant, ctl: Ctl) {
+        let attempt = self.ctx.attempt;
+        match ctl {
+            Ctl::Hold => match self.stopper.signal(Sig::Stop) {
+                Ok(true) => self.watch.on_hold(now),
+                Ok(false) => {}
+                Err(e) => tracing::warn!("cannot hold attempt {attempt}: {e}"),
+            },
+            Ctl::Release => {
+                if let Err(e) = self.stopper.signal(Sig::Cont) {
+                    tracing::warn!("cannot release attempt {attempt}: {e}");
+                }
+                self.watch.on_release(now);
+            }
+            Ctl::Steer(message) => {
+                let steer = self.ctx.launch.drive.as_ref().and_then(|d| d.steer_command);
+                if let (Some(steer), Some(w)) = (steer, self.stdin.as_mut())
+                    && let Err(e) = w.send_line(&steer(&message)).await
+                {
+                    tracing::warn!("cannot steer attempt {attempt}: {e}");
+                }
+            }
         }
     }
 

@@ -83,11 +83,21 @@ impl Engine {
         }
         self.commit(placed)?;
         for ctx in ready {
-            let task = ctx.task;
-            let handle = attempt::start(ctx, self.tx.clone());
-            self.live.insert(task, handle);
+            self.start_attempt(ctx);
         }
         Ok(())
+    }
+
+    /// Starts following an attempt (launched, or adopted on resume) and counts it live.
+    pub(super) fn start_attempt(&mut self, ctx: attempt::AttemptCtx) {
+        let task = ctx.task;
+        let handle = attempt::start(ctx, self.tx.clone());
+        // Only an attempt adopted after a crash can be of a held task (a held task does not
+        // launch): it was stopped, and stays stopped, its clocks with it.
+        if self.state.control.is_held(task) {
+            handle.control(attempt::Ctl::Hold);
+        }
+        self.live.insert(task, handle);
     }
 
     /// Ends a task whose result the planner decided: its artifact first (write-ahead: the

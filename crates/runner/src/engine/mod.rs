@@ -22,6 +22,7 @@
 //! SIGXFSZ is caught so that a file-size limit fails the write instead of killing sortie.
 
 mod commit;
+mod control;
 mod effects;
 mod launch;
 mod reports;
@@ -204,7 +205,8 @@ pub async fn take_over(
     }])?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
-    if how == Takeover::Cancel {
+    // A user's `sortie cancel` that a crash cut short goes on too.
+    if how == Takeover::Cancel || engine.state.control.run_cancelled {
         // Adopted attempts (#11) are live: they are stopped like a live run's.
         engine.stop_all(Stopping::Cancel);
     }
@@ -321,6 +323,8 @@ impl Engine {
         let mut sigint = signal(SignalKind::interrupt()).map_err(|e| self.io(e))?;
         let mut sigterm = signal(SignalKind::terminate()).map_err(|e| self.io(e))?;
         let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| self.io(e))?;
+        let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel();
+        let _listener = control::listen(&self.run_dir.control_socket(), ctl_tx);
         // Appends notice a removed journal; between them (agents silent for minutes), this does.
         let mut presence = tokio::time::interval(JOURNAL_CHECK);
         presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -363,6 +367,7 @@ impl Engine {
                 }
                 _ = sigterm.recv() => self.stop_all(Stopping::Interrupt),
                 _ = sigusr1.recv() => self.stop_all(Stopping::Cancel),
+                Some(msg) = ctl_rx.recv() => self.control(msg)?,
                 _ = presence.tick() => {
                     self.journal.check_present().map_err(|e| self.journal_error(e))?;
                 }

@@ -19,7 +19,7 @@ use sortie_core::{Event, OrphanAction, TaskId};
 
 use super::Engine;
 use crate::executor::{Adoption, Placement, Presence, Started};
-use crate::{Error, Result, attempt, process};
+use crate::{Error, Result, process};
 
 /// What resume found of one live attempt.
 struct Live {
@@ -191,7 +191,6 @@ impl Engine {
             ctx.limits.stall_after = never;
         }
         ctx.adopt = Some(adoption);
-        let handle = attempt::start(ctx, self.tx.clone());
-        self.live.insert(task, handle);
+        self.start_attempt(ctx);
     }
 }
