@@ -195,6 +195,8 @@ pub(crate) struct TaskView {
     pub(crate) text: Option<String>,
     /// Its worktree, for an isolated task whose worktree was planned.
     pub(crate) worktree: Option<WorktreeView>,
+    /// Carried from the parent run (a rerun): the usage it spent there (not in `usage`).
+    pub(crate) carried: Option<Usage>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -279,6 +281,8 @@ pub(crate) struct RunView {
     pub(crate) events: u64,
     /// Why the run's budget ran out, when it did.
     pub(crate) budget_exceeded: Option<String>,
+    /// The run this one reruns.
+    pub(crate) parent: Option<String>,
 }
 
 /// Builds the view of a run.
@@ -313,6 +317,7 @@ pub(crate) fn view(
                     None
                 },
                 worktree: WorktreeView::of(rec),
+                carried: rec.carried,
             }
         })
         .collect();
@@ -333,6 +338,7 @@ pub(crate) fn view(
         tasks,
         events: state.next_seq.0,
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
+        parent: state.parent.as_ref().map(ToString::to_string),
     }
 }
 
@@ -354,6 +360,51 @@ pub(crate) fn print_summary(json: bool, run: &RunId, state: &RunState) -> Result
     writeln!(out)?;
     print_ledger(&mut out, state, &ledger(state))?;
     print_kept(&mut out, &view(run, state, None, false))?;
+    print_carried(&mut out, state)?;
+    Ok(())
+}
+
+/// A rerun's carried tasks, apart from the ledger (which is the run's own spending): each
+/// task's usage in the earlier runs, and their total. Nothing for a run that carried none.
+pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()> {
+    let carried: Vec<(String, Usage)> = state
+        .tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rec)| {
+            let u = rec.carried?;
+            Some((state.label(sortie_core::TaskId(u32::try_from(i).ok()?)), u))
+        })
+        .collect();
+    if carried.is_empty() {
+        return Ok(());
+    }
+    let parent = state
+        .parent
+        .as_ref()
+        .map_or_else(|| "an earlier run".to_owned(), |p| format!("run {p}"));
+    writeln!(
+        out,
+        "carried from {parent} ({} tasks, not run again; spent there, not by this run):",
+        carried.len()
+    )?;
+    for (label, u) in &carried {
+        writeln!(
+            out,
+            "  task {:<23} {:>10} tok  {}",
+            truncate(label, 23),
+            u.tokens(),
+            u.cost
+        )?;
+    }
+    let total = Usage::sum(carried.iter().map(|(_, u)| u));
+    writeln!(
+        out,
+        "  {:<28} {:>10} tok  {}",
+        "carried total",
+        total.tokens(),
+        total.cost
+    )?;
     Ok(())
 }
 

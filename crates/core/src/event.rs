@@ -236,6 +236,22 @@ pub enum Event {
         /// What happened, for people (`run cost $5.10 passed max_cost $5.00`).
         reason: String,
     },
+    /// The run is a rerun of `parent` (`sortie rerun`): right after `RunStarted`, once.
+    RunRerunOf {
+        /// The run whose batch it runs again.
+        parent: RunId,
+    },
+    /// A task not selected for a rerun is carried from the parent run with its result; its
+    /// usage was spent by the parent and is shown apart (the run's own usage leaves it out).
+    /// Only for a pending task, before anything else happened to it.
+    TaskCarried {
+        /// The task.
+        task: TaskId,
+        /// Its result in the parent run.
+        result: TaskResult,
+        /// Its usage in the parent run.
+        usage: Usage,
+    },
 }
 
 /// One limit of a run's budget.
@@ -270,7 +286,8 @@ impl Event {
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
-            | Event::RunBudgetExceeded { .. } => None,
+            | Event::RunBudgetExceeded { .. }
+            | Event::RunRerunOf { .. } => None,
             Event::TaskQueued { task }
             | Event::TaskSetUp { task, .. }
             | Event::AttemptLaunching { task, .. }
@@ -285,7 +302,8 @@ impl Event {
             | Event::TaskFinished { task, .. }
             | Event::WorktreePlanned { task, .. }
             | Event::AttemptSideEffects { task, .. }
-            | Event::AttemptContinues { task, .. } => Some(*task),
+            | Event::AttemptContinues { task, .. }
+            | Event::TaskCarried { task, .. } => Some(*task),
         }
     }
 
@@ -313,6 +331,8 @@ impl Event {
             Event::AttemptContinues { .. } => "AttemptContinues",
             Event::RunBudgetWarned { .. } => "RunBudgetWarned",
             Event::RunBudgetExceeded { .. } => "RunBudgetExceeded",
+            Event::RunRerunOf { .. } => "RunRerunOf",
+            Event::TaskCarried { .. } => "TaskCarried",
         }
     }
 }

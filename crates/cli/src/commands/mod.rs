@@ -38,6 +38,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
         Command::Check(args) => check::check(g, &args),
+        Command::Rerun(args) => run::rerun(g, &args),
     }
 }
 

@@ -213,6 +213,8 @@ pub struct TaskRecord {
     pub artifact: Option<Artifact>,
     /// Its worktree's fate, once finalized: (changed, diff summary).
     pub worktree_final: Option<(bool, Option<String>)>,
+    /// Carried from the parent run (`TaskCarried`), with the usage it spent there.
+    pub carried: Option<Usage>,
 }
 
 impl TaskRecord {
@@ -225,6 +227,7 @@ impl TaskRecord {
             attempts: Vec::new(),
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 
@@ -378,6 +381,9 @@ pub enum Violation {
         /// The limit.
         limit: BudgetLimit,
     },
+    /// `RunRerunOf` twice, or after the run's tasks began.
+    #[error("RunRerunOf recorded twice")]
+    RerunTwice,
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -418,6 +424,8 @@ pub struct RunState {
     pub budget_warned: Vec<BudgetLimit>,
     /// The limit that ran out and why (`RunBudgetExceeded`).
     pub budget_exceeded: Option<(BudgetLimit, String)>,
+    /// The run this one reruns (`RunRerunOf`).
+    pub parent: Option<RunId>,
 }
 
 impl Default for RunState {
@@ -447,6 +455,7 @@ impl RunState {
             tally: Usage::ZERO,
             budget_warned: Vec::new(),
             budget_exceeded: None,
+            parent: None,
         }
     }
 

@@ -145,6 +145,14 @@ pub(crate) enum StoredEvent {
         limit: BudgetLimitV2,
         reason: String,
     },
+    /// `Event::RunRerunOf` (issue 14).
+    RunRerunOf { parent: String },
+    /// `Event::TaskCarried` (issue 14).
+    TaskCarried {
+        task: u32,
+        result: TaskResultV2,
+        usage: UsageV1,
+    },
 }
 
 impl From<&Event> for StoredEvent {
@@ -305,6 +313,18 @@ impl From<&Event> for StoredEvent {
             Event::RunBudgetExceeded { limit, reason } => StoredEvent::RunBudgetExceeded {
                 limit: (*limit).into(),
                 reason: reason.clone(),
+            },
+            Event::RunRerunOf { parent } => StoredEvent::RunRerunOf {
+                parent: parent.as_str().to_owned(),
+            },
+            Event::TaskCarried {
+                task,
+                result,
+                usage,
+            } => StoredEvent::TaskCarried {
+                task: task.0,
+                result: result.into(),
+                usage: usage.into(),
             },
         }
     }
@@ -497,6 +517,18 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::RunBudgetExceeded { limit, reason } => Event::RunBudgetExceeded {
                 limit: limit.into(),
                 reason,
+            },
+            StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
+                parent: RunId::new(parent).map_err(|e| e.to_string())?,
+            },
+            StoredEvent::TaskCarried {
+                task,
+                result,
+                usage,
+            } => Event::TaskCarried {
+                task: TaskId(task),
+                result: result.try_into()?,
+                usage: usage.into(),
             },
         })
     }
