@@ -197,6 +197,8 @@ pub(crate) struct TaskView {
     pub(crate) worktree: Option<WorktreeView>,
     /// Carried from the parent run (a rerun): the usage it spent there (not in `usage`).
     pub(crate) carried: Option<Usage>,
+    /// The tool calls its agent's permissions denied (tool, count), over its attempts.
+    pub(crate) denials: Vec<sortie_core::Denial>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -318,6 +320,7 @@ pub(crate) fn view(
                 },
                 worktree: WorktreeView::of(rec),
                 carried: rec.carried,
+                denials: rec.denials(),
             }
         })
         .collect();
@@ -475,6 +478,10 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         )?;
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;
+        }
+        if !t.denials.is_empty() {
+            let denied = sortie_core::Denial::describe(&t.denials);
+            writeln!(out, "      denied tool calls: {denied}")?;
         }
     }
     Ok(())

@@ -33,12 +33,14 @@ pub use decide::{
 };
 pub use event::{BudgetLimit, Event, OrphanAction, Stamped};
 pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
+pub use outcome::Denial;
 pub use outcome::{
     AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
     aggregate,
 };
 pub use plan::{Action, Facts, JobKind, Planner, Stopping};
-pub use slurm::{ExecutorKind, SlurmOptions};
+pub use slurm::{Executor, ExecutorKind, SlurmOptions};
+pub use spec::Permissions;
 pub use spec::{
     AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunBudget, RunConfig,
     SpecError, TaskSpec, validate_batch,

@@ -130,8 +130,8 @@ impl AgentProfile {
                 name: "pi".into(),
                 // Headless: JSON events, no session file, no start-up network traffic, none
                 // of the user's extensions, skills, prompt templates or themes (context files
-                // such as AGENTS.md still load). pi has no `--`: the runner guards a prompt
-                // that would read as an option or an @file.
+                // such as AGENTS.md still load). No `{prompt}`: the runner gives the prompt on
+                // stdin (pi reads it to EOF), so its size has no argv limit.
                 command: s(&[
                     "pi",
                     "--mode",
@@ -142,8 +142,8 @@ impl AgentProfile {
                     "--no-skills",
                     "--no-prompt-templates",
                     "--no-themes",
+                    "{agent_args}",
                     "{model_args}",
-                    "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::PiJson,
@@ -154,6 +154,8 @@ impl AgentProfile {
             },
             AgentProfile {
                 name: "claude".into(),
+                // The prompt on stdin (`claude -p` reads it there when no prompt argument is
+                // given): no argv limit.
                 command: s(&[
                     "claude",
                     "-p",
@@ -161,9 +163,8 @@ impl AgentProfile {
                     "stream-json",
                     "--verbose",
                     "--no-session-persistence",
+                    "{agent_args}",
                     "{model_args}",
-                    "--",
-                    "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::ClaudeStreamJson,
@@ -176,17 +177,17 @@ impl AgentProfile {
                 name: "codex".into(),
                 // Headless: JSONL events; runs outside a git repository too (codex exec
                 // refuses to start in a directory that is neither a git repository nor
-                // trusted in its config); no session files; `--` so that a prompt starting
-                // with `-` is not read as an option.
+                // trusted in its config); no session files; the prompt read from stdin (`-`),
+                // so its size has no argv limit.
                 command: s(&[
                     "codex",
                     "exec",
                     "--json",
                     "--skip-git-repo-check",
                     "--ephemeral",
+                    "{agent_args}",
                     "{model_args}",
-                    "--",
-                    "{prompt}",
+                    "-",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::CodexJson,
@@ -206,6 +207,7 @@ impl AgentProfile {
                     "--no-skills",
                     "--no-prompt-templates",
                     "--no-themes",
+                    "{agent_args}",
                     "{session_args}",
                     "{model_args}",
                 ]),
@@ -286,9 +288,70 @@ pub struct TaskSpec {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
+    // #11
+    /// Where its attempts run: locally, or as Slurm jobs with their `[slurm]` options.
+    pub executor: crate::slurm::Executor,
+    // Agents as their users run them (issue 13).
+    /// What the agent may do (translated into each agent CLI's own flags).
+    pub permissions: Permissions,
+    /// The tools the agent is offered, by the agent's own names (empty: its default set).
+    pub tools: Vec<String>,
+    /// A completed attempt with denied tool calls stays `completed` instead of `partial`.
+    pub allow_denials: bool,
+}
+
+/// The argv element of an agent profile's template that expands to the agent's own flags for a
+/// task's `permissions` and `tools` (each built-in profile places it; docs/agents.md).
+pub const AGENT_ARGS: &str = "{agent_args}";
+
+/// What an agent may do in its working directory, translated per agent (docs/agents.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Permissions {
+    /// Read and search only: no edits, no commands that change anything.
+    ReadOnly,
+    /// Edit files and run commands inside the working directory (the default; a worktree
+    /// task's worktree).
+    #[default]
+    Edit,
+    /// Everything the agent can do, without asking.
+    Full,
+}
+
+impl Permissions {
+    /// The name used in batch files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permissions::ReadOnly => "read-only",
+            Permissions::Edit => "edit",
+            Permissions::Full => "full",
+        }
+    }
+
+    /// Parses a batch-file name.
+    pub fn parse(name: &str) -> Option<Permissions> {
+        [Permissions::ReadOnly, Permissions::Edit, Permissions::Full]
+            .into_iter()
+            .find(|p| p.as_str() == name)
+    }
 }
 
 impl TaskSpec {
+    /// Whether the task may write to its working directory, as admission trusts it: derived
+    /// from its permissions for an agent sortie knows (any protocol but `plain`: sortie turns
+    /// `read-only` into the agent's own flags, so such a task cannot write); a profile may
+    /// still say it never writes (`may_write = false`, a wrapper or a fake); a `plain` profile
+    /// says so itself; an unknown profile may write.
+    pub fn may_write(&self, profile: Option<&AgentProfile>) -> bool {
+        match profile {
+            Some(p) if p.protocol != Protocol::Plain => {
+                p.may_write && self.permissions != Permissions::ReadOnly
+            }
+            Some(p) => p.may_write,
+            None => true,
+        }
+    }
+
     /// A spec with every default, for the given label and prompt.
     pub fn new(label: impl Into<String>, cwd: impl Into<String>) -> TaskSpec {
         TaskSpec {
@@ -318,6 +381,10 @@ impl TaskSpec {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: crate::slurm::Executor::Local,
+            permissions: Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
         }
     }
 
@@ -533,6 +600,39 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         }
         for (field, message) in bounds_errors(t) {
             err(field, message);
+        }
+        if (t.permissions != Permissions::Edit || !t.tools.is_empty())
+            && t.command.is_none()
+            && let Some(p) = batch.agents.get(&t.agent)
+            && p.protocol != Protocol::Plain
+            && !p.command.iter().any(|a| a == AGENT_ARGS)
+        {
+            err(
+                &["permissions", "tools", "agent"],
+                format!(
+                    "agent {:?} cannot be given permissions or tools: its command does not \
+                     place {AGENT_ARGS} (where the agent's own flags for them go)",
+                    t.agent
+                ),
+            );
+        }
+        if !t.tools.is_empty()
+            && t.command.is_none()
+            && let Some(p) = batch.agents.get(&t.agent)
+            && matches!(p.protocol, Protocol::CodexJson | Protocol::Plain)
+        {
+            err(
+                &["tools", "agent"],
+                format!(
+                    "agent {:?} takes no tool allow-list ({} has none); use `permissions`",
+                    t.agent,
+                    if p.protocol == Protocol::Plain {
+                        "a plain command"
+                    } else {
+                        "codex exec"
+                    }
+                ),
+            );
         }
         if t.include_wip && t.isolation != Isolation::Worktree {
             err(
@@ -833,6 +933,46 @@ mod tests {
         );
         assert_eq!(RunConfig::default().concurrency, 4);
         assert_eq!(t.max_attempts(), 3);
+    }
+
+    #[test]
+    fn permissions_and_tools_need_an_agent_that_can_take_them() {
+        let mut ok = task("ok");
+        ok.agent = "claude".into();
+        ok.permissions = Permissions::ReadOnly;
+        ok.tools = vec!["Read".into()];
+        let mut codex = task("codex");
+        codex.agent = "codex".into();
+        codex.tools = vec!["shell".into()];
+        let mut own = task("own");
+        own.agent = "own".into();
+        own.permissions = Permissions::ReadOnly;
+        let mut b = batch(vec![ok, codex, own]);
+        let mut profile = b.agents["claude"].clone();
+        profile.name = "own".into();
+        profile.command.retain(|a| a != AGENT_ARGS);
+        b.agents.insert("own".into(), profile);
+        let errors = validate_batch(&b).unwrap_err();
+        let found: Vec<(Option<usize>, &str)> = errors.iter().map(|e| (e.task, e.field)).collect();
+        assert_eq!(
+            found,
+            [(Some(1), "tools"), (Some(2), "permissions")],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("codex exec"),
+            "{}",
+            errors[0].message
+        );
+        assert!(
+            errors[1].message.contains(AGENT_ARGS),
+            "{}",
+            errors[1].message
+        );
+        // may_write follows the permissions for a known agent.
+        let t = &b.tasks[0];
+        assert!(!t.may_write(b.agents.get("claude")));
+        assert!(b.tasks[1].may_write(b.agents.get("codex")));
     }
 
     #[test]

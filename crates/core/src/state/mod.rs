@@ -236,7 +236,21 @@ impl TaskRecord {
         Usage::sum(self.attempts.iter().map(|a| &a.usage))
     }
 
-    /// The task's result, once finished.
+    /// The tool calls its agent's permissions denied, summed over its attempts.
+    pub fn denials(&self) -> Vec<crate::Denial> {
+        let mut all: Vec<crate::Denial> = Vec::new();
+        for o in self.attempts.iter().filter_map(AttemptRecord::outcome) {
+            for d in o.denials {
+                match all.iter_mut().find(|a| a.tool == d.tool) {
+                    Some(a) => a.count = a.count.saturating_add(d.count),
+                    None => all.push(d),
+                }
+            }
+        }
+        all
+    }
+
+    /// The task's result, once it finished.
     pub fn result(&self) -> Option<&TaskResult> {
         match &self.state {
             TaskState::Finished(r) => Some(r),

@@ -344,6 +344,10 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             needs: t.needs,
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
+            executor: sortie_core::Executor::Local,
+            permissions: sortie_core::Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
         })
     }
 }
@@ -450,6 +454,7 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             signal: o.signal,
             error: o.error,
             side_effects: o.side_effects,
+            denials: vec![],
         }
     }
 }

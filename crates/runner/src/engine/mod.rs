@@ -27,6 +27,8 @@ mod launch;
 mod reports;
 mod resume;
 mod worktree_jobs;
+// #11
+mod slurm_resume;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -250,10 +252,12 @@ pub async fn take_over(
         pid: std::process::id(),
         from_seq,
     }])?;
+    engine.adopt_slurm_jobs().await?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
     if how == Takeover::Cancel {
-        engine.stopping = Some(Stopping::Cancel);
+        // Adopted attempts (#11) are live: they are stopped like a live run's.
+        engine.stop_all(Stopping::Cancel);
     }
     engine.drive().await
 }
@@ -300,6 +304,8 @@ struct Engine {
     setup_failed: BTreeMap<TaskId, String>,
     /// The records counted by the last high-water mark, and when it was written.
     marked: (u64, std::time::Instant),
+    /// #11: the run's Slurm cluster (its one status poller), once a Slurm attempt needs it.
+    slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
 }
 
 impl Engine {
@@ -331,6 +337,7 @@ impl Engine {
             wt_rx,
             setup_failed: BTreeMap::new(),
             marked: (0, std::time::Instant::now()),
+            slurm: std::sync::OnceLock::new(),
         }
     }
 
