@@ -47,6 +47,7 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
     print_table(&mut out, &view, colours())?;
     writeln!(out)?;
     output::print_kept(&mut out, &view)?;
+    output::print_carried(&mut out, state)?;
     let ledger = ledger(state);
     writeln!(
         out,

@@ -289,6 +289,22 @@ pub enum Event {
         /// What.
         action: ControlAction,
     },
+    /// The run is a rerun of `parent` (`sortie rerun`): right after `RunStarted`, once.
+    RunRerunOf {
+        /// The run whose batch it runs again.
+        parent: RunId,
+    },
+    /// A task not selected for a rerun is carried from the parent run with its result; its
+    /// usage was spent by the parent and is shown apart (the run's own usage leaves it out).
+    /// Only for a pending task, before anything else happened to it.
+    TaskCarried {
+        /// The task.
+        task: TaskId,
+        /// Its result in the parent run.
+        result: TaskResult,
+        /// Its usage in the parent run.
+        usage: Usage,
+    },
 }
 
 /// One limit of a run's budget.
@@ -380,7 +396,8 @@ impl Event {
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
-            | Event::RunBudgetExceeded { .. } => None,
+            | Event::RunBudgetExceeded { .. }
+            | Event::RunRerunOf { .. } => None,
             Event::TaskQueued { task }
             | Event::TaskSetUp { task, .. }
             | Event::AttemptLaunching { task, .. }
@@ -399,7 +416,8 @@ impl Event {
             | Event::AttemptPlaced { task, .. }
             | Event::AttemptHandle { task, .. }
             | Event::AttemptAdopted { task, .. }
-            | Event::AttemptRecorded { task, .. } => Some(*task),
+            | Event::AttemptRecorded { task, .. }
+            | Event::TaskCarried { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -433,6 +451,8 @@ impl Event {
             Event::AttemptAdopted { .. } => "AttemptAdopted",
             Event::AttemptRecorded { .. } => "AttemptRecorded",
             Event::Control { .. } => "Control",
+            Event::RunRerunOf { .. } => "RunRerunOf",
+            Event::TaskCarried { .. } => "TaskCarried",
         }
     }
 }

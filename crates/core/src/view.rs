@@ -49,6 +49,7 @@ mod tests {
             attempts: Vec::new(),
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 

@@ -182,6 +182,13 @@ fn details(e: &Event) -> String {
             )
         }
         Event::RunBudgetExceeded { reason, .. } => reason.clone(),
+        Event::RunRerunOf { parent } => format!("rerun of {parent}"),
+        Event::TaskCarried { result, usage, .. } => format!(
+            "carried: {} ({} tokens, {} spent by the parent run)",
+            result.state,
+            usage.tokens(),
+            usage.cost
+        ),
         Event::TaskFinished { result, .. } => format!(
             "{} ({}){}",
             result.state,

@@ -35,6 +35,7 @@ impl RunState {
                 self.summary = Some(summary.clone());
             }
             Event::RunBudgetWarned { limit, .. } => self.budget_warned.push(*limit),
+            Event::RunRerunOf { parent } => self.parent = Some(parent.clone()),
             Event::RunBudgetExceeded { limit, reason } => {
                 self.budget_exceeded = Some((*limit, reason.clone()));
             }
@@ -203,6 +204,10 @@ impl RunState {
                 rec.worktree_final = Some((*changed, diff.clone()));
             }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            Event::TaskCarried { result, usage, .. } => {
+                rec.state = TaskState::Finished(result.clone());
+                rec.carried = Some(*usage);
+            }
             Event::AttemptSideEffects { .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.side_effects = true;
@@ -243,7 +248,8 @@ impl RunState {
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
             | Event::RunBudgetExceeded { .. }
-            | Event::Control { .. } => {}
+            | Event::Control { .. }
+            | Event::RunRerunOf { .. } => {}
         }
     }
 

@@ -26,6 +26,12 @@ impl RunState {
                 }
                 return Ok(());
             }
+            (RunStatus::Running, Event::RunRerunOf { .. }) => {
+                if self.parent.is_some() {
+                    return Err(Violation::RerunTwice);
+                }
+                return Ok(());
+            }
             (RunStatus::Running, Event::RunBudgetExceeded { limit, .. }) => {
                 if self.budget_exceeded.is_some() {
                     return Err(Violation::BudgetTwice {
@@ -322,6 +328,10 @@ impl TaskCheck<'_> {
                 {
                     Ok(())
                 }
+                _ => Err(self.illegal()),
+            },
+            Event::TaskCarried { .. } => match self.rec.state {
+                TaskState::Pending if self.rec.attempts.is_empty() => Ok(()),
                 _ => Err(self.illegal()),
             },
             Event::TaskFinished { .. } => match self.rec.state {

@@ -247,6 +247,8 @@ pub struct TaskRecord {
     pub artifact: Option<Artifact>,
     /// Its worktree's fate, once finalized: (changed, diff summary).
     pub worktree_final: Option<(bool, Option<String>)>,
+    /// Carried from the parent run (`TaskCarried`), with the usage it spent there.
+    pub carried: Option<Usage>,
 }
 
 impl TaskRecord {
@@ -259,6 +261,7 @@ impl TaskRecord {
             attempts: Vec::new(),
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 
@@ -432,6 +435,9 @@ pub enum Violation {
         /// Why, for people.
         why: String,
     },
+    /// `RunRerunOf` twice, or after the run's tasks began.
+    #[error("RunRerunOf recorded twice")]
+    RerunTwice,
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -474,6 +480,8 @@ pub struct RunState {
     pub budget_exceeded: Option<(BudgetLimit, String)>,
     /// What users asked of the live run (`Event::Control`): held, cancelled, concurrency.
     pub control: ControlState,
+    /// The run this one reruns (`RunRerunOf`).
+    pub parent: Option<RunId>,
 }
 
 /// What `Event::Control` changed, as the planner and the runner need it.
@@ -526,6 +534,7 @@ impl RunState {
             budget_warned: Vec::new(),
             budget_exceeded: None,
             control: ControlState::default(),
+            parent: None,
         }
     }
 

@@ -169,6 +169,14 @@ pub(crate) enum StoredEvent {
     AttemptRecorded { task: u32, attempt: u32 },
     /// `Event::Control` (issue 15: live control).
     Control { by: String, action: ControlActionV1 },
+    /// `Event::RunRerunOf` (issue 14).
+    RunRerunOf { parent: String },
+    /// `Event::TaskCarried` (issue 14).
+    TaskCarried {
+        task: u32,
+        result: TaskResultV2,
+        usage: UsageV1,
+    },
 }
 
 /// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
@@ -420,6 +428,18 @@ impl From<&Event> for StoredEvent {
                 by: by.clone(),
                 action: action.into(),
             },
+            Event::RunRerunOf { parent } => StoredEvent::RunRerunOf {
+                parent: parent.as_str().to_owned(),
+            },
+            Event::TaskCarried {
+                task,
+                result,
+                usage,
+            } => StoredEvent::TaskCarried {
+                task: task.0,
+                result: result.into(),
+                usage: usage.into(),
+            },
         }
     }
 }
@@ -648,6 +668,18 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::Control { by, action } => Event::Control {
                 by,
                 action: action.into(),
+            },
+            StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
+                parent: RunId::new(parent).map_err(|e| e.to_string())?,
+            },
+            StoredEvent::TaskCarried {
+                task,
+                result,
+                usage,
+            } => Event::TaskCarried {
+                task: TaskId(task),
+                result: result.try_into()?,
+                usage: usage.into(),
             },
         })
     }

@@ -286,6 +286,7 @@ mod plan_tests {
             attempts,
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 
