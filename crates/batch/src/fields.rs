@@ -45,6 +45,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "permissions",
     "tools",
     "allow_denials",
+    "system_prompt",
+    "thinking",
 ];
 
 /// The top-level keys of a batch file.
@@ -115,6 +117,8 @@ pub(crate) struct RawTask {
     pub(crate) permissions: Option<Permissions>,
     pub(crate) tools: Option<Vec<String>>,
     pub(crate) allow_denials: Option<bool>,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) thinking: Option<String>,
 }
 
 /// Where a table of task fields is: a task, or `[defaults]`.
@@ -251,6 +255,17 @@ impl RawTask {
                 self.tools = Some(tools);
             }
             "allow_denials" => self.allow_denials = Some(boolean(v)?),
+            "system_prompt" => self.system_prompt = Some(string(v)?),
+            "thinking" => {
+                let level = string(v)?;
+                if !sortie_core::spec::THINKING_LEVELS.contains(&level.as_str()) {
+                    return Err(format!(
+                        "expected one of {}, found {level:?}",
+                        sortie_core::spec::THINKING_LEVELS.join(", ")
+                    ));
+                }
+                self.thinking = Some(level);
+            }
             _ => return Err("unknown field".into()),
         }
         Ok(())

@@ -426,7 +426,8 @@ fn a_journal_scanned_in_chunks_on_two_threads_is_checked_at_every_seam() {
     assert_eq!(audit.state, state);
 }
 
-/// The fields issue 13 added (a task's permissions, tools and allow_denials; an attempt's
+/// The fields issue 13 added (a task's permissions, tools, allow_denials, system_prompt and
+/// thinking; an attempt's
 /// denials) are stored by format v2 and read back as written.
 #[test]
 fn permissions_and_denials_round_trip() {
@@ -439,6 +440,8 @@ fn permissions_and_denials_round_trip() {
                 t.permissions = sortie_core::Permissions::ReadOnly;
                 t.tools = vec!["Read".into(), "Grep".into()];
                 t.allow_denials = true;
+                t.system_prompt = Some("Be brief.".into());
+                t.thinking = Some("high".into());
             }
             Event::AttemptFinished { outcome, .. } => {
                 sortie_core::Denial::add(&mut outcome.denials, "Bash");
@@ -458,6 +461,8 @@ fn permissions_and_denials_round_trip() {
     assert_eq!(spec.permissions, sortie_core::Permissions::ReadOnly);
     assert_eq!(spec.tools, ["Read", "Grep"]);
     assert!(spec.allow_denials);
+    assert_eq!(spec.system_prompt.as_deref(), Some("Be brief."));
+    assert_eq!(spec.thinking.as_deref(), Some("high"));
     // Each finished attempt denied Bash twice; a task sums its attempts'.
     for (i, rec) in state.tasks.iter().enumerate() {
         let finished = events

@@ -26,10 +26,12 @@ use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1
 /// The fields of `TaskSpec` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub(crate) struct TaskExtV2 {
-    // Issue 13: permissions, tools, allow_denials.
+    // Issue 13: permissions, tools, allow_denials, system_prompt, thinking.
     permissions: PermissionsV2,
     tools: Vec<String>,
     allow_denials: bool,
+    system_prompt: Option<String>,
+    thinking: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -38,12 +40,16 @@ impl TaskExtV2 {
             permissions: t.permissions.into(),
             tools: t.tools.clone(),
             allow_denials: t.allow_denials,
+            system_prompt: t.system_prompt.clone(),
+            thinking: t.thinking.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
         t.permissions = self.permissions.into();
         t.tools = self.tools;
         t.allow_denials = self.allow_denials;
+        t.system_prompt = self.system_prompt;
+        t.thinking = self.thinking;
         Ok(())
     }
 }
