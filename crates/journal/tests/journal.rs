@@ -427,8 +427,7 @@ fn a_journal_scanned_in_chunks_on_two_threads_is_checked_at_every_seam() {
 }
 
 /// The fields issue 13 added (a task's permissions, tools, allow_denials, system_prompt and
-/// thinking; an attempt's
-/// denials) are stored by format v2 and read back as written.
+/// thinking; an attempt's denials) are stored by format v2 and read back as written.
 #[test]
 fn permissions_and_denials_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
