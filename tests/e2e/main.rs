@@ -21,6 +21,9 @@ mod real_claude;
 mod real_codex;
 mod real_pi;
 mod signals;
+// #11
+mod slurm;
+mod slurm_crash;
 mod support;
 mod torture;
 mod worktree;

@@ -213,6 +213,7 @@ mod tests {
             config: RunConfig {
                 concurrency,
                 fail_fast: false,
+                ..RunConfig::default()
             },
             source: "b.toml".into(),
         }

@@ -288,6 +288,9 @@ pub struct TaskSpec {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
+    // #11
+    /// Where its attempts run: locally, or as Slurm jobs with their `[slurm]` options.
+    pub executor: crate::slurm::Executor,
     // Agents as their users run them (issue 13).
     /// What the agent may do (translated into each agent CLI's own flags).
     pub permissions: Permissions,
@@ -385,6 +388,7 @@ impl TaskSpec {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: crate::slurm::Executor::Local,
             permissions: Permissions::Edit,
             tools: vec![],
             allow_denials: false,
@@ -407,6 +411,8 @@ pub struct RunConfig {
     pub concurrency: u32,
     /// Stop launching after the first failed task.
     pub fail_fast: bool,
+    /// The whole run's budget (`[budget]`; issue 14).
+    pub budget: RunBudget,
 }
 
 impl Default for RunConfig {
@@ -414,7 +420,42 @@ impl Default for RunConfig {
         RunConfig {
             concurrency: 4,
             fail_fast: false,
+            budget: RunBudget::default(),
         }
+    }
+}
+
+/// A whole run's budget (`[budget]` in a batch file). When the run's usage passes a limit, or
+/// its wall clock the deadline, nothing new launches, running attempts are asked to wrap up
+/// (stopped when they cannot be steered), the tasks not started end cancelled, and the run
+/// ends with the reason. A warning is journaled when a limit's use reaches `warn_percent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunBudget {
+    /// The run's cost limit in nano-dollars (reported costs; an unreported part counts 0).
+    pub max_cost_nanos: Option<u64>,
+    /// The run's token limit.
+    pub max_tokens: Option<u64>,
+    /// The run's wall clock from its start (resumes included).
+    pub deadline: Option<Duration>,
+    /// The percent of a limit at which the warning is journaled (1 to 100).
+    pub warn_percent: u8,
+}
+
+impl Default for RunBudget {
+    fn default() -> Self {
+        RunBudget {
+            max_cost_nanos: None,
+            max_tokens: None,
+            deadline: None,
+            warn_percent: 80,
+        }
+    }
+}
+
+impl RunBudget {
+    /// Whether any limit is set.
+    pub fn is_set(&self) -> bool {
+        self.max_cost_nanos.is_some() || self.max_tokens.is_some() || self.deadline.is_some()
     }
 }
 
@@ -475,6 +516,50 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     }
     if batch.tasks.is_empty() {
         err(None, &["tasks"], "the batch has no tasks".into());
+    }
+    let budget = &batch.config.budget;
+    if budget
+        .max_cost_nanos
+        .is_some_and(|v| v == 0 || v > bounds::MAX_COST_NANOS)
+    {
+        err(
+            None,
+            &["budget.max_cost"],
+            "must be more than 0 and at most 1000000 (US dollars)".into(),
+        );
+    }
+    if budget
+        .max_tokens
+        .is_some_and(|v| v == 0 || v > bounds::MAX_TOKENS)
+    {
+        err(
+            None,
+            &["budget.max_tokens"],
+            format!("must be between 1 and {}", bounds::MAX_TOKENS),
+        );
+    }
+    if budget
+        .deadline
+        .is_some_and(|d| d.is_zero() || d > bounds::DEADLINE)
+    {
+        err(
+            None,
+            &["budget.deadline"],
+            format!(
+                "must be more than 0, at most {}",
+                bounds::format(bounds::DEADLINE)
+            ),
+        );
+    }
+    if !(1..=100).contains(&budget.warn_percent) {
+        err(
+            None,
+            &["budget.warn_at"],
+            format!(
+                "must be between 1 and 100 (percent; found {})",
+                budget.warn_percent
+            ),
+        );
     }
     let mut labels: HashMap<&str, usize> = HashMap::new();
     let mut outputs: HashMap<&str, usize> = HashMap::new();
@@ -615,139 +700,8 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     }
 }
 
-/// The most tasks that run at once (`concurrency`).
-pub const MAX_CONCURRENCY: u32 = 1024;
-
-/// The documented range of every count and duration of a task, as `(field, low, high)`:
-/// a value outside it is refused before anything runs. Where 0 means off it is the low end
-/// and says so (see [`bounds_errors`]). Durations in seconds.
-pub mod bounds {
-    use std::time::Duration;
-
-    const MINUTE: u64 = 60;
-    const HOUR: u64 = 60 * MINUTE;
-    const DAY: u64 = 24 * HOUR;
-
-    /// `max_retries`: 0 to 1000 (0: no retry).
-    pub const MAX_RETRIES: u32 = 1000;
-    /// `attempt_timeout`: more than 0, at most 7 days.
-    pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(7 * DAY);
-    /// `deadline`: more than 0, at most 30 days.
-    pub const DEADLINE: Duration = Duration::from_secs(30 * DAY);
-    /// `stall_after`: 0 (off: never marked stalled, never stopped for silence) to 1 day.
-    pub const STALL_AFTER: Duration = Duration::from_secs(DAY);
-    /// `stall_kill_after`: 0 (off: a stalled attempt is marked, never stopped) to 1 day.
-    pub const STALL_KILL_AFTER: Duration = Duration::from_secs(DAY);
-    /// `kill_grace`: 0 (SIGKILL right after SIGTERM) to 1 hour.
-    pub const KILL_GRACE: Duration = Duration::from_secs(HOUR);
-    /// `max_turns`: 1 to 10,000.
-    pub const MAX_TURNS: u32 = 10_000;
-    /// `grace_turns`: 0 (stop at once on a breach) to 20.
-    pub const GRACE_TURNS: u32 = 20;
-    /// `max_tokens`: 1 to 10^12.
-    pub const MAX_TOKENS: u64 = 1_000_000_000_000;
-    /// `max_cost`: more than 0, at most $1,000,000 (in nano-dollars).
-    pub const MAX_COST_NANOS: u64 = 1_000_000 * 1_000_000_000;
-    /// `max_output.bytes`: 1 to 1 GiB.
-    pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
-    /// `max_output.lines`: 1 to 10,000,000.
-    pub const MAX_OUTPUT_LINES: u64 = 10_000_000;
-
-    /// A duration as its largest whole unit when exact (`7d`, `90s`), else in milliseconds.
-    pub fn format(d: Duration) -> String {
-        let ms = d.as_millis();
-        let units: [(u128, &str); 4] = [
-            (u128::from(DAY) * 1000, "d"),
-            (u128::from(HOUR) * 1000, "h"),
-            (u128::from(MINUTE) * 1000, "m"),
-            (1000, "s"),
-        ];
-        units
-            .iter()
-            .find(|(u, _)| ms >= *u && ms.is_multiple_of(*u))
-            .map_or_else(
-                || format!("{ms}ms"),
-                |(u, name)| format!("{}{name}", ms / u),
-            )
-    }
-}
-
-/// The problems of task `t`'s counts and durations against [`bounds`], each with the fields
-/// its check read.
-fn bounds_errors(t: &TaskSpec) -> Vec<(&'static [&'static str], String)> {
-    use bounds::*;
-    let mut out: Vec<(&'static [&'static str], String)> = Vec::new();
-    let dur = bounds::format;
-    let mut duration =
-        |field: &'static [&'static str], d: Duration, zero_ok: bool, max: Duration| {
-            if d.is_zero() && !zero_ok {
-                out.push((field, format!("must be more than 0 (at most {})", dur(max))));
-            } else if d > max {
-                let low = if zero_ok { "0 (off)" } else { "more than 0" };
-                out.push((
-                    field,
-                    format!("must be {low} to {} (found {})", dur(max), dur(d)),
-                ));
-            }
-        };
-    duration(
-        &["attempt_timeout"],
-        t.attempt_timeout,
-        false,
-        ATTEMPT_TIMEOUT,
-    );
-    if let Some(d) = t.deadline {
-        duration(&["deadline"], d, false, DEADLINE);
-    }
-    duration(&["stall_after"], t.stall_after, true, STALL_AFTER);
-    duration(
-        &["stall_kill_after"],
-        t.stall_kill_after,
-        true,
-        STALL_KILL_AFTER,
-    );
-    duration(&["kill_grace"], t.kill_grace, true, KILL_GRACE);
-    let mut count = |field: &'static [&'static str], v: u64, low: u64, high: u64| {
-        if v < low || v > high {
-            out.push((
-                field,
-                format!("must be between {low} and {high} (found {v})"),
-            ));
-        }
-    };
-    count(
-        &["max_retries"],
-        u64::from(t.max_retries),
-        0,
-        u64::from(MAX_RETRIES),
-    );
-    count(
-        &["grace_turns"],
-        u64::from(t.grace_turns),
-        0,
-        u64::from(GRACE_TURNS),
-    );
-    if let Some(v) = t.max_turns {
-        count(&["max_turns"], u64::from(v), 1, u64::from(MAX_TURNS));
-    }
-    if let Some(v) = t.max_tokens {
-        count(&["max_tokens"], v, 1, MAX_TOKENS);
-    }
-    count(&["max_output"], t.max_output.bytes, 1, MAX_OUTPUT_BYTES);
-    count(&["max_output"], t.max_output.lines, 1, MAX_OUTPUT_LINES);
-    if let Some(v) = t.max_cost_nanos
-        && (v == 0 || v > MAX_COST_NANOS)
-    {
-        out.push((
-            &["max_cost"],
-            format!(
-                "must be more than 0 and at most 1000000 (US dollars; found {})",
-                v as f64 / 1e9
-            ),
-        ));
-    }
-    out
-}
+use crate::bounds::bounds_errors;
+pub use crate::bounds::{self, MAX_CONCURRENCY};
 
 /// One piece of a task prompt: literal text or a placeholder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -59,5 +59,8 @@ pub fn summary_text(state: &RunState) -> String {
         };
         blocks.push(format!("[{}] {name}{denied}\n{text}", spec.label));
     }
+    if let Some((_, reason)) = &state.budget_exceeded {
+        blocks.push(format!("Run budget exceeded: {reason}"));
+    }
     blocks.join("\n\n")
 }

@@ -426,6 +426,31 @@ fn a_journal_scanned_in_chunks_on_two_threads_is_checked_at_every_seam() {
     assert_eq!(audit.state, state);
 }
 
+// #11: a task's executor and `[slurm]` options are stored (format v2's task ext) and read back.
+#[test]
+fn a_slurm_task_reads_back_with_its_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(&tmp.path().join("r")).unwrap();
+    let mut events = support::every_variant();
+    let Event::RunStarted { batch, .. } = &mut events[0].1 else {
+        panic!("the first event is RunStarted");
+    };
+    let slurm = sortie_core::Executor::Slurm(sortie_core::SlurmOptions {
+        partition: Some("gpu".into()),
+        account: Some("lab".into()),
+        cpus: Some(4),
+        mem_mb: Some(8192),
+        extra_args: vec!["--qos=high".into()],
+    });
+    batch.tasks[0].executor = slurm.clone();
+    j.append(events[0].0, &events[0].1).unwrap();
+    let read: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();
+    let Event::RunStarted { batch, .. } = &read[0].event else {
+        panic!("RunStarted reads back");
+    };
+    assert_eq!(batch.tasks[0].executor, slurm);
+    assert_eq!(batch.tasks[1].executor, sortie_core::Executor::Local);
+}
 /// The fields issue 13 added (a task's permissions, tools, allow_denials, system_prompt and
 /// thinking; an attempt's denials) are stored by format v2 and read back as written.
 #[test]

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod apply;
 mod check;
 
-use crate::event::{Event, OrphanAction, Stamped};
+use crate::event::{BudgetLimit, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
@@ -384,6 +384,14 @@ pub enum Violation {
         /// The event's name.
         event: &'static str,
     },
+    /// A run budget event recorded twice (a limit warned twice, or exceeded twice).
+    #[error("{event} recorded twice for the run's {limit:?} limit")]
+    BudgetTwice {
+        /// The event's name.
+        event: &'static str,
+        /// The limit.
+        limit: BudgetLimit,
+    },
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -420,6 +428,10 @@ pub struct RunState {
     /// The counters of the run's usage, kept as events apply (see
     /// [`RunState::usage_counters`]).
     tally: Usage,
+    /// The run budget's limits warned about (`RunBudgetWarned`).
+    pub budget_warned: Vec<BudgetLimit>,
+    /// The limit that ran out and why (`RunBudgetExceeded`).
+    pub budget_exceeded: Option<(BudgetLimit, String)>,
 }
 
 impl Default for RunState {
@@ -447,6 +459,8 @@ impl RunState {
             labels: HashMap::new(),
             done: 0,
             tally: Usage::ZERO,
+            budget_warned: Vec::new(),
+            budget_exceeded: None,
         }
     }
 

@@ -53,6 +53,7 @@ pub(crate) fn batch(n: u32) -> Batch {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: sortie_core::Executor::Local,
             permissions: sortie_core::Permissions::Edit,
             tools: vec![],
             allow_denials: false,
@@ -66,6 +67,7 @@ pub(crate) fn batch(n: u32) -> Batch {
         config: RunConfig {
             concurrency: 4,
             fail_fast: false,
+            ..RunConfig::default()
         },
         source: "/work/project/batch.toml".into(),
     }

@@ -38,6 +38,8 @@ use crate::process::{self, Line, SpawnError, SpawnSpec, Stdin, WaitError};
 
 mod direct;
 mod supervised;
+// #11
+pub mod slurm;
 
 pub use direct::Direct;
 pub use supervised::Supervised;
