@@ -6,7 +6,8 @@
 //! traffic off).
 //!
 //! One batch, at concurrency 3:
-//! - `answer`: a plain answer → completed, the mock's text;
+//! - `answer`: a plain answer → completed, the mock's text; its `system_prompt` reaches the
+//!   model at the end of Claude Code's own (`--append-system-prompt`);
 //! - `tool`: a `Bash` tool call (`echo hi > out.txt`) in a task isolated in a git worktree,
 //!   with the default permissions (`edit`) → completed, `out.txt` written in the worktree
 //!   (kept, its patch adds it), the repository's own checkout untouched;
@@ -184,6 +185,7 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
             "concurrency = 3\n\n\
              [defaults]\nagent = \"claude\"\nmax_retries = 1\nattempt_timeout = \"3m\"\n\n\
              [[tasks]]\nlabel = \"answer\"\ncwd = \"work/answer\"\nmodel = \"good\"\n\
+             system_prompt = \"Answer like a pirate.\"\nthinking = \"high\"\n\
              prompt = \"Say hello.\"\n\n\
              [[tasks]]\nlabel = \"tool\"\ncwd = \"repo\"\nisolation = \"worktree\"\n\
              model = \"tool\"\nprompt = \"Write hi into out.txt.\"\n\n\
@@ -305,10 +307,20 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
     );
     assert_eq!((st[1].0.as_str(), st[1].1.as_str()), ("good", "completed"));
 
+    // answer: its system_prompt was appended to Claude Code's own.
+    let served = mock.served();
+    let answered: Vec<&Value> = served.iter().filter(|r| r["model"] == "good").collect();
+    assert!(
+        answered.iter().any(|r| r["system_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Answer like a pirate.")),
+        "no request carried the appended system prompt: {answered:?}"
+    );
+
     // big: completed, and the mock got the whole prompt.
     let b = attempts(&events, 5);
     assert_eq!((b[0].1.as_str(), b.len()), ("completed", 1), "{b:?}");
-    let served = mock.served();
     assert!(
         served
             .iter()

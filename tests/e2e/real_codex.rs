@@ -339,3 +339,86 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Permissions reach Codex as its sandbox: under `read-only` the same `echo hi > out.txt`
+/// writes nothing, under `edit` it writes `out.txt` in the task's cwd; and a prompt of 1 MiB
+/// (Codex's own limit is 1 MiB of characters) reaches the model whole, on stdin.
+#[test]
+fn real_codex_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
+    if !should_run("real_codex_permissions", codex_found()) {
+        return;
+    }
+    let s = Scratch::new();
+    // One model per tool task: the mock counts its steps per model.
+    let mock = MockServer::start(
+        s.path(),
+        &[("good", "ok"), ("tool", "tool"), ("tool2", "tool")],
+    );
+    let home = s.path().join("home");
+    fake_user(&home, mock.port);
+    for dir in ["work/ro", "work/edit", "work/big"] {
+        std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
+    }
+    let mib = 1 << 20;
+    let big = format!("Say hello. {}", "x".repeat(mib - "Say hello. ".len()));
+    let run = unique_run("real-codex-perm");
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 3\n\n\
+             [defaults]\nagent = \"codex\"\nmax_retries = 0\nattempt_timeout = \"2m\"\n\
+             env = {{ MOCK_API_KEY = \"mock-key\" }}\n\n\
+             [[tasks]]\nlabel = \"ro\"\ncwd = \"work/ro\"\nmodel = \"tool\"\n\
+             permissions = \"read-only\"\nprompt = \"Write hi into out.txt.\"\n\n\
+             [[tasks]]\nlabel = \"edit\"\ncwd = \"work/edit\"\nmodel = \"tool2\"\n\
+             permissions = \"edit\"\nprompt = \"Write hi into out.txt.\"\n\n\
+             [[tasks]]\nlabel = \"big\"\ncwd = \"work/big\"\nmodel = \"good\"\n\
+             prompt = \"{big}\"\n"
+        ),
+    );
+    let mut cmd = s.sortie();
+    cmd.env("HOME", &home)
+        .env_remove("CODEX_HOME")
+        .args(["run", "--run-id", &run])
+        .arg(&batch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = Background::from_command(cmd, &run).finish(300);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let events = s.events(&run);
+    assert!(
+        !s.path().join("work/ro/out.txt").exists(),
+        "read-only wrote a file: {:?}",
+        attempts(&events, 0)
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.path().join("work/edit/out.txt")).expect("out.txt"),
+        "hi\n",
+        "edit writes in the task's cwd: {:?}",
+        attempts(&events, 1)
+    );
+    let launched: Vec<Value> = task_events(&events, "AttemptFinished", 2)
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(launched.len(), 1, "{stderr}");
+    assert_eq!(
+        launched[0]["outcome"]["status"], "completed",
+        "{launched:?}"
+    );
+    assert_eq!(launched[0]["output"], HELLO);
+    let served = mock.served();
+    // The read-only task's command was asked for (a tool call, then the answer after it).
+    let tool_requests = served.iter().filter(|r| r["model"] == "tool").count();
+    assert_eq!(tool_requests, 2, "{served:?}");
+    let longest = served
+        .iter()
+        .filter(|r| r["model"] == "good")
+        .map(|r| r["body"].to_string().len())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        longest > mib,
+        "the 1 MiB prompt did not reach the mock: {longest} bytes"
+    );
+}

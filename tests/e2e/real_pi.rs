@@ -454,3 +454,87 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
         Tokens::of(&ledger["total"])
     );
 }
+
+/// Permissions reach pi as its `--tools`: under `read-only` pi has no `bash`, so the mock's
+/// `echo hi > out.txt` is a denied call (journaled, the attempt `partial`) and nothing is
+/// written; under `edit` it writes `out.txt`; and a 1 MiB prompt reaches pi on stdin and the
+/// model whole.
+#[test]
+fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
+    if !should_run("real_pi_permissions", pi_found()) {
+        return;
+    }
+    let s = Scratch::new();
+    let mock = MockServer::start(s.path(), &[("good", "answer"), ("tool", "tool")]);
+    let home = s.path().join("home");
+    fake_user(&home, mock.port);
+    for dir in ["work/ro", "work/edit", "work/big"] {
+        std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
+    }
+    let mib = 1 << 20;
+    let big = format!("Say hello. {}", "x".repeat(mib - "Say hello. ".len()));
+    let run = unique_run("real-pi-perm");
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 3\n\n\
+             [defaults]\nagent = \"pi\"\nmax_retries = 0\nattempt_timeout = \"2m\"\n\n\
+             [[tasks]]\nlabel = \"ro\"\ncwd = \"work/ro\"\nmodel = \"mock/tool\"\n\
+             permissions = \"read-only\"\nprompt = \"Write hi into out.txt.\"\n\n\
+             [[tasks]]\nlabel = \"edit\"\ncwd = \"work/edit\"\nmodel = \"mock/tool\"\n\
+             permissions = \"edit\"\nprompt = \"Write hi into out.txt.\"\n\n\
+             [[tasks]]\nlabel = \"big\"\ncwd = \"work/big\"\nmodel = \"mock/good\"\n\
+             prompt = \"{big}\"\n"
+        ),
+    );
+    let mut cmd = s.sortie();
+    cmd.env("HOME", &home)
+        .env_remove("PI_CODING_AGENT_DIR")
+        .env_remove("PI_CODING_AGENT_SESSION_DIR")
+        .args(["run", "--run-id", &run])
+        .arg(&batch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = Background::from_command(cmd, &run).finish(300);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a partial task: {stderr}");
+    let events = s.events(&run);
+
+    let ro = attempts(&events, 0);
+    assert_eq!(ro.len(), 1, "{ro:?}");
+    assert_eq!(
+        (ro[0].2.as_str(), ro[0].3.as_str()),
+        ("partial", "completed"),
+        "{ro:?}"
+    );
+    let finished = task_events(&events, "AttemptFinished", 0);
+    assert_eq!(
+        finished[0]["outcome"]["denials"],
+        serde_json::json!([{"tool": "bash", "count": 1}])
+    );
+    assert!(
+        !s.path().join("work/ro/out.txt").exists(),
+        "read-only wrote a file"
+    );
+
+    let edit = attempts(&events, 1);
+    assert_eq!(edit[0].2, "completed", "{edit:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.path().join("work/edit/out.txt")).expect("out.txt"),
+        "hi\n"
+    );
+
+    let big = attempts(&events, 2);
+    assert_eq!((big.len(), big[0].2.as_str()), (1, "completed"), "{big:?}");
+    assert_eq!(big[0].5, ANSWER);
+    let served = mock.served();
+    let longest = served
+        .iter()
+        .filter_map(|r| r["prompt_chars"].as_u64())
+        .max();
+    assert_eq!(
+        longest,
+        Some(mib as u64),
+        "the prompt arrived whole: {served:?}"
+    );
+}

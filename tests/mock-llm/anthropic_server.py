@@ -38,7 +38,8 @@ sent (for `hang`: when its headers have):
      "tokens": {"input": 100, "output": 12, "cache_read": 50, "cache_write": 0}}
 
 `prompt_chars` is the length of the last user message's text (so a test can check that a long
-prompt arrived whole). A response that served no tokens (error500, hang) has all-zero `tokens`.
+prompt arrived whole); `system_tail` the last 300 characters of the system prompt (where an
+appended system prompt lands). A response that served no tokens (error500, hang) has all-zero `tokens`.
 Python 3 standard library only.
 """
 
@@ -154,6 +155,7 @@ def make_handler(mock):
                 "stream": stream,
                 "prompt_chars": prompt_chars,
                 "assistant_turns": assistant_turns,
+                "system_tail": texts(body.get("system"))[-300:],
             }
             if kind == "error500":
                 self.send_json(500, error_body("api_error", "mock: internal server error"))

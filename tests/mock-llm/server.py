@@ -38,6 +38,8 @@ sent (for `hang`: when its headers have), so a test can sum what was served:
      "tokens": {"input": 100, "output": 12, "cache_read": 50, "cache_write": 0}}
 
 A response that served no tokens (error500, hang) has `"usage": null` and all-zero `tokens`.
+`prompt_chars` is the length of the last user message's text (0 for error500 and hang), so a
+test can check that a long prompt arrived whole.
 Python 3 standard library only.
 """
 
@@ -85,7 +87,7 @@ class Mock:
             self.counter += 1
             return "chatcmpl-mock-%d" % self.counter
 
-    def log(self, model, kind, status, usage):
+    def log(self, model, kind, status, usage, prompt_chars=0):
         if not self.log_path:
             return
         line = json.dumps(
@@ -95,6 +97,7 @@ class Mock:
                 "status": status,
                 "usage": usage,
                 "tokens": tokens_of(usage),
+                "prompt_chars": prompt_chars,
             }
         )
         with self.lock:
@@ -158,12 +161,19 @@ def make_handler(mock):
             has_tool_result = any(
                 isinstance(m, dict) and m.get("role") == "tool" for m in messages
             )
+            users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            content = users[-1].get("content") if users else ""
+            if isinstance(content, list):
+                content = "".join(
+                    str(p.get("text", "")) for p in content if isinstance(p, dict)
+                )
+            prompt_chars = len(content or "")
             if kind == "tool" and not has_tool_result:
                 self.stream_tool_call(model)
-                mock.log(model, kind, 200, TOOL_USAGE)
+                mock.log(model, kind, 200, TOOL_USAGE, prompt_chars)
             else:
                 self.stream_answer(model)
-                mock.log(model, kind, 200, ANSWER_USAGE)
+                mock.log(model, kind, 200, ANSWER_USAGE, prompt_chars)
 
         def start_stream(self):
             self.send_response(200)

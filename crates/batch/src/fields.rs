@@ -51,6 +51,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "permissions",
     "tools",
     "allow_denials",
+    "system_prompt",
+    "thinking",
 ];
 
 /// The top-level keys of a batch file.
@@ -132,6 +134,8 @@ pub(crate) struct RawTask {
     pub(crate) permissions: Option<Permissions>,
     pub(crate) tools: Option<Vec<String>>,
     pub(crate) allow_denials: Option<bool>,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) thinking: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -291,6 +295,17 @@ impl RawTask {
                 self.tools = Some(tools);
             }
             "allow_denials" => self.allow_denials = Some(boolean(v)?),
+            "system_prompt" => self.system_prompt = Some(string(v)?),
+            "thinking" => {
+                let level = string(v)?;
+                if !sortie_core::spec::THINKING_LEVELS.contains(&level.as_str()) {
+                    return Err(format!(
+                        "expected one of {}, found {level:?}",
+                        sortie_core::spec::THINKING_LEVELS.join(", ")
+                    ));
+                }
+                self.thinking = Some(level);
+            }
             _ => return Err("unknown field".into()),
         }
         Ok(())

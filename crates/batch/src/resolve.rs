@@ -230,6 +230,8 @@ fn resolve_task(
         supervise
     );
     s.deadline = pick(&t.deadline, &d.deadline);
+    s.system_prompt = pick(&t.system_prompt, &d.system_prompt);
+    s.thinking = pick(&t.thinking, &d.thinking);
     s.max_turns = pick(&t.max_turns, &d.max_turns);
     s.max_tokens = pick(&t.max_tokens, &d.max_tokens);
     s.max_cost_nanos = pick(&t.max_cost_nanos, &d.max_cost_nanos);

@@ -120,6 +120,8 @@ fn batch_toml_resolves_every_field() {
     want.permissions = sortie_core::Permissions::ReadOnly;
     want.tools = vec!["Read".into(), "Grep".into()];
     want.allow_denials = true;
+    want.system_prompt = Some("Be brief.".into());
+    want.thinking = Some("high".into());
     assert_eq!(a, &want);
 
     // Defaults apply; the label is task-N; the cwd is the batch file's directory.
@@ -354,6 +356,16 @@ fn batch_error_unknown_permissions() {
         3,
         Some("permissions"),
         "\"read-only\", \"edit\" or \"full\"",
+    );
+}
+
+#[test]
+fn batch_error_unknown_thinking_level() {
+    check_one(
+        "bad_thinking.toml",
+        3,
+        Some("thinking"),
+        "off, minimal, low",
     );
 }
 

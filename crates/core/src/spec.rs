@@ -314,7 +314,14 @@ pub struct TaskSpec {
     pub tools: Vec<String>,
     /// A completed attempt with denied tool calls stays `completed` instead of `partial`.
     pub allow_denials: bool,
+    /// Text appended to the agent's own system prompt.
+    pub system_prompt: Option<String>,
+    /// How hard the agent thinks: one of [`THINKING_LEVELS`] (None: the agent's default).
+    pub thinking: Option<String>,
 }
+
+/// The `thinking` levels a task may ask for, translated per agent (docs/agents.md).
+pub const THINKING_LEVELS: &[&str] = &["off", "minimal", "low", "medium", "high", "xhigh"];
 
 /// The argv element of an agent profile's template that expands to the agent's own flags for a
 /// task's `permissions` and `tools` (each built-in profile places it; docs/agents.md).
@@ -403,6 +410,8 @@ impl TaskSpec {
             permissions: Permissions::Edit,
             tools: vec![],
             allow_denials: false,
+            system_prompt: None,
+            thinking: None,
         }
     }
 
@@ -628,7 +637,11 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         for (field, message) in bounds_errors(t) {
             err(field, message);
         }
-        if (t.permissions != Permissions::Edit || !t.tools.is_empty())
+        let agent_fields = t.permissions != Permissions::Edit
+            || !t.tools.is_empty()
+            || t.system_prompt.is_some()
+            || t.thinking.is_some();
+        if agent_fields
             && t.command.is_none()
             && let Some(p) = batch.agents.get(&t.agent)
             && p.protocol != Protocol::Plain
@@ -637,8 +650,9 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
             err(
                 &["permissions", "tools", "agent"],
                 format!(
-                    "agent {:?} cannot be given permissions or tools: its command does not \
-                     place {AGENT_ARGS} (where the agent's own flags for them go)",
+                    "agent {:?} cannot be given permissions, tools, system_prompt or \
+                     thinking: its command does not place {AGENT_ARGS} (where the agent's own \
+                     flags for them go)",
                     t.agent
                 ),
             );

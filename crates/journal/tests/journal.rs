@@ -451,8 +451,8 @@ fn a_slurm_task_reads_back_with_its_options() {
     assert_eq!(batch.tasks[0].executor, slurm);
     assert_eq!(batch.tasks[1].executor, sortie_core::Executor::Local);
 }
-/// The fields issue 13 added (a task's permissions, tools and allow_denials; an attempt's
-/// denials) are stored by format v2 and read back as written.
+/// The fields issue 13 added (a task's permissions, tools, allow_denials, system_prompt and
+/// thinking; an attempt's denials) are stored by format v2 and read back as written.
 #[test]
 fn permissions_and_denials_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
@@ -464,6 +464,8 @@ fn permissions_and_denials_round_trip() {
                 t.permissions = sortie_core::Permissions::ReadOnly;
                 t.tools = vec!["Read".into(), "Grep".into()];
                 t.allow_denials = true;
+                t.system_prompt = Some("Be brief.".into());
+                t.thinking = Some("high".into());
             }
             Event::AttemptFinished { outcome, .. } => {
                 sortie_core::Denial::add(&mut outcome.denials, "Bash");
@@ -483,6 +485,8 @@ fn permissions_and_denials_round_trip() {
     assert_eq!(spec.permissions, sortie_core::Permissions::ReadOnly);
     assert_eq!(spec.tools, ["Read", "Grep"]);
     assert!(spec.allow_denials);
+    assert_eq!(spec.system_prompt.as_deref(), Some("Be brief."));
+    assert_eq!(spec.thinking.as_deref(), Some("high"));
     // Each finished attempt denied Bash twice; a task sums its attempts'.
     for (i, rec) in state.tasks.iter().enumerate() {
         let finished = events

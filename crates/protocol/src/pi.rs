@@ -37,6 +37,11 @@ const SIDE_EFFECT_TOOLS: &[&str] = &["bash", "write", "edit"];
 /// The prefix of a `message_update` line as pi prints it (`type` first).
 const UPDATE_PREFIX: &str = r#"{"type":"message_update""#;
 
+/// The prefix of an `agent_end` line as pi prints it. Its `messages` repeat the whole run, the
+/// prompt included, so a long prompt makes it longer than a line sortie keeps: cut, it no
+/// longer parses, but its beginning still says the run ended (nothing else of it is read).
+const AGENT_END_PREFIX: &str = r#"{"type":"agent_end""#;
+
 /// Reads `pi --mode json` (see the module doc).
 #[derive(Debug, Default)]
 pub struct PiReader {
@@ -448,6 +453,13 @@ impl ProtocolReader for PiReader {
             self.update(line);
             return self.progress();
         }
+        if let Some(rest) = line.strip_prefix(AGENT_END_PREFIX)
+            && (rest.starts_with(',') || rest.starts_with('}'))
+        {
+            self.started = true;
+            self.finished = true;
+            return self.progress();
+        }
         let kind = match serde_json::from_str::<Peek<'_>>(line) {
             Ok(Peek { kind: Some(kind) }) => kind,
             Ok(Peek { kind: None }) | Err(_) => {
@@ -540,6 +552,24 @@ mod tests {
     }
 
     const TEXT: &str = r#"[{"type":"text","text":"a"},{"type":"thinking","thinking":"hm"},{"type":"text","text":"b"}]"#;
+
+    #[test]
+    fn an_agent_end_cut_short_by_the_line_limit_still_ends_the_run() {
+        let answer = end(r#"{"input":1,"output":1}"#, "stop", TEXT);
+        let cut = r#"{"type":"agent_end","messages":[{"role":"user","content":[{"type":"text","text":"xxxx"#;
+        let f = run(&[&answer, cut], Exit::Code(0));
+        assert_eq!(f.outcome.status, AttemptStatus::Completed, "{f:?}");
+        assert_eq!(f.output, "a\nb");
+        let f = run(
+            &[&answer, r#"{"type":"agent_end_of_something"}"#],
+            Exit::Code(0),
+        );
+        assert_ne!(
+            f.outcome.status,
+            AttemptStatus::Completed,
+            "only agent_end itself"
+        );
+    }
 
     #[test]
     fn a_call_of_a_tool_pi_was_not_given_is_a_denial() {

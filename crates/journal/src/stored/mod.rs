@@ -351,6 +351,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             permissions: sortie_core::Permissions::Edit,
             tools: vec![],
             allow_denials: false,
+            system_prompt: None,
+            thinking: None,
         })
     }
 }

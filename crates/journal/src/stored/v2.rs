@@ -31,10 +31,12 @@ pub(crate) struct TaskExtV2 {
     supervise: bool,
     // #11
     executor: ExecutorV2,
-    // Issue 13: permissions, tools, allow_denials.
+    // Issue 13: permissions, tools, allow_denials, system_prompt, thinking.
     permissions: PermissionsV2,
     tools: Vec<String>,
     allow_denials: bool,
+    system_prompt: Option<String>,
+    thinking: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -46,6 +48,8 @@ impl TaskExtV2 {
             permissions: t.permissions.into(),
             tools: t.tools.clone(),
             allow_denials: t.allow_denials,
+            system_prompt: t.system_prompt.clone(),
+            thinking: t.thinking.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -55,6 +59,8 @@ impl TaskExtV2 {
         t.permissions = self.permissions.into();
         t.tools = self.tools;
         t.allow_denials = self.allow_denials;
+        t.system_prompt = self.system_prompt;
+        t.thinking = self.thinking;
         Ok(())
     }
 }

@@ -60,6 +60,8 @@ pub(crate) fn batch(n: u32) -> Batch {
             permissions: sortie_core::Permissions::Edit,
             tools: vec![],
             allow_denials: false,
+            system_prompt: None,
+            thinking: None,
         })
         .collect();
     Batch {

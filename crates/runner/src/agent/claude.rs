@@ -18,6 +18,17 @@ const READ_TOOLS: &str = "Read,Glob,Grep";
 /// The tools Claude Code may use unasked under `edit`: the read tools, edits and commands.
 const EDIT_TOOLS: &str = "Read,Glob,Grep,Edit,Write,NotebookEdit,Bash";
 
+/// Claude Code's `--effort` for a `thinking` level: its levels are low, medium, high, xhigh
+/// (and max); it has no flag that turns thinking off, so `off` and `minimal` are `low`.
+fn effort(level: &str) -> &'static str {
+    match level {
+        "medium" => "medium",
+        "high" => "high",
+        "xhigh" => "xhigh",
+        _ => "low",
+    }
+}
+
 /// Claude Code's flags for a task's permissions and tools. Headless (`-p`), a tool call that
 /// needs approval is denied (and listed in the result's `permission_denials`), so:
 /// - `read-only`: `--permission-mode dontAsk --allowedTools Read,Glob,Grep`: every other call
@@ -67,7 +78,16 @@ impl Agent for Claude {
     }
 
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
-        launch.agent_args = permission_args(input.spec.permissions, &input.spec.tools);
+        let spec = input.spec;
+        launch.agent_args = permission_args(spec.permissions, &spec.tools);
+        if let Some(text) = &spec.system_prompt {
+            launch.agent_args.push("--append-system-prompt".into());
+            launch.agent_args.push(text.clone());
+        }
+        if let Some(level) = &spec.thinking {
+            launch.agent_args.push("--effort".into());
+            launch.agent_args.push(effort(level).into());
+        }
     }
 
     fn credentials(&self) -> Option<&'static super::Credentials> {

@@ -41,6 +41,22 @@ impl Agent for Codex {
             Permissions::Full => "danger-full-access",
         };
         launch.agent_args = vec!["--sandbox".into(), sandbox.into()];
+        // `-c key=value` takes a TOML value: a JSON string is a TOML basic string.
+        let toml_string = |s: &str| serde_json::Value::from(s).to_string();
+        if let Some(text) = &input.spec.system_prompt {
+            launch.agent_args.push("-c".into());
+            launch
+                .agent_args
+                .push(format!("developer_instructions={}", toml_string(text)));
+        }
+        if let Some(level) = &input.spec.thinking {
+            // Codex's reasoning efforts: none, minimal, low, medium, high, xhigh.
+            let effort = if level == "off" { "none" } else { level };
+            launch.agent_args.push("-c".into());
+            launch
+                .agent_args
+                .push(format!("model_reasoning_effort={}", toml_string(effort)));
+        }
     }
 
     fn credentials(&self) -> Option<&'static super::Credentials> {

@@ -381,6 +381,36 @@ mod plan_tests {
     }
 
     #[test]
+    fn system_prompt_and_thinking_become_each_agents_own_flags() {
+        let argv = |agent: &str, thinking: &str| {
+            let mut batch = one_off(agent);
+            batch.batch.tasks[0].system_prompt = Some("Be \"brief\".".into());
+            batch.batch.tasks[0].thinking = Some(thinking.into());
+            let rec = record(vec![attempt(1, None)]);
+            plan(&batch, &rec, Path::new("/run")).argv.unwrap()
+        };
+        let has = |argv: &[String], pair: [&str; 2]| argv.windows(2).any(|w| w == pair);
+        let a = argv("claude", "off");
+        assert!(
+            has(&a, ["--append-system-prompt", "Be \"brief\"."]),
+            "{a:?}"
+        );
+        assert!(has(&a, ["--effort", "low"]), "{a:?}");
+        let a = argv("pi", "high");
+        assert!(
+            has(&a, ["--append-system-prompt", "Be \"brief\"."]),
+            "{a:?}"
+        );
+        assert!(has(&a, ["--thinking", "high"]), "{a:?}");
+        let a = argv("codex", "off");
+        assert!(
+            has(&a, ["-c", r#"developer_instructions="Be \"brief\".""#]),
+            "{a:?}"
+        );
+        assert!(has(&a, ["-c", r#"model_reasoning_effort="none""#]), "{a:?}");
+    }
+
+    #[test]
     fn pi_rpc_is_driven_keeps_its_session_and_continues_an_interrupted_one() {
         let tmp = tempfile::tempdir().unwrap();
         let run = tmp.path();

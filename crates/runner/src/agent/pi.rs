@@ -67,6 +67,15 @@ impl Agent for Pi {
             _ => {}
         }
         launch.agent_args = tool_args(input.spec.permissions, &input.spec.tools);
+        if let Some(text) = &input.spec.system_prompt {
+            launch.agent_args.push("--append-system-prompt".into());
+            launch.agent_args.push(text.clone());
+        }
+        if let Some(level) = &input.spec.thinking {
+            // pi's levels are sortie's: off, minimal, low, medium, high, xhigh.
+            launch.agent_args.push("--thinking".into());
+            launch.agent_args.push(level.clone());
+        }
         if profile.can_continue {
             let (dir, args, continues) =
                 session_plan(input.run_dir, input.task, input.rec, input.live.attempt);
