@@ -10,7 +10,7 @@ use sortie_core::{Isolation, TaskId, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
-use crate::executor::{Direct, Executor};
+use crate::executor::{Direct, Executor, slurm};
 use crate::{agent, process, worktree};
 
 impl Engine {
@@ -60,7 +60,7 @@ impl Engine {
             _ => None,
         };
         let continues = plan.continues.clone();
-        let executor: Arc<dyn Executor> = Arc::new(Direct);
+        let executor = self.executor_for(spec, deadline_at);
         let placement = executor.place(
             self.run_dir.attempt_dir(task.0, live.attempt.0),
             task,
@@ -91,8 +91,38 @@ impl Engine {
                 placement,
                 launched_at: live.launched_at,
                 adopt: None,
+                allow_denials: spec.allow_denials,
             },
             continues,
         ))
+    }
+}
+
+impl Engine {
+    /// The executor of a task's attempts: the direct one, or (#11) a Slurm one sharing the
+    /// run's cluster, whose jobs Slurm stops after the attempt's timeout (or the deadline's
+    /// rest, when sooner), its kill grace and a minute more, even when sortie is not there.
+    fn executor_for(
+        &self,
+        spec: &sortie_core::TaskSpec,
+        deadline_at: Option<sortie_core::Timestamp>,
+    ) -> Arc<dyn Executor> {
+        match &spec.executor {
+            sortie_core::Executor::Local => Arc::new(Direct),
+            sortie_core::Executor::Slurm(options) => {
+                let cluster = self
+                    .slurm
+                    .get_or_init(|| slurm::Cluster::new(self.run_id.clone(), self.incarnation()));
+                let left = deadline_at.map(|d| d.since(crate::clock::now()));
+                let limit = left.map_or(spec.attempt_timeout, |l| l.min(spec.attempt_timeout));
+                let limit = limit + spec.kill_grace + std::time::Duration::from_secs(60);
+                Arc::new(slurm::Slurm::new(
+                    Arc::clone(cluster),
+                    options.clone(),
+                    &spec.label,
+                    Some(limit),
+                ))
+            }
+        }
     }
 }

@@ -27,7 +27,12 @@ impl Engine {
             .await
             .map_err(survivor)?;
         let mut events = Vec::new();
-        for o in &plan.orphans {
+        // Attempts adopted before (#11: Slurm jobs still known to the cluster) are not orphans.
+        for o in plan
+            .orphans
+            .iter()
+            .filter(|o| !self.live.contains_key(&o.task))
+        {
             let mut was_killed = killed.get(&(o.task, o.attempt)).copied().unwrap_or(false);
             if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
                 match process::kill_group_if_same(pid, st, grace).await {
