@@ -17,6 +17,7 @@ mod damage;
 mod faults;
 mod graphs;
 mod mixed;
+mod real_claude;
 mod real_codex;
 mod real_pi;
 mod signals;

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sortie_core::{ExecutorKind, Isolation, OutputMode};
+use sortie_core::{ExecutorKind, Isolation, OutputMode, Permissions};
 
 use crate::error::Issues;
 use crate::value::{Entry, Val};
@@ -47,6 +47,10 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // #11
     "executor",
     "slurm",
+    // Issue 13.
+    "permissions",
+    "tools",
+    "allow_denials",
 ];
 
 /// The top-level keys of a batch file.
@@ -57,6 +61,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "defaults",
     "agents",
     "tasks",
+    // The whole run's budget (issue 14).
+    "budget",
 ];
 
 /// The keys of an `[agents.NAME]` table.
@@ -122,6 +128,10 @@ pub(crate) struct RawTask {
     // #11
     pub(crate) executor: Option<ExecutorKind>,
     pub(crate) slurm: RawSlurm,
+    // Issue 13.
+    pub(crate) permissions: Option<Permissions>,
+    pub(crate) tools: Option<Vec<String>>,
+    pub(crate) allow_denials: Option<bool>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -267,6 +277,20 @@ impl RawTask {
                 self.executor = Some(kind);
             }
             "slurm" => self.parse_slurm(e, issues)?,
+            "permissions" => {
+                let name = string(v)?;
+                self.permissions = Some(Permissions::parse(&name).ok_or_else(|| {
+                    format!("expected \"read-only\", \"edit\" or \"full\", found {name:?}")
+                })?);
+            }
+            "tools" => {
+                let tools = strings(v)?;
+                if tools.iter().any(|t| t.trim().is_empty() || t.contains(',')) {
+                    return Err("a tool name must not be empty nor contain `,`".into());
+                }
+                self.tools = Some(tools);
+            }
+            "allow_denials" => self.allow_denials = Some(boolean(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())

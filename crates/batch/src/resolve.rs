@@ -79,6 +79,7 @@ pub(crate) fn resolve_all(
             .fail_fast
             .or(run.fail_fast)
             .unwrap_or(defaults_config.fail_fast),
+        budget: run.budget,
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
@@ -221,6 +222,9 @@ fn resolve_task(
         output_mode,
         needs,
         retry_after_side_effects,
+        permissions,
+        tools,
+        allow_denials,
         // #10: attempts that outlive sortie.
         max_orphans,
         supervise

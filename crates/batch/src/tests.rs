@@ -75,7 +75,8 @@ fn batch_toml_resolves_every_field() {
         b.config,
         RunConfig {
             concurrency: 8,
-            fail_fast: true
+            fail_fast: true,
+            ..RunConfig::default()
         }
     );
     let demo = &b.agents["demo"];
@@ -116,6 +117,9 @@ fn batch_toml_resolves_every_field() {
     want.reads = vec![format!("{d}/x.md"), "/abs/y.md".into()];
     want.env_keys = vec!["OVERRIDDEN".into(), "SHARED".into(), "TASK_ONLY".into()];
     want.retry_after_side_effects = true;
+    want.permissions = sortie_core::Permissions::ReadOnly;
+    want.tools = vec!["Read".into(), "Grep".into()];
+    want.allow_denials = true;
     assert_eq!(a, &want);
 
     // Defaults apply; the label is task-N; the cwd is the batch file's directory.
@@ -187,7 +191,8 @@ fn batch_flags_are_defaults_and_override_run_settings() {
         b.config,
         RunConfig {
             concurrency: 2,
-            fail_fast: false
+            fail_fast: false,
+            ..RunConfig::default()
         }
     );
     // The task's own agent and model win over the flags.
@@ -339,6 +344,16 @@ fn batch_error_needs_unknown_label() {
         8,
         Some("needs"),
         "unknown label \"ghost\"",
+    );
+}
+
+#[test]
+fn batch_error_unknown_permissions() {
+    check_one(
+        "bad_permissions.toml",
+        3,
+        Some("permissions"),
+        "\"read-only\", \"edit\" or \"full\"",
     );
 }
 
@@ -953,5 +968,53 @@ extra_args = ["--exclusive", "--job-name=mine"]
     assert!(
         text.contains("\"--job-name=mine\" is set by sortie itself"),
         "{text}"
+    );
+}
+
+#[test]
+fn batch_budget_table_resolves_and_its_problems_are_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budget.toml");
+    std::fs::write(
+        &path,
+        "[budget]\nmax_cost = 12.5\nmax_tokens = 1000000\ndeadline = \"2h\"\nwarn_at = 90\n\
+         [[tasks]]\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let b = load(&path, None, &Overrides::default()).unwrap().batch;
+    assert_eq!(
+        b.config.budget,
+        sortie_core::RunBudget {
+            max_cost_nanos: Some(12_500_000_000),
+            max_tokens: Some(1_000_000),
+            deadline: Some(secs(7200)),
+            warn_percent: 90,
+        }
+    );
+    std::fs::write(
+        &path,
+        "[budget]\nmax_cost = 0\nwarn_at = 0\ndeadline = \"40d\"\nmax_tokenz = 3\n\
+         [[tasks]]\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let err = load(&path, None, &Overrides::default()).unwrap_err();
+    let got: Vec<(Option<usize>, Option<&str>)> = err
+        .issues()
+        .iter()
+        .map(|i| (i.line, i.field.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(2), Some("budget.max_cost")),
+            (Some(3), Some("budget.warn_at")),
+            (Some(4), Some("budget.deadline")),
+            (Some(5), Some("budget.max_tokenz")),
+        ],
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("did you mean `max_tokens`?"),
+        "{err}"
     );
 }

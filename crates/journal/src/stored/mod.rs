@@ -348,6 +348,9 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             max_orphans: 3,
             supervise: true,
             executor: sortie_core::Executor::Local,
+            permissions: sortie_core::Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
         })
     }
 }
@@ -373,6 +376,7 @@ impl From<RunConfigV1> for RunConfig {
         RunConfig {
             concurrency: c.concurrency,
             fail_fast: c.fail_fast,
+            budget: sortie_core::RunBudget::default(),
         }
     }
 }
@@ -453,6 +457,7 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             signal: o.signal,
             error: o.error,
             side_effects: o.side_effects,
+            denials: vec![],
         }
     }
 }

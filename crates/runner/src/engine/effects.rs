@@ -19,6 +19,7 @@ impl Engine {
         let mut launches = Vec::new();
         let mut ends = Vec::new();
         let mut jobs = Vec::new();
+        let mut wind_down = None;
         for action in actions {
             match action {
                 Action::Append(e) => events.push(e),
@@ -30,9 +31,13 @@ impl Engine {
                     finalize,
                 } => ends.push((task, result, artifact, finalize)),
                 Action::StartJob(task, kind) => jobs.push((task, kind)),
+                Action::WindDown(reason) => wind_down = Some(reason),
             }
         }
         self.commit(events)?;
+        if let Some(reason) = wind_down {
+            self.wind_down(&reason);
+        }
         self.launch_all(launches)?;
         for (task, result, artifact, finalize) in ends {
             self.end_task(task, result, artifact, finalize).await?;

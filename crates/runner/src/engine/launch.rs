@@ -123,6 +123,7 @@ impl Engine {
                 placement,
                 launched_at: live.launched_at,
                 adopt: None,
+                allow_denials: spec.allow_denials,
                 resumed: None,
             },
             continues,

@@ -12,6 +12,7 @@
 //!     sessions/<task>.<attempt>/    each attempt's agent session (continuable profiles)
 //!     attempts/<task>.<attempt>/    each attempt's dir: its stdout (the transcript), stderr,
 //!                                   and the executor's files (a supervisor's started, exit)
+//!     prompts/<task>.<attempt>      each attempt's prompt, when the agent reads it on stdin
 //!     patches/<name>.patch          a kept worktree's change
 //!     discarded/<name>.json         kept worktrees removed after the run (the journal is closed)
 //!   index/<run-id>                  the run index: one JSON file per run (`index`)
@@ -178,6 +179,11 @@ impl RunDir {
         self.path.join("agents").join(format!("{task}.{attempt}"))
     }
 
+    /// The file an attempt's prompt is written to when the agent reads it on stdin.
+    pub fn prompt_file(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("prompts").join(format!("{task}.{attempt}"))
+    }
+
     /// An attempt's agent session directory.
     pub fn sessions(&self, task: u32, attempt: u32) -> PathBuf {
         self.path.join("sessions").join(format!("{task}.{attempt}"))
@@ -201,6 +207,16 @@ impl RunDir {
     /// The record of a kept worktree removed after the run, by its safe name.
     pub fn discarded(&self, name: &str) -> PathBuf {
         self.path.join("discarded").join(format!("{name}.json"))
+    }
+
+    /// Where `sortie recover` moves a damaged journal's files, untouched (`stamp`: when).
+    pub fn damaged(&self, stamp: u64) -> PathBuf {
+        self.path.join("damaged").join(stamp.to_string())
+    }
+
+    /// What `sortie recover` found lost, as JSON.
+    pub fn recovered(&self) -> PathBuf {
+        self.path.join("recovered.json")
     }
 
     /// Takes ownership of the run, or says which pid holds it.
