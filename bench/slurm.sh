@@ -14,7 +14,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
-SORTIE=${1:-$ROOT/target/release/sortie}
+SORTIE=$(realpath "${1:-$ROOT/target/release/sortie}")
 N=${N:-200}
 P=${P:-16}
 WORK=${SORTIE_BENCH_DIR:-/var/tmp/sortie-bench}
