@@ -100,6 +100,20 @@ pub(crate) enum Command {
     /// Wait for a run to end and exit with its code (0 completed, 1 failed or partial, 3
     /// interrupted; 5 when `--timeout` passed first), printing its summary.
     Wait(WaitArgs),
+    /// Write a run's post-mortem as one self-contained HTML file: a timeline of every attempt
+    /// per task (coloured by outcome, retries and fallbacks visible, held and stalled spans
+    /// shaded), cost and tokens by task and model, and the summary's table.
+    Report(ReportArgs),
+}
+
+/// `sortie report`.
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Where to write the HTML file.
+    #[arg(long)]
+    pub(crate) html: PathBuf,
 }
 
 /// `sortie wait`.

@@ -10,6 +10,7 @@ mod export;
 mod gc;
 mod list;
 mod replay;
+mod report;
 mod run;
 mod status;
 mod wait;
@@ -57,6 +58,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         ),
         Command::Concurrency(c) => control::send(g, &c.run, Request::Concurrency { n: c.n }),
         Command::Wait(w) => wait::wait(g, &w),
+        Command::Report(r) => report::report(g, &r),
     }
 }
 
