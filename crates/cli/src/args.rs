@@ -87,6 +87,9 @@ pub(crate) enum Command {
     /// only once it runs (programs on PATH, credentials, directories, repositories, artifact
     /// directories, prompt sizes). Nothing is spawned; exit 0 when ready, 2 with every problem.
     Check(CheckArgs),
+    /// Rebuild a damaged run's journal from every record that can still be read (the damaged
+    /// files are moved aside, untouched), say what was lost; then `sortie resume` continues it.
+    Recover(RunId),
     /// Hold a live run, or one task of it: its processes are stopped (SIGSTOP), nothing of it
     /// launches, tasks that need it wait, and its stall and attempt clocks stop. A held run
     /// that crashes resumes held.

@@ -9,6 +9,7 @@ mod discard;
 mod export;
 mod gc;
 mod list;
+mod recover;
 mod replay;
 mod report;
 mod run;
@@ -46,6 +47,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
         Command::Check(args) => check::check(g, &args),
+        Command::Recover(r) => recover::recover(g, &r.run),
         Command::Hold(r) => control::send(g, &r.run, Request::Hold { task: r.task }),
         Command::Release(r) => control::send(g, &r.run, Request::Release { task: r.task }),
         Command::Steer(s) => control::send(
@@ -176,9 +178,10 @@ fn find_kept(
     )?)
 }
 
-/// Replays a run fully, turning a corrupt journal into an error that names the record.
+/// A run's state after every record (from its newest valid snapshot and the tail), turning a
+/// corrupt journal into an error that names the record.
 fn replay_all(journal: &Journal) -> Result<RunState> {
-    Ok(journal.replay(None)?)
+    Ok(journal.replay_latest()?)
 }
 
 /// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.

@@ -183,3 +183,8 @@ fn report(g: &Global, end: &RunEnd) -> Code {
         }
     }
 }
+
+/// See [`super::state_dir_flag`].
+pub(super) fn state_dir_flag(dir: &std::path::Path) -> String {
+    super::state_dir_flag(dir)
+}
