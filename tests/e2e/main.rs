@@ -22,6 +22,7 @@ mod mixed;
 mod real_claude;
 mod real_codex;
 mod real_pi;
+mod report;
 mod signals;
 mod supervised;
 // #11

@@ -107,6 +107,20 @@ pub(crate) enum Command {
     /// task that did not complete) run again, the others are carried with their results; the
     /// new run names its parent.
     Rerun(RerunArgs),
+    /// Write a run's post-mortem as one self-contained HTML file: a timeline of every attempt
+    /// per task (coloured by outcome, retries and fallbacks visible, held and stalled spans
+    /// shaded), cost and tokens by task and model, and the summary's table.
+    Report(ReportArgs),
+}
+
+/// `sortie report`.
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Where to write the HTML file.
+    #[arg(long)]
+    pub(crate) html: PathBuf,
 }
 
 /// `sortie wait`.

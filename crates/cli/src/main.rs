@@ -9,6 +9,7 @@ mod board;
 mod commands;
 mod error;
 mod output;
+mod report;
 mod summary;
 
 use std::process::ExitCode;

@@ -11,6 +11,7 @@ mod gc;
 mod list;
 mod recover;
 mod replay;
+mod report;
 mod run;
 mod status;
 mod wait;
@@ -60,6 +61,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Concurrency(c) => control::send(g, &c.run, Request::Concurrency { n: c.n }),
         Command::Wait(w) => wait::wait(g, &w),
         Command::Rerun(args) => run::rerun(g, &args),
+        Command::Report(r) => report::report(g, &r),
     }
 }
 
