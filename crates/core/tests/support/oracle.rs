@@ -99,6 +99,7 @@ fn step(g: G, e: &Event) -> Option<G> {
     let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Retried);
     Some(match (g, e) {
         (Pending, Event::TaskQueued { .. }) => Queued,
+        (Pending, Event::TaskCarried { .. }) => Done,
         (Queued, Event::WorktreePlanned { .. }) => Planned,
         (Queued | Planned, Event::TaskSetUp { .. }) => SetUp,
         (Planned, Event::WorktreeFinalized { .. }) => Worktree,
@@ -486,7 +487,7 @@ pub(crate) fn check_resumes(t: &Trace) -> Result<(), String> {
                 Event::RetryScheduled { task, .. } => {
                     undecided.remove(task);
                 }
-                Event::TaskFinished { task, .. } => {
+                Event::TaskFinished { task, .. } | Event::TaskCarried { task, .. } => {
                     finished.insert(*task);
                     undecided.remove(task);
                 }
