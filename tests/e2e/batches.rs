@@ -461,3 +461,68 @@ fn a_rerun_of_the_failed_tasks_carries_the_rest_with_their_ledger_apart() {
     assert!(list.contains(&format!("(rerun of {parent})")), "{list}");
     s.audit_clean(&child);
 }
+
+#[test]
+fn two_runs_at_once_share_a_machine_wide_cap_of_two_live_attempts() {
+    use std::collections::BTreeSet;
+    let s = Scratch::new();
+    let slots = s.path().join("slots");
+    let work = fake_command(&["--quiet", "--sleep", "1.5"]);
+    let mut toml = String::from("concurrency = 3\n");
+    for l in ["x", "y", "z"] {
+        toml.push_str(&format!("\n[[tasks]]\nlabel = \"{l}\"\ncommand = {work}\n"));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let runs = [unique_run("m1"), unique_run("m2")];
+    let mut bg = Vec::new();
+    for run in &runs {
+        let mut c = s.sortie();
+        c.env("SORTIE_MACHINE_SLOTS", "2")
+            .env("SORTIE_SLOTS_DIR", &slots)
+            .args(["run", batch.to_str().expect("utf-8"), "--run-id", run])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        bg.push(crate::support::Background::from_command(c, run));
+    }
+    // Sample /proc until both runs are done: never more than 2 attempts alive across them.
+    let mut most = 0;
+    let mut seen = BTreeSet::new();
+    // The run index says when a run is over, without opening its journal.
+    let done = |run: &str| {
+        std::fs::read(s.state_dir().join("index").join(run))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|e| e["status"].get("finished").is_some())
+    };
+    let start = std::time::Instant::now();
+    while !(done(&runs[0]) && done(&runs[1])) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "the runs did not finish"
+        );
+        let mut alive = BTreeSet::new();
+        for run in &runs {
+            for m in sortie_testkit::marked_processes(run) {
+                alive.insert((run.clone(), m.attempt));
+            }
+        }
+        most = most.max(alive.len());
+        seen.extend(alive);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for b in bg {
+        let out = b.finish(60);
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert!(
+        most <= 2,
+        "{most} attempts were alive at once across the two runs: {seen:?}"
+    );
+    for run in &runs {
+        let events = s.events(run);
+        for i in 0..3 {
+            let f = task_events(&events, "TaskFinished", i);
+            assert_eq!(f[0]["result"]["state"], "completed", "{run} task {i}");
+        }
+    }
+}

@@ -202,7 +202,9 @@ fn run_finished_carries_the_aggregate() {
                 .events
                 .iter()
                 .filter_map(|e| match &e.event {
-                    Event::TaskFinished { result, .. } => Some(result.state),
+                    Event::TaskFinished { result, .. } | Event::TaskCarried { result, .. } => {
+                        Some(result.state)
+                    }
                     _ => None,
                 })
                 .collect();

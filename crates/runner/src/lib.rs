@@ -18,6 +18,7 @@ pub mod layout;
 pub mod preflight;
 pub mod process;
 pub mod recover;
+pub mod slots;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;

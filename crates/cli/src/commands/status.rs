@@ -29,6 +29,15 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         output::print_status(&mut out, &view)?;
         output::print_kept(&mut out, &view)?;
         output::print_carried(&mut out, &state)?;
+        if let Some(pool) = sortie_runner::slots::Pool::configured() {
+            writeln!(
+                out,
+                "machine-wide slots: {} of {} held ({})",
+                pool.held(),
+                pool.slots,
+                pool.dir.display()
+            )?;
+        }
     }
     Ok(Code::Ok)
 }

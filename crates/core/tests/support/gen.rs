@@ -191,6 +191,9 @@ pub(crate) struct Scenario {
     pub(crate) ops: Vec<Op>,
     /// Whether the run is driven to its end after the ops (else it stops wherever it is).
     pub(crate) finish: bool,
+    /// Per task: carried from a parent run (a rerun) as completed (0) or failed (1); any
+    /// other value: not carried.
+    pub(crate) carried: Vec<u8>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -346,8 +349,17 @@ pub(crate) fn scenario_strategy() -> impl Strategy<Value = Scenario> {
         batch_strategy(),
         prop::collection::vec(op_strategy(), 10..200),
         prop::bool::weighted(0.85),
+        prop::collection::vec(
+            prop_oneof![1 => Just(0u8), 1 => Just(1u8), 8 => Just(2u8)],
+            MAX_TASKS,
+        ),
     )
-        .prop_map(|(batch, ops, finish)| Scenario { batch, ops, finish })
+        .prop_map(|(batch, ops, finish, carried)| Scenario {
+            batch,
+            ops,
+            finish,
+            carried,
+        })
 }
 
 /// A resume, as the generator saw it: the plan, and how many events the journal held.
@@ -446,6 +458,7 @@ impl<B: Backend> Driver<B> {
             pid: d.pid,
         };
         if d.emit(started).is_some() {
+            d.carry(&scenario.carried);
             d.planner = d.state.as_ref().map(Planner::new);
         }
         for op in &scenario.ops {
@@ -905,6 +918,43 @@ impl<B: Backend> Driver<B> {
             output,
         })?;
         self.agents.remove(&(task, attempt));
+        Some(())
+    }
+
+    /// A rerun's prelude, as `engine::rerun` journals it: `RunRerunOf`, then each carried task
+    /// finished with its parent's result.
+    fn carry(&mut self, carried: &[u8]) -> Option<()> {
+        let tasks: Vec<(TaskId, u8)> = self
+            .tasks()
+            .into_iter()
+            .filter_map(|t| carried.get(t.index()).map(|c| (t, *c)))
+            .filter(|(_, c)| *c < 2)
+            .collect();
+        if tasks.is_empty() {
+            return Some(());
+        }
+        self.emit(Event::RunRerunOf {
+            parent: RunId::new("model-parent").expect("valid run id"),
+        })?;
+        for (task, c) in tasks {
+            let (state, stop_reason) = if c == 0 {
+                (sortie_core::TerminalState::Completed, StopReason::Completed)
+            } else {
+                (sortie_core::TerminalState::Failed, StopReason::NonzeroExit)
+            };
+            let result = TaskResult {
+                state,
+                stop_reason,
+                phase: None,
+                error: None,
+                text: format!("carried t{}", task.0),
+            };
+            self.emit(Event::TaskCarried {
+                task,
+                result,
+                usage: Usage::ZERO,
+            })?;
+        }
         Some(())
     }
 

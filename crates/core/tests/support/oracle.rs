@@ -101,6 +101,7 @@ fn step(g: G, e: &Event) -> Option<G> {
         // A user's action on the task (hold, cancel, steer) changes no step of its grammar.
         (g, Event::Control { .. }) if g != Done => g,
         (Pending, Event::TaskQueued { .. }) => Queued,
+        (Pending, Event::TaskCarried { .. }) => Done,
         (Queued, Event::WorktreePlanned { .. }) => Planned,
         (Queued | Planned, Event::TaskSetUp { .. }) => SetUp,
         (Planned, Event::WorktreeFinalized { .. }) => Worktree,
@@ -515,7 +516,7 @@ pub(crate) fn check_resumes(t: &Trace) -> Result<(), String> {
                 Event::RetryScheduled { task, .. } => {
                     undecided.remove(task);
                 }
-                Event::TaskFinished { task, .. } => {
+                Event::TaskFinished { task, .. } | Event::TaskCarried { task, .. } => {
                     finished.insert(*task);
                     undecided.remove(task);
                 }

@@ -35,10 +35,18 @@ enum Step {
 pub(super) async fn run(
     ctx: AttemptCtx,
     tx: &mpsc::UnboundedSender<Msg>,
-    stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+    mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
     ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     control: &OnceLock<Arc<dyn Control>>,
 ) -> Ended {
+    // The machine-wide cap: held from before the spawn to the attempt's end.
+    let _slot = match crate::slots::Pool::configured() {
+        None => None,
+        Some(pool) => match machine_slot(pool, &mut stop_rx).await {
+            Ok(slot) => Some(slot),
+            Err(ended) => return ended,
+        },
+    };
     let mut child = match launch(&ctx).await {
         Ok(child) => child,
         Err(ended) => return ended,
@@ -197,6 +205,43 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
         };
         failed(reason, e.to_string())
     })
+}
+
+/// Waits for a free slot of the machine-wide pool; a stop request ends the wait (the attempt
+/// ends with the request's reason, never spawned).
+async fn machine_slot(
+    pool: &crate::slots::Pool,
+    stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
+) -> Result<crate::slots::Slot, Ended> {
+    let mut open = true;
+    loop {
+        match pool.try_take() {
+            Ok(Some(slot)) => return Ok(slot),
+            Ok(None) => {}
+            Err(e) => {
+                let msg = format!(
+                    "cannot take a machine-wide slot in {}: {e}",
+                    pool.dir.display()
+                );
+                return Err((
+                    AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                    Usage::ZERO,
+                    msg,
+                ));
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(crate::slots::POLL) => {}
+            req = stop_rx.recv(), if open => match req {
+                Some(req) => {
+                    let mut outcome = AttemptOutcome::failed(req.reason, req.message.clone());
+                    outcome.phase = req.phase;
+                    return Err((outcome, Usage::ZERO, req.message));
+                }
+                None => open = false,
+            },
+        }
+    }
 }
 
 /// Writes an attempt's prompt file (its directory created), for the child's stdin.
