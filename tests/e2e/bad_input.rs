@@ -1,6 +1,6 @@
 //! End-to-end tests: bad input. A batch that does not load is refused with a message naming the
-//! file, line and field, exit 2, and no run is started; an agent that cannot be spawned is a
-//! retried `spawn_error` that names the binary; an agent printing binary garbage or a 10 MB line
+//! file, line and field, exit 2, and no run is started; an agent binary that is missing is
+//! `invalid` at once (retrying cannot help), naming it; an agent printing binary garbage or a 10 MB line
 //! does not upset sortie; a state dir that cannot be written is a clear error naming the path,
 //! with nothing half-written.
 
@@ -82,7 +82,7 @@ fn a_needs_cycle_is_refused_naming_the_cycle() {
 }
 
 #[test]
-fn a_missing_agent_binary_is_a_retried_spawn_error_naming_the_binary() {
+fn a_missing_agent_binary_is_invalid_at_once_naming_the_binary() {
     let s = Scratch::new();
     let batch = s.write(
         "batch.toml",
@@ -102,14 +102,14 @@ fn a_missing_agent_binary_is_a_retried_spawn_error_naming_the_binary() {
     let status = s.status("ghost");
     let ghost = task_view(&status, "ghost");
     assert_eq!(ghost["state"], "failed", "{ghost}");
-    assert_eq!(ghost["stop_reason"], "spawn_error", "{ghost}");
-    assert_eq!(ghost["attempts"], 2, "max_retries + 1 attempts: {ghost}");
+    assert_eq!(ghost["stop_reason"], "invalid", "{ghost}");
+    assert_eq!(
+        ghost["attempts"], 1,
+        "a missing binary is not retried: {ghost}"
+    );
     let error = ghost["error"].as_str().unwrap_or_default();
     assert!(error.contains("/nonexistent/agent"), "{error}");
-    assert!(
-        error.ends_with("(after 2 attempts: default → default)"),
-        "{error}"
-    );
+    assert!(error.contains("not found"), "{error}");
     assert_eq!(task_view(&status, "fine")["state"], "completed");
 
     let events = s.events("ghost");
@@ -117,8 +117,8 @@ fn a_missing_agent_binary_is_a_retried_spawn_error_naming_the_binary() {
         .iter()
         .map(|e| e["outcome"]["stop_reason"].as_str().unwrap_or_default())
         .collect();
-    assert_eq!(reasons, ["spawn_error", "spawn_error"]);
-    assert_eq!(task_events(&events, "RetryScheduled", 0).len(), 1);
+    assert_eq!(reasons, ["invalid"]);
+    assert!(task_events(&events, "RetryScheduled", 0).is_empty());
     assert!(
         task_events(&events, "AttemptStarted", 0).is_empty(),
         "nothing started"

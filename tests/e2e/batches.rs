@@ -306,3 +306,86 @@ fn apply_all_commit_applies_in_task_order_one_commit_each_and_stops_at_the_confl
         "the checkout is clean: nothing half-applied"
     );
 }
+
+#[test]
+fn a_run_budget_stops_a_batch_warning_first_and_ends_with_the_reason() {
+    let s = Scratch::new();
+    let fast = fake_command(&["--quiet", "--usage", "60,40,0.001"]);
+    // 100 tokens every 2 s, for 200 s: the budget runs out while it works.
+    let slow = fake_command(&[
+        "--quiet",
+        "--usage",
+        "6000,4000,0.1",
+        "--turns",
+        "100",
+        "--sleep",
+        "200",
+    ]);
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 1\n\n[budget]\nmax_tokens = 220\n\n[defaults]\nkill_grace = \"1s\"\n\n\
+             [[tasks]]\nlabel = \"a\"\ncommand = {fast}\n\n\
+             [[tasks]]\nlabel = \"b\"\ncommand = {fast}\n\n\
+             [[tasks]]\nlabel = \"c\"\ncommand = {slow}\n\n\
+             [[tasks]]\nlabel = \"d\"\ncommand = {fast}\n\n\
+             [[tasks]]\nlabel = \"e\"\ncommand = {fast}\n"
+        ),
+    );
+    let run = unique_run("bu");
+    let out = s.run(&["run", batch.to_str().expect("utf-8"), "--run-id", &run]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "partial: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Run budget exceeded: run tokens") && stdout.contains("max_tokens 220"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("warning: the run has used") && stderr.contains("budget's max_tokens"),
+        "{stderr}"
+    );
+    let events = s.events(&run);
+    let kinds: Vec<&str> = events.iter().map(|e| event_kind(e).0).collect();
+    let warned = kinds.iter().position(|k| *k == "RunBudgetWarned");
+    let exceeded = kinds.iter().position(|k| *k == "RunBudgetExceeded");
+    assert!(
+        warned.is_some() && warned < exceeded,
+        "warned, then exceeded: {kinds:?}"
+    );
+    let result = |i: usize| {
+        let f = task_events(&events, "TaskFinished", i);
+        assert_eq!(f.len(), 1, "task {i}");
+        f[0]["result"].clone()
+    };
+    for i in [0, 1] {
+        assert_eq!(result(i)["state"], "completed", "{}", result(i));
+    }
+    // Stopped (a plain command cannot be steered) before it printed anything: a budget stop
+    // without output is failed (partial needs output).
+    let c = result(2);
+    assert_eq!(
+        (c["state"].as_str(), c["stop_reason"].as_str()),
+        (Some("failed"), Some("budget")),
+        "{c}"
+    );
+    assert!(
+        c["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the run's budget ran out")),
+        "{c}"
+    );
+    for i in [3, 4] {
+        let r = result(i);
+        assert_eq!(
+            (r["state"].as_str(), r["stop_reason"].as_str()),
+            (Some("cancelled"), Some("budget")),
+            "{r}"
+        );
+        assert!(
+            task_events(&events, "AttemptLaunching", i).is_empty(),
+            "task {i} never started"
+        );
+    }
+    s.audit_clean(&run);
+}

@@ -17,9 +17,13 @@ mod damage;
 mod faults;
 mod graphs;
 mod mixed;
+mod real_claude;
 mod real_codex;
 mod real_pi;
 mod signals;
+// #11
+mod slurm;
+mod slurm_crash;
 mod supervised;
 mod support;
 mod torture;

@@ -3,8 +3,10 @@
 //! sortie's own worktrees.
 //!
 //! Shared writes. Two tasks are refused together when all of these hold:
-//! - both are agent tasks whose profile may write (`may_write = true`; an unknown profile
-//!   counts as writing). A task with its own `command` is the user's business: never refused;
+//! - both are agent tasks that may write (`TaskSpec::may_write`: a known agent unless its
+//!   `permissions` are `read-only`; a `plain` profile when it says `may_write = true`; an
+//!   unknown profile counts as writing). A task with its own `command` is the user's business:
+//!   never refused;
 //! - neither is isolated (`isolation = "none"`);
 //! - they work in the same checkout: their checkouts (the git work tree that holds the task's
 //!   `cwd`, found by looking for `.git` upwards, else the `cwd` itself) are the same, or one
@@ -115,7 +117,7 @@ pub(crate) fn shared_writes(batch: &Batch) -> Vec<SharedWrite> {
         .filter(|(_, t)| {
             t.command.is_none()
                 && t.isolation == Isolation::None
-                && batch.agents.get(&t.agent).is_none_or(|p| p.may_write)
+                && t.may_write(batch.agents.get(&t.agent))
         })
         .map(|(i, t)| (i, checkout_of(Path::new(&t.cwd))))
         .collect();
@@ -211,6 +213,7 @@ mod tests {
             config: RunConfig {
                 concurrency,
                 fail_fast: false,
+                ..RunConfig::default()
             },
             source: "b.toml".into(),
         }
@@ -253,9 +256,16 @@ mod tests {
         cmd.prompt = None;
         cmd.command = Some(vec!["make".into()]);
         assert!(shared_writes(&batch(vec![a.clone(), cmd], 4)).is_empty());
-        let mut ro = b;
+        let mut ro = b.clone();
         ro.agent = "command".into();
-        assert!(shared_writes(&batch(vec![a, ro], 4)).is_empty());
+        assert!(shared_writes(&batch(vec![a.clone(), ro], 4)).is_empty());
+        // A known agent with read-only permissions does not write: it shares the checkout.
+        let mut reader = b.clone();
+        reader.permissions = sortie_core::Permissions::ReadOnly;
+        assert!(shared_writes(&batch(vec![a.clone(), reader], 4)).is_empty());
+        let mut full = b;
+        full.permissions = sortie_core::Permissions::Full;
+        assert_eq!(shared_writes(&batch(vec![a, full], 4)).len(), 1);
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use crate::agents::Agents;
 use crate::error::Issues;
-use crate::fields::{RUN_FIELDS, RawTask, Scope, TASK_FIELDS, boolean, expected, suggest, uint};
+use crate::fields::{
+    RUN_FIELDS, RawTask, Scope, TASK_FIELDS, boolean, cost_nanos, duration, expected, suggest, uint,
+};
 use crate::value::{Entry, LineIndex, RawToml, Val, task_headers};
 
 /// The run-level part of a batch file (or of a defaults file), and its tasks.
@@ -19,6 +21,10 @@ pub(crate) struct RunDoc {
     pub(crate) defaults: RawTask,
     pub(crate) agents: Agents,
     pub(crate) tasks: Vec<RawTask>,
+    /// `[budget]`: the whole run's budget.
+    pub(crate) budget: sortie_core::RunBudget,
+    /// The line of each `[budget]` key given (`budget.max_cost`).
+    pub(crate) budget_lines: std::collections::HashMap<String, Option<usize>>,
 }
 
 impl RunDoc {
@@ -32,6 +38,8 @@ impl RunDoc {
             defaults: RawTask::new(file, None),
             agents: Agents::default(),
             tasks: Vec::new(),
+            budget: sortie_core::RunBudget::default(),
+            budget_lines: std::collections::HashMap::new(),
         }
     }
 
@@ -62,6 +70,7 @@ impl RunDoc {
                     doc.agents = Agents::parse(e, file, issues);
                     Ok(())
                 }
+                "budget" => doc.parse_budget(e, issues),
                 "tasks" => match headers {
                     Some(headers) => doc.parse_tasks(e, headers, issues),
                     None => Err("tasks belong in the JSON Lines file, one per line".into()),
@@ -82,6 +91,43 @@ impl RunDoc {
             }
         }
         doc
+    }
+
+    /// `[budget]`: `max_cost` (US dollars), `max_tokens`, `deadline`, `warn_at` (percent);
+    /// each sub-field's problem is its own issue.
+    fn parse_budget(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
+        const KEYS: &[&str] = &["max_cost", "max_tokens", "deadline", "warn_at"];
+        let Val::Table(entries) = &e.val else {
+            return Err(expected(
+                "a table { max_cost, max_tokens, deadline, warn_at }",
+                &e.val,
+            ));
+        };
+        for sub in entries {
+            if matches!(sub.val, Val::Null) {
+                continue;
+            }
+            let field = format!("budget.{}", sub.key);
+            self.budget_lines.insert(field.clone(), sub.line);
+            let b = &mut self.budget;
+            let parsed = match sub.key.as_str() {
+                "max_cost" => cost_nanos(&sub.val).map(|c| b.max_cost_nanos = Some(c)),
+                "max_tokens" => uint(&sub.val).map(|t| b.max_tokens = Some(t)),
+                "deadline" => duration(&sub.val).map(|d| b.deadline = Some(d)),
+                "warn_at" => uint::<u32>(&sub.val).and_then(|p| {
+                    u8::try_from(p)
+                        .ok()
+                        .filter(|p| (1..=100).contains(p))
+                        .map(|p| b.warn_percent = p)
+                        .ok_or_else(|| format!("must be between 1 and 100 (percent; found {p})"))
+                }),
+                _ => Err(format!("unknown field{}", suggest(&sub.key, KEYS))),
+            };
+            if let Err(message) = parsed {
+                issues.add(&self.file, sub.line, Some(&field), message);
+            }
+        }
+        Ok(())
     }
 
     fn parse_tasks(

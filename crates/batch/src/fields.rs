@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sortie_core::{Isolation, OutputMode};
+use sortie_core::{ExecutorKind, Isolation, OutputMode, Permissions};
 
 use crate::error::Issues;
 use crate::value::{Entry, Val};
@@ -41,6 +41,13 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // Expansion (issue 14): a task as a template over a list and/or samples.
     "for_each",
     "count",
+    // #11
+    "executor",
+    "slurm",
+    // Issue 13.
+    "permissions",
+    "tools",
+    "allow_denials",
     // #10: attempts that outlive sortie.
     "max_orphans",
     "supervise",
@@ -54,6 +61,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "defaults",
     "agents",
     "tasks",
+    // The whole run's budget (issue 14).
+    "budget",
 ];
 
 /// The keys of an `[agents.NAME]` table.
@@ -113,9 +122,29 @@ pub(crate) struct RawTask {
     pub(crate) count: Option<u32>,
     /// Set on a task made by expansion: where it came from.
     pub(crate) expanded: Option<crate::expand::Origin>,
+    // #11
+    pub(crate) executor: Option<ExecutorKind>,
+    pub(crate) slurm: RawSlurm,
+    // Issue 13.
+    pub(crate) permissions: Option<Permissions>,
+    pub(crate) tools: Option<Vec<String>>,
+    pub(crate) allow_denials: Option<bool>,
     // #10: attempts that outlive sortie.
     pub(crate) max_orphans: Option<u32>,
     pub(crate) supervise: Option<bool>,
+}
+
+/// The keys of a `slurm` table (#11).
+pub(crate) const SLURM_FIELDS: &[&str] = &["partition", "account", "cpus", "mem", "extra_args"];
+
+/// A `slurm` table's fields, type-checked; each is picked from the task, then `[defaults]`.
+#[derive(Default, Clone)]
+pub(crate) struct RawSlurm {
+    pub(crate) partition: Option<String>,
+    pub(crate) account: Option<String>,
+    pub(crate) cpus: Option<u32>,
+    pub(crate) mem_mb: Option<u64>,
+    pub(crate) extra_args: Option<Vec<String>>,
 }
 
 /// Where a table of task fields is: a task, or `[defaults]`.
@@ -238,6 +267,27 @@ impl RawTask {
             }
             "for_each" => self.for_each = Some(crate::expand::ForEach::parse(v)?),
             "count" => self.count = Some(crate::expand::count(v)?),
+            "executor" => {
+                let name = string(v)?;
+                let kind = ExecutorKind::parse(&name)
+                    .ok_or_else(|| format!("expected \"local\" or \"slurm\", found {name:?}"))?;
+                self.executor = Some(kind);
+            }
+            "slurm" => self.parse_slurm(e, issues)?,
+            "permissions" => {
+                let name = string(v)?;
+                self.permissions = Some(Permissions::parse(&name).ok_or_else(|| {
+                    format!("expected \"read-only\", \"edit\" or \"full\", found {name:?}")
+                })?);
+            }
+            "tools" => {
+                let tools = strings(v)?;
+                if tools.iter().any(|t| t.trim().is_empty() || t.contains(',')) {
+                    return Err("a tool name must not be empty nor contain `,`".into());
+                }
+                self.tools = Some(tools);
+            }
+            "allow_denials" => self.allow_denials = Some(boolean(v)?),
             // #10: attempts that outlive sortie.
             "max_orphans" => self.max_orphans = Some(uint(v)?),
             "supervise" => self.supervise = Some(boolean(v)?),
@@ -268,6 +318,85 @@ impl RawTask {
             }
         }
         Ok(())
+    }
+}
+
+impl RawTask {
+    /// `{ partition, account, cpus, mem, extra_args }`, any of them; each sub-field's problem
+    /// is its own issue (#11).
+    fn parse_slurm(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
+        let Val::Table(entries) = &e.val else {
+            return Err(expected(
+                "a table { partition, account, cpus, mem, extra_args }",
+                &e.val,
+            ));
+        };
+        for sub in entries {
+            let field = format!("slurm.{}", sub.key);
+            let v = &sub.val;
+            let o = &mut self.slurm;
+            let parsed = match sub.key.as_str() {
+                _ if matches!(v, Val::Null) => Ok(()),
+                "partition" => string(v).map(|p| o.partition = Some(p)),
+                "account" => string(v).map(|a| o.account = Some(a)),
+                "cpus" => match uint::<u32>(v) {
+                    Ok(0) => Err("must be at least 1".to_owned()),
+                    Ok(c) => {
+                        o.cpus = Some(c);
+                        Ok(())
+                    }
+                    Err(m) => Err(m),
+                },
+                "mem" => megabytes(v).map(|m| o.mem_mb = Some(m)),
+                "extra_args" => strings(v).and_then(|args| {
+                    let probe = sortie_core::SlurmOptions {
+                        extra_args: args,
+                        ..sortie_core::SlurmOptions::default()
+                    };
+                    if let Some(a) = probe.reserved_extra_arg() {
+                        return Err(format!(
+                            "{a:?} is set by sortie itself (it names the job, keeps it from \
+                             being requeued and chooses its output files)"
+                        ));
+                    }
+                    o.extra_args = Some(probe.extra_args);
+                    Ok(())
+                }),
+                _ => Err(format!("unknown field{}", suggest(&sub.key, SLURM_FIELDS))),
+            };
+            if let Err(message) = parsed {
+                issues.add(&self.file, sub.line, Some(&field), message);
+                self.failed.insert("slurm");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A memory size in megabytes: an integer (megabytes) or a string with a unit, `"512M"`,
+/// `"8G"`, `"1T"` (Slurm's units, powers of 1024).
+fn megabytes(v: &Val) -> Result<u64, String> {
+    const MSG: &str = "expected megabytes or a size such as \"512M\", \"8G\" or \"1T\"";
+    let mb = match v {
+        Val::Int(i) => u64::try_from(*i).ok(),
+        Val::Str(s) => {
+            let s = s.trim();
+            let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let (n, unit) = s.split_at(split);
+            let scale: u64 = match unit.trim().to_ascii_uppercase().as_str() {
+                "" | "M" | "MB" => 1,
+                "G" | "GB" => 1024,
+                "T" | "TB" => 1024 * 1024,
+                _ => return Err(format!("{MSG}, found {s:?}")),
+            };
+            n.parse::<u64>().ok().and_then(|n| n.checked_mul(scale))
+        }
+        other => return Err(format!("{MSG}, found {}", other.kind())),
+    };
+    match mb {
+        Some(0) => Err("must be at least 1 megabyte".to_owned()),
+        Some(mb) => Ok(mb),
+        None => Err(format!("{MSG}, found {}", v.kind())),
     }
 }
 

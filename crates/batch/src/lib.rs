@@ -106,4 +106,6 @@ pub struct Overrides {
     /// The worktrees directory of the state dir the batch will run under (the runner's layout
     /// says where it is): an `output` inside it is refused. None: not checked.
     pub worktrees: Option<PathBuf>,
+    /// `--executor` (#11): where every task's attempts run, unless a task says otherwise.
+    pub executor: Option<sortie_core::ExecutorKind>,
 }

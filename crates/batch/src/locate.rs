@@ -39,6 +39,12 @@ pub(crate) fn issue(
                 format!("{} (from --concurrency)", e.message),
             ),
             "concurrency" => issue(&run.file, run.concurrency_line, e.message.clone()),
+            f if f.starts_with("budget.") => {
+                // Not written: the check saw a default (a value that did not parse is reported
+                // already).
+                let line = *run.budget_lines.get(f)?;
+                issue(&run.file, line, e.message.clone())
+            }
             _ => issue(input.file, None, e.message.clone()),
         });
     };

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sortie_core::{Batch, MaxOutput, RunConfig, TaskSpec, validate_batch};
+use sortie_core::{
+    Batch, Executor, ExecutorKind, MaxOutput, RunConfig, SlurmOptions, TaskSpec, validate_batch,
+};
 
 use crate::agents::Agents;
 use crate::document::RunDoc;
@@ -77,6 +79,7 @@ pub(crate) fn resolve_all(
             .fail_fast
             .or(run.fail_fast)
             .unwrap_or(defaults_config.fail_fast),
+        budget: run.budget,
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
@@ -219,6 +222,9 @@ fn resolve_task(
         output_mode,
         needs,
         retry_after_side_effects,
+        permissions,
+        tools,
+        allow_denials,
         // #10: attempts that outlive sortie.
         max_orphans,
         supervise
@@ -244,5 +250,26 @@ fn resolve_task(
         env.extend(layer.iter().cloned());
     }
     s.env_keys = env.keys().cloned().collect();
+    s.executor = resolve_executor(t, d, ov);
     (s, env.into_iter().collect())
+}
+
+/// The task's executor (#11): its own `executor`, else `--executor`, else `[defaults]`'; a
+/// Slurm executor takes each `slurm` option from the task, else from `[defaults]`.
+fn resolve_executor(t: &RawTask, d: &RawTask, ov: &Overrides) -> Executor {
+    let kind = t
+        .executor
+        .or(ov.executor)
+        .or(d.executor)
+        .unwrap_or_default();
+    match kind {
+        ExecutorKind::Local => Executor::Local,
+        ExecutorKind::Slurm => Executor::Slurm(SlurmOptions {
+            partition: pick(&t.slurm.partition, &d.slurm.partition),
+            account: pick(&t.slurm.account, &d.slurm.account),
+            cpus: pick(&t.slurm.cpus, &d.slurm.cpus),
+            mem_mb: pick(&t.slurm.mem_mb, &d.slurm.mem_mb),
+            extra_args: pick(&t.slurm.extra_args, &d.slurm.extra_args).unwrap_or_default(),
+        }),
+    }
 }

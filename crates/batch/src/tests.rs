@@ -75,7 +75,8 @@ fn batch_toml_resolves_every_field() {
         b.config,
         RunConfig {
             concurrency: 8,
-            fail_fast: true
+            fail_fast: true,
+            ..RunConfig::default()
         }
     );
     let demo = &b.agents["demo"];
@@ -116,6 +117,9 @@ fn batch_toml_resolves_every_field() {
     want.reads = vec![format!("{d}/x.md"), "/abs/y.md".into()];
     want.env_keys = vec!["OVERRIDDEN".into(), "SHARED".into(), "TASK_ONLY".into()];
     want.retry_after_side_effects = true;
+    want.permissions = sortie_core::Permissions::ReadOnly;
+    want.tools = vec!["Read".into(), "Grep".into()];
+    want.allow_denials = true;
     assert_eq!(a, &want);
 
     // Defaults apply; the label is task-N; the cwd is the batch file's directory.
@@ -187,7 +191,8 @@ fn batch_flags_are_defaults_and_override_run_settings() {
         b.config,
         RunConfig {
             concurrency: 2,
-            fail_fast: false
+            fail_fast: false,
+            ..RunConfig::default()
         }
     );
     // The task's own agent and model win over the flags.
@@ -339,6 +344,16 @@ fn batch_error_needs_unknown_label() {
         8,
         Some("needs"),
         "unknown label \"ghost\"",
+    );
+}
+
+#[test]
+fn batch_error_unknown_permissions() {
+    check_one(
+        "bad_permissions.toml",
+        3,
+        Some("permissions"),
+        "\"read-only\", \"edit\" or \"full\"",
     );
 }
 
@@ -834,4 +849,172 @@ fn batch_error_out_of_range_values_name_file_line_and_field_and_zero_is_off_wher
         .batch
         .tasks[0];
     assert_eq!((t.stall_after, t.stall_kill_after), (secs(0), secs(0)));
+}
+
+// #11: the executor and the `[slurm]` options.
+fn load_text(text: &str, ov: &Overrides) -> Result<Batch, BatchError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.toml");
+    std::fs::write(&path, text).unwrap();
+    load(&path, None, ov).map(|l| l.batch)
+}
+
+#[test]
+fn slurm_options_come_from_the_task_then_defaults_and_the_executor_from_the_flag() {
+    use sortie_core::{Executor, ExecutorKind, SlurmOptions};
+    let text = r#"
+[defaults]
+executor = "slurm"
+command = ["true"]
+
+[defaults.slurm]
+partition = "debug"
+account = "lab"
+mem = "2G"
+extra_args = ["--qos=low"]
+
+[[tasks]]
+label = "own"
+slurm = { partition = "gpu", cpus = 4, mem = 512 }
+
+[[tasks]]
+label = "inherits"
+
+[[tasks]]
+label = "local"
+executor = "local"
+"#;
+    let b = load_text(text, &Overrides::default()).unwrap();
+    assert_eq!(
+        b.tasks[0].executor,
+        Executor::Slurm(SlurmOptions {
+            partition: Some("gpu".into()),
+            account: Some("lab".into()),
+            cpus: Some(4),
+            mem_mb: Some(512),
+            extra_args: vec!["--qos=low".into()],
+        })
+    );
+    assert_eq!(
+        b.tasks[1].executor,
+        Executor::Slurm(SlurmOptions {
+            partition: Some("debug".into()),
+            account: Some("lab".into()),
+            cpus: None,
+            mem_mb: Some(2048),
+            extra_args: vec!["--qos=low".into()],
+        })
+    );
+    assert_eq!(b.tasks[2].executor, Executor::Local);
+
+    // --executor beats [defaults], a task's own executor beats --executor.
+    let local = Overrides {
+        executor: Some(ExecutorKind::Local),
+        ..Overrides::default()
+    };
+    let b = load_text(text, &local).unwrap();
+    assert_eq!(b.tasks[1].executor, Executor::Local);
+    let slurm = Overrides {
+        executor: Some(ExecutorKind::Slurm),
+        ..Overrides::default()
+    };
+    let b = load_text(
+        "[[tasks]]\ncommand = [\"true\"]\n\n[[tasks]]\ncommand = [\"true\"]\nexecutor = \"local\"\n",
+        &slurm,
+    )
+    .unwrap();
+    assert_eq!(b.tasks[0].executor.kind(), ExecutorKind::Slurm);
+    assert_eq!(b.tasks[1].executor, Executor::Local);
+}
+
+#[test]
+fn slurm_problems_name_their_line_and_field() {
+    let text = r#"[[tasks]]
+command = ["true"]
+executor = "kubernetes"
+
+[[tasks]]
+command = ["true"]
+executor = "slurm"
+slurm = { partitoin = "x" }
+
+[[tasks]]
+command = ["true"]
+[tasks.slurm]
+cpus = 0
+mem = "lots"
+extra_args = ["--exclusive", "--job-name=mine"]
+"#;
+    let err = load_text(text, &Overrides::default()).unwrap_err();
+    let located: Vec<(Option<usize>, Option<String>)> = err
+        .issues()
+        .iter()
+        .map(|i| (i.line, i.field.clone()))
+        .collect();
+    assert_eq!(
+        located,
+        [
+            (Some(3), Some("executor".into())),
+            (Some(8), Some("slurm.partitoin".into())),
+            (Some(13), Some("slurm.cpus".into())),
+            (Some(14), Some("slurm.mem".into())),
+            (Some(15), Some("slurm.extra_args".into())),
+        ],
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("expected \"local\" or \"slurm\""), "{text}");
+    assert!(text.contains("did you mean `partition`?"), "{text}");
+    assert!(
+        text.contains("\"--job-name=mine\" is set by sortie itself"),
+        "{text}"
+    );
+}
+
+#[test]
+fn batch_budget_table_resolves_and_its_problems_are_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budget.toml");
+    std::fs::write(
+        &path,
+        "[budget]\nmax_cost = 12.5\nmax_tokens = 1000000\ndeadline = \"2h\"\nwarn_at = 90\n\
+         [[tasks]]\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let b = load(&path, None, &Overrides::default()).unwrap().batch;
+    assert_eq!(
+        b.config.budget,
+        sortie_core::RunBudget {
+            max_cost_nanos: Some(12_500_000_000),
+            max_tokens: Some(1_000_000),
+            deadline: Some(secs(7200)),
+            warn_percent: 90,
+        }
+    );
+    std::fs::write(
+        &path,
+        "[budget]\nmax_cost = 0\nwarn_at = 0\ndeadline = \"40d\"\nmax_tokenz = 3\n\
+         [[tasks]]\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let err = load(&path, None, &Overrides::default()).unwrap_err();
+    let got: Vec<(Option<usize>, Option<&str>)> = err
+        .issues()
+        .iter()
+        .map(|i| (i.line, i.field.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(2), Some("budget.max_cost")),
+            (Some(3), Some("budget.warn_at")),
+            (Some(4), Some("budget.deadline")),
+            (Some(5), Some("budget.max_tokenz")),
+        ],
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("did you mean `max_tokens`?"),
+        "{err}"
+    );
 }

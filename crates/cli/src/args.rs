@@ -112,6 +112,10 @@ pub(crate) struct RunArgs {
     /// Run one command instead of a batch file: `sortie run -- CMD ARGS...`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+    /// Where attempts run: `local`, or `slurm` (one sbatch job per attempt), for every task
+    /// that does not say (#11).
+    #[arg(long, value_parser = ["local", "slurm"])]
+    pub(crate) executor: Option<String>,
 }
 
 /// A run, or by default the newest.
@@ -188,6 +192,9 @@ pub(crate) struct CheckArgs {
     /// As `run --allow-shared-writes`.
     #[arg(long)]
     pub(crate) allow_shared_writes: bool,
+    /// As `run --executor` (#11).
+    #[arg(long, value_parser = ["local", "slurm"])]
+    pub(crate) executor: Option<String>,
 }
 
 /// `sortie diff`.

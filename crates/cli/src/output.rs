@@ -78,6 +78,15 @@ impl Observer for LogLines {
                     .map(|m| format!(" on {m}"))
                     .unwrap_or_default()
             )),
+            Event::RunBudgetWarned { limit, used, of } => Some(format!(
+                "warning: the run has used {}% of its budget's {}",
+                super::commands::percent(*used, *of),
+                limit.field()
+            )),
+            Event::RunBudgetExceeded { reason, .. } => Some(format!(
+                "the run's budget ran out: {reason}; nothing new starts, running tasks wrap up \
+                 or stop"
+            )),
             Event::AttemptStalled { task, attempt } => Some(format!(
                 "[{}] attempt {attempt} stalled (no output)",
                 state.label(*task)
@@ -186,6 +195,8 @@ pub(crate) struct TaskView {
     pub(crate) text: Option<String>,
     /// Its worktree, for an isolated task whose worktree was planned.
     pub(crate) worktree: Option<WorktreeView>,
+    /// The tool calls its agent's permissions denied (tool, count), over its attempts.
+    pub(crate) denials: Vec<sortie_core::Denial>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -268,6 +279,8 @@ pub(crate) struct RunView {
     pub(crate) tasks: Vec<TaskView>,
     /// The journal's length.
     pub(crate) events: u64,
+    /// Why the run's budget ran out, when it did.
+    pub(crate) budget_exceeded: Option<String>,
 }
 
 /// Builds the view of a run.
@@ -302,6 +315,7 @@ pub(crate) fn view(
                     None
                 },
                 worktree: WorktreeView::of(rec),
+                denials: rec.denials(),
             }
         })
         .collect();
@@ -321,6 +335,7 @@ pub(crate) fn view(
         cost: usage.cost.to_string(),
         tasks,
         events: state.next_seq.0,
+        budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
     }
 }
 
@@ -395,6 +410,9 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
     )?;
     let counts: Vec<String> = v.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
     writeln!(out, "{}", counts.join(", "))?;
+    if let Some(reason) = &v.budget_exceeded {
+        writeln!(out, "run budget exceeded: {reason}")?;
+    }
     for t in &v.tasks {
         writeln!(
             out,
@@ -409,6 +427,10 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         )?;
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;
+        }
+        if !t.denials.is_empty() {
+            let denied = sortie_core::Denial::describe(&t.denials);
+            writeln!(out, "      denied tool calls: {denied}")?;
         }
     }
     Ok(())

@@ -407,3 +407,25 @@ pub fn finalize_failed(mut result: TaskResult, why: &str) -> TaskResult {
     });
     result
 }
+
+/// A task ended because the run's budget ran out (`reason`): cancelled with stop reason
+/// `budget`; a task that had attempts keeps its last output.
+pub fn run_budget_result(rec: &TaskRecord, reason: &str) -> TaskResult {
+    let why = format!("not run further: the run's budget ran out ({reason})");
+    match rec.attempts.last() {
+        None => result_without_attempt(TerminalState::Cancelled, StopReason::Budget, None, &why),
+        Some(last) => {
+            let outcome = last
+                .outcome()
+                .unwrap_or_else(|| AttemptOutcome::failed(StopReason::Budget, &why));
+            let mut result = finish_result(rec, &outcome, last.output().unwrap_or_default());
+            result.state = TerminalState::Cancelled;
+            result.stop_reason = StopReason::Budget;
+            result.error = Some(match result.error.take() {
+                Some(e) => format!("{why} (last attempt: {e})"),
+                None => why,
+            });
+            result
+        }
+    }
+}

@@ -218,6 +218,24 @@ pub enum Event {
         /// The session it continues: the agent's session file, as passed to the agent.
         session: String,
     },
+    /// The run's use of one of its budget's limits reached the warning threshold (once per
+    /// limit).
+    RunBudgetWarned {
+        /// Which limit.
+        limit: BudgetLimit,
+        /// How much of it is used (nano-dollars, tokens, or milliseconds).
+        used: u64,
+        /// The limit, in the same unit.
+        of: u64,
+    },
+    /// The run's budget ran out: nothing new launches, running attempts wrap up or stop, tasks
+    /// not started end cancelled. Once per run.
+    RunBudgetExceeded {
+        /// Which limit.
+        limit: BudgetLimit,
+        /// What happened, for people (`run cost $5.10 passed max_cost $5.00`).
+        reason: String,
+    },
     // #10: attempts that outlive sortie.
     /// Where the launching attempt runs and how it is found again: its executor and its
     /// attempt dir. Durable after `AttemptLaunching` (and `AttemptContinues`) and before the
@@ -264,6 +282,29 @@ pub enum Event {
     },
 }
 
+/// One limit of a run's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetLimit {
+    /// `max_cost`.
+    Cost,
+    /// `max_tokens`.
+    Tokens,
+    /// `deadline`.
+    Deadline,
+}
+
+impl BudgetLimit {
+    /// The field's name in `[budget]`.
+    pub fn field(self) -> &'static str {
+        match self {
+            BudgetLimit::Cost => "max_cost",
+            BudgetLimit::Tokens => "max_tokens",
+            BudgetLimit::Deadline => "deadline",
+        }
+    }
+}
+
 impl Event {
     /// The task this event is about, if any.
     pub fn task(&self) -> Option<TaskId> {
@@ -271,7 +312,9 @@ impl Event {
             Event::RunStarted { .. }
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }
-            | Event::RunFinished { .. } => None,
+            | Event::RunFinished { .. }
+            | Event::RunBudgetWarned { .. }
+            | Event::RunBudgetExceeded { .. } => None,
             Event::TaskQueued { task }
             | Event::TaskSetUp { task, .. }
             | Event::AttemptLaunching { task, .. }
@@ -316,6 +359,8 @@ impl Event {
             Event::WorktreePlanned { .. } => "WorktreePlanned",
             Event::AttemptSideEffects { .. } => "AttemptSideEffects",
             Event::AttemptContinues { .. } => "AttemptContinues",
+            Event::RunBudgetWarned { .. } => "RunBudgetWarned",
+            Event::RunBudgetExceeded { .. } => "RunBudgetExceeded",
             Event::AttemptPlaced { .. } => "AttemptPlaced",
             Event::AttemptHandle { .. } => "AttemptHandle",
             Event::AttemptAdopted { .. } => "AttemptAdopted",

@@ -10,6 +10,7 @@
 //! - `RunState::apply` either applies an event completely or rejects it with a [`Violation`] and
 //!   leaves the state untouched; it never panics on any input.
 
+pub mod bounds;
 pub mod decide;
 pub mod digest;
 pub mod event;
@@ -30,17 +31,19 @@ pub use decide::{
     NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,
     resume_plan,
 };
-pub use event::{Event, OrphanAction, Stamped};
+pub use event::{BudgetLimit, Event, OrphanAction, Stamped};
 pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
+pub use outcome::Denial;
 pub use outcome::{
     AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
     aggregate,
 };
 pub use plan::{Action, Facts, JobKind, Planner, Stopping};
-pub use slurm::{ExecutorKind, SlurmOptions};
+pub use slurm::{Executor, ExecutorKind, SlurmOptions};
+pub use spec::Permissions;
 pub use spec::{
-    AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunConfig, SpecError,
-    TaskSpec, validate_batch,
+    AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunBudget, RunConfig,
+    SpecError, TaskSpec, validate_batch,
 };
 pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,

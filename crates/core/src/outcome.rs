@@ -117,9 +117,60 @@ pub struct AttemptOutcome {
     pub error: Option<String>,
     /// True when the agent ran side-effecting tools (bash, write, edit).
     pub side_effects: bool,
+    /// The agent's tool calls that its permissions denied, per tool, in the order first seen.
+    pub denials: Vec<Denial>,
+}
+
+/// Tool calls of one tool that an agent's permissions denied during an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Denial {
+    /// The tool's name, as the agent calls it (`Bash`, `Write`, ...).
+    pub tool: String,
+    /// How many of its calls were denied.
+    pub count: u32,
+}
+
+impl Denial {
+    /// Counts one denied call of `tool` into `denials`.
+    pub fn add(denials: &mut Vec<Denial>, tool: &str) {
+        match denials.iter_mut().find(|d| d.tool == tool) {
+            Some(d) => d.count = d.count.saturating_add(1),
+            None => denials.push(Denial {
+                tool: tool.to_owned(),
+                count: 1,
+            }),
+        }
+    }
+
+    /// `Bash ×2, Write` for people.
+    pub fn describe(denials: &[Denial]) -> String {
+        denials
+            .iter()
+            .map(|d| match d.count {
+                1 => d.tool.clone(),
+                n => format!("{} ×{n}", d.tool),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 impl AttemptOutcome {
+    /// A completed attempt whose agent had tool calls denied becomes `partial` (the work it
+    /// was asked for may be half done, whatever its final message says), unless the task
+    /// allows denials (`allow_denials`). The error names the denied tools.
+    pub fn judge_denials(mut self, allow_denials: bool) -> Self {
+        if self.status == AttemptStatus::Completed && !self.denials.is_empty() && !allow_denials {
+            self.status = AttemptStatus::Partial;
+            self.error = Some(format!(
+                "the agent's permissions denied tool calls: {} (allow_denials = true accepts \
+                 this as completed)",
+                Denial::describe(&self.denials)
+            ));
+        }
+        self
+    }
+
     /// A completed attempt with exit code 0.
     pub fn completed() -> Self {
         AttemptOutcome {
@@ -130,6 +181,7 @@ impl AttemptOutcome {
             signal: None,
             error: None,
             side_effects: false,
+            denials: vec![],
         }
     }
 
@@ -143,6 +195,7 @@ impl AttemptOutcome {
             signal: None,
             error: Some(error.into()),
             side_effects: false,
+            denials: vec![],
         }
     }
 }
@@ -257,5 +310,44 @@ pub fn aggregate(results: impl IntoIterator<Item = TerminalState>) -> RunOutcome
         RunOutcome::Timeout
     } else {
         RunOutcome::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denials_make_a_completed_attempt_partial_unless_allowed() {
+        let mut o = AttemptOutcome::completed();
+        Denial::add(&mut o.denials, "Bash");
+        Denial::add(&mut o.denials, "Write");
+        Denial::add(&mut o.denials, "Bash");
+        assert_eq!(Denial::describe(&o.denials), "Bash ×2, Write");
+        let judged = o.clone().judge_denials(false);
+        assert_eq!(judged.status, AttemptStatus::Partial);
+        assert_eq!(judged.stop_reason, StopReason::Completed);
+        assert!(
+            judged
+                .error
+                .as_deref()
+                .unwrap_or("")
+                .contains("Bash ×2, Write")
+        );
+        assert_eq!(
+            o.clone().judge_denials(true),
+            o,
+            "allow_denials keeps it completed"
+        );
+        // A failed attempt stays failed; no denial, no change.
+        let failed = AttemptOutcome::failed(StopReason::Error, "500");
+        let mut with = failed.clone();
+        Denial::add(&mut with.denials, "Bash");
+        assert_eq!(
+            with.clone().judge_denials(false).status,
+            AttemptStatus::Failed
+        );
+        let plain = AttemptOutcome::completed();
+        assert_eq!(plain.clone().judge_denials(false), plain);
     }
 }

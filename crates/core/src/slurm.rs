@@ -33,6 +33,27 @@ impl ExecutorKind {
     }
 }
 
+/// Where a task's attempts run, with the executor's options.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Executor {
+    /// A child process of sortie on this machine.
+    #[default]
+    Local,
+    /// One `sbatch` job per attempt, with these options.
+    Slurm(SlurmOptions),
+}
+
+impl Executor {
+    /// Which executor this is.
+    pub fn kind(&self) -> ExecutorKind {
+        match self {
+            Executor::Local => ExecutorKind::Local,
+            Executor::Slurm(_) => ExecutorKind::Slurm,
+        }
+    }
+}
+
 /// A task's `[slurm]` options; every one is optional (the cluster's defaults apply).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct SlurmOptions {
@@ -44,7 +65,7 @@ pub struct SlurmOptions {
     pub cpus: Option<u32>,
     /// `--mem`, in megabytes.
     pub mem_mb: Option<u64>,
-    /// More `sbatch` arguments, passed as they are, before the ones sortie sets itself.
+    /// More `sbatch` arguments, passed as they are, after the options above.
     pub extra_args: Vec<String>,
 }
 

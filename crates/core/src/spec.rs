@@ -134,8 +134,8 @@ impl AgentProfile {
                 name: "pi".into(),
                 // Headless: JSON events, no session file, no start-up network traffic, none
                 // of the user's extensions, skills, prompt templates or themes (context files
-                // such as AGENTS.md still load). pi has no `--`: the runner guards a prompt
-                // that would read as an option or an @file.
+                // such as AGENTS.md still load). No `{prompt}`: the runner gives the prompt on
+                // stdin (pi reads it to EOF), so its size has no argv limit.
                 command: s(&[
                     "pi",
                     "--mode",
@@ -146,8 +146,8 @@ impl AgentProfile {
                     "--no-skills",
                     "--no-prompt-templates",
                     "--no-themes",
+                    "{agent_args}",
                     "{model_args}",
-                    "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::PiJson,
@@ -159,6 +159,8 @@ impl AgentProfile {
             },
             AgentProfile {
                 name: "claude".into(),
+                // The prompt on stdin (`claude -p` reads it there when no prompt argument is
+                // given): no argv limit.
                 command: s(&[
                     "claude",
                     "-p",
@@ -166,9 +168,8 @@ impl AgentProfile {
                     "stream-json",
                     "--verbose",
                     "--no-session-persistence",
+                    "{agent_args}",
                     "{model_args}",
-                    "--",
-                    "{prompt}",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::ClaudeStreamJson,
@@ -182,17 +183,17 @@ impl AgentProfile {
                 name: "codex".into(),
                 // Headless: JSONL events; runs outside a git repository too (codex exec
                 // refuses to start in a directory that is neither a git repository nor
-                // trusted in its config); no session files; `--` so that a prompt starting
-                // with `-` is not read as an option.
+                // trusted in its config); no session files; the prompt read from stdin (`-`),
+                // so its size has no argv limit.
                 command: s(&[
                     "codex",
                     "exec",
                     "--json",
                     "--skip-git-repo-check",
                     "--ephemeral",
+                    "{agent_args}",
                     "{model_args}",
-                    "--",
-                    "{prompt}",
+                    "-",
                 ]),
                 model_args: s(&["--model", "{model}"]),
                 protocol: Protocol::CodexJson,
@@ -213,6 +214,7 @@ impl AgentProfile {
                     "--no-skills",
                     "--no-prompt-templates",
                     "--no-themes",
+                    "{agent_args}",
                     "{session_args}",
                     "{model_args}",
                 ]),
@@ -295,6 +297,16 @@ pub struct TaskSpec {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
+    // #11
+    /// Where its attempts run: locally, or as Slurm jobs with their `[slurm]` options.
+    pub executor: crate::slurm::Executor,
+    // Agents as their users run them (issue 13).
+    /// What the agent may do (translated into each agent CLI's own flags).
+    pub permissions: Permissions,
+    /// The tools the agent is offered, by the agent's own names (empty: its default set).
+    pub tools: Vec<String>,
+    /// A completed attempt with denied tool calls stays `completed` instead of `partial`.
+    pub allow_denials: bool,
     // #10: attempts that outlive sortie.
     /// How many of its attempts a crash of sortie may cost (orphaned attempts, retried as
     /// transient): separate from `max_retries`, which a crash never spends.
@@ -304,7 +316,58 @@ pub struct TaskSpec {
     pub supervise: bool,
 }
 
+/// The argv element of an agent profile's template that expands to the agent's own flags for a
+/// task's `permissions` and `tools` (each built-in profile places it; docs/agents.md).
+pub const AGENT_ARGS: &str = "{agent_args}";
+
+/// What an agent may do in its working directory, translated per agent (docs/agents.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Permissions {
+    /// Read and search only: no edits, no commands that change anything.
+    ReadOnly,
+    /// Edit files and run commands inside the working directory (the default; a worktree
+    /// task's worktree).
+    #[default]
+    Edit,
+    /// Everything the agent can do, without asking.
+    Full,
+}
+
+impl Permissions {
+    /// The name used in batch files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permissions::ReadOnly => "read-only",
+            Permissions::Edit => "edit",
+            Permissions::Full => "full",
+        }
+    }
+
+    /// Parses a batch-file name.
+    pub fn parse(name: &str) -> Option<Permissions> {
+        [Permissions::ReadOnly, Permissions::Edit, Permissions::Full]
+            .into_iter()
+            .find(|p| p.as_str() == name)
+    }
+}
+
 impl TaskSpec {
+    /// Whether the task may write to its working directory, as admission trusts it: derived
+    /// from its permissions for an agent sortie knows (any protocol but `plain`: sortie turns
+    /// `read-only` into the agent's own flags, so such a task cannot write); a profile may
+    /// still say it never writes (`may_write = false`, a wrapper or a fake); a `plain` profile
+    /// says so itself; an unknown profile may write.
+    pub fn may_write(&self, profile: Option<&AgentProfile>) -> bool {
+        match profile {
+            Some(p) if p.protocol != Protocol::Plain => {
+                p.may_write && self.permissions != Permissions::ReadOnly
+            }
+            Some(p) => p.may_write,
+            None => true,
+        }
+    }
+
     /// A spec with every default, for the given label and prompt.
     pub fn new(label: impl Into<String>, cwd: impl Into<String>) -> TaskSpec {
         TaskSpec {
@@ -334,6 +397,10 @@ impl TaskSpec {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: crate::slurm::Executor::Local,
+            permissions: Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
             max_orphans: 3,
             supervise: true,
         }
@@ -362,6 +429,8 @@ pub struct RunConfig {
     pub concurrency: u32,
     /// Stop launching after the first failed task.
     pub fail_fast: bool,
+    /// The whole run's budget (`[budget]`; issue 14).
+    pub budget: RunBudget,
 }
 
 impl Default for RunConfig {
@@ -369,7 +438,42 @@ impl Default for RunConfig {
         RunConfig {
             concurrency: 4,
             fail_fast: false,
+            budget: RunBudget::default(),
         }
+    }
+}
+
+/// A whole run's budget (`[budget]` in a batch file). When the run's usage passes a limit, or
+/// its wall clock the deadline, nothing new launches, running attempts are asked to wrap up
+/// (stopped when they cannot be steered), the tasks not started end cancelled, and the run
+/// ends with the reason. A warning is journaled when a limit's use reaches `warn_percent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunBudget {
+    /// The run's cost limit in nano-dollars (reported costs; an unreported part counts 0).
+    pub max_cost_nanos: Option<u64>,
+    /// The run's token limit.
+    pub max_tokens: Option<u64>,
+    /// The run's wall clock from its start (resumes included).
+    pub deadline: Option<Duration>,
+    /// The percent of a limit at which the warning is journaled (1 to 100).
+    pub warn_percent: u8,
+}
+
+impl Default for RunBudget {
+    fn default() -> Self {
+        RunBudget {
+            max_cost_nanos: None,
+            max_tokens: None,
+            deadline: None,
+            warn_percent: 80,
+        }
+    }
+}
+
+impl RunBudget {
+    /// Whether any limit is set.
+    pub fn is_set(&self) -> bool {
+        self.max_cost_nanos.is_some() || self.max_tokens.is_some() || self.deadline.is_some()
     }
 }
 
@@ -431,6 +535,50 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     if batch.tasks.is_empty() {
         err(None, &["tasks"], "the batch has no tasks".into());
     }
+    let budget = &batch.config.budget;
+    if budget
+        .max_cost_nanos
+        .is_some_and(|v| v == 0 || v > bounds::MAX_COST_NANOS)
+    {
+        err(
+            None,
+            &["budget.max_cost"],
+            "must be more than 0 and at most 1000000 (US dollars)".into(),
+        );
+    }
+    if budget
+        .max_tokens
+        .is_some_and(|v| v == 0 || v > bounds::MAX_TOKENS)
+    {
+        err(
+            None,
+            &["budget.max_tokens"],
+            format!("must be between 1 and {}", bounds::MAX_TOKENS),
+        );
+    }
+    if budget
+        .deadline
+        .is_some_and(|d| d.is_zero() || d > bounds::DEADLINE)
+    {
+        err(
+            None,
+            &["budget.deadline"],
+            format!(
+                "must be more than 0, at most {}",
+                bounds::format(bounds::DEADLINE)
+            ),
+        );
+    }
+    if !(1..=100).contains(&budget.warn_percent) {
+        err(
+            None,
+            &["budget.warn_at"],
+            format!(
+                "must be between 1 and 100 (percent; found {})",
+                budget.warn_percent
+            ),
+        );
+    }
     let mut labels: HashMap<&str, usize> = HashMap::new();
     let mut outputs: HashMap<&str, usize> = HashMap::new();
     for (i, t) in batch.tasks.iter().enumerate() {
@@ -479,6 +627,39 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         }
         for (field, message) in bounds_errors(t) {
             err(field, message);
+        }
+        if (t.permissions != Permissions::Edit || !t.tools.is_empty())
+            && t.command.is_none()
+            && let Some(p) = batch.agents.get(&t.agent)
+            && p.protocol != Protocol::Plain
+            && !p.command.iter().any(|a| a == AGENT_ARGS)
+        {
+            err(
+                &["permissions", "tools", "agent"],
+                format!(
+                    "agent {:?} cannot be given permissions or tools: its command does not \
+                     place {AGENT_ARGS} (where the agent's own flags for them go)",
+                    t.agent
+                ),
+            );
+        }
+        if !t.tools.is_empty()
+            && t.command.is_none()
+            && let Some(p) = batch.agents.get(&t.agent)
+            && matches!(p.protocol, Protocol::CodexJson | Protocol::Plain)
+        {
+            err(
+                &["tools", "agent"],
+                format!(
+                    "agent {:?} takes no tool allow-list ({} has none); use `permissions`",
+                    t.agent,
+                    if p.protocol == Protocol::Plain {
+                        "a plain command"
+                    } else {
+                        "codex exec"
+                    }
+                ),
+            );
         }
         if t.include_wip && t.isolation != Isolation::Worktree {
             err(
@@ -532,139 +713,8 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     }
 }
 
-/// The most tasks that run at once (`concurrency`).
-pub const MAX_CONCURRENCY: u32 = 1024;
-
-/// The documented range of every count and duration of a task, as `(field, low, high)`:
-/// a value outside it is refused before anything runs. Where 0 means off it is the low end
-/// and says so (see [`bounds_errors`]). Durations in seconds.
-pub mod bounds {
-    use std::time::Duration;
-
-    const MINUTE: u64 = 60;
-    const HOUR: u64 = 60 * MINUTE;
-    const DAY: u64 = 24 * HOUR;
-
-    /// `max_retries`: 0 to 1000 (0: no retry).
-    pub const MAX_RETRIES: u32 = 1000;
-    /// `attempt_timeout`: more than 0, at most 7 days.
-    pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(7 * DAY);
-    /// `deadline`: more than 0, at most 30 days.
-    pub const DEADLINE: Duration = Duration::from_secs(30 * DAY);
-    /// `stall_after`: 0 (off: never marked stalled, never stopped for silence) to 1 day.
-    pub const STALL_AFTER: Duration = Duration::from_secs(DAY);
-    /// `stall_kill_after`: 0 (off: a stalled attempt is marked, never stopped) to 1 day.
-    pub const STALL_KILL_AFTER: Duration = Duration::from_secs(DAY);
-    /// `kill_grace`: 0 (SIGKILL right after SIGTERM) to 1 hour.
-    pub const KILL_GRACE: Duration = Duration::from_secs(HOUR);
-    /// `max_turns`: 1 to 10,000.
-    pub const MAX_TURNS: u32 = 10_000;
-    /// `grace_turns`: 0 (stop at once on a breach) to 20.
-    pub const GRACE_TURNS: u32 = 20;
-    /// `max_tokens`: 1 to 10^12.
-    pub const MAX_TOKENS: u64 = 1_000_000_000_000;
-    /// `max_cost`: more than 0, at most $1,000,000 (in nano-dollars).
-    pub const MAX_COST_NANOS: u64 = 1_000_000 * 1_000_000_000;
-    /// `max_output.bytes`: 1 to 1 GiB.
-    pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
-    /// `max_output.lines`: 1 to 10,000,000.
-    pub const MAX_OUTPUT_LINES: u64 = 10_000_000;
-
-    /// A duration as its largest whole unit when exact (`7d`, `90s`), else in milliseconds.
-    pub fn format(d: Duration) -> String {
-        let ms = d.as_millis();
-        let units: [(u128, &str); 4] = [
-            (u128::from(DAY) * 1000, "d"),
-            (u128::from(HOUR) * 1000, "h"),
-            (u128::from(MINUTE) * 1000, "m"),
-            (1000, "s"),
-        ];
-        units
-            .iter()
-            .find(|(u, _)| ms >= *u && ms.is_multiple_of(*u))
-            .map_or_else(
-                || format!("{ms}ms"),
-                |(u, name)| format!("{}{name}", ms / u),
-            )
-    }
-}
-
-/// The problems of task `t`'s counts and durations against [`bounds`], each with the fields
-/// its check read.
-fn bounds_errors(t: &TaskSpec) -> Vec<(&'static [&'static str], String)> {
-    use bounds::*;
-    let mut out: Vec<(&'static [&'static str], String)> = Vec::new();
-    let dur = bounds::format;
-    let mut duration =
-        |field: &'static [&'static str], d: Duration, zero_ok: bool, max: Duration| {
-            if d.is_zero() && !zero_ok {
-                out.push((field, format!("must be more than 0 (at most {})", dur(max))));
-            } else if d > max {
-                let low = if zero_ok { "0 (off)" } else { "more than 0" };
-                out.push((
-                    field,
-                    format!("must be {low} to {} (found {})", dur(max), dur(d)),
-                ));
-            }
-        };
-    duration(
-        &["attempt_timeout"],
-        t.attempt_timeout,
-        false,
-        ATTEMPT_TIMEOUT,
-    );
-    if let Some(d) = t.deadline {
-        duration(&["deadline"], d, false, DEADLINE);
-    }
-    duration(&["stall_after"], t.stall_after, true, STALL_AFTER);
-    duration(
-        &["stall_kill_after"],
-        t.stall_kill_after,
-        true,
-        STALL_KILL_AFTER,
-    );
-    duration(&["kill_grace"], t.kill_grace, true, KILL_GRACE);
-    let mut count = |field: &'static [&'static str], v: u64, low: u64, high: u64| {
-        if v < low || v > high {
-            out.push((
-                field,
-                format!("must be between {low} and {high} (found {v})"),
-            ));
-        }
-    };
-    count(
-        &["max_retries"],
-        u64::from(t.max_retries),
-        0,
-        u64::from(MAX_RETRIES),
-    );
-    count(
-        &["grace_turns"],
-        u64::from(t.grace_turns),
-        0,
-        u64::from(GRACE_TURNS),
-    );
-    if let Some(v) = t.max_turns {
-        count(&["max_turns"], u64::from(v), 1, u64::from(MAX_TURNS));
-    }
-    if let Some(v) = t.max_tokens {
-        count(&["max_tokens"], v, 1, MAX_TOKENS);
-    }
-    count(&["max_output"], t.max_output.bytes, 1, MAX_OUTPUT_BYTES);
-    count(&["max_output"], t.max_output.lines, 1, MAX_OUTPUT_LINES);
-    if let Some(v) = t.max_cost_nanos
-        && (v == 0 || v > MAX_COST_NANOS)
-    {
-        out.push((
-            &["max_cost"],
-            format!(
-                "must be more than 0 and at most 1000000 (US dollars; found {})",
-                v as f64 / 1e9
-            ),
-        ));
-    }
-    out
-}
+use crate::bounds::bounds_errors;
+pub use crate::bounds::{self, MAX_CONCURRENCY};
 
 /// One piece of a task prompt: literal text or a placeholder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -910,6 +960,46 @@ mod tests {
         );
         assert_eq!(RunConfig::default().concurrency, 4);
         assert_eq!(t.max_attempts(), 3);
+    }
+
+    #[test]
+    fn permissions_and_tools_need_an_agent_that_can_take_them() {
+        let mut ok = task("ok");
+        ok.agent = "claude".into();
+        ok.permissions = Permissions::ReadOnly;
+        ok.tools = vec!["Read".into()];
+        let mut codex = task("codex");
+        codex.agent = "codex".into();
+        codex.tools = vec!["shell".into()];
+        let mut own = task("own");
+        own.agent = "own".into();
+        own.permissions = Permissions::ReadOnly;
+        let mut b = batch(vec![ok, codex, own]);
+        let mut profile = b.agents["claude"].clone();
+        profile.name = "own".into();
+        profile.command.retain(|a| a != AGENT_ARGS);
+        b.agents.insert("own".into(), profile);
+        let errors = validate_batch(&b).unwrap_err();
+        let found: Vec<(Option<usize>, &str)> = errors.iter().map(|e| (e.task, e.field)).collect();
+        assert_eq!(
+            found,
+            [(Some(1), "tools"), (Some(2), "permissions")],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("codex exec"),
+            "{}",
+            errors[0].message
+        );
+        assert!(
+            errors[1].message.contains(AGENT_ARGS),
+            "{}",
+            errors[1].message
+        );
+        // may_write follows the permissions for a known agent.
+        let t = &b.tasks[0];
+        assert!(!t.may_write(b.agents.get("claude")));
+        assert!(b.tasks[1].may_write(b.agents.get("codex")));
     }
 
     #[test]

@@ -51,7 +51,16 @@ pub fn summary_text(state: &RunState) -> String {
             TaskState::Finished(r) => (r.state.as_str(), inline_text(spec, &r.text)),
             other => (other.name(), "(not finished)".to_owned()),
         };
-        blocks.push(format!("[{}] {name}\n{text}", spec.label));
+        let denials = rec.denials();
+        let denied = if denials.is_empty() {
+            String::new()
+        } else {
+            format!(" (denied: {})", crate::Denial::describe(&denials))
+        };
+        blocks.push(format!("[{}] {name}{denied}\n{text}", spec.label));
+    }
+    if let Some((_, reason)) = &state.budget_exceeded {
+        blocks.push(format!("Run budget exceeded: {reason}"));
     }
     blocks.join("\n\n")
 }

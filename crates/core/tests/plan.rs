@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
 use sortie_core::{
-    AgentProfile, Attempt, AttemptOutcome, Batch, Event, Isolation, RunConfig, RunId, RunState,
-    Stamped, StopReason, TaskId, TaskSpec, Timestamp, Usage,
+    AgentProfile, Attempt, AttemptOutcome, Batch, Cost, Event, Isolation, RunBudget, RunConfig,
+    RunId, RunState, Stamped, StopReason, TaskId, TaskSpec, Timestamp, Usage,
 };
 
 /// A run being built event by event, with the planner told of each, as the runner does.
@@ -38,6 +38,15 @@ fn task(label: &str) -> TaskSpec {
 
 impl Run {
     fn new(concurrency: u32, fail_fast: bool, tasks: Vec<TaskSpec>) -> Run {
+        Run::with_budget(concurrency, fail_fast, RunBudget::default(), tasks)
+    }
+
+    fn with_budget(
+        concurrency: u32,
+        fail_fast: bool,
+        budget: RunBudget,
+        tasks: Vec<TaskSpec>,
+    ) -> Run {
         let mut run = Run {
             state: RunState::new(),
             planner: Planner::new(&RunState::new()),
@@ -51,6 +60,7 @@ impl Run {
                 config: RunConfig {
                     concurrency,
                     fail_fast,
+                    budget,
                 },
                 source: "plan.toml".into(),
             },
@@ -153,6 +163,12 @@ fn render(state: &RunState, action: &Action) -> String {
             label(task),
             model.as_deref().unwrap_or("default")
         ),
+        Action::Append(Event::RunBudgetWarned { limit, used, of }) => {
+            format!("budget warning {} {used} of {of}", limit.field())
+        }
+        Action::Append(Event::RunBudgetExceeded { limit, reason }) => {
+            format!("budget exceeded {}: {reason}", limit.field())
+        }
         Action::Append(other) => format!("append {}", other.name()),
         Action::Launch(task) => format!("spawn {}", label(task)),
         Action::EndTask {
@@ -168,6 +184,7 @@ fn render(state: &RunState, action: &Action) -> String {
             if *finalize { " +finalize" } else { "" }
         ),
         Action::StartJob(task, kind) => format!("job {} {kind:?}", label(task)),
+        Action::WindDown(reason) => format!("wind down: {reason}"),
     }
 }
 
@@ -513,5 +530,122 @@ fn a_ready_task_launches_past_an_older_one_whose_worktree_is_not_set_up() {
     assert_eq!(
         run.plan(0, &World::default()),
         lines(&["launching b attempt 1 on default", "spawn b"])
+    );
+}
+
+// The run budget, before the passes.
+
+/// Task `t` queued, launched and started; then reports `tokens` tokens costing `nanos`.
+fn running_with(run: &mut Run, t: u32, tokens: u64, nanos: u64) {
+    let (task, attempt) = (TaskId(t), Attempt(1));
+    run.push(Event::TaskQueued { task })
+        .push(Event::AttemptLaunching {
+            task,
+            attempt,
+            model: None,
+        })
+        .push(Event::AttemptStarted {
+            task,
+            attempt,
+            pid: 100 + t,
+            start_time: 1,
+        })
+        .push(Event::AttemptProgress {
+            task,
+            attempt,
+            usage: Usage {
+                input: tokens,
+                cost: Cost::reported_nanos(nanos),
+                ..Usage::ZERO
+            },
+        });
+}
+
+#[test]
+fn a_run_budget_warns_once_at_its_threshold_and_launches_go_on() {
+    let budget = RunBudget {
+        max_tokens: Some(100),
+        ..RunBudget::default()
+    };
+    let mut run = Run::with_budget(4, false, budget, vec![task("a"), task("b")]);
+    running_with(&mut run, 0, 85, 0);
+    let world = World {
+        live: 1,
+        ..World::default()
+    };
+    assert_eq!(
+        run.plan(0, &world),
+        lines(&["budget warning max_tokens 85 of 100", "queue b"])
+    );
+    run.push(Event::RunBudgetWarned {
+        limit: sortie_core::BudgetLimit::Tokens,
+        used: 85,
+        of: 100,
+    });
+    run.push(Event::TaskQueued { task: TaskId(1) });
+    assert_eq!(
+        run.plan(0, &world),
+        lines(&["launching b attempt 1 on default", "spawn b"]),
+        "warned once; the run goes on"
+    );
+}
+
+#[test]
+fn a_run_budget_breach_winds_down_the_live_and_ends_the_waiting() {
+    let budget = RunBudget {
+        max_cost_nanos: Some(1_000_000_000),
+        ..RunBudget::default()
+    };
+    let mut a = task("a");
+    a.max_retries = 2;
+    let mut run = Run::with_budget(1, false, budget, vec![a, task("b"), task("c")]);
+    running_with(&mut run, 0, 10, 1_500_000_000);
+    run.push(Event::TaskQueued { task: TaskId(1) });
+    let world = World {
+        live: 1,
+        ..World::default()
+    };
+    let why = "run cost $1.5000 passed max_cost $1.0000";
+    let round = run.plan(0, &world);
+    assert_eq!(
+        round,
+        lines(&[
+            &format!("budget exceeded max_cost: {why}"),
+            &format!("wind down: {why}"),
+            &format!("finish c cancelled: not run further: the run's budget ran out ({why})"),
+            &format!("finish b cancelled: not run further: the run's budget ran out ({why})"),
+        ]),
+    );
+}
+
+#[test]
+fn after_a_run_budget_breach_a_retry_is_not_launched_and_the_deadline_wakes_the_planner() {
+    let budget = RunBudget {
+        deadline: Some(Duration::from_secs(60)),
+        ..RunBudget::default()
+    };
+    let mut a = task("a");
+    a.max_retries = 2;
+    let mut run = Run::with_budget(4, false, budget, vec![a]);
+    let started = run.state.started_at.expect("started").0;
+    assert_eq!(
+        run.planner.next_wake_of(&run.state, Timestamp(started)),
+        Some(Timestamp(started + 48_000)),
+        "the warning at 80% of the deadline"
+    );
+    run.attempt(0, failed(StopReason::Error));
+    let after = started + 60_000 - run.now;
+    let round = run.plan(after, &World::default());
+    let why = "run wall clock 1m reached deadline 1m";
+    assert_eq!(
+        round,
+        lines(&[
+            &format!("budget exceeded deadline: {why}"),
+            &format!("wind down: {why}"),
+            &format!(
+                "finish a cancelled: not run further: the run's budget ran out ({why}) \
+                 (last attempt: error happened)"
+            ),
+        ])
     );
 }

@@ -425,3 +425,77 @@ fn a_journal_scanned_in_chunks_on_two_threads_is_checked_at_every_seam() {
     assert!(audit.is_clean());
     assert_eq!(audit.state, state);
 }
+
+// #11: a task's executor and `[slurm]` options are stored (format v2's task ext) and read back.
+#[test]
+fn a_slurm_task_reads_back_with_its_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(&tmp.path().join("r")).unwrap();
+    let mut events = support::every_variant();
+    let Event::RunStarted { batch, .. } = &mut events[0].1 else {
+        panic!("the first event is RunStarted");
+    };
+    let slurm = sortie_core::Executor::Slurm(sortie_core::SlurmOptions {
+        partition: Some("gpu".into()),
+        account: Some("lab".into()),
+        cpus: Some(4),
+        mem_mb: Some(8192),
+        extra_args: vec!["--qos=high".into()],
+    });
+    batch.tasks[0].executor = slurm.clone();
+    j.append(events[0].0, &events[0].1).unwrap();
+    let read: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();
+    let Event::RunStarted { batch, .. } = &read[0].event else {
+        panic!("RunStarted reads back");
+    };
+    assert_eq!(batch.tasks[0].executor, slurm);
+    assert_eq!(batch.tasks[1].executor, sortie_core::Executor::Local);
+}
+/// The fields issue 13 added (a task's permissions, tools and allow_denials; an attempt's
+/// denials) are stored by format v2 and read back as written.
+#[test]
+fn permissions_and_denials_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut events = support::every_variant();
+    for (_, e) in &mut events {
+        match e {
+            Event::RunStarted { batch, .. } => {
+                let t = &mut batch.tasks[0];
+                t.permissions = sortie_core::Permissions::ReadOnly;
+                t.tools = vec!["Read".into(), "Grep".into()];
+                t.allow_denials = true;
+            }
+            Event::AttemptFinished { outcome, .. } => {
+                sortie_core::Denial::add(&mut outcome.denials, "Bash");
+                sortie_core::Denial::add(&mut outcome.denials, "Bash");
+            }
+            _ => {}
+        }
+    }
+    let j = Journal::create(&tmp.path().join("r")).unwrap();
+    j.append_all(&events).unwrap();
+    let read: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();
+    for (s, (_, e)) in read.iter().zip(&events) {
+        assert_eq!(&s.event, e);
+    }
+    let state = j.replay(None).unwrap();
+    let spec = &state.batch.as_ref().unwrap().tasks[0];
+    assert_eq!(spec.permissions, sortie_core::Permissions::ReadOnly);
+    assert_eq!(spec.tools, ["Read", "Grep"]);
+    assert!(spec.allow_denials);
+    // Each finished attempt denied Bash twice; a task sums its attempts'.
+    for (i, rec) in state.tasks.iter().enumerate() {
+        let finished = events
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::AttemptFinished { task, .. } if task.index() == i))
+            .count() as u32;
+        let want: Vec<sortie_core::Denial> = (finished > 0)
+            .then(|| sortie_core::Denial {
+                tool: "Bash".into(),
+                count: 2 * finished,
+            })
+            .into_iter()
+            .collect();
+        assert_eq!(rec.denials(), want, "task {i}");
+    }
+}

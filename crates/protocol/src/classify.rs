@@ -28,6 +28,8 @@ pub(crate) struct AgentSummary {
     pub(crate) usage: Usage,
     /// True when a side-effecting tool ran.
     pub(crate) side_effects: bool,
+    /// The tool calls the agent's permissions denied.
+    pub(crate) denials: Vec<sortie_core::Denial>,
 }
 
 /// The failure of an agent's last message.
@@ -149,6 +151,7 @@ pub(crate) fn classify_agent(run: AgentSummary, exit: Exit, stderr_tail: &str) -
         signal: exit.signal(),
         error: (status != AttemptStatus::Completed).then_some(error),
         side_effects: run.side_effects,
+        denials: run.denials,
     };
     let output = choose_output(run.answer, useful, &outcome, stderr_tail);
     Finished {

@@ -211,6 +211,7 @@ struct ResultLine {
 #[serde(default)]
 struct Denial {
     tool_use_id: Option<String>,
+    tool_name: Option<String>,
 }
 
 /// An HTTP status reported as a JSON number.
@@ -429,6 +430,7 @@ impl ClaudeReader {
             cut_short: None,
             usage: self.live,
             side_effects: self.side_effects,
+            denials: vec![],
         };
         match &self.result {
             Some(r) => {
@@ -446,6 +448,10 @@ impl ClaudeReader {
                     .side_effect_calls
                     .iter()
                     .any(|id| !denied.contains(&id.as_str()));
+                for d in r.permission_denials.iter().flatten() {
+                    let tool = d.tool_name.as_deref().unwrap_or("unknown tool");
+                    sortie_core::Denial::add(&mut run.denials, tool);
+                }
             }
             None => {
                 // Without the result line, the cost is unknown.
@@ -525,6 +531,13 @@ mod tests {
         let f = Box::new(r).finish(Exit::Code(0), "");
         assert_eq!(f.outcome.status, AttemptStatus::Completed);
         assert!(!f.outcome.side_effects, "the result says it was denied");
+        assert_eq!(
+            f.outcome.denials,
+            [sortie_core::Denial {
+                tool: "Bash".into(),
+                count: 1
+            }]
+        );
         assert_eq!(f.usage.cost.nanos, 1_000_000);
     }
 

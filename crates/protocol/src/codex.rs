@@ -448,6 +448,7 @@ impl CodexReader {
             cut_short: None,
             usage: self.usage,
             side_effects: self.side_effects,
+            denials: vec![],
         };
         match (self.failure, self.pending_error) {
             (Some(f), _) => run.failure = Some(f),

@@ -58,6 +58,8 @@ pub struct PiReader {
     retry_error: Option<String>,
     /// RPC mode: a command pi refused (`response` with `success: false`).
     refused: Option<String>,
+    /// Calls of tools pi was not given (`--tools`): pi answers them `Tool NAME not found`.
+    denials: Vec<sortie_core::Denial>,
     parse_errors: u64,
 }
 
@@ -159,6 +161,24 @@ struct PiUsage {
 #[serde(default)]
 struct PiCost {
     total: Option<f64>,
+}
+
+/// A `tool_execution_end` line.
+#[derive(Deserialize)]
+struct ToolEnd {
+    #[serde(rename = "toolName", default)]
+    tool_name: Option<String>,
+    #[serde(rename = "isError", default)]
+    is_error: Option<bool>,
+    #[serde(default)]
+    result: Option<ToolResult>,
+}
+
+/// A tool's result: its text parts.
+#[derive(Deserialize, Default)]
+struct ToolResult {
+    #[serde(default)]
+    content: Vec<serde_json::Value>,
 }
 
 /// A `tool_execution_start` line.
@@ -319,6 +339,26 @@ impl PiReader {
         self.activity = Some(tool_activity(&name, detail));
     }
 
+    /// A tool call that failed because pi was not given the tool (its `--tools` allow-list,
+    /// how sortie's permissions reach pi) is a denial.
+    fn tool_end(&mut self, line: &str) {
+        let Some(t) = self.parse::<ToolEnd>(line) else {
+            return;
+        };
+        let (Some(name), Some(true)) = (t.tool_name, t.is_error) else {
+            return;
+        };
+        let not_found = format!("Tool {name} not found");
+        let denied = t.result.iter().flat_map(|r| &r.content).any(|c| {
+            c.get("text")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|text| text.trim() == not_found)
+        });
+        if denied {
+            sortie_core::Denial::add(&mut self.denials, &name);
+        }
+    }
+
     fn retry(&mut self, line: &str, start: bool) {
         let Some(r) = self.parse::<Retry>(line) else {
             return;
@@ -351,6 +391,7 @@ impl PiReader {
             cut_short: None,
             usage: self.usage,
             side_effects: self.side_effects,
+            denials: self.denials,
         };
         if self.streaming.is_some() || self.last.is_none() {
             // A call in progress (or none seen at all) may have cost something: unknown.
@@ -420,6 +461,7 @@ impl ProtocolReader for PiReader {
             "message_start" => self.message(line, false),
             "message_end" => self.message(line, true),
             "tool_execution_start" => self.tool_start(line),
+            "tool_execution_end" => self.tool_end(line),
             "agent_start" => self.finished = false,
             "agent_end" => self.finished = true,
             "auto_retry_start" => self.retry(line, true),
@@ -498,6 +540,26 @@ mod tests {
     }
 
     const TEXT: &str = r#"[{"type":"text","text":"a"},{"type":"thinking","thinking":"hm"},{"type":"text","text":"b"}]"#;
+
+    #[test]
+    fn a_call_of_a_tool_pi_was_not_given_is_a_denial() {
+        let missing = r#"{"type":"tool_execution_end","toolCallId":"c1","toolName":"bash","result":{"content":[{"type":"text","text":"Tool bash not found"}],"details":{}},"isError":true}"#;
+        let failed = r#"{"type":"tool_execution_end","toolCallId":"c2","toolName":"bash","result":{"content":[{"type":"text","text":"exit 1"}]},"isError":true}"#;
+        let answer = end(r#"{"input":1,"output":1}"#, "stop", TEXT);
+        let f = run(
+            &[missing, failed, missing, &answer, r#"{"type":"agent_end"}"#],
+            Exit::Code(0),
+        );
+        assert_eq!(f.outcome.status, AttemptStatus::Completed);
+        assert_eq!(
+            f.outcome.denials,
+            [sortie_core::Denial {
+                tool: "bash".into(),
+                count: 2
+            }],
+            "a failed command is no denial"
+        );
+    }
 
     #[test]
     fn a_zero_cost_for_spent_tokens_is_unreported() {

@@ -191,6 +191,37 @@ async fn spawn_errors_name_the_binary_and_why() {
 
     let err = spawn(&spec(&[])).await.unwrap_err();
     assert!(matches!(err, SpawnError::EmptyArgv));
+    assert!(err.is_deterministic());
+
+    // An argv over the system's limit (E2BIG) is named as such, and is no transient failure.
+    let big = "x".repeat(4 << 20);
+    let err = spawn(&spec(&["true", &big])).await.unwrap_err();
+    assert!(
+        matches!(err, SpawnError::ArgumentListTooLong { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("argument list too long"), "{err}");
+    assert!(err.is_deterministic());
+}
+
+#[tokio::test]
+async fn a_prompt_file_is_the_childs_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt");
+    let prompt = "p".repeat(1 << 20);
+    std::fs::write(&file, &prompt).unwrap();
+    let mut child = sortie_runner::process::spawn_stdin_file(&sh("wc -c"), &file)
+        .await
+        .unwrap();
+    let line = child.next_line().await.unwrap();
+    assert_eq!(line.text.trim(), "1048576");
+    let err = sortie_runner::process::spawn_stdin_file(&sh("true"), &dir.path().join("none"))
+        .await
+        .unwrap_err();
+    assert!(
+        !err.is_deterministic() && err.to_string().contains("stdin"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -448,8 +479,12 @@ async fn a_stopped_plain_child_is_classified_by_the_stop_reason() {
     assert_eq!(finished.output, "half");
 }
 
+/// A pi profile of a user's own, placing the prompt as its last argument (the built-in one
+/// gives it on stdin).
 fn profile() -> AgentProfile {
-    AgentProfile::builtins()["pi"].clone()
+    let mut p = AgentProfile::builtins()["pi"].clone();
+    p.command.push("{prompt}".into());
+    p
 }
 
 fn vars(model: Option<&str>) -> Vars {
@@ -477,14 +512,20 @@ fn render_argv_substitutes_placeholders_and_model_args() {
     ];
     let argv = render_argv(&profile(), None, &vars(Some("gpt-x"))).unwrap();
     let mut want: Vec<&str> = HEADLESS.to_vec();
-    want.extend(["--model", "gpt-x", "fix {cwd} bug; echo $HOME"]);
+    // `{agent_args}` is the agent's launch plan's to expand, like `{session_args}`.
+    want.extend([
+        "{agent_args}",
+        "--model",
+        "gpt-x",
+        "fix {cwd} bug; echo $HOME",
+    ]);
     assert_eq!(
         argv, want,
         "the prompt is one argument and is not substituted again"
     );
     let argv = render_argv(&profile(), None, &vars(None)).unwrap();
     let mut want: Vec<&str> = HEADLESS.to_vec();
-    want.push("fix {cwd} bug; echo $HOME");
+    want.extend(["{agent_args}", "fix {cwd} bug; echo $HOME"]);
     assert_eq!(
         argv, want,
         "{{model_args}} expands to nothing without a model"
@@ -492,15 +533,20 @@ fn render_argv_substitutes_placeholders_and_model_args() {
 }
 
 #[test]
-fn the_claude_profile_ends_its_options_before_the_prompt() {
-    let claude = AgentProfile::builtins()["claude"].clone();
-    let mut v = vars(Some("sonnet"));
-    v.prompt = "-p is not an option here".into();
-    let argv = render_argv(&claude, None, &v).unwrap();
-    assert_eq!(
-        argv[argv.len() - 4..],
-        ["--model", "sonnet", "--", "-p is not an option here"]
-    );
+fn the_built_in_agents_take_no_prompt_argument() {
+    // Their prompt goes to stdin (no argv limit, no option parsing of a prompt that starts
+    // with `-`); codex is told so with `-`.
+    for (name, profile) in AgentProfile::builtins() {
+        let mut v = vars(Some("m"));
+        v.prompt = "-p is not an option here".into();
+        let argv = render_argv(&profile, None, &v).unwrap_or_default();
+        assert!(
+            !argv.iter().any(|a| a.contains("-p is not")),
+            "{name}: {argv:?}"
+        );
+    }
+    let codex = &AgentProfile::builtins()["codex"];
+    assert_eq!(codex.command.last().map(String::as_str), Some("-"));
 }
 
 #[test]

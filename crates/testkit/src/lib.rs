@@ -22,6 +22,8 @@ pub mod export;
 pub mod procs;
 pub mod real_agent;
 pub mod wait;
+// #11: the gate of the tests against a real Slurm cluster, and their view of it.
+pub mod slurm;
 
 pub use cmd::{CommandFailed, git, run, try_git, try_run};
 pub use export::{Journal, Usage};

@@ -22,6 +22,10 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
         model: args.model.clone(),
         allow_shared_writes: args.allow_shared_writes.then_some(true),
         worktrees: Some(g.layout().absolute().worktrees()),
+        executor: args
+            .executor
+            .as_deref()
+            .and_then(sortie_core::ExecutorKind::parse),
     };
     let mut checked = load_for_check(&args.batch, args.defaults.as_deref(), &overrides)?;
     let mut tasks = 0;

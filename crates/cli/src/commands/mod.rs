@@ -19,6 +19,7 @@ use sortie_runner::layout::{StateDir, index};
 use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
+pub(crate) use replay::percent;
 
 /// Runs the command.
 pub(crate) fn dispatch(cli: Cli) -> Result<Code> {

@@ -157,6 +157,14 @@ fn details(e: &Event) -> String {
         Event::AttemptContinues {
             attempt, session, ..
         } => format!("attempt {attempt} continues {session}"),
+        Event::RunBudgetWarned { limit, used, of } => {
+            format!(
+                "{} at {}% ({used} of {of})",
+                limit.field(),
+                percent(*used, *of)
+            )
+        }
+        Event::RunBudgetExceeded { reason, .. } => reason.clone(),
         Event::TaskFinished { result, .. } => format!(
             "{} ({}){}",
             result.state,
@@ -184,4 +192,9 @@ fn details(e: &Event) -> String {
             format!("attempt {attempt} ended while sortie was down: recorded from its files")
         }
     }
+}
+
+/// `used` as a whole percent of `of`.
+pub(crate) fn percent(used: u64, of: u64) -> u128 {
+    u128::from(used) * 100 / u128::from(of.max(1))
 }

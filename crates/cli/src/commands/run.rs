@@ -29,6 +29,10 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         model: args.model.clone(),
         allow_shared_writes: args.allow_shared_writes.then_some(true),
         worktrees: Some(g.layout().absolute().worktrees()),
+        executor: args
+            .executor
+            .as_deref()
+            .and_then(sortie_core::ExecutorKind::parse),
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let loaded = match (&args.batch, &args.prompt, args.command.is_empty()) {

@@ -17,10 +17,16 @@
 //!    of them on cancellation or fail_fast);
 //! 5. [`free slots`](Planner::free_slots): launch, oldest first, up to the concurrency limit.
 //!
+//! Before the passes, the run's budget (`budget`): a limit reached is journaled
+//! (`RunBudgetExceeded`) with [`Action::WindDown`] for the live attempts, and from then on the
+//! passes launch nothing and end the waiting tasks (`decide::run_budget_result`); a limit whose
+//! use reached the warning threshold is journaled once (`RunBudgetWarned`).
+//!
 //! A round holds at most one action per task, so every event of a round is checked against the
 //! same state. The planner keeps indexes (a cache of the state, see `sched`) so that a round
 //! does not scan 100,000 tasks; it is built from the state and told of every applied event.
 
+mod budget;
 mod sched;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,6 +101,10 @@ pub enum Action {
     },
     /// Start a worktree setup job.
     StartJob(TaskId, JobKind),
+    /// The run's budget ran out (the round journals `RunBudgetExceeded`): ask every live
+    /// attempt to wrap up (a steerable agent gets its grace turns) or stop, with stop reason
+    /// `budget` and this message.
+    WindDown(String),
 }
 
 impl Action {
@@ -105,6 +115,7 @@ impl Action {
             Action::Launch(t) | Action::EndTask { task: t, .. } | Action::StartJob(t, _) => {
                 Some(*t)
             }
+            Action::WindDown(_) => None,
         }
     }
 }
@@ -117,6 +128,9 @@ pub struct Planner {
     isolated: BTreeSet<TaskId>,
     /// fail_fast is on and a task failed (or its failure was decided): nothing new starts.
     fail_fast_tripped: bool,
+    /// The run's budget ran out (journaled, or decided this round): nothing new starts, the
+    /// waiting tasks end.
+    budget_out: Option<String>,
 }
 
 /// One round in the making.
@@ -178,6 +192,7 @@ impl Planner {
             sched: Sched::new(state),
             isolated,
             fail_fast_tripped: fail_fast && failed,
+            budget_out: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
         }
     }
 
@@ -211,6 +226,19 @@ impl Planner {
         self.sched.next_wake(now)
     }
 
+    /// [`Planner::next_wake`], and the run budget's deadline and its warning, when they are
+    /// ahead (they fall due without a report).
+    pub fn next_wake_of(&self, state: &RunState, now: Timestamp) -> Option<Timestamp> {
+        let deadline = budget::deadline_wakes(state)
+            .into_iter()
+            .filter(|t| *t > now)
+            .min();
+        [self.sched.next_wake(now), deadline]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     /// Plans one round. An empty round means nothing more happens without waiting.
     pub fn plan(&mut self, state: &RunState, facts: &Facts<'_>) -> Vec<Action> {
         let mut round = Round {
@@ -222,9 +250,16 @@ impl Planner {
         if state.batch.is_none() {
             return round.actions;
         }
+        if self.budget_out.is_none()
+            && let Some(reason) = budget::check(state, &mut round)
+        {
+            round.push(Action::WindDown(reason.clone()));
+            self.budget_out = Some(reason);
+        }
         // Fixed for the round: a failure decided by this round stops launches from the next
         // pass on, but not a retry decided in this one.
-        let no_launch = facts.stopping.is_some() || self.fail_fast_tripped;
+        let no_launch =
+            facts.stopping.is_some() || self.fail_fast_tripped || self.budget_out.is_some();
         self.ended_tasks(state, &mut round, no_launch);
         self.worktrees(state, &mut round, no_launch);
         self.ready_tasks(state, &mut round);
@@ -269,7 +304,12 @@ impl Planner {
                 // Left undecided on purpose: resume decides, seeing the interruption.
                 NextStep::Retry { .. } if interrupting => {}
                 NextStep::Retry { .. } => {
-                    let result = decide::not_retried_result(rec, round.cancelling());
+                    let result = match &self.budget_out {
+                        Some(reason) if !round.cancelling() => {
+                            decide::run_budget_result(rec, reason)
+                        }
+                        _ => decide::not_retried_result(rec, round.cancelling()),
+                    };
                     round.end(task, rec, result, false);
                 }
                 NextStep::GiveUp(result) => {
@@ -330,7 +370,10 @@ impl Planner {
             let expired = matches!((spec.deadline, rec.ready_at),
                 (Some(d), Some(r)) if facts.now >= r.plus(d));
             let failed = facts.setup_failed.get(&task);
-            let ending = round.cancelling() || self.fail_fast_tripped || expired;
+            let ending = round.cancelling()
+                || self.fail_fast_tripped
+                || self.budget_out.is_some()
+                || expired;
             if rec.worktree_final.is_some() || (failed.is_some() || ending) {
                 if rec.worktree_final.is_none() && rec.worktree.is_none() && failed.is_none() {
                     continue; // nothing to finalize: pass 4 ends it
@@ -365,8 +408,8 @@ impl Planner {
             if rec.state != TaskState::Pending || round.used.contains(&task) {
                 continue;
             }
-            if round.cancelling() || self.fail_fast_tripped {
-                let result = decide::not_started_result(round.cancelling());
+            if round.cancelling() || self.fail_fast_tripped || self.budget_out.is_some() {
+                let result = self.not_started(rec, round.cancelling());
                 round.push(Action::Append(Event::TaskFinished { task, result }));
                 continue;
             }
@@ -398,7 +441,7 @@ impl Planner {
     /// Pass 4: waiting tasks: cancellation and fail_fast end them all; deadlines end the
     /// expired.
     fn expired_waits(&mut self, state: &RunState, round: &mut Round<'_>) {
-        let all = round.cancelling() || self.fail_fast_tripped;
+        let all = round.cancelling() || self.fail_fast_tripped || self.budget_out.is_some();
         let waiting: Vec<(TaskId, Phase)> = if all {
             self.sched
                 .all_waiting()
@@ -415,7 +458,7 @@ impl Planner {
                 continue;
             };
             let result = if all {
-                decide::not_started_result(round.cancelling())
+                self.not_started(rec, round.cancelling())
             } else {
                 let output = rec.attempts.last().and_then(|a| a.output());
                 decide::deadline_result(rec, phase, output.unwrap_or_default())
@@ -490,7 +533,19 @@ impl Planner {
             );
         }
         let cancelling = facts.stopping == Some(Stopping::Cancel);
+        if !cancelling && let Some(reason) = &self.budget_out {
+            return decide::run_budget_result(rec, reason);
+        }
         decide::not_started_result(cancelling || !self.fail_fast_tripped)
+    }
+
+    /// How a task that waits ends when nothing more starts: cancelled by the user, by the run's
+    /// budget, or by fail_fast.
+    fn not_started(&self, rec: &TaskRecord, cancelling: bool) -> TaskResult {
+        match &self.budget_out {
+            Some(reason) if !cancelling => decide::run_budget_result(rec, reason),
+            _ => decide::not_started_result(cancelling),
+        }
     }
 }
 

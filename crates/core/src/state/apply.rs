@@ -34,6 +34,10 @@ impl RunState {
                 self.status = RunStatus::Finished { state: *state };
                 self.summary = Some(summary.clone());
             }
+            Event::RunBudgetWarned { limit, .. } => self.budget_warned.push(*limit),
+            Event::RunBudgetExceeded { limit, reason } => {
+                self.budget_exceeded = Some((*limit, reason.clone()));
+            }
             _ => {
                 let Some(task) = event.task() else { return };
                 let resumes = self.resumes;
@@ -235,7 +239,9 @@ impl RunState {
             Event::RunStarted { .. }
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }
-            | Event::RunFinished { .. } => {}
+            | Event::RunFinished { .. }
+            | Event::RunBudgetWarned { .. }
+            | Event::RunBudgetExceeded { .. } => {}
         }
     }
 }

@@ -17,6 +17,24 @@ impl RunState {
                 return Ok(());
             }
             (RunStatus::Running, Event::RunInterrupted { .. }) => return Ok(()),
+            (RunStatus::Running, Event::RunBudgetWarned { limit, .. }) => {
+                if self.budget_warned.contains(limit) {
+                    return Err(Violation::BudgetTwice {
+                        event: name,
+                        limit: *limit,
+                    });
+                }
+                return Ok(());
+            }
+            (RunStatus::Running, Event::RunBudgetExceeded { limit, .. }) => {
+                if self.budget_exceeded.is_some() {
+                    return Err(Violation::BudgetTwice {
+                        event: name,
+                        limit: *limit,
+                    });
+                }
+                return Ok(());
+            }
             (RunStatus::Running, Event::RunFinished { state, .. }) => {
                 let unfinished = self.tasks.iter().filter(|t| !t.state.is_terminal()).count();
                 if unfinished > 0 {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod apply;
 mod check;
 
-use crate::event::{Event, OrphanAction, Stamped};
+use crate::event::{BudgetLimit, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
@@ -267,7 +267,21 @@ impl TaskRecord {
         Usage::sum(self.attempts.iter().map(|a| &a.usage))
     }
 
-    /// The task's result, once finished.
+    /// The tool calls its agent's permissions denied, summed over its attempts.
+    pub fn denials(&self) -> Vec<crate::Denial> {
+        let mut all: Vec<crate::Denial> = Vec::new();
+        for o in self.attempts.iter().filter_map(AttemptRecord::outcome) {
+            for d in o.denials {
+                match all.iter_mut().find(|a| a.tool == d.tool) {
+                    Some(a) => a.count = a.count.saturating_add(d.count),
+                    None => all.push(d),
+                }
+            }
+        }
+        all
+    }
+
+    /// The task's result, once it finished.
     pub fn result(&self) -> Option<&TaskResult> {
         match &self.state {
             TaskState::Finished(r) => Some(r),
@@ -404,6 +418,14 @@ pub enum Violation {
         /// The event's name.
         event: &'static str,
     },
+    /// A run budget event recorded twice (a limit warned twice, or exceeded twice).
+    #[error("{event} recorded twice for the run's {limit:?} limit")]
+    BudgetTwice {
+        /// The event's name.
+        event: &'static str,
+        /// The limit.
+        limit: BudgetLimit,
+    },
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -440,6 +462,10 @@ pub struct RunState {
     /// The counters of the run's usage, kept as events apply (see
     /// [`RunState::usage_counters`]).
     tally: Usage,
+    /// The run budget's limits warned about (`RunBudgetWarned`).
+    pub budget_warned: Vec<BudgetLimit>,
+    /// The limit that ran out and why (`RunBudgetExceeded`).
+    pub budget_exceeded: Option<(BudgetLimit, String)>,
 }
 
 impl Default for RunState {
@@ -467,6 +493,8 @@ impl RunState {
             labels: HashMap::new(),
             done: 0,
             tally: Usage::ZERO,
+            budget_warned: Vec::new(),
+            budget_exceeded: None,
         }
     }
 

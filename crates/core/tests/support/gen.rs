@@ -271,18 +271,31 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
 
 /// A valid batch of 1 to [`MAX_TASKS`] tasks whose `needs` form a DAG.
 pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
-    (1..=MAX_TASKS, 1u32..=3, prop::bool::weighted(0.3)).prop_flat_map(|(n, concurrency, ff)| {
-        let tasks: Vec<_> = (0..n).map(task_strategy).collect();
-        tasks.prop_map(move |tasks| Batch {
-            tasks,
-            agents: AgentProfile::builtins(),
-            config: RunConfig {
-                concurrency,
-                fail_fast: ff,
-            },
-            source: "model.toml".into(),
-        })
-    })
+    let budget = (
+        prop::option::weighted(0.2, 1u64..3000),
+        prop::option::weighted(0.2, 1u64..2000),
+        prop::option::weighted(0.1, 1u64..500),
+    );
+    (1..=MAX_TASKS, 1u32..=3, prop::bool::weighted(0.3), budget).prop_flat_map(
+        |(n, concurrency, ff, (tokens, cost, deadline_ms))| {
+            let tasks: Vec<_> = (0..n).map(task_strategy).collect();
+            tasks.prop_map(move |tasks| Batch {
+                tasks,
+                agents: AgentProfile::builtins(),
+                config: RunConfig {
+                    concurrency,
+                    fail_fast: ff,
+                    budget: sortie_core::RunBudget {
+                        max_tokens: tokens,
+                        max_cost_nanos: cost,
+                        deadline: deadline_ms.map(Duration::from_millis),
+                        ..sortie_core::RunBudget::default()
+                    },
+                },
+                source: "model.toml".into(),
+            })
+        },
+    )
 }
 
 fn outcome_kind() -> impl Strategy<Value = OutcomeKind> {
@@ -730,6 +743,10 @@ impl<B: Backend> Driver<B> {
                     finalize,
                 } => self.end_task(task, result, artifact, finalize, fail)?,
                 Action::StartJob(task, kind) => self.job(task, kind, fail & 1 != 0)?,
+                // The run's budget ran out: the loop stops every live attempt (budget, partial).
+                Action::WindDown(_) => {
+                    self.stop_live(&OutcomeKind::PartialBudget.outcome(false))?
+                }
             }
         }
         Some(true)

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use sortie_core::{Attempt, Event, RunId, Seq, TaskId};
 
-use super::v2::{AttemptOutcomeV2, BatchV2, TaskResultV2};
+use super::v2::{AttemptOutcomeV2, BatchV2, BudgetLimitV2, TaskResultV2};
 use super::{
     AttemptOutcomeV1, BatchV1, DurationV1, OrphanActionV1, RunOutcomeV1, TaskResultV1, UsageV1,
 };
@@ -134,6 +134,17 @@ pub(crate) enum StoredEvent {
     /// `Event::TaskFinished` with a v2 result.
     #[serde(rename(serialize = "TaskFinished"))]
     TaskFinishedV2 { task: u32, result: TaskResultV2 },
+    /// `Event::RunBudgetWarned` (issue 14).
+    RunBudgetWarned {
+        limit: BudgetLimitV2,
+        used: u64,
+        of: u64,
+    },
+    /// `Event::RunBudgetExceeded` (issue 14).
+    RunBudgetExceeded {
+        limit: BudgetLimitV2,
+        reason: String,
+    },
     // #10: attempts that outlive sortie.
     /// `Event::AttemptPlaced`.
     AttemptPlaced {
@@ -307,6 +318,15 @@ impl From<&Event> for StoredEvent {
                 task: task.0,
                 attempt: attempt.0,
                 session: session.clone(),
+            },
+            Event::RunBudgetWarned { limit, used, of } => StoredEvent::RunBudgetWarned {
+                limit: (*limit).into(),
+                used: *used,
+                of: *of,
+            },
+            Event::RunBudgetExceeded { limit, reason } => StoredEvent::RunBudgetExceeded {
+                limit: (*limit).into(),
+                reason: reason.clone(),
             },
             Event::AttemptPlaced {
                 task,
@@ -523,6 +543,15 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::TaskFinishedV2 { task, result } => Event::TaskFinished {
                 task: TaskId(task),
                 result: result.try_into()?,
+            },
+            StoredEvent::RunBudgetWarned { limit, used, of } => Event::RunBudgetWarned {
+                limit: limit.into(),
+                used,
+                of,
+            },
+            StoredEvent::RunBudgetExceeded { limit, reason } => Event::RunBudgetExceeded {
+                limit: limit.into(),
+                reason,
             },
             StoredEvent::AttemptPlaced {
                 task,

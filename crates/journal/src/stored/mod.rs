@@ -345,6 +345,10 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             needs: t.needs,
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
+            executor: sortie_core::Executor::Local,
+            permissions: sortie_core::Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
             max_orphans: 3,
             supervise: true,
         })
@@ -372,6 +376,7 @@ impl From<RunConfigV1> for RunConfig {
         RunConfig {
             concurrency: c.concurrency,
             fail_fast: c.fail_fast,
+            budget: sortie_core::RunBudget::default(),
         }
     }
 }
@@ -452,6 +457,7 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             signal: o.signal,
             error: o.error,
             side_effects: o.side_effects,
+            denials: vec![],
         }
     }
 }

@@ -19,13 +19,19 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 use sortie_core::spec::{AgentProfile, Batch, RunConfig};
-use sortie_core::{AttemptOutcome, TaskResult, TaskSpec};
+use sortie_core::{AttemptOutcome, Executor, SlurmOptions, TaskResult, TaskSpec};
 
 use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1, TaskSpecV1};
 
 /// The fields of `TaskSpec` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub(crate) struct TaskExtV2 {
+    // #11
+    executor: ExecutorV2,
+    // Issue 13: permissions, tools, allow_denials.
+    permissions: PermissionsV2,
+    tools: Vec<String>,
+    allow_denials: bool,
     // #10: attempts that outlive sortie.
     max_orphans: u32,
     supervise: bool,
@@ -34,15 +40,109 @@ pub(crate) struct TaskExtV2 {
 impl TaskExtV2 {
     pub(crate) fn of(t: &TaskSpec) -> Self {
         TaskExtV2 {
+            executor: (&t.executor).into(),
+            permissions: t.permissions.into(),
+            tools: t.tools.clone(),
+            allow_denials: t.allow_denials,
             max_orphans: t.max_orphans,
             supervise: t.supervise,
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
+        t.executor = self.executor.into();
+        t.permissions = self.permissions.into();
+        t.tools = self.tools;
+        t.allow_denials = self.allow_denials;
         t.max_orphans = self.max_orphans;
         t.supervise = self.supervise;
         Ok(())
     }
+}
+
+/// Mirrors `sortie_core::Executor` (#11).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ExecutorV2 {
+    #[default]
+    Local,
+    Slurm(SlurmOptionsV2),
+}
+
+/// Mirrors `sortie_core::SlurmOptions` (#11).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct SlurmOptionsV2 {
+    partition: Option<String>,
+    account: Option<String>,
+    cpus: Option<u32>,
+    mem_mb: Option<u64>,
+    extra_args: Vec<String>,
+}
+
+impl From<&Executor> for ExecutorV2 {
+    fn from(e: &Executor) -> Self {
+        match e {
+            Executor::Local => ExecutorV2::Local,
+            Executor::Slurm(o) => ExecutorV2::Slurm(SlurmOptionsV2 {
+                partition: o.partition.clone(),
+                account: o.account.clone(),
+                cpus: o.cpus,
+                mem_mb: o.mem_mb,
+                extra_args: o.extra_args.clone(),
+            }),
+        }
+    }
+}
+
+/// Mirrors `sortie_core::Permissions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum PermissionsV2 {
+    ReadOnly,
+    #[default]
+    Edit,
+    Full,
+}
+
+impl From<sortie_core::Permissions> for PermissionsV2 {
+    fn from(p: sortie_core::Permissions) -> Self {
+        match p {
+            sortie_core::Permissions::ReadOnly => PermissionsV2::ReadOnly,
+            sortie_core::Permissions::Edit => PermissionsV2::Edit,
+            sortie_core::Permissions::Full => PermissionsV2::Full,
+        }
+    }
+}
+
+impl From<ExecutorV2> for Executor {
+    fn from(e: ExecutorV2) -> Self {
+        match e {
+            ExecutorV2::Local => Executor::Local,
+            ExecutorV2::Slurm(o) => Executor::Slurm(SlurmOptions {
+                partition: o.partition,
+                account: o.account,
+                cpus: o.cpus,
+                mem_mb: o.mem_mb,
+                extra_args: o.extra_args,
+            }),
+        }
+    }
+}
+
+impl From<PermissionsV2> for sortie_core::Permissions {
+    fn from(p: PermissionsV2) -> Self {
+        match p {
+            PermissionsV2::ReadOnly => sortie_core::Permissions::ReadOnly,
+            PermissionsV2::Edit => sortie_core::Permissions::Edit,
+            PermissionsV2::Full => sortie_core::Permissions::Full,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::Denial`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DenialV2 {
+    tool: String,
+    count: u32,
 }
 
 /// The fields of `AgentProfile` added since v1.
@@ -66,14 +166,82 @@ impl AgentExtV2 {
 
 /// The fields of `RunConfig` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct RunConfigExtV2 {}
+pub(crate) struct RunConfigExtV2 {
+    /// `RunConfig::budget` (issue 14).
+    budget: RunBudgetV2,
+}
 
 impl RunConfigExtV2 {
-    pub(crate) fn of(_c: &RunConfig) -> Self {
-        RunConfigExtV2 {}
+    pub(crate) fn of(c: &RunConfig) -> Self {
+        RunConfigExtV2 {
+            budget: RunBudgetV2 {
+                max_cost_nanos: c.budget.max_cost_nanos,
+                max_tokens: c.budget.max_tokens,
+                deadline: c.budget.deadline.map(Into::into),
+                warn_percent: c.budget.warn_percent,
+            },
+        }
     }
-    pub(crate) fn apply(self, _c: &mut RunConfig) -> Result<(), String> {
+    pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
+        let b = self.budget;
+        c.budget = sortie_core::RunBudget {
+            max_cost_nanos: b.max_cost_nanos,
+            max_tokens: b.max_tokens,
+            deadline: b.deadline.map(TryInto::try_into).transpose()?,
+            warn_percent: b.warn_percent,
+        };
         Ok(())
+    }
+}
+
+/// Mirrors `sortie_core::RunBudget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunBudgetV2 {
+    max_cost_nanos: Option<u64>,
+    max_tokens: Option<u64>,
+    deadline: Option<super::DurationV1>,
+    warn_percent: u8,
+}
+
+impl Default for RunBudgetV2 {
+    fn default() -> Self {
+        RunBudgetV2 {
+            max_cost_nanos: None,
+            max_tokens: None,
+            deadline: None,
+            warn_percent: sortie_core::RunBudget::default().warn_percent,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::BudgetLimit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BudgetLimitV2 {
+    Cost,
+    Tokens,
+    Deadline,
+}
+
+impl From<sortie_core::BudgetLimit> for BudgetLimitV2 {
+    fn from(l: sortie_core::BudgetLimit) -> Self {
+        use sortie_core::BudgetLimit as L;
+        match l {
+            L::Cost => BudgetLimitV2::Cost,
+            L::Tokens => BudgetLimitV2::Tokens,
+            L::Deadline => BudgetLimitV2::Deadline,
+        }
+    }
+}
+
+impl From<BudgetLimitV2> for sortie_core::BudgetLimit {
+    fn from(l: BudgetLimitV2) -> Self {
+        use sortie_core::BudgetLimit as L;
+        match l {
+            BudgetLimitV2::Cost => L::Cost,
+            BudgetLimitV2::Tokens => L::Tokens,
+            BudgetLimitV2::Deadline => L::Deadline,
+        }
     }
 }
 
@@ -92,13 +260,33 @@ impl BatchExtV2 {
 
 /// The fields of `AttemptOutcome` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct OutcomeExtV2 {}
+pub(crate) struct OutcomeExtV2 {
+    // Issue 13: the tool calls the agent's permissions denied.
+    denials: Vec<DenialV2>,
+}
 
 impl OutcomeExtV2 {
-    pub(crate) fn of(_o: &AttemptOutcome) -> Self {
-        OutcomeExtV2 {}
+    pub(crate) fn of(o: &AttemptOutcome) -> Self {
+        OutcomeExtV2 {
+            denials: o
+                .denials
+                .iter()
+                .map(|d| DenialV2 {
+                    tool: d.tool.clone(),
+                    count: d.count,
+                })
+                .collect(),
+        }
     }
-    pub(crate) fn apply(self, _o: &mut AttemptOutcome) -> Result<(), String> {
+    pub(crate) fn apply(self, o: &mut AttemptOutcome) -> Result<(), String> {
+        o.denials = self
+            .denials
+            .into_iter()
+            .map(|d| sortie_core::Denial {
+                tool: d.tool,
+                count: d.count,
+            })
+            .collect();
         Ok(())
     }
 }

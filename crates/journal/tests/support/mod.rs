@@ -53,6 +53,10 @@ pub(crate) fn batch(n: u32) -> Batch {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            executor: sortie_core::Executor::Local,
+            permissions: sortie_core::Permissions::Edit,
+            tools: vec![],
+            allow_denials: false,
             // #10: what a v1 record reads as.
             max_orphans: 3,
             supervise: true,
@@ -64,6 +68,7 @@ pub(crate) fn batch(n: u32) -> Batch {
         config: RunConfig {
             concurrency: 4,
             fail_fast: false,
+            ..RunConfig::default()
         },
         source: "/work/project/batch.toml".into(),
     }
@@ -308,6 +313,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 signal: Some(9),
                 error: Some("attempt timed out".into()),
                 side_effects: false,
+                denials: vec![],
             },
             usage: usage(7),
             output: String::new(),

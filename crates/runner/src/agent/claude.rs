@@ -8,8 +8,46 @@ use std::path::Path;
 
 use sortie_core::Protocol;
 
-use super::Agent;
+use sortie_core::Permissions;
+
 use super::home::{HomeError, Rules, UserEnv, copy_if_present};
+use super::{Agent, Launch, LaunchInput};
+
+/// The tools Claude Code may use unasked under `read-only`.
+const READ_TOOLS: &str = "Read,Glob,Grep";
+/// The tools Claude Code may use unasked under `edit`: the read tools, edits and commands.
+const EDIT_TOOLS: &str = "Read,Glob,Grep,Edit,Write,NotebookEdit,Bash";
+
+/// Claude Code's flags for a task's permissions and tools. Headless (`-p`), a tool call that
+/// needs approval is denied (and listed in the result's `permission_denials`), so:
+/// - `read-only`: `--permission-mode dontAsk --allowedTools Read,Glob,Grep`: every other call
+///   is denied;
+/// - `edit`: `--permission-mode acceptEdits --allowedTools <the read tools>,Edit,Write,
+///   NotebookEdit,Bash`: edits and commands run (Claude Code has no sandbox of its own);
+/// - `full`: `--permission-mode bypassPermissions` (Claude Code refuses it when run as root);
+/// - `tools`: `--tools A,B`: only those tools are offered at all.
+fn permission_args(permissions: Permissions, tools: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = match permissions {
+        Permissions::ReadOnly => vec![
+            "--permission-mode".into(),
+            "dontAsk".into(),
+            "--allowedTools".into(),
+            READ_TOOLS.into(),
+        ],
+        Permissions::Edit => vec![
+            "--permission-mode".into(),
+            "acceptEdits".into(),
+            "--allowedTools".into(),
+            EDIT_TOOLS.into(),
+        ],
+        Permissions::Full => vec!["--permission-mode".into(), "bypassPermissions".into()],
+    };
+    if !tools.is_empty() {
+        args.push("--tools".into());
+        args.push(tools.join(","));
+    }
+    args
+}
 
 /// Claude Code.
 #[derive(Debug)]
@@ -26,6 +64,10 @@ impl Agent for Claude {
 
     fn home(&self) -> Option<&'static Rules> {
         Some(&CLAUDE)
+    }
+
+    fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
+        launch.agent_args = permission_args(input.spec.permissions, &input.spec.tools);
     }
 
     fn credentials(&self) -> Option<&'static super::Credentials> {

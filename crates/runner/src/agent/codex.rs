@@ -10,8 +10,10 @@ use std::path::Path;
 
 use sortie_core::Protocol;
 
-use super::Agent;
+use sortie_core::Permissions;
+
 use super::home::{HomeError, Rules, UserEnv, io_err};
+use super::{Agent, Launch, LaunchInput};
 
 /// Codex.
 #[derive(Debug)]
@@ -28,6 +30,17 @@ impl Agent for Codex {
 
     fn home(&self) -> Option<&'static Rules> {
         Some(&CODEX)
+    }
+
+    fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
+        // Codex's sandbox is its permission system: `read-only` (no writes, no network),
+        // `workspace-write` (writes inside the working directory), `danger-full-access`.
+        let sandbox = match input.spec.permissions {
+            Permissions::ReadOnly => "read-only",
+            Permissions::Edit => "workspace-write",
+            Permissions::Full => "danger-full-access",
+        };
+        launch.agent_args = vec!["--sandbox".into(), sandbox.into()];
     }
 
     fn credentials(&self) -> Option<&'static super::Credentials> {

@@ -12,6 +12,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use sortie_core::spec::AGENT_ARGS;
 use sortie_core::{AgentProfile, AttemptRecord, Protocol, TaskId, TaskRecord, TaskSpec};
 
 use crate::layout::RunDir;
@@ -140,6 +141,14 @@ pub(crate) struct Launch {
     pub(crate) continues: Option<String>,
     /// Set for an agent driven over stdin.
     pub(crate) drive: Option<Drive>,
+    /// Whether the prompt goes to the agent's stdin (the template does not place `{prompt}`
+    /// and the agent is not driven over stdin): set by [`launch_plan`] before the agent's
+    /// [`Agent::launch`], which then leaves the prompt as it is (no argv guard needed).
+    pub(crate) prompt_on_stdin: bool,
+    /// The agent's flags for the task's permissions and tools: what
+    /// [`sortie_core::spec::AGENT_ARGS`] expands to (a template without it gets none; the
+    /// batch is refused when it asks for permissions such a profile cannot get).
+    pub(crate) agent_args: Vec<String>,
 }
 
 /// How an attempt is launched: what [`launch_plan`] returns.
@@ -158,6 +167,14 @@ pub(crate) struct LaunchPlan {
     pub(crate) continues: Option<String>,
     /// The attempt's own agent config directory, prepared right before the spawn.
     pub(crate) home: Option<HomePlan>,
+    /// The prompt the child reads on stdin, and the file it is written to right before the
+    /// spawn (`<run-dir>/prompts/<task>.<attempt>`): no argv limit applies to it.
+    pub(crate) stdin_prompt: Option<(PathBuf, String)>,
+}
+
+/// Whether an argv template places the prompt (any element mentions `{prompt}`).
+pub(crate) fn places_prompt(template: &[String]) -> bool {
+    template.iter().any(|e| e.contains("{prompt}"))
 }
 
 /// Plans the launch of `input.live` with its rendered `prompt`: the agent its profile speaks
@@ -172,13 +189,26 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         input.profile.protocol
     };
     let agent = for_protocol(protocol);
+    let template = input
+        .spec
+        .command
+        .as_deref()
+        .unwrap_or(&input.profile.command);
     let mut launch = Launch {
         prompt,
+        prompt_on_stdin: input.spec.prompt.is_some() && !places_prompt(template),
         ..Launch::default()
     };
     if let Some(agent) = agent {
         agent.launch(input, &mut launch);
     }
+    let prompt_on_stdin = launch.prompt_on_stdin && launch.drive.is_none();
+    let stdin_prompt = prompt_on_stdin.then(|| {
+        let file = input
+            .run_dir
+            .prompt_file(input.task.0, input.live.attempt.0);
+        (file, std::mem::take(&mut launch.prompt))
+    });
     let vars = Vars {
         prompt: launch.prompt,
         model: input.live.model.clone(),
@@ -187,7 +217,8 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         label: input.spec.label.clone(),
     };
     let argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
-        .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args));
+        .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args))
+        .map(|argv| process::expand_element(argv, AGENT_ARGS, &launch.agent_args));
     let home = agent.filter(|a| a.home().is_some()).map(|agent| HomePlan {
         agent,
         dir: input.run_dir.agent_home(input.task.0, input.live.attempt.0),
@@ -200,6 +231,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         session_dir: launch.session_dir,
         continues: launch.continues,
         home,
+        stdin_prompt,
     }
 }
 
@@ -285,11 +317,14 @@ mod plan_tests {
     }
 
     #[test]
-    fn pi_json_guards_the_prompt_and_gets_a_home_but_no_session() {
+    fn pi_json_gets_its_prompt_on_stdin_a_home_but_no_session() {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("pi"), &rec, Path::new("/run"));
         let argv = p.argv.unwrap();
-        assert_eq!(argv.last().map(String::as_str), Some(" -p, a prompt"));
+        assert!(!argv.iter().any(|a| a.contains("a prompt")), "{argv:?}");
+        let (file, prompt) = p.stdin_prompt.unwrap();
+        assert_eq!(file, PathBuf::from("/run/runs/t/prompts/0.1"));
+        assert_eq!(prompt, "-p, a prompt", "unguarded: stdin is no argument");
         assert_eq!(p.protocol, Protocol::PiJson);
         assert!(p.drive.is_none() && p.session_dir.is_none() && p.continues.is_none());
         let home = p.home.unwrap();
@@ -297,6 +332,48 @@ mod plan_tests {
             (home.agent.name(), home.dir),
             ("pi", PathBuf::from("/run/runs/t/agents/0.1"))
         );
+    }
+
+    /// The argv of a one-off task of `agent` with `permissions` and `tools`.
+    fn argv_with(agent: &str, permissions: sortie_core::Permissions, tools: &[&str]) -> String {
+        let mut batch = one_off(agent);
+        batch.batch.tasks[0].permissions = permissions;
+        batch.batch.tasks[0].tools = tools.iter().map(|t| (*t).to_owned()).collect();
+        let rec = record(vec![attempt(1, None)]);
+        let argv = plan(&batch, &rec, Path::new("/run")).argv.unwrap();
+        assert!(!argv.iter().any(|a| a.contains('{')), "{argv:?}");
+        format!("{} ", argv.join(" "))
+    }
+
+    #[test]
+    fn permissions_and_tools_become_each_agents_own_flags() {
+        use sortie_core::Permissions::{Edit, Full, ReadOnly};
+        let claude = argv_with("claude", ReadOnly, &[]);
+        assert!(
+            claude.contains("--permission-mode dontAsk --allowedTools Read,Glob,Grep"),
+            "{claude}"
+        );
+        let claude = argv_with("claude", Edit, &["Bash", "Read"]);
+        assert!(
+            claude.contains("--permission-mode acceptEdits --allowedTools")
+                && claude.contains("--tools Bash,Read"),
+            "{claude}"
+        );
+        assert!(argv_with("claude", Full, &[]).contains("--permission-mode bypassPermissions"));
+        for (p, mode) in [
+            (ReadOnly, "read-only"),
+            (Edit, "workspace-write"),
+            (Full, "danger-full-access"),
+        ] {
+            let codex = argv_with("codex", p, &[]);
+            assert!(codex.contains(&format!("--sandbox {mode} ")), "{codex}");
+            assert!(codex.ends_with(" - "), "the prompt from stdin: {codex}");
+        }
+        assert!(argv_with("pi", ReadOnly, &[]).contains("--tools read,grep,find,ls"));
+        assert!(argv_with("pi", ReadOnly, &["read", "bash"]).contains("--tools read "));
+        assert!(argv_with("pi", ReadOnly, &["bash"]).contains("--no-tools"));
+        assert!(!argv_with("pi", Edit, &[]).contains("--tools"));
+        assert!(argv_with("pi-rpc", Full, &["bash", "read"]).contains("--tools bash,read"));
     }
 
     #[test]
@@ -342,12 +419,16 @@ mod plan_tests {
     fn claude_gets_its_home_and_a_task_command_is_no_agent() {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        assert!(!p.argv.unwrap().iter().any(|a| a.contains("a prompt")));
         assert_eq!(
-            p.argv.unwrap().last().map(String::as_str),
+            p.stdin_prompt.map(|(_, p)| p).as_deref(),
             Some("-p, a prompt")
         );
         assert_eq!(p.home.map(|h| h.agent.name()), Some("claude"));
         assert!(p.drive.is_none() && p.session_dir.is_none());
+        let p = plan(&one_off("codex"), &rec, Path::new("/run"));
+        assert_eq!(p.argv.unwrap().last().map(String::as_str), Some("-"));
+        assert!(p.stdin_prompt.is_some());
 
         let o = Overrides::default();
         let argv = ["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
@@ -355,6 +436,10 @@ mod plan_tests {
         let p = plan(&batch, &rec, Path::new("/run"));
         assert_eq!(p.protocol, Protocol::Plain);
         assert_eq!(p.argv.unwrap(), argv);
+        assert!(
+            p.stdin_prompt.is_none(),
+            "a command without a prompt reads /dev/null"
+        );
         assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
     }
 }

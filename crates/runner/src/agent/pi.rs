@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use sortie_core::{Attempt, Protocol, StopReason, TaskId, TaskRecord};
+use sortie_core::{Attempt, Permissions, Protocol, StopReason, TaskId, TaskRecord};
 
 use super::home::{HomeError, Rules, UserEnv, io_err};
 use super::{Agent, Drive, Launch, LaunchInput, WRAP_UP};
@@ -60,10 +60,13 @@ impl Agent for Pi {
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
         let profile = input.profile;
         match profile.protocol {
-            Protocol::PiJson => launch.prompt = guard_prompt(&launch.prompt).into_owned(),
+            Protocol::PiJson if !launch.prompt_on_stdin => {
+                launch.prompt = guard_prompt(&launch.prompt).into_owned();
+            }
             Protocol::PiRpc => launch.drive = Some(rpc_drive(&launch.prompt, profile.can_steer)),
             _ => {}
         }
+        launch.agent_args = tool_args(input.spec.permissions, &input.spec.tools);
         if profile.can_continue {
             let (dir, args, continues) =
                 session_plan(input.run_dir, input.task, input.rec, input.live.attempt);
@@ -72,6 +75,31 @@ impl Agent for Pi {
             launch.continues = continues;
         }
     }
+}
+
+/// pi's tools that only read.
+const READ_TOOLS: &[&str] = &["read", "grep", "find", "ls"];
+
+/// pi's flags for a task's permissions and tools. pi has no permission prompts: what it may do
+/// is the tools it is given (`--tools`), and a call of any other tool fails `Tool NAME not
+/// found` (read as a denial). `read-only` gives the read tools (those of `tools` among them,
+/// when `tools` is set); `edit` and `full` give `tools`, else pi's default set (read, bash,
+/// edit, write).
+fn tool_args(permissions: Permissions, tools: &[String]) -> Vec<String> {
+    let given: Vec<&str> = match permissions {
+        Permissions::ReadOnly if tools.is_empty() => READ_TOOLS.to_vec(),
+        Permissions::ReadOnly => tools
+            .iter()
+            .map(String::as_str)
+            .filter(|t| READ_TOOLS.contains(t))
+            .collect(),
+        Permissions::Edit | Permissions::Full if tools.is_empty() => return vec![],
+        Permissions::Edit | Permissions::Full => tools.iter().map(String::as_str).collect(),
+    };
+    if given.is_empty() {
+        return vec!["--no-tools".into()];
+    }
+    vec!["--tools".into(), given.join(",")]
 }
 
 /// pi's RPC mode: `prompt`, and `steer` to wrap up.

@@ -55,6 +55,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) launched_at: Timestamp,
     /// Set when resume found the attempt alive or ended: it is followed, not launched.
     pub(crate) adopt: Option<Adoption>,
+    /// A completed attempt with denied tool calls stays completed (the task's `allow_denials`).
+    pub(crate) allow_denials: bool,
     /// For an adopted attempt: its journaled usage, and when it last wrote output.
     pub(crate) resumed: Option<(Usage, Timestamp)>,
 }

@@ -162,15 +162,40 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
         let msg = format!("cannot create the session directory {}: {e}", dir.display());
         return Err(failed(StopReason::SpawnError, msg));
     }
+    if let Some((file, prompt)) = &ctx.launch.stdin_prompt
+        && let Err(e) = write_prompt(file, prompt)
+    {
+        let msg = format!("cannot write the prompt to {}: {e}", file.display());
+        return Err(failed(StopReason::SpawnError, msg));
+    }
     let req = LaunchRequest {
         placement: ctx.placement.clone(),
         spawn: spec,
         piped_stdin: ctx.launch.drive.is_some(),
+        stdin_file: ctx
+            .launch
+            .stdin_prompt
+            .as_ref()
+            .map(|(file, _)| file.clone()),
     };
-    ctx.executor
-        .launch(req)
-        .await
-        .map_err(|e| failed(StopReason::SpawnError, e.to_string()))
+    ctx.executor.launch(req).await.map_err(|e| {
+        // A missing or unexecutable program, or an argv over the limit, fails the same way
+        // every time: the task cannot run as specified, which is never retried.
+        let reason = if e.is_deterministic() {
+            StopReason::Invalid
+        } else {
+            StopReason::SpawnError
+        };
+        failed(reason, e.to_string())
+    })
+}
+
+/// Writes an attempt's prompt file (its directory created), for the child's stdin.
+fn write_prompt(file: &std::path::Path, prompt: &str) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(file, prompt)
 }
 
 /// A live attempt's state beside its child: the watchdog and what carries out its decisions.
@@ -321,7 +346,8 @@ impl Driver<'_> {
             let (task, attempt) = (self.ctx.task, self.ctx.attempt);
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
-        (finished.outcome, finished.usage, finished.output)
+        let outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        (outcome, finished.usage, finished.output)
     }
 }
 

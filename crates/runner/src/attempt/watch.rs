@@ -262,9 +262,27 @@ impl Watch {
         out
     }
 
-    /// The run loop asks the attempt to stop (first stop wins).
+    /// The run loop asks the attempt to stop (first stop wins). A `budget` request (the run's
+    /// budget ran out) asks a steerable agent to wrap up within its grace turns instead, as a
+    /// task budget does.
     pub(super) fn on_stop_request(&mut self, req: StopRequest) -> Option<Decision> {
         let mut out = Vec::new();
+        if req.reason == StopReason::Budget
+            && self.stop.is_none()
+            && self.steerable
+            && self.stdin_open
+            && self.limits.grace_turns > 0
+        {
+            if self.wrap_up.is_some() {
+                return None; // already wrapping up
+            }
+            let turns = self.limits.prior.plus(&self.usage).turns;
+            self.wrap_up = Some(WrapUp {
+                why: req.message,
+                at_turns: turns,
+            });
+            return Some(Decision::WrapUp);
+        }
         self.request_stop(req.reason, req.phase, req.message, &mut out);
         out.pop()
     }
@@ -531,6 +549,28 @@ mod tests {
         assert_eq!(stop[0].reason, StopReason::Stalled);
         assert_eq!(stop[0].message, "no output for 1m 30s");
         assert_eq!(w.next_deadline(), None, "nothing more once stopping");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_budget_stop_asks_a_steerable_agent_to_wrap_up_and_stops_the_others() {
+        let t0 = Instant::now();
+        let req = StopRequest {
+            reason: StopReason::Budget,
+            phase: None,
+            message: "the run's budget ran out".into(),
+        };
+        let mut steerable = watch(limits(), t0, true);
+        assert_eq!(
+            steerable.on_stop_request(req.clone()),
+            Some(Decision::WrapUp)
+        );
+        assert_eq!(steerable.on_stop_request(req.clone()), None, "asked once");
+        assert!(steerable.stopping().is_none(), "given its grace turns");
+        let mut plain = watch(limits(), t0, false);
+        assert_eq!(
+            plain.on_stop_request(req.clone()),
+            Some(Decision::Stop(req))
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,6 +19,7 @@ impl Engine {
         let mut launches = Vec::new();
         let mut ends = Vec::new();
         let mut jobs = Vec::new();
+        let mut wind_down = None;
         for action in actions {
             match action {
                 Action::Append(e) => events.push(e),
@@ -30,9 +31,13 @@ impl Engine {
                     finalize,
                 } => ends.push((task, result, artifact, finalize)),
                 Action::StartJob(task, kind) => jobs.push((task, kind)),
+                Action::WindDown(reason) => wind_down = Some(reason),
             }
         }
         self.commit(events)?;
+        if let Some(reason) = wind_down {
+            self.wind_down(&reason);
+        }
         self.launch_all(launches)?;
         for (task, result, artifact, finalize) in ends {
             self.end_task(task, result, artifact, finalize).await?;
@@ -66,7 +71,8 @@ impl Engine {
                 .task(task)
                 .and_then(|r| r.live_attempt())
                 .is_some_and(|a| a.placed.is_none());
-            if unplaced && ctx.executor.kind() != executor::DIRECT {
+            // (A Slurm attempt is found again by its job's name: #11.)
+            if unplaced && ctx.executor.kind() == executor::SUPERVISED {
                 placed.push(Event::AttemptPlaced {
                     task,
                     attempt: ctx.attempt,

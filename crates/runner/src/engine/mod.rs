@@ -27,6 +27,8 @@ mod launch;
 mod reports;
 mod resume;
 mod worktree_jobs;
+// #11
+mod slurm_resume;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -197,10 +199,12 @@ pub async fn take_over(
         pid: std::process::id(),
         from_seq,
     }])?;
+    engine.adopt_slurm_jobs().await?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
     if how == Takeover::Cancel {
-        engine.stopping = Some(Stopping::Cancel);
+        // Adopted attempts (#11) are live: they are stopped like a live run's.
+        engine.stop_all(Stopping::Cancel);
     }
     engine.drive().await
 }
@@ -247,6 +251,8 @@ struct Engine {
     setup_failed: BTreeMap<TaskId, String>,
     /// The records counted by the last high-water mark, and when it was written.
     marked: (u64, std::time::Instant),
+    /// #11: the run's Slurm cluster (its one status poller), once a Slurm attempt needs it.
+    slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
 }
 
 impl Engine {
@@ -278,6 +284,7 @@ impl Engine {
             wt_rx,
             setup_failed: BTreeMap::new(),
             marked: (0, std::time::Instant::now()),
+            slurm: std::sync::OnceLock::new(),
         }
     }
 
@@ -324,7 +331,7 @@ impl Engine {
             if let Some(end) = self.ending()? {
                 return Ok(end);
             }
-            let wake = self.planner.next_wake(now());
+            let wake = self.planner.next_wake_of(&self.state, now());
             let sleep = async {
                 match wake {
                     Some(t) => tokio::time::sleep(t.since(now())).await,
@@ -434,6 +441,18 @@ impl Engine {
                 reason,
                 phase: None,
                 message: message.into(),
+            });
+        }
+    }
+
+    /// The run's budget ran out: every live attempt is asked to wrap up (a steerable agent
+    /// gets its grace turns, see the watchdog) or is stopped, with stop reason `budget`.
+    fn wind_down(&mut self, reason: &str) {
+        for h in self.live.values() {
+            h.stop(StopRequest {
+                reason: StopReason::Budget,
+                phase: None,
+                message: format!("the run's budget ran out: {reason}"),
             });
         }
     }

@@ -27,6 +27,8 @@ impl Executor for Direct {
         Box::pin(async move {
             let child = if req.piped_stdin {
                 process::spawn_piped(&req.spawn).await?
+            } else if let Some(file) = &req.stdin_file {
+                process::spawn_stdin_file(&req.spawn, file).await?
             } else {
                 process::spawn(&req.spawn).await?
             };

@@ -38,6 +38,8 @@ use crate::process::{self, Line, SpawnError, SpawnSpec, Stdin, WaitError};
 
 mod direct;
 mod supervised;
+// #11
+pub mod slurm;
 
 pub use direct::Direct;
 pub use supervised::Supervised;
@@ -93,6 +95,8 @@ pub struct LaunchRequest {
     /// Whether the attempt's stdin is a pipe the driver writes to (an agent driven over
     /// stdin), else `/dev/null`.
     pub piped_stdin: bool,
+    /// A file the attempt reads as its stdin (its prompt, of any size), when not piped.
+    pub stdin_file: Option<PathBuf>,
 }
 
 /// Where an attempt stands, as seen from its files and its processes.

@@ -48,7 +48,9 @@ impl Executor for Supervised {
                 });
             }
             let dir = req.placement.dir.clone();
-            let child = process::spawn_supervised(&self.supervisor, &req.spawn, &dir).await?;
+            let stdin = req.stdin_file.as_deref();
+            let child =
+                process::spawn_supervised(&self.supervisor, &req.spawn, &dir, stdin).await?;
             let followed = Followed::new(&dir, child.started, Some(child.process));
             Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
         })

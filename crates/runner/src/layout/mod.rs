@@ -12,6 +12,7 @@
 //!     sessions/<task>.<attempt>/    each attempt's agent session (continuable profiles)
 //!     attempts/<task>.<attempt>/    each attempt's dir: its stdout (the transcript), stderr,
 //!                                   and the executor's files (a supervisor's started, exit)
+//!     prompts/<task>.<attempt>      each attempt's prompt, when the agent reads it on stdin
 //!     patches/<name>.patch          a kept worktree's change
 //!     discarded/<name>.json         kept worktrees removed after the run (the journal is closed)
 //!   index/<run-id>                  the run index: one JSON file per run (`index`)
@@ -176,6 +177,11 @@ impl RunDir {
     /// An attempt's own agent config directory.
     pub fn agent_home(&self, task: u32, attempt: u32) -> PathBuf {
         self.path.join("agents").join(format!("{task}.{attempt}"))
+    }
+
+    /// The file an attempt's prompt is written to when the agent reads it on stdin.
+    pub fn prompt_file(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("prompts").join(format!("{task}.{attempt}"))
     }
 
     /// An attempt's agent session directory.

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -92,24 +92,71 @@ pub enum SpawnError {
         /// Its pid.
         pid: u32,
     },
+    /// The arguments (the prompt, most likely) are over the system's limit (E2BIG).
+    #[error(
+        "cannot run `{program}`: argument list too long ({bytes} bytes of arguments); give the \
+         prompt on stdin (a profile whose command has no {{prompt}} gets it there)"
+    )]
+    ArgumentListTooLong {
+        /// The program as given.
+        program: String,
+        /// The size of the argv.
+        bytes: usize,
+    },
+}
+
+impl SpawnError {
+    /// Whether trying again cannot help: the command is empty, the program is missing or not
+    /// executable, or its arguments are over the limit. Such a failure is not transient.
+    pub fn is_deterministic(&self) -> bool {
+        matches!(
+            self,
+            SpawnError::EmptyArgv
+                | SpawnError::NotFound { .. }
+                | SpawnError::PermissionDenied { .. }
+                | SpawnError::ArgumentListTooLong { .. }
+        )
+    }
 }
 
 /// Starts a child as described by `spec` (see the module doc for what the child gets).
 ///
 /// Must be called within a tokio runtime: the child's monitor and output readers are tasks.
 pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
-    spawn_child(spec, false).await
+    spawn_child(spec, StdinFrom::Null).await
 }
 
 /// Like [`spawn`], but the child's stdin is a pipe: [`Child::take_stdin`] gives the handle
 /// that writes to it, and dropping that handle closes it (EOF). For agents driven by commands
 /// on stdin (pi's RPC mode).
 pub async fn spawn_piped(spec: &SpawnSpec) -> Result<Child, SpawnError> {
-    spawn_child(spec, true).await
+    spawn_child(spec, StdinFrom::Piped).await
+}
+
+/// Like [`spawn`], but the child reads its stdin from the file at `stdin`: how an agent gets a
+/// prompt of any size (no argv limit, no pipe to keep fed). A file that cannot be opened is a
+/// [`SpawnError::Io`].
+pub async fn spawn_stdin_file(spec: &SpawnSpec, stdin: &Path) -> Result<Child, SpawnError> {
+    let program = spec.argv.first().cloned().unwrap_or_default();
+    let file = std::fs::File::open(stdin).map_err(|error| SpawnError::Io {
+        program,
+        error: io::Error::new(
+            error.kind(),
+            format!("cannot open its stdin {}: {error}", stdin.display()),
+        ),
+    })?;
+    spawn_child(spec, StdinFrom::File(file)).await
+}
+
+/// Where a child's stdin comes from.
+enum StdinFrom {
+    Null,
+    Piped,
+    File(std::fs::File),
 }
 
 #[allow(clippy::disallowed_methods, reason = "the one spawn function")]
-async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, SpawnError> {
+async fn spawn_child(spec: &SpawnSpec, stdin: StdinFrom) -> Result<Child, SpawnError> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
     };
@@ -120,10 +167,10 @@ async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, Spawn
         .current_dir(&spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env(&spec.marker.0, &spec.marker.1)
-        .stdin(if piped_stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
+        .stdin(match stdin {
+            StdinFrom::Null => Stdio::null(),
+            StdinFrom::Piped => Stdio::piped(),
+            StdinFrom::File(file) => Stdio::from(file),
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -138,6 +185,10 @@ async fn spawn_child(spec: &SpawnSpec, piped_stdin: bool) -> Result<Child, Spawn
         },
         io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied {
             program: program.clone(),
+        },
+        io::ErrorKind::ArgumentListTooLong => SpawnError::ArgumentListTooLong {
+            program: program.clone(),
+            bytes: spec.argv.iter().map(|a| a.len() + 1).sum(),
         },
         _ => SpawnError::Io {
             program: program.clone(),

@@ -140,11 +140,14 @@ pub struct SupervisorChild {
 
 /// Starts a supervisor (the program `supervisor`, run as `supervisor __supervise <dir>
 /// <argv...>`) for `spec` with its files in `dir`, and waits until it started the agent.
+/// `stdin`: a file the agent reads as its stdin (its prompt), else `/dev/null` (the supervisor
+/// is given it and hands it on).
 #[allow(clippy::disallowed_methods, reason = "the supervisor's spawn")]
 pub async fn spawn_supervised(
     supervisor: &Path,
     spec: &SpawnSpec,
     dir: &Path,
+    stdin: Option<&Path>,
 ) -> Result<SupervisorChild, SpawnError> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
@@ -155,6 +158,15 @@ pub async fn spawn_supervised(
         error,
     };
     fs::create_dir_all(dir).map_err(io_err)?;
+    let stdin = match stdin {
+        Some(file) => Stdio::from(File::open(file).map_err(|e| {
+            io_err(io::Error::new(
+                e.kind(),
+                format!("cannot open its stdin {}: {e}", file.display()),
+            ))
+        })?),
+        None => Stdio::null(),
+    };
     let mut cmd = tokio::process::Command::new(supervisor);
     cmd.arg(SUPERVISE_ARG)
         .arg(dir)
@@ -165,7 +177,7 @@ pub async fn spawn_supervised(
             SUPERVISOR_MARKER,
             format!("{}={}", spec.marker.0, spec.marker.1),
         )
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(false);
@@ -247,7 +259,8 @@ pub fn supervise_main(args: &[String]) -> i32 {
     }
     let mut child = match cmd
         .args(&args[2..])
-        .stdin(Stdio::null())
+        // The supervisor's own stdin: /dev/null, or the attempt's prompt file.
+        .stdin(Stdio::inherit())
         .stdout(out)
         .stderr(err)
         .process_group(0)
