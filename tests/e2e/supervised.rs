@@ -303,6 +303,8 @@ fn ctrl_c_and_cancel_leave_no_supervised_process() {
         "\"--answer\", \"stubborn finished\", \"--ignore-term\", \"--grandchild\"",
         1,
     );
+    // Every attempt works long (the retries after Ctrl-C too), so that cancel finds them live.
+    let toml = toml.replace("\"--sleep-attempts\", \"1\"", "\"--sleep-attempts\", \"9\"");
     std::fs::write(&b, toml).expect("batch");
     let sortie = Background::start(
         &s,

@@ -19,6 +19,13 @@
 //! agent's last report; no process of the run is left; `git worktree list` and the
 //! `sortie/<run>/` branches hold exactly the worktrees the journal kept.
 //!
+//! Supervision is on (most tasks run under a supervisor that outlives sortie; a fifth are
+//! `supervise = false`), so a resume also adopts attempts still running and records those that
+//! ended while sortie was down. An attempt whose exit file is there right after a kill ended
+//! while sortie was down: it must never be orphaned (which would run it again) and must be
+//! recorded by the resume; after a resume found every live attempt, no process (agent or
+//! supervisor) of an orphaned one is alive, and none of the run is left at its end.
+//!
 //! Any violation stops the torture with a message naming the seed, the crash and the run, and
 //! leaves its directory for a post-mortem. The same module runs a short version as an
 //! end-to-end test (`tests/e2e/torture.rs`), against the debug binary the tests build.
@@ -26,7 +33,7 @@
 //! The checks are in `torture_checks.rs`; the export's view, waits, the `/proc` scan and git
 //! come from `sortie-testkit`, shared with the crash tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,7 +56,7 @@ pub(crate) const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Journal events after which a run may be frozen (then killed), and their weights.
-const PAUSE_EVENTS: [(&str, u64); 10] = [
+const PAUSE_EVENTS: [(&str, u64); 13] = [
     ("AttemptLaunching", 4),
     ("AttemptStarted", 3),
     ("AttemptProgress", 3),
@@ -60,7 +67,14 @@ const PAUSE_EVENTS: [(&str, u64); 10] = [
     ("AttemptOrphaned", 2),
     ("WorktreePlanned", 1),
     ("WorktreeFinalized", 1),
+    // #10: a supervised attempt is placed before its supervisor starts; a resume finds it.
+    ("AttemptPlaced", 2),
+    ("AttemptAdopted", 1),
+    ("AttemptRecorded", 1),
 ];
+
+/// Events only a resume records.
+const RESUME_EVENTS: [&str; 3] = ["AttemptOrphaned", "AttemptAdopted", "AttemptRecorded"];
 
 /// What to torture, and how hard.
 #[derive(Debug, Clone)]
@@ -166,6 +180,13 @@ pub(crate) struct Report {
     pub(crate) events: u64,
     /// Worktrees kept (and checked against git) in all runs.
     pub(crate) worktrees_kept: u64,
+    /// Supervised attempts a resume found running (adopted) or ended (recorded from files).
+    pub(crate) adopted: u64,
+    /// See `adopted`.
+    pub(crate) recorded: u64,
+    /// Attempts seen ended while sortie was down (their exit file there right after a kill):
+    /// none of them may be orphaned, each must be recorded.
+    pub(crate) ended_down: u64,
     /// Wall time.
     pub(crate) elapsed: Duration,
 }
@@ -207,6 +228,12 @@ impl Report {
             self.events,
             self.worktrees_kept,
             tasks.join(", ")
+        );
+        let _ = writeln!(
+            s,
+            "torture: supervised attempts found by a resume: {} adopted, {} recorded from \
+             their files ({} seen ended while sortie was down, none run again)",
+            self.adopted, self.recorded, self.ended_down
         );
         let _ = writeln!(s, "torture: kills after: {}", paused.join(", "));
         let _ = write!(
@@ -290,10 +317,13 @@ struct Gen {
     repo: PathBuf,
     /// Per finished task: (answer counter lines, usage log lines) when first seen finished.
     frozen: BTreeMap<u64, (usize, usize)>,
-    /// Every attempt's usage as first seen in the journal.
-    seen_usage: BTreeMap<(u64, u64), Usage>,
+    /// Every attempt's usage as last seen in the journal, and whether it was live then.
+    seen_usage: BTreeMap<(u64, u64), (Usage, bool)>,
     /// Sortie processes started for this run (names the log files).
     starts: u32,
+    /// Attempts whose exit file was there right after a kill, before they were recorded: they
+    /// ended while sortie was down.
+    ended_down: BTreeSet<(u64, u64)>,
 }
 
 /// How the next sortie process of a run will be killed.
@@ -349,7 +379,7 @@ impl Torture {
         git(&repo, &["commit", "-q", "-m", "init"])?;
         let run = format!("torture-{}-{}-{n}", std::process::id(), self.opts.seed);
         let mut toml = format!(
-            "concurrency = {}\n\n[defaults]\nmax_retries = 1000\nkill_grace = \"1s\"\n\
+            "concurrency = {}\n\n[defaults]\nmax_retries = 1000\nmax_orphans = 1000\nkill_grace = \"1s\"\n\
              attempt_timeout = \"5m\"\n",
             self.opts.concurrency
         );
@@ -369,6 +399,7 @@ impl Torture {
             frozen: BTreeMap::new(),
             seen_usage: BTreeMap::new(),
             starts: 0,
+            ended_down: BTreeSet::new(),
         })
     }
 
@@ -442,6 +473,10 @@ impl Torture {
         }
         if self.rng.chance(30) {
             extra.push_str(&format!("output = \"out/{label}.md\"\n"));
+        }
+        // Supervision is on by default; some tasks keep the direct path under torture too.
+        if self.rng.chance(20) {
+            extra.push_str("supervise = false\n");
         }
         let mut argv = vec!["python3".to_owned(), self.agent.display().to_string()];
         argv.extend(args);
@@ -566,8 +601,8 @@ impl Torture {
             let total: u64 = PAUSE_EVENTS.iter().map(|(_, w)| w).sum();
             let mut pick = self.rng.below(total);
             for (event, w) in PAUSE_EVENTS {
-                // Only a resume records orphans.
-                if pick < w && (resuming || event != "AttemptOrphaned") {
+                // Only a resume records orphans (and adopts or records attempts).
+                if pick < w && (resuming || !RESUME_EVENTS.contains(&event)) {
                     return KillPlan::After(event);
                 }
                 pick = pick.saturating_sub(w);

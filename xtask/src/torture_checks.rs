@@ -10,27 +10,36 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use sortie_testkit::{Journal, Usage, marked_processes, try_git as git};
+use sortie_testkit::{Journal, Usage, marked_processes, supervisors_of, try_git as git};
 
 use super::{Gen, Torture, canonical, num, wait_until};
 
 impl Torture {
-    /// Once the resume has recorded every attempt live at the crash as orphaned, none of their
-    /// processes may be alive.
+    /// Once the resume has found every attempt live at the crash (orphaned, adopted or
+    /// recorded), no process of an orphaned one (agent or supervisor) may be alive.
     pub(super) fn check_reaped(&self, g: &Gen, child: &mut Child, at_kill: &Journal) -> Result<()> {
         let live = at_kill.live_attempts();
         let resumed = at_kill.count("RunResumed");
         let mut done = false;
+        let mut orphaned: BTreeSet<(u64, u64)> = BTreeSet::new();
         wait_until(child, || {
             let Some(j) = g.try_journal(&self.sortie) else {
                 return Ok(false);
             };
-            let orphaned: BTreeSet<(u64, u64)> = j
-                .kinds()
-                .filter(|(k, _)| *k == "AttemptOrphaned")
-                .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
+            let of = |kind: &str| -> BTreeSet<(u64, u64)> {
+                j.kinds()
+                    .filter(|(k, _)| *k == kind)
+                    .map(|(_, b)| (num(&b["task"]), num(&b["attempt"])))
+                    .collect()
+            };
+            orphaned = of("AttemptOrphaned");
+            let found: BTreeSet<(u64, u64)> = orphaned
+                .iter()
+                .copied()
+                .chain(of("AttemptAdopted"))
+                .chain(of("AttemptRecorded"))
                 .collect();
-            done = j.count("RunResumed") > resumed && live.is_subset(&orphaned);
+            done = j.count("RunResumed") > resumed && live.is_subset(&found);
             Ok(done)
         })?;
         if !done {
@@ -38,7 +47,11 @@ impl Torture {
         }
         let survivors: Vec<String> = marked_processes(&g.run)
             .into_iter()
-            .filter(|m| m.attempt.is_some_and(|k| live.contains(&k)))
+            .chain(supervisors_of(&g.run))
+            .filter(|m| {
+                m.attempt
+                    .is_some_and(|k| live.contains(&k) && orphaned.contains(&k))
+            })
             .map(|m| format!("pid {} (task, attempt) {:?}", m.pid, m.attempt))
             .collect();
         if !survivors.is_empty() {
@@ -52,10 +65,22 @@ impl Torture {
         Ok(())
     }
 
-    /// What must hold right after a kill; returns the journal.
+    /// What must hold right after a kill; returns the journal. Also notes the live attempts
+    /// that have already ended (their supervisor wrote the exit file): they ended while sortie
+    /// was down, and must be recorded from their files, never run again.
     pub(super) fn check_after_kill(&mut self, g: &mut Gen) -> Result<Journal> {
         let j = g.journal(&self.sortie)?;
         let when = format!("after crash {} (run {})", self.report.crashes, g.run);
+        for (t, a) in j.live_attempts() {
+            let dir = j
+                .of(t, "AttemptPlaced")
+                .iter()
+                .find(|b| num(&b["attempt"]) == a)
+                .and_then(|b| b["dir"].as_str().map(PathBuf::from));
+            if dir.is_some_and(|d| d.join("exit").exists()) && g.ended_down.insert((t, a)) {
+                self.report.ended_down += 1;
+            }
+        }
         self.check_journal(g, &j, &when)?;
         self.report.between += j.ended_not_finished().len() as u64;
         Ok(j)
@@ -110,6 +135,21 @@ impl Torture {
                 );
             }
         }
+        // An attempt that ended while sortie was down is recorded from its files, never
+        // orphaned (which would run it again).
+        for &(t, a) in &g.ended_down {
+            let orphaned = j
+                .of(t, "AttemptOrphaned")
+                .iter()
+                .any(|b| num(&b["attempt"]) == a);
+            if orphaned {
+                bail!(
+                    "violation {when}: [{}] attempt {a} ended while sortie was down (its exit \
+             file was there), yet a resume orphaned it: it would run again",
+                    g.labels[t as usize]
+                );
+            }
+        }
         // Every attempt's usage is one its agent reported (or none yet), never changes, and a
         // finished attempt holds the agent's last report.
         let reported = g.reported()?;
@@ -132,8 +172,12 @@ impl Torture {
                     theirs.last()
                 );
             }
-            if let Some(before) = g.seen_usage.insert(key, u)
+            // An ended attempt's usage never changes again; a live one's (an adopted attempt
+            // works on while sortie is down) only grows.
+            let live = !ended.contains(&key) && j.live_attempts().contains(&key);
+            if let Some((before, was_live)) = g.seen_usage.insert(key, (u, live))
                 && before != u
+                && (!was_live || !grows(before, u))
             {
                 bail!(
                     "violation {when}: [{label}] attempt {}'s usage changed from {before:?} to \
@@ -196,6 +240,21 @@ impl Torture {
                 }
             }
             self.report.attempts += launched.len() as u64;
+            self.report.adopted += j.of(t, "AttemptAdopted").len() as u64;
+            self.report.recorded += j.of(t, "AttemptRecorded").len() as u64;
+        }
+        for &(t, a) in &g.ended_down {
+            let recorded = j
+                .of(t, "AttemptRecorded")
+                .iter()
+                .any(|b| num(&b["attempt"]) == a);
+            if !recorded {
+                bail!(
+                    "violation {when}: [{}] attempt {a} ended while sortie was down, but no \
+             resume recorded it",
+                    g.labels[t as usize]
+                );
+            }
         }
         self.report.events += j.events().len() as u64;
         // No process of the run is left.
@@ -203,6 +262,7 @@ impl Torture {
         let until = Instant::now() + Duration::from_secs(10);
         while Instant::now() < until {
             left = marked_processes(&g.run);
+            left.extend(supervisors_of(&g.run));
             if left.is_empty() {
                 break;
             }
@@ -260,4 +320,16 @@ impl Torture {
         self.report.worktrees_kept += kept_paths.len() as u64;
         Ok(())
     }
+}
+
+/// Whether `now` is `before` or more, counter by counter.
+fn grows(before: Usage, now: Usage) -> bool {
+    now.input >= before.input
+        && now.output >= before.output
+        && now.cache_read >= before.cache_read
+        && now.cache_write >= before.cache_write
+        && now.reasoning >= before.reasoning
+        && now.nanos >= before.nanos
+        && now.unreported >= before.unreported
+        && now.turns >= before.turns
 }

@@ -71,7 +71,8 @@ impl Engine {
                 .task(task)
                 .and_then(|r| r.live_attempt())
                 .is_some_and(|a| a.placed.is_none());
-            if unplaced && ctx.executor.kind() != executor::DIRECT {
+            // (A Slurm attempt is found again by its job's name: #11.)
+            if unplaced && ctx.executor.kind() == executor::SUPERVISED {
                 placed.push(Event::AttemptPlaced {
                     task,
                     attempt: ctx.attempt,

@@ -46,7 +46,13 @@ impl Engine {
         let mut found = Vec::with_capacity(plan.orphans.len());
         // #11: Slurm's attempts are found with one query for all of them (below).
         let mut on_slurm = Vec::new();
+        // Attempts adopted before (#11: Slurm jobs still known to the cluster) are not orphans.
+        let mut spare: HashSet<_> = HashSet::new();
         for o in plan.orphans {
+            if self.live.contains_key(&o.task) {
+                spare.insert((o.task, o.attempt));
+                continue;
+            }
             let adoption = self.adoption(o.task);
             let presence = match &adoption {
                 Some(a) if a.placement.executor == crate::executor::slurm::SLURM => {
@@ -85,11 +91,12 @@ impl Engine {
                 let _ = process::kill_group_if_same(s.supervisor, s.supervisor_start, grace).await;
             }
         }
-        let spare: HashSet<_> = found
-            .iter()
-            .filter(|l| l.presence != Presence::Gone)
-            .map(|l| (l.orphan.task, l.orphan.attempt))
-            .collect();
+        spare.extend(
+            found
+                .iter()
+                .filter(|l| l.presence != Presence::Gone)
+                .map(|l| (l.orphan.task, l.orphan.attempt)),
+        );
         let killed = process::kill_marked(&self.run_id, self.incarnation(), grace, &spare)
             .await
             .map_err(survivor)?;
