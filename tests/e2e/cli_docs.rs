@@ -121,8 +121,8 @@ fn completions_cover_every_shell_and_replay_reads_as_an_indented_timeline() {
     let at = |l: &str, word: &str| l.find(word).unwrap_or_default();
     assert!(launching.contains("] AttemptLaunching"), "{launching}");
     assert_eq!(
-        at(&started, "AttemptStarted"),
-        at(&launching, "AttemptLaunching") + 4,
+        at(started, "AttemptStarted"),
+        at(launching, "AttemptLaunching") + 4,
         "{text}"
     );
     let help = String::from_utf8_lossy(&s.run_ok(&["--help"]).stdout).into_owned();
