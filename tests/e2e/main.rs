@@ -25,6 +25,7 @@ mod real_codex;
 mod real_pi;
 mod report;
 mod signals;
+mod supervised;
 // #11
 mod slurm;
 mod slurm_crash;

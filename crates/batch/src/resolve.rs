@@ -224,7 +224,10 @@ fn resolve_task(
         retry_after_side_effects,
         permissions,
         tools,
-        allow_denials
+        allow_denials,
+        // #10: attempts that outlive sortie.
+        max_orphans,
+        supervise
     );
     s.deadline = pick(&t.deadline, &d.deadline);
     s.max_turns = pick(&t.max_turns, &d.max_turns);

@@ -122,6 +122,10 @@ pub(crate) enum Command {
     /// Wait for a run to end and exit with its code (0 completed, 1 failed or partial, 3
     /// interrupted; 5 when `--timeout` passed first), printing its summary.
     Wait(WaitArgs),
+    /// Run a finished run's batch again as a new run: the tasks selected (by default every
+    /// task that did not complete) run again, the others are carried with their results; the
+    /// new run names its parent.
+    Rerun(RerunArgs),
     /// Write a run's post-mortem as one self-contained HTML file: a timeline of every attempt
     /// per task (coloured by outcome, retries and fallbacks visible, held and stalled spans
     /// shaded), cost and tokens by task and model, and the summary's table.
@@ -337,4 +341,26 @@ pub(crate) struct ApplyArgs {
     /// hold nothing staged).
     #[arg(long)]
     pub(crate) commit: bool,
+}
+
+/// `sortie rerun`.
+#[derive(Debug, Args)]
+pub(crate) struct RerunArgs {
+    /// The finished run whose batch runs again.
+    pub(crate) run: String,
+    /// Rerun the tasks that failed.
+    #[arg(long)]
+    pub(crate) failed: bool,
+    /// Rerun the tasks that ended partial.
+    #[arg(long)]
+    pub(crate) partial: bool,
+    /// Rerun the tasks that timed out.
+    #[arg(long)]
+    pub(crate) timeout: bool,
+    /// Rerun this task (repeatable), whatever its end.
+    #[arg(long = "task", value_name = "LABEL")]
+    pub(crate) tasks: Vec<String>,
+    /// The new run's id (default: a fresh one).
+    #[arg(long)]
+    pub(crate) run_id: Option<String>,
 }

@@ -26,6 +26,10 @@ fn main() -> ExitCode {
         let code = sortie_runner::process::supervise_main(&raw[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // Attempts run under a supervisor that outlives this process: this very binary.
+    if let Ok(exe) = std::env::current_exe() {
+        sortie_runner::executor::use_supervisor(exe);
+    }
     let args = args::Cli::parse();
     output::init_tracing(args.global.verbose);
     match commands::dispatch(args) {

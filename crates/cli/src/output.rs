@@ -260,6 +260,8 @@ pub(crate) struct TaskView {
     pub(crate) held: bool,
     /// Its worktree, for an isolated task whose worktree was planned.
     pub(crate) worktree: Option<WorktreeView>,
+    /// Carried from the parent run (a rerun): the usage it spent there (not in `usage`).
+    pub(crate) carried: Option<Usage>,
     /// The tool calls its agent's permissions denied (tool, count), over its attempts.
     pub(crate) denials: Vec<sortie_core::Denial>,
 }
@@ -348,6 +350,8 @@ pub(crate) struct RunView {
     pub(crate) budget_exceeded: Option<String>,
     /// The commands to go on from here (in a run's summary; empty elsewhere).
     pub(crate) commands: Vec<String>,
+    /// The run this one reruns.
+    pub(crate) parent: Option<String>,
 }
 
 /// Builds the view of a run.
@@ -395,6 +399,7 @@ pub(crate) fn view(
                 held: !rec.state.is_terminal()
                     && state.control.is_held(sortie_core::TaskId(i as u32)),
                 worktree: WorktreeView::of(rec),
+                carried: rec.carried,
                 denials: rec.denials(),
             }
         })
@@ -417,6 +422,7 @@ pub(crate) fn view(
         events: state.next_seq.0,
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
         commands: Vec::new(),
+        parent: state.parent.as_ref().map(ToString::to_string),
     }
 }
 
@@ -452,6 +458,50 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A rerun's carried tasks, apart from the ledger (which is the run's own spending): each
+/// task's usage in the earlier runs, and their total. Nothing for a run that carried none.
+pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()> {
+    let carried: Vec<(String, Usage)> = state
+        .tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rec)| {
+            let u = rec.carried?;
+            Some((state.label(sortie_core::TaskId(u32::try_from(i).ok()?)), u))
+        })
+        .collect();
+    if carried.is_empty() {
+        return Ok(());
+    }
+    let parent = state
+        .parent
+        .as_ref()
+        .map_or_else(|| "an earlier run".to_owned(), |p| format!("run {p}"));
+    writeln!(
+        out,
+        "carried from {parent} ({} tasks, not run again; spent there, not by this run):",
+        carried.len()
+    )?;
+    for (label, u) in &carried {
+        writeln!(
+            out,
+            "  task {:<23} {:>10} tok  {}",
+            truncate(label, 23),
+            u.tokens(),
+            u.cost
+        )?;
+    }
+    let total = Usage::sum(carried.iter().map(|(_, u)| u));
+    writeln!(
+        out,
+        "  {:<28} {:>10} tok  {}",
+        "carried total",
+        total.tokens(),
+        total.cost
+    )?;
+    Ok(())
 }
 
 /// Prints a usage ledger per task and per model.

@@ -47,6 +47,7 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
     print_table(&mut out, &view, colours())?;
     writeln!(out)?;
     output::print_kept(&mut out, &view)?;
+    output::print_carried(&mut out, state)?;
     let ledger = ledger(state);
     writeln!(
         out,
@@ -191,6 +192,10 @@ fn commands(g: &Global, v: &RunView) -> Vec<String> {
         .iter()
         .filter(|t| !matches!(t.state.as_str(), "completed"))
         .collect();
+    if !unfinished && !failed.is_empty() {
+        // `rerun` runs again what did not complete, carrying the rest.
+        c.push(format!("rerun:   {sortie} rerun {run}"));
+    }
     if let Some(t) = failed.first() {
         c.push(format!(
             "inspect: {sortie} replay {run} --task {}",

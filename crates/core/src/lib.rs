@@ -48,5 +48,7 @@ pub use spec::{
 pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,
 };
+// #10: attempts that outlive sortie.
+pub use state::{Found, Placed};
 pub use summary::summary_text;
 pub use usage::{Cost, Usage};

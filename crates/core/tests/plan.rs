@@ -774,3 +774,51 @@ fn control_is_refused_where_it_does_not_apply() {
     }
     assert!(run.state.check(&control(C::Concurrency { n: 2 })).is_ok());
 }
+// Reruns: carried tasks are finished before the first round.
+
+#[test]
+fn a_carried_task_is_never_planned_and_its_dependents_see_its_result() {
+    let mut b = task("b");
+    b.needs = vec!["a".into()];
+    let mut run = Run::new(4, true, vec![task("a"), b, task("c")]);
+    let carried = |state| sortie_core::TaskResult {
+        state,
+        stop_reason: StopReason::Completed,
+        phase: None,
+        error: None,
+        text: "from the parent".into(),
+    };
+    run.push(Event::RunRerunOf {
+        parent: RunId::new("parent-run").expect("id"),
+    })
+    .push(Event::TaskCarried {
+        task: TaskId(0),
+        result: carried(sortie_core::TerminalState::Completed),
+        usage: Usage::ZERO,
+    })
+    .push(Event::TaskCarried {
+        task: TaskId(2),
+        result: carried(sortie_core::TerminalState::Failed),
+        usage: Usage::ZERO,
+    });
+    // Refused once the task is finished, and a second RunRerunOf.
+    let again = Event::TaskCarried {
+        task: TaskId(0),
+        result: carried(sortie_core::TerminalState::Completed),
+        usage: Usage::ZERO,
+    };
+    assert!(run.state.check(&again).is_err());
+    assert!(
+        run.state
+            .check(&Event::RunRerunOf {
+                parent: RunId::new("other").expect("id")
+            })
+            .is_err()
+    );
+    run.planner = Planner::new(&run.state);
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&["queue b"]),
+        "b's need is met by the carried a; c's carried failure does not trip fail_fast"
+    );
+}

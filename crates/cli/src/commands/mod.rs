@@ -60,6 +60,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         ),
         Command::Concurrency(c) => control::send(g, &c.run, Request::Concurrency { n: c.n }),
         Command::Wait(w) => wait::wait(g, &w),
+        Command::Rerun(args) => run::rerun(g, &args),
         Command::Report(r) => report::report(g, &r),
         Command::Completions(c) => completions(&c.shell),
     }

@@ -210,6 +210,13 @@ fn details(e: &Event) -> String {
             )
         }
         Event::RunBudgetExceeded { reason, .. } => reason.clone(),
+        Event::RunRerunOf { parent } => format!("rerun of {parent}"),
+        Event::TaskCarried { result, usage, .. } => format!(
+            "carried: {} ({} tokens, {} spent by the parent run)",
+            result.state,
+            usage.tokens(),
+            usage.cost
+        ),
         Event::TaskFinished { result, .. } => format!(
             "{} ({}){}",
             result.state,
@@ -220,6 +227,22 @@ fn details(e: &Event) -> String {
                 .map(|e| format!(": {}", e.lines().next().unwrap_or_default()))
                 .unwrap_or_default()
         ),
+        // #10: attempts that outlive sortie.
+        Event::AttemptPlaced {
+            attempt,
+            executor,
+            dir,
+            ..
+        } => format!("attempt {attempt} on {executor} in {dir}"),
+        Event::AttemptHandle {
+            attempt, handle, ..
+        } => format!("attempt {attempt} is {handle}"),
+        Event::AttemptAdopted {
+            attempt, offset, ..
+        } => format!("attempt {attempt} adopted (stdout at {offset} bytes)"),
+        Event::AttemptRecorded { attempt, .. } => {
+            format!("attempt {attempt} ended while sortie was down: recorded from its files")
+        }
         Event::Control { by, action } => format!("{} by {by}", control_text(action)),
     }
 }

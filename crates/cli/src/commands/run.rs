@@ -7,7 +7,7 @@ use sortie_runner::engine::{self, End, RunEnd, Takeover};
 use sortie_runner::layout::Owner;
 
 use super::{Code, newest, open_read, run_id};
-use crate::args::{Global, RunArgs};
+use crate::args::{Global, RerunArgs, RunArgs};
 use crate::output;
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -184,7 +184,99 @@ fn report(g: &Global, end: &RunEnd) -> Code {
     }
 }
 
-/// See [`super::state_dir_flag`].
-pub(super) fn state_dir_flag(dir: &std::path::Path) -> String {
-    super::state_dir_flag(dir)
+/// `sortie rerun RUN`: the finished run's journaled batch (and saved environment) as a new
+/// run, the selected tasks run again and the others carried. A task that did not complete
+/// because a selected task did not (skipped, or cancelled behind it) is selected too.
+pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
+    use sortie_core::{TaskId, TerminalState};
+    let parent = super::find_run(g, &args.run)?;
+    let state = super::replay_all(&open_read(&g.layout(), &parent)?)?;
+    if !matches!(state.status, RunStatus::Finished { .. }) {
+        return Err(CliError::usage(format_args!(
+            "run {parent} has not finished; `sortie resume {parent}` goes on with it"
+        )));
+    }
+    let Some(batch) = state.batch.clone() else {
+        return Err(CliError::usage(format_args!("run {parent} has no batch")));
+    };
+    for label in &args.tasks {
+        if state.task_by_label(label).is_none() {
+            return Err(CliError::usage(format_args!(
+                "run {parent} has no task {label:?}"
+            )));
+        }
+    }
+    let by_state = args.failed || args.partial || args.timeout || !args.tasks.is_empty();
+    let mut selected: Vec<bool> = state
+        .tasks
+        .iter()
+        .zip(&batch.tasks)
+        .map(|(rec, spec)| {
+            let end = rec.result().map(|r| r.state);
+            if !by_state {
+                return end != Some(TerminalState::Completed);
+            }
+            args.tasks.contains(&spec.label)
+                || (args.failed && end == Some(TerminalState::Failed))
+                || (args.partial && end == Some(TerminalState::Partial))
+                || (args.timeout && end == Some(TerminalState::Timeout))
+        })
+        .collect();
+    // Dependents that did not complete because of a selected task run again too.
+    loop {
+        let mut grew = false;
+        for (i, spec) in batch.tasks.iter().enumerate() {
+            let completed =
+                state.tasks[i].result().map(|r| r.state) == Some(TerminalState::Completed);
+            if selected[i] || completed {
+                continue;
+            }
+            let behind = spec.needs.iter().any(|n| {
+                state
+                    .task_by_label(n)
+                    .is_some_and(|t| selected.get(t.index()).copied().unwrap_or(false))
+            });
+            if behind {
+                selected[i] = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    if !selected.contains(&true) {
+        return Err(CliError::usage(format_args!(
+            "nothing to rerun in run {parent}: no task matches"
+        )));
+    }
+    let carried = state
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !selected[*i])
+        .filter_map(|(i, rec)| {
+            let result = rec.result()?.clone();
+            let usage = rec
+                .usage()
+                .plus(&rec.carried.unwrap_or(sortie_core::Usage::ZERO));
+            Some((TaskId(u32::try_from(i).ok()?), result, usage))
+        })
+        .collect();
+    let env = g
+        .layout()
+        .run(&parent)
+        .load_env(batch.tasks.len())
+        .context("cannot read the parent run's environment")?;
+    let loaded = sortie_batch::LoadedBatch {
+        batch,
+        env,
+        digest: state.batch_digest,
+    };
+    let run_id = args.run_id.as_deref().map(run_id).transpose()?;
+    let rerun = engine::Rerun { parent, carried };
+    let observer = output::observer(g, run_id.as_ref());
+    let state_dir = g.layout().absolute();
+    let end = runtime()?.block_on(engine::rerun(&state_dir, run_id, loaded, rerun, observer))?;
+    Ok(report(g, &end))
 }

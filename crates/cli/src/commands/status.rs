@@ -28,6 +28,7 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     } else {
         output::print_status(&mut out, &view)?;
         output::print_kept(&mut out, &view)?;
+        output::print_carried(&mut out, &state)?;
     }
     Ok(Code::Ok)
 }

@@ -185,7 +185,8 @@ impl Planner {
                 if spec.isolation == Isolation::Worktree && !rec.state.is_terminal() {
                     isolated.insert(TaskId(i as u32));
                 }
-                failed |= rec.result().is_some_and(|r| trips(r.state));
+                // A task carried from a parent run failed there, not here.
+                failed |= rec.carried.is_none() && rec.result().is_some_and(|r| trips(r.state));
             }
         }
         Planner {

@@ -16,7 +16,13 @@
 //! it from the backend, orphans the live attempts and plans on from there.
 //!
 //! The "fake agents" report usage that is unique per attempt: `reasoning` is the bit
-//! `1 << (4 * task + attempt - 1)`, so a usage counted twice shows up as a carry.
+//! `1 << (8 * task + attempt - 1)` (up to 4 attempts by the policy and 3 more orphaned), so a
+//! usage counted twice shows up as a carry.
+//!
+//! Supervised tasks (`supervise`) have their attempts placed (`AttemptPlaced`): their fake
+//! agents survive a crash, and a resume finds each one still running (adopted: it goes on and
+//! ends normally), ended while sortie was down (recorded: its end is stored as it happened), or
+//! gone (a reboot: orphaned), as the resume's bits choose.
 //!
 //! Included with `#[path = "../../core/tests/support/gen.rs"] mod gen;` (no extra crate).
 
@@ -227,9 +233,20 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
         any::<bool>(),
         any::<bool>(),
         prop::collection::vec(any::<bool>(), i),
+        (0u32..=3, prop::bool::weighted(0.7)),
     )
         .prop_map(
-            move |(model, fallbacks, retries, deadline, worktree, output, rase, needs)| {
+            move |(
+                model,
+                fallbacks,
+                retries,
+                deadline,
+                worktree,
+                output,
+                rase,
+                needs,
+                (orphans, supervise),
+            )| {
                 let mut t = TaskSpec::new(format!("t{i}"), "/work");
                 t.prompt = Some(format!("do task {i}"));
                 t.model = model.map(|m| pool[m].to_owned());
@@ -243,6 +260,8 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                     t.output = Some(format!("/work/out/t{i}.md"));
                 }
                 t.retry_after_side_effects = rase;
+                t.max_orphans = orphans;
+                t.supervise = supervise;
                 t.needs = needs
                     .iter()
                     .enumerate()
@@ -369,7 +388,7 @@ struct Agent {
 
 /// The bit that marks a task's attempt in `Usage::reasoning`.
 pub(crate) fn attempt_bit(task: TaskId, attempt: Attempt) -> u64 {
-    1u64 << (4 * u64::from(task.0) + u64::from(attempt.0.saturating_sub(1)))
+    1u64 << (8 * u64::from(task.0) + u64::from(attempt.0.saturating_sub(1)))
 }
 
 /// Interprets ops against a backend, keeping the live state as the runner does.
@@ -526,9 +545,14 @@ impl<B: Backend> Driver<B> {
     }
 
     fn crash(&mut self) {
-        if self.state.take().is_some() {
+        if let Some(state) = self.state.take() {
             self.backend.crash();
-            self.agents.clear();
+            // Placed (supervised) agents outlive sortie; the others die with it.
+            self.agents.retain(|(task, attempt), _| {
+                state.tasks[task.index()]
+                    .live_attempt()
+                    .is_some_and(|a| a.attempt == *attempt && a.placed.is_some())
+            });
             self.crashes += 1;
         }
         self.planner = None;
@@ -740,7 +764,19 @@ impl<B: Backend> Driver<B> {
         }
         for action in effects {
             match action {
-                Action::Append(_) | Action::Launch(_) => {}
+                Action::Append(_) => {}
+                // A supervised attempt's placement is durable before its process starts.
+                Action::Launch(task) => {
+                    if self.batch.tasks[task.index()].supervise {
+                        let attempt = self.live_attempt(task);
+                        self.emit(Event::AttemptPlaced {
+                            task,
+                            attempt,
+                            executor: "local".into(),
+                            dir: format!("/state/runs/model-run/attempts/{}.{}", task.0, attempt.0),
+                        })?;
+                    }
+                }
                 Action::EndTask {
                     task,
                     result,
@@ -949,16 +985,46 @@ impl<B: Backend> Driver<B> {
             from_seq,
         })?;
         for (i, o) in plan.orphans.iter().enumerate() {
-            let action = if bits >> (i % 8) & 1 == 1 {
-                OrphanAction::Killed
-            } else {
-                OrphanAction::Gone
-            };
-            self.emit(Event::AttemptOrphaned {
-                task: o.task,
-                attempt: o.attempt,
-                action,
-            })?;
+            let placed = self.st()?.tasks[o.task.index()]
+                .live_attempt()
+                .is_some_and(|a| a.placed.is_some());
+            // A placed attempt is adopted, recorded or (a reboot) orphaned, as two bits say.
+            let how = if placed { (bits >> (i % 4 * 2)) & 3 } else { 3 };
+            match how {
+                0 | 1 => {
+                    let offset = self.now;
+                    self.emit(Event::AttemptAdopted {
+                        task: o.task,
+                        attempt: o.attempt,
+                        offset,
+                    })?;
+                }
+                2 => {
+                    self.emit(Event::AttemptRecorded {
+                        task: o.task,
+                        attempt: o.attempt,
+                    })?;
+                    let kind = if bits & 0x80 == 0 {
+                        OutcomeKind::Completed
+                    } else {
+                        OutcomeKind::Error
+                    };
+                    self.finish_attempt(o.task, kind, false)?;
+                }
+                _ => {
+                    let action = if bits >> (i % 8) & 1 == 1 {
+                        OrphanAction::Killed
+                    } else {
+                        OrphanAction::Gone
+                    };
+                    self.agents.remove(&(o.task, o.attempt));
+                    self.emit(Event::AttemptOrphaned {
+                        task: o.task,
+                        attempt: o.attempt,
+                        action,
+                    })?;
+                }
+            }
         }
         self.planner = self.state.as_ref().map(Planner::new);
         Some(())

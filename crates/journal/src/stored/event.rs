@@ -145,8 +145,38 @@ pub(crate) enum StoredEvent {
         limit: BudgetLimitV2,
         reason: String,
     },
+    // #10: attempts that outlive sortie.
+    /// `Event::AttemptPlaced`.
+    AttemptPlaced {
+        task: u32,
+        attempt: u32,
+        executor: String,
+        dir: String,
+    },
+    /// `Event::AttemptHandle`.
+    AttemptHandle {
+        task: u32,
+        attempt: u32,
+        handle: String,
+    },
+    /// `Event::AttemptAdopted`.
+    AttemptAdopted {
+        task: u32,
+        attempt: u32,
+        offset: u64,
+    },
+    /// `Event::AttemptRecorded`.
+    AttemptRecorded { task: u32, attempt: u32 },
     /// `Event::Control` (issue 15: live control).
     Control { by: String, action: ControlActionV1 },
+    /// `Event::RunRerunOf` (issue 14).
+    RunRerunOf { parent: String },
+    /// `Event::TaskCarried` (issue 14).
+    TaskCarried {
+        task: u32,
+        result: TaskResultV2,
+        usage: UsageV1,
+    },
 }
 
 /// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
@@ -361,9 +391,54 @@ impl From<&Event> for StoredEvent {
                 limit: (*limit).into(),
                 reason: reason.clone(),
             },
+            Event::AttemptPlaced {
+                task,
+                attempt,
+                executor,
+                dir,
+            } => StoredEvent::AttemptPlaced {
+                task: task.0,
+                attempt: attempt.0,
+                executor: executor.clone(),
+                dir: dir.clone(),
+            },
+            Event::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            } => StoredEvent::AttemptHandle {
+                task: task.0,
+                attempt: attempt.0,
+                handle: handle.clone(),
+            },
+            Event::AttemptAdopted {
+                task,
+                attempt,
+                offset,
+            } => StoredEvent::AttemptAdopted {
+                task: task.0,
+                attempt: attempt.0,
+                offset: *offset,
+            },
+            Event::AttemptRecorded { task, attempt } => StoredEvent::AttemptRecorded {
+                task: task.0,
+                attempt: attempt.0,
+            },
             Event::Control { by, action } => StoredEvent::Control {
                 by: by.clone(),
                 action: action.into(),
+            },
+            Event::RunRerunOf { parent } => StoredEvent::RunRerunOf {
+                parent: parent.as_str().to_owned(),
+            },
+            Event::TaskCarried {
+                task,
+                result,
+                usage,
+            } => StoredEvent::TaskCarried {
+                task: task.0,
+                result: result.into(),
+                usage: usage.into(),
             },
         }
     }
@@ -557,9 +632,54 @@ impl TryFrom<StoredEvent> for Event {
                 limit: limit.into(),
                 reason,
             },
+            StoredEvent::AttemptPlaced {
+                task,
+                attempt,
+                executor,
+                dir,
+            } => Event::AttemptPlaced {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                executor,
+                dir,
+            },
+            StoredEvent::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            } => Event::AttemptHandle {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                handle,
+            },
+            StoredEvent::AttemptAdopted {
+                task,
+                attempt,
+                offset,
+            } => Event::AttemptAdopted {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                offset,
+            },
+            StoredEvent::AttemptRecorded { task, attempt } => Event::AttemptRecorded {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+            },
             StoredEvent::Control { by, action } => Event::Control {
                 by,
                 action: action.into(),
+            },
+            StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
+                parent: RunId::new(parent).map_err(|e| e.to_string())?,
+            },
+            StoredEvent::TaskCarried {
+                task,
+                result,
+                usage,
+            } => Event::TaskCarried {
+                task: TaskId(task),
+                result: result.try_into()?,
+                usage: usage.into(),
             },
         })
     }

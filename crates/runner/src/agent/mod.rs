@@ -273,6 +273,7 @@ mod plan_tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 
@@ -285,6 +286,7 @@ mod plan_tests {
             attempts,
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 

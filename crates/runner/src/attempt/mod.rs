@@ -57,6 +57,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) adopt: Option<Adoption>,
     /// A completed attempt with denied tool calls stays completed (the task's `allow_denials`).
     pub(crate) allow_denials: bool,
+    /// For an adopted attempt: its journaled usage, and when it last wrote output.
+    pub(crate) resumed: Option<(Usage, Timestamp)>,
 }
 
 /// A report from an attempt to the run loop.
@@ -96,6 +98,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         text: String,
     },
+    /// The executor's own id of the attempt (a batch job id), once known.
+    Handle {
+        task: TaskId,
+        attempt: Attempt,
+        handle: String,
+    },
 }
 
 impl Msg {
@@ -106,7 +114,8 @@ impl Msg {
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
-            | Msg::Activity { task, .. } => *task,
+            | Msg::Activity { task, .. }
+            | Msg::Handle { task, .. } => *task,
         }
     }
 
@@ -117,7 +126,8 @@ impl Msg {
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. }
-            | Msg::Activity { attempt, .. } => *attempt,
+            | Msg::Activity { attempt, .. }
+            | Msg::Handle { attempt, .. } => *attempt,
         }
     }
 }

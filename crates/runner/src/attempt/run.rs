@@ -44,6 +44,15 @@ pub(super) async fn run(
         Err(ended) => return ended,
     };
     let (task, attempt) = (ctx.task, ctx.attempt);
+    if ctx.placement.handle.is_none()
+        && let Some(handle) = child.handle()
+    {
+        let _ = tx.send(Msg::Handle {
+            task,
+            attempt,
+            handle,
+        });
+    }
     let started = match child.started().await {
         Ok(s) => s,
         Err(e) => {
@@ -82,13 +91,23 @@ pub(super) async fn run(
     // The clocks run from the journaled launch: an adopted attempt's timeout is re-armed
     // from it, not from the adoption.
     let anchor = Anchor::now();
-    let watch = Watch::new(
+    // #11: a batch job's clocks (stall, attempt timeout) start when it runs, not while it
+    // waits in the cluster's queue; the deadline is a time of day and is not moved.
+    let queued = ctx.executor.kind() == crate::executor::slurm::SLURM && ctx.adopt.is_none();
+    let mut watch = Watch::new(
         ctx.limits.clone(),
-        anchor.instant_of_past(ctx.launched_at),
+        if queued {
+            Instant::now()
+        } else {
+            anchor.instant_of_past(ctx.launched_at)
+        },
         anchor,
         steerable,
         stdin.is_some(),
     );
+    if let Some((seen, last_output)) = ctx.resumed {
+        watch.resume_from(anchor.instant_of_past(last_output), seen);
+    }
     let mut driver = Driver {
         ctx: &ctx,
         tx,

@@ -168,6 +168,14 @@ impl Watch {
         }
     }
 
+    /// An adopted attempt: its last output was at `last_output` (its stdout's mtime), and its
+    /// journaled usage is `seen`, which what its stream is read to again never goes below.
+    pub(super) fn resume_from(&mut self, last_output: Instant, seen: Usage) {
+        self.last_output = last_output;
+        self.usage = seen;
+        self.sent_usage = seen;
+    }
+
     /// The usage seen so far (never going backwards).
     pub(super) fn usage(&self) -> Usage {
         self.usage

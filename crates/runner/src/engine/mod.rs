@@ -29,7 +29,7 @@ mod reports;
 mod resume;
 mod worktree_jobs;
 // #11
-mod slurm_resume;
+mod slurm;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -109,6 +109,56 @@ pub async fn run(
     loaded: LoadedBatch,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
+    start(state_dir, run_id, loaded, Vec::new(), observer).await
+}
+
+/// What a rerun carries from its parent run (`sortie rerun`).
+#[derive(Debug, Clone)]
+pub struct Rerun {
+    /// The run whose batch runs again.
+    pub parent: RunId,
+    /// The tasks not selected, with their results and the usage they spent before.
+    pub carried: Vec<(
+        sortie_core::TaskId,
+        sortie_core::TaskResult,
+        sortie_core::Usage,
+    )>,
+}
+
+/// Starts a rerun of a finished run's batch (`loaded`: its journaled batch and saved
+/// environment) and runs it to its end: `RunRerunOf` and each carried task's `TaskCarried`
+/// are journaled right after `RunStarted`, before anything is planned.
+pub async fn rerun(
+    state_dir: &StateDir,
+    run_id: Option<RunId>,
+    loaded: LoadedBatch,
+    rerun: Rerun,
+    observer: Box<dyn Observer>,
+) -> Result<RunEnd> {
+    let mut prelude = vec![Event::RunRerunOf {
+        parent: rerun.parent,
+    }];
+    prelude.extend(
+        rerun
+            .carried
+            .into_iter()
+            .map(|(task, result, usage)| Event::TaskCarried {
+                task,
+                result,
+                usage,
+            }),
+    );
+    start(state_dir, run_id, loaded, prelude, observer).await
+}
+
+/// A new run: its journal, `RunStarted`, then `prelude`, then the loop.
+async fn start(
+    state_dir: &StateDir,
+    run_id: Option<RunId>,
+    loaded: LoadedBatch,
+    prelude: Vec<Event>,
+    observer: Box<dyn Observer>,
+) -> Result<RunEnd> {
     process::survive_file_size_limit()?;
     state_dir.ensure()?;
     let run_id = run_id.unwrap_or_else(clock::new_run_id);
@@ -137,6 +187,9 @@ pub async fn run(
         pid: std::process::id(),
     };
     engine.commit(vec![started])?;
+    if !prelude.is_empty() {
+        engine.commit(prelude)?;
+    }
     engine.planner = Planner::new(&engine.state);
     engine.drive().await
 }
@@ -203,7 +256,6 @@ pub async fn take_over(
         pid: std::process::id(),
         from_seq,
     }])?;
-    engine.adopt_slurm_jobs().await?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
     // A user's `sortie cancel` that a crash cut short goes on too.
