@@ -188,23 +188,44 @@ fn a_run_that_crashes_while_held_resumes_held() {
     let _ = sortie.finish(10);
 
     let resumed = Background::start(&s, &run, &["resume", &run]);
-    poll("the resume to take over", 30, || {
+    // A supervised attempt outlives sortie: resume adopts it, still stopped; a direct one dies
+    // with sortie: resume records it orphaned and schedules its retry, which does not launch.
+    let adopted = poll("the resume to take over", 30, || {
         let events = s.try_events(&run)?;
-        (count_events(&events, "RunResumed") == 1
-            && task_events(&events, "AttemptOrphaned", 0).len() == 1
+        if count_events(&events, "RunResumed") != 1 {
+            return None;
+        }
+        if !task_events(&events, "AttemptAdopted", 0).is_empty() {
+            return Some(true);
+        }
+        (task_events(&events, "AttemptOrphaned", 0).len() == 1
             && task_events(&events, "RetryScheduled", 0).len() == 1)
-            .then_some(())
+            .then_some(false)
     });
-    poll("the orphan to be gone", 10, || {
-        live_processes_of(&run).is_empty().then_some(())
-    });
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Longer than stall_after + stall_kill_after.
+    std::thread::sleep(std::time::Duration::from_secs(4));
     let events = s.events(&run);
     assert_eq!(
         task_events(&events, "AttemptLaunching", 0).len(),
         1,
-        "held after the resume: the retry does not launch"
+        "held after the resume: nothing more launches"
     );
+    assert_eq!(
+        count_events(&events, "AttemptStalled"),
+        0,
+        "no stall while held"
+    );
+    if adopted {
+        assert_eq!(
+            proc_state(pid),
+            Some('T'),
+            "the adopted attempt is still stopped"
+        );
+    } else {
+        poll("the orphan to be gone", 10, || {
+            live_processes_of(&run).is_empty().then_some(())
+        });
+    }
     let status = s.status(&run);
     assert_eq!(task_view(&status, "long")["held"], true, "{status}");
 
@@ -217,7 +238,8 @@ fn a_run_that_crashes_while_held_resumes_held() {
         String::from_utf8_lossy(&out.stderr)
     );
     let events = s.events(&run);
-    assert_eq!(task_events(&events, "AttemptLaunching", 0).len(), 2);
+    let launches = if adopted { 1 } else { 2 };
+    assert_eq!(task_events(&events, "AttemptLaunching", 0).len(), launches);
     assert_eq!(count_events(&events, "RunFinished"), 1);
 }
 

@@ -11,6 +11,7 @@ mod apply;
 mod bad_input;
 mod batches;
 mod board;
+mod cli_docs;
 mod cli_edge;
 mod control;
 mod crash;

@@ -85,6 +85,13 @@ fn the_summary_is_a_table_with_totals_and_commands_and_outputs_only_for_small_ru
         )),
         "{stdout}"
     );
+    assert!(
+        stdout.contains(&format!(
+            "rerun:   sortie --state-dir {} rerun bigrun",
+            s.state_dir().display()
+        )),
+        "{stdout}"
+    );
     // 25 tasks: more than the threshold, so no outputs.
     assert!(!stdout.contains("answer of t3"), "{stdout}");
 

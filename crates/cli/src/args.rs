@@ -8,7 +8,12 @@ use clap::{Args, Parser, Subcommand};
 /// Run batches of coding-agent tasks in parallel; survive anything; resume without re-running
 /// finished work or billing anything twice.
 #[derive(Debug, Parser)]
-#[command(name = "sortie", version, propagate_version = true)]
+#[command(
+    name = "sortie",
+    version,
+    propagate_version = true,
+    after_help = EXAMPLES
+)]
 pub(crate) struct Cli {
     /// Options every command takes.
     #[command(flatten)]
@@ -17,6 +22,20 @@ pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
 }
+
+/// The examples `sortie --help` ends with.
+const EXAMPLES: &str = "\
+Examples:
+  sortie run batch.toml                      run a batch, with a live board on a terminal
+  sortie run --detach batch.toml             start it in the background; prints the run id
+  sortie wait 2026                           wait for the run whose id starts with 2026
+  sortie hold RUN --task lint                stop one task (SIGSTOP); `release` goes on
+  sortie steer RUN --task fix \"use the new API\"   message a pi-rpc agent
+  sortie cancel RUN --task slow              end one task cancelled, the others go on
+  sortie report RUN --html report.html       the run's timeline in one HTML file
+  sortie replay RUN --task fix               what happened to one task, step by step
+  sortie --json status RUN                   machine-readable (docs/cli.md)
+  sortie completions bash > ~/.local/share/bash-completion/completions/sortie";
 
 /// Options every command takes.
 #[derive(Debug, Args)]
@@ -111,6 +130,16 @@ pub(crate) enum Command {
     /// per task (coloured by outcome, retries and fallbacks visible, held and stalled spans
     /// shaded), cost and tokens by task and model, and the summary's table.
     Report(ReportArgs),
+    /// Print a shell completion script: `sortie completions bash|zsh|fish`.
+    Completions(CompletionsArgs),
+}
+
+/// `sortie completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_parser = ["bash", "zsh", "fish"])]
+    pub(crate) shell: String,
 }
 
 /// `sortie report`.

@@ -192,6 +192,10 @@ fn commands(g: &Global, v: &RunView) -> Vec<String> {
         .iter()
         .filter(|t| !matches!(t.state.as_str(), "completed"))
         .collect();
+    if !unfinished && !failed.is_empty() {
+        // `rerun` runs again what did not complete, carrying the rest.
+        c.push(format!("rerun:   {sortie} rerun {run}"));
+    }
     if let Some(t) = failed.first() {
         c.push(format!(
             "inspect: {sortie} replay {run} --task {}",

@@ -62,6 +62,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Wait(w) => wait::wait(g, &w),
         Command::Rerun(args) => run::rerun(g, &args),
         Command::Report(r) => report::report(g, &r),
+        Command::Completions(c) => completions(&c.shell),
     }
 }
 
@@ -192,4 +193,27 @@ pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
     } else {
         format!(" --state-dir {}", dir.display())
     }
+}
+
+/// `sortie completions SHELL`: the completion script of `sortie` for bash, zsh or fish.
+fn completions(shell: &str) -> Result<Code> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let shell = match shell {
+        "bash" => Shell::Bash,
+        "zsh" => Shell::Zsh,
+        "fish" => Shell::Fish,
+        other => {
+            return Err(CliError::usage(format_args!(
+                "no completions for {other:?}"
+            )));
+        }
+    };
+    let mut cmd = Cli::command();
+    // Into memory first: clap_complete panics on a write error, and a closed stdout must end
+    // the command quietly (see `error`).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "sortie", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
+    Ok(Code::Ok)
 }

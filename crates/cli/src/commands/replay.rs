@@ -74,21 +74,25 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
         return Ok(code);
     }
     let start = state.started_at.map(|t| t.0).unwrap_or(0);
+    let started = output::clock(start);
+    writeln!(
+        out,
+        "run {run}, started {started} UTC; times relative to the start, attempts indented"
+    )?;
     for s in &selected {
-        let label = s
-            .event
-            .task()
-            .map(|t| state.label(t))
-            .unwrap_or_else(|| "-".to_owned());
+        // The run's events at the margin, a task's under its label, an attempt's one step in.
+        let (who, indent) = match s.event.task() {
+            None => ("run".to_owned(), ""),
+            Some(t) if is_attempt_event(&s.event) => (format!("[{}]", state.label(t)), "    "),
+            Some(t) => (format!("[{}]", state.label(t)), ""),
+        };
         writeln!(
             out,
-            "{:>6}  {} +{:>9.3}s  {:<20} {:<18} {}",
-            s.seq,
-            output::clock(s.at.0),
-            s.at.0.saturating_sub(start) as f64 / 1000.0,
-            label,
+            "{:>10}  {who} {indent}{} {}  (seq {})",
+            relative(s.at.0.saturating_sub(start)),
             s.event.name(),
-            details(&s.event)
+            details(&s.event),
+            s.seq
         )?;
     }
     writeln!(out)?;
@@ -99,6 +103,30 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     )?;
     output::print_status(&mut out, &output::view(&run, &state, None, false))?;
     Ok(code)
+}
+
+/// A time since the start: `+4.250s`, `+1m02.5s`, `+2h05m10s`.
+fn relative(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("+{}.{:03}s", s, ms % 1000),
+        60..3600 => format!("+{}m{:02}.{}s", s / 60, s % 60, ms % 1000 / 100),
+        _ => format!("+{}h{:02}m{:02}s", s / 3600, s % 3600 / 60, s % 60),
+    }
+}
+
+/// Whether the event is about one attempt (shown indented under its task).
+fn is_attempt_event(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::AttemptStarted { .. }
+            | Event::AttemptProgress { .. }
+            | Event::AttemptStalled { .. }
+            | Event::AttemptFinished { .. }
+            | Event::AttemptOrphaned { .. }
+            | Event::AttemptSideEffects { .. }
+            | Event::AttemptContinues { .. }
+    )
 }
 
 fn details(e: &Event) -> String {

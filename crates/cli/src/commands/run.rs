@@ -189,7 +189,7 @@ fn report(g: &Global, end: &RunEnd) -> Code {
 /// because a selected task did not (skipped, or cancelled behind it) is selected too.
 pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
     use sortie_core::{TaskId, TerminalState};
-    let parent = run_id(&args.run)?;
+    let parent = super::find_run(g, &args.run)?;
     let state = super::replay_all(&open_read(&g.layout(), &parent)?)?;
     if !matches!(state.status, RunStatus::Finished { .. }) {
         return Err(CliError::usage(format_args!(
