@@ -224,7 +224,8 @@ fn resolve_task(
         retry_after_side_effects,
         permissions,
         tools,
-        allow_denials
+        allow_denials,
+        transient_on
     );
     s.deadline = pick(&t.deadline, &d.deadline);
     s.system_prompt = pick(&t.system_prompt, &d.system_prompt);

@@ -57,6 +57,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) adopt: Option<Adoption>,
     /// A completed attempt with denied tool calls stays completed (the task's `allow_denials`).
     pub(crate) allow_denials: bool,
+    /// A plain command's transient failures (the task's `transient_on`).
+    pub(crate) transient_on: Vec<String>,
 }
 
 /// A report from an attempt to the run loop.

@@ -92,6 +92,7 @@ impl Engine {
                 launched_at: live.launched_at,
                 adopt: None,
                 allow_denials: spec.allow_denials,
+                transient_on: spec.transient_on.clone(),
             },
             continues,
         ))
