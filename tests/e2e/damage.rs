@@ -255,3 +255,168 @@ fn every_reader_refuses_a_truncated_journal_in_the_same_words() {
     let listed = copy.run(&["list"]);
     assert!(String::from_utf8_lossy(&listed.stdout).contains("damaged"));
 }
+
+#[test]
+fn a_zeroed_stale_or_foreign_snapshot_is_ignored_with_a_warning_never_trusted() {
+    let original = finished_run();
+    let run_dir = original.state_dir().join("runs").join(RUN);
+    let snapshot = run_dir.join("journal.snapshot");
+    assert!(snapshot.is_file(), "the end of a run writes a snapshot");
+    let whole = original.run_ok(&["--json", "status", RUN]).stdout;
+    let audit = original.run_ok(&["audit", RUN]);
+    assert!(String::from_utf8_lossy(&audit.stdout).contains("whole"));
+    // Another run's snapshot (same batch, other times): its last record differs.
+    let other = finished_run();
+    let foreign = std::fs::read(
+        other
+            .state_dir()
+            .join("runs")
+            .join(RUN)
+            .join("journal.snapshot"),
+    )
+    .expect("read");
+    let len = std::fs::metadata(&snapshot).expect("stat").len() as usize;
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("zeroed", vec![0u8; len]),
+        (
+            "cut short",
+            std::fs::read(&snapshot).expect("read")[..len / 2].to_vec(),
+        ),
+        ("another run's", foreign),
+    ];
+    for (what, bytes) in cases {
+        let copy = damaged(&original, |_| {});
+        let target = copy
+            .state_dir()
+            .join("runs")
+            .join(RUN)
+            .join("journal.snapshot");
+        std::fs::write(&target, bytes).expect("write");
+        let status = copy.run(&["--json", "status", RUN]);
+        assert_eq!(status.status.code(), Some(0), "{what}");
+        assert_eq!(
+            status.stdout, whole,
+            "{what}: status folds the journal instead"
+        );
+        let stderr = String::from_utf8_lossy(&status.stderr);
+        assert!(
+            stderr.contains("ignoring snapshot"),
+            "{what}: warned: {stderr}"
+        );
+        let audit = copy.run(&["audit", RUN]);
+        assert_eq!(audit.status.code(), Some(0), "{what}: the journal is whole");
+        assert!(
+            String::from_utf8_lossy(&audit.stdout).contains("whole"),
+            "{what}"
+        );
+    }
+}
+
+/// Lines in a file (0 when missing).
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn recover_then_resume_finishes_the_run_and_never_runs_a_surviving_finished_task_again() {
+    let s = Scratch::new();
+    let mut toml = String::from("concurrency = 2\n[defaults]\nmax_retries = 3\n");
+    for i in 0..TASKS {
+        let usage = format!("{},{},0.00{:02}", 100 + i, 10 + i, 10 + i);
+        let counter = s.path().join(format!("count-t{i:02}"));
+        let log = s.path().join(format!("usage-t{i:02}"));
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i:02}\"\ncommand = {}\n",
+            fake_command(&[
+                "--usage",
+                &usage,
+                "--turns",
+                "2",
+                "--counter",
+                counter.to_str().expect("utf-8"),
+                "--usage-log",
+                log.to_str().expect("utf-8"),
+            ])
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    // Damage a record past the middle of the journal, in every place the log holds it.
+    let records = records(&s);
+    let log = db(&s);
+    let target = (records.len() * 3 / 5..records.len())
+        .find(|&k| !find_all(&log, &records[k]).is_empty())
+        .expect("a record as written in the log");
+    let mut bytes = log.clone();
+    for at in find_all(&log, &records[target]) {
+        bytes[at + records[target].len() / 2] ^= 0x5a;
+    }
+    std::fs::write(journal_dir(&s).join("db"), &bytes).expect("write");
+
+    let out = s.run_ok(&["--json", "recover", RUN]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let kept = report["kept"].as_u64().expect("kept");
+    assert!(kept <= target as u64, "{report}");
+    assert_eq!(report["lost"][0].as_u64(), Some(kept), "{report}");
+    assert_eq!(
+        report["lost"][1].as_u64(),
+        Some(records.len() as u64 - 1),
+        "{report}"
+    );
+    // The damaged files are moved aside untouched.
+    let aside = PathBuf::from(report["damaged"].as_str().expect("a path"));
+    assert_eq!(
+        std::fs::read(aside.join("journal").join("db")).expect("moved aside"),
+        bytes,
+        "the damaged log is kept as it was"
+    );
+    // The tasks whose end survived.
+    let survivors: Vec<String> = s
+        .events(RUN)
+        .iter()
+        .filter(|e| crate::support::event_kind(e).0 == "TaskFinished")
+        .map(|e| {
+            let task = e["event"]["TaskFinished"]["task"].as_u64().expect("a task");
+            format!("t{task:02}")
+        })
+        .collect();
+    assert!(
+        !survivors.is_empty() && survivors.len() < TASKS,
+        "{survivors:?}"
+    );
+    let audit = s.audit_clean(RUN);
+    assert_eq!(audit["events"].as_u64(), Some(kept));
+
+    let resumed = s.run(&["resume", RUN]);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let status = s.status(RUN);
+    assert_eq!(status["status"], "completed", "{status}");
+    let audit = s.audit_clean(RUN);
+    let ledger: std::collections::BTreeMap<String, serde_json::Value> = audit["ledger"]["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|p| (p[0].as_str().expect("label").to_owned(), p[1].clone()))
+        .collect();
+    for label in &survivors {
+        let ran = lines(&s.path().join(format!("count-{label}")));
+        assert_eq!(
+            ran.len(),
+            1,
+            "{label} finished before the damage and ran again"
+        );
+        let reports = lines(&s.path().join(format!("usage-{label}")));
+        let last: serde_json::Value =
+            serde_json::from_str(reports.last().expect("a report")).expect("JSON");
+        let usage = &ledger[label];
+        assert_eq!(usage["input"], last["usage"]["input"], "{label}: {usage}");
+        assert_eq!(usage["output"], last["usage"]["output"], "{label}: {usage}");
+    }
+}

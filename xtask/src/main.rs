@@ -203,7 +203,11 @@ fn cases(args: &[String]) -> Result<u64> {
 }
 
 /// The model tests: (package, test target).
-const MODEL_TESTS: [(&str, &str); 2] = [("sortie-core", "model"), ("sortie-journal", "model")];
+const MODEL_TESTS: [(&str, &str); 3] = [
+    ("sortie-core", "model"),
+    ("sortie-journal", "model"),
+    ("sortie-journal", "snapshot"),
+];
 
 fn proptest(root: &Path, cases: u64) -> Result<()> {
     let mut ran: Vec<(String, String)> = Vec::new();

@@ -77,6 +77,9 @@ pub(crate) enum Command {
     /// only once it runs (programs on PATH, credentials, directories, repositories, artifact
     /// directories, prompt sizes). Nothing is spawned; exit 0 when ready, 2 with every problem.
     Check(CheckArgs),
+    /// Rebuild a damaged run's journal from every record that can still be read (the damaged
+    /// files are moved aside, untouched), say what was lost; then `sortie resume` continues it.
+    Recover(RunId),
 }
 
 /// `sortie run`.

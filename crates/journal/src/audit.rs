@@ -17,6 +17,17 @@ impl Journal {
         let mut first_bad = None;
         // Only the events replay accepted, as replay sees them.
         let mut raw = LedgerFold::new();
+        // The snapshot is checked against the fold at its seq.
+        let snapshot = self.snapshot();
+        let mut snapshot_mismatch = None;
+        let mut compare = |state: &RunState| {
+            if let Some((mark, snap)) = &snapshot
+                && state.next_seq.0 == mark.records
+            {
+                snapshot_mismatch = crate::snapshot::differs(snap, state);
+            }
+        };
+        compare(&state);
         self.scan(None, |record| {
             let record = match record {
                 Ok(r) => r,
@@ -35,6 +46,7 @@ impl Journal {
             }
             raw.observe(&record.event);
             events += 1;
+            compare(&state);
             true
         });
         let recomputed = raw.finish();
@@ -57,6 +69,7 @@ impl Journal {
             state,
             ledger: recomputed,
             ledger_mismatch,
+            snapshot_mismatch,
         }
     }
 }
@@ -74,11 +87,15 @@ pub struct Audit {
     pub ledger: Ledger,
     /// How the recomputed ledger differs from the replayed state's, if it does.
     pub ledger_mismatch: Option<String>,
+    /// How the newest valid snapshot differs from the fold at its seq, if it does.
+    pub snapshot_mismatch: Option<String>,
 }
 
 impl Audit {
     /// True when every record is good and the ledger adds up.
     pub fn is_clean(&self) -> bool {
-        self.first_bad.is_none() && self.ledger_mismatch.is_none()
+        self.first_bad.is_none()
+            && self.ledger_mismatch.is_none()
+            && self.snapshot_mismatch.is_none()
     }
 }

@@ -152,7 +152,7 @@ impl Journal {
         Journal::open_read_only_unchecked(run_dir)?.checked(mark)
     }
 
-    /// [`Journal::open_read_only`] without the high-water mark check (for salvage).
+    /// [`Journal::open_read_only`] without the high-water mark check.
     fn open_read_only_unchecked(run_dir: &Path) -> Result<Journal> {
         let db = existing_db_dir(run_dir)?;
         match Store::open(&db, READER_PATIENCE) {
@@ -162,10 +162,24 @@ impl Journal {
                 if source.kind() == std::io::ErrorKind::PermissionDenied => {}
             Err(e) => return Err(e),
         }
+        Journal::open_copy(run_dir)
+    }
+
+    /// Opens a private copy of a journal's files, read-only and without the high-water mark
+    /// check: sled's recovery of a damaged log rewrites it (it zeroes what it cannot read), so
+    /// salvage never lets sled open the damaged files themselves.
+    pub(crate) fn open_copy(run_dir: &Path) -> Result<Journal> {
+        Journal::open_copy_but(run_dir, false)
+    }
+
+    /// [`Journal::open_copy`], leaving sled's own snapshot files out of the copy when
+    /// `no_snapshots` (sled then reads its log from the start).
+    pub(crate) fn open_copy_but(run_dir: &Path, no_snapshots: bool) -> Result<Journal> {
+        let db = existing_db_dir(run_dir)?;
         let mut last_err = None;
         for _ in 0..5 {
             let copy = SnapshotDir(private_temp_dir()?);
-            match store::copy_files(&db, &copy.0) {
+            match store::copy_files_but(&db, &copy.0, no_snapshots) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {

@@ -51,7 +51,9 @@
 //! `store` (sled, and the one wait on its lock), `codec` (bincode and the frame), `stored` (the
 //! on-disk schema), `export` (that schema as `sortie export`'s JSON), `mark` (the acknowledged
 //! high-water mark kept outside sled, checked at every open: a journal that lost acknowledged
-//! records is `Error::Truncated`, never a shorter whole one). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
+//! records is `Error::Truncated`, never a shorter whole one), `snapshot` (the run's state at a
+//! seq beside the journal, checksummed and tied to this build's schema: readers start from the
+//! newest valid one and replay the tail, `audit` checks it against the fold). The `test-util` feature adds raw access for tests, benchmarks and the fuzz targets
 //! (`test_util`).
 
 use std::path::PathBuf;
@@ -65,6 +67,8 @@ mod export;
 mod journal;
 mod mark;
 mod read;
+mod salvage;
+mod snapshot;
 mod store;
 mod stored;
 #[cfg(feature = "test-util")]
@@ -75,6 +79,8 @@ pub use commit::Durability;
 pub use export::{EXPORT_VERSION, ExportRecord};
 pub use journal::{Journal, db_dir};
 pub use mark::{Mark, mark_path};
+pub use salvage::Salvage;
+pub use snapshot::{remove_snapshots, snapshot_paths};
 #[cfg(feature = "test-util")]
 pub use test_util::fuzzing;
 

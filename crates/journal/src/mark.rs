@@ -111,7 +111,7 @@ impl Mark {
             move |source| Error::Io { path, source }
         };
         let result = (|| {
-            let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
+            let mut f = private_file(&tmp).map_err(io(&tmp))?;
             f.write_all(self.encode().as_bytes()).map_err(io(&tmp))?;
             f.sync_all().map_err(io(&tmp))?;
             fs::rename(&tmp, &target).map_err(io(&target))
@@ -125,6 +125,17 @@ impl Mark {
         }
         Ok(())
     }
+}
+
+/// Creates a file only the user can read (0600), like the rest of a run directory.
+pub(crate) fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 impl Journal {

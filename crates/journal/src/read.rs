@@ -21,9 +21,13 @@ impl Journal {
     /// The state as of `upto` inclusive (None: every record), folded through
     /// `RunState::apply`. A bad record is an error naming its seq.
     pub fn replay(&self, upto: Option<Seq>) -> Result<RunState> {
-        let mut state = RunState::new();
+        self.replay_onto(RunState::new(), upto)
+    }
+
+    /// Folds the records from `state.next_seq` up to `upto` inclusive onto `state`.
+    pub(crate) fn replay_onto(&self, mut state: RunState, upto: Option<Seq>) -> Result<RunState> {
         let mut failure = None;
-        self.scan(upto, |record| {
+        self.scan_from(state.next_seq, upto, |record| {
             let applied = record.and_then(|r| {
                 let seq = r.seq;
                 state
@@ -54,25 +58,37 @@ impl Journal {
     /// cores stay busy, each scanner working a chunk ahead while the other's is applied. Each
     /// scanner runs at most 64 batches (of up to 1024 records or 64 KiB) ahead, ~15 MB of
     /// decoded records. Without threads, it all runs here.
-    pub(crate) fn scan(&self, upto: Option<Seq>, mut f: impl FnMut(Result<Stamped>) -> bool) {
+    pub(crate) fn scan(&self, upto: Option<Seq>, f: impl FnMut(Result<Stamped>) -> bool) {
+        self.scan_from(Seq(0), upto, f);
+    }
+
+    /// [`Journal::scan`] from seq `from` on (the tail after a snapshot).
+    pub(crate) fn scan_from(
+        &self,
+        from: Seq,
+        upto: Option<Seq>,
+        mut f: impl FnMut(Result<Stamped>) -> bool,
+    ) {
         const DEPTH: usize = 64;
         const SCANNERS: u64 = 2;
+        let from = from.0;
         let to = upto.map(|s| s.0);
         let known = self.next_seq().0;
         let end = to.map_or(known, |t| t.saturating_add(1).min(known));
-        let chunk = (end / 8).clamp(1024, 32768);
-        // Chunk i covers keys [i * chunk, (i + 1) * chunk); the last one runs to `upto` (or to
-        // the very end, stray keys included).
-        let chunks = end.div_ceil(chunk).max(1);
+        let span = end.saturating_sub(from);
+        let chunk = (span / 8).clamp(1024, 32768);
+        // Chunk i covers keys [from + i * chunk, from + (i + 1) * chunk); the last one runs to
+        // `upto` (or to the very end, stray keys included).
+        let chunks = span.div_ceil(chunk).max(1);
         let bounds = move |i: u64| {
             let until = if i + 1 == chunks {
                 to.map(|t| t.saturating_add(1))
             } else {
-                Some((i + 1) * chunk)
+                Some(from + (i + 1) * chunk)
             };
-            (i * chunk, until)
+            (from + i * chunk, until)
         };
-        let expected = std::cell::Cell::new(0u64);
+        let expected = std::cell::Cell::new(from);
         // Checks continuity across chunks and feeds `f`; false once the scan must stop.
         let mut feed = |item: Result<Stamped>| -> bool {
             let item = item.and_then(|s| {

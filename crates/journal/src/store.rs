@@ -250,7 +250,10 @@ fn sled_error(path: &Path, e: sled::Error) -> Error {
 /// while another process holds `from`. Snapshot files are copied before the log, so the log is
 /// never older than the snapshot that points into it; if the set of snapshots changed during the
 /// copy (sled compacted meanwhile), the copy is reported as inconsistent and the caller retries.
-pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<bool> {
+///
+/// Leaves sled's own snapshots out when `no_snapshots` (sled then rebuilds its
+/// page table from the log alone: salvage's way past a snapshot sled cannot read).
+pub(crate) fn copy_files_but(from: &Path, to: &Path, no_snapshots: bool) -> Result<bool> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source: io::Error| Error::Io { path, source }
@@ -272,7 +275,7 @@ pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<bool> {
     if conf.exists() {
         fs::copy(&conf, to.join("conf")).map_err(io_err(&conf))?;
     }
-    for name in &before {
+    for name in before.iter().filter(|_| !no_snapshots) {
         let src = from.join(name);
         match fs::copy(&src, to.join(name)) {
             Ok(_) => {}

@@ -75,4 +75,18 @@ pub mod fuzzing {
     pub fn encode_record(seq: Seq, at: Timestamp, event: &Event) -> Result<Vec<u8>, String> {
         crate::codec::encode(seq, at, event)
     }
+
+    /// Encodes a snapshot of `state` as `Journal::write_snapshot` would (with a zero digest).
+    pub fn encode_snapshot(state: &sortie_core::RunState) -> Result<Vec<u8>, String> {
+        let mark = crate::Mark {
+            records: state.next_seq.0,
+            digest: 0,
+        };
+        crate::snapshot::encode(mark, state).map_err(|e| e.to_string())
+    }
+
+    /// Decodes a snapshot as a reader would (checksum, version, schema, payload).
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<sortie_core::RunState, String> {
+        crate::snapshot::decode(bytes).map(|(_, state)| state)
+    }
 }

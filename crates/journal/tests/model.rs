@@ -162,6 +162,25 @@ fn the_journal_on_disk_is_the_model_across_crashes() {
                     .unwrap_or_else(|e| panic!("replay to {k}: {e:#}"));
                 assert_eq!(&at, &trace.lives[k], "replay up to seq {k}");
             }
+            // A snapshot of the state at any seq, plus the tail after it, is the full fold;
+            // audit, which folds from seq 0, finds the snapshot equal to its fold.
+            let n = events.len();
+            for k in [0, n / 2, n - 1] {
+                j.write_snapshot(&trace.lives[k])
+                    .unwrap_or_else(|e| panic!("snapshot at seq {k}: {e:#}"));
+                let (mark, snapshot) = j.snapshot().expect("the snapshot just written is valid");
+                assert_eq!(mark.records, k as u64 + 1);
+                assert_eq!(
+                    &snapshot, &trace.lives[k],
+                    "the snapshot is the state at seq {k}"
+                );
+                let latest = j
+                    .replay_latest()
+                    .unwrap_or_else(|e| panic!("replay from the snapshot at {k}: {e:#}"));
+                assert_eq!(latest, state, "snapshot at seq {k} + tail == the full fold");
+                let audit = j.audit();
+                assert_eq!(audit.snapshot_mismatch, None, "snapshot at seq {k}");
+            }
             Ok(())
         },
     );

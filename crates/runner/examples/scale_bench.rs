@@ -112,6 +112,10 @@ struct Writer {
     state: RunState,
     pending: Vec<(Timestamp, Event)>,
     at: u64,
+    /// The records the last snapshot holds.
+    snapshotted: u64,
+    /// How long each snapshot took to write.
+    snapshot_secs: Vec<f64>,
 }
 
 impl Writer {
@@ -133,6 +137,14 @@ impl Writer {
         if !self.pending.is_empty() {
             self.journal.append_all(&self.pending).unwrap();
             self.pending.clear();
+        }
+        // Snapshots at the engine's cadence, as a live run leaves them.
+        let every = sortie_runner::engine::snapshot_every(self.state.tasks.len());
+        if self.state.next_seq.0 - self.snapshotted >= every {
+            let t = Instant::now();
+            self.journal.write_snapshot(&self.state).unwrap();
+            self.snapshot_secs.push(t.elapsed().as_secs_f64());
+            self.snapshotted = self.state.next_seq.0;
         }
     }
 }
@@ -168,6 +180,8 @@ fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
         state: RunState::new(),
         pending: Vec::new(),
         at: start.0.saturating_sub(3_600_000),
+        snapshotted: 0,
+        snapshot_secs: Vec::new(),
     };
     w.push(Event::RunStarted {
         run_id: run_id.clone(),
@@ -224,6 +238,15 @@ fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
     }
     w.flush();
     let events = w.state.next_seq.0;
+    println!(
+        "snapshots written while the journal was: {} ({})",
+        w.snapshot_secs.len(),
+        w.snapshot_secs
+            .iter()
+            .map(|s| format!("{s:.3} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     drop(lock);
     (run_id, events)
 }

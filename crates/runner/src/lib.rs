@@ -16,6 +16,7 @@ pub mod files;
 pub mod layout;
 pub mod preflight;
 pub mod process;
+pub mod recover;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;

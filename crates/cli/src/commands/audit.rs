@@ -21,6 +21,7 @@ struct AuditView<'a> {
     problem: Option<String>,
     ledger_mismatch: Option<&'a str>,
     ledger: LedgerView,
+    snapshot_mismatch: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -59,6 +60,7 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
             problem: audit.first_bad.as_ref().map(|(_, r)| r.clone()),
             ledger_mismatch: audit.ledger_mismatch.as_deref(),
             ledger: ledger_view(&audit.state, &audit.ledger),
+            snapshot_mismatch: audit.snapshot_mismatch.as_deref(),
         };
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -73,6 +75,9 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
         }
         if let Some(m) = &audit.ledger_mismatch {
             writeln!(out, "ledger MISMATCH: {m}")?;
+        }
+        if let Some(m) = &audit.snapshot_mismatch {
+            writeln!(out, "snapshot MISMATCH: {m}")?;
         }
         writeln!(out)?;
         output::print_ledger(&mut out, &audit.state, &audit.ledger)?;

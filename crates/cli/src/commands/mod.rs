@@ -8,6 +8,7 @@ mod discard;
 mod export;
 mod gc;
 mod list;
+mod recover;
 mod replay;
 mod run;
 mod status;
@@ -38,6 +39,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Discard(t) => discard::discard(g, &t),
         Command::Gc(args) => gc::gc(g, &args),
         Command::Check(args) => check::check(g, &args),
+        Command::Recover(r) => recover::recover(g, &r.run),
     }
 }
 
@@ -125,7 +127,8 @@ fn find_kept(
     )?)
 }
 
-/// Replays a run fully, turning a corrupt journal into an error that names the record.
+/// A run's state after every record (from its newest valid snapshot and the tail), turning a
+/// corrupt journal into an error that names the record.
 fn replay_all(journal: &Journal) -> Result<RunState> {
-    Ok(journal.replay(None)?)
+    Ok(journal.replay_latest()?)
 }

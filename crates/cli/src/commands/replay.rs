@@ -24,6 +24,10 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     let upto = args.at.map(Seq);
     let mut state = RunState::new();
     let mut shown: Vec<Stamped> = Vec::new();
+    // Folded from seq 0, never from the snapshot; the snapshot is checked against the fold
+    // when the fold passes its seq.
+    let snapshot = journal.snapshot();
+    let mut snapshot_differs = false;
     for record in journal.read(Seq(0), upto) {
         let stamped = record?;
         state
@@ -32,8 +36,21 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
                 seq: stamped.seq,
                 violation: v,
             })?;
+        if let Some((mark, snap)) = &snapshot
+            && mark.records == state.next_seq.0
+        {
+            snapshot_differs = *snap != state;
+        }
         shown.push(stamped);
     }
+    let code = if snapshot_differs {
+        eprintln!(
+            "sortie: run {run}: its snapshot differs from the journal folded to the same seq              (see `sortie audit {run}`)"
+        );
+        Code::Corrupt
+    } else {
+        Code::Ok
+    };
     let filter = match &args.task {
         Some(label) => Some(
             state
@@ -54,7 +71,7 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
         };
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
-        return Ok(Code::Ok);
+        return Ok(code);
     }
     let start = state.started_at.map(|t| t.0).unwrap_or(0);
     for s in &selected {
@@ -81,7 +98,7 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
         state.next_seq.0.saturating_sub(1)
     )?;
     output::print_status(&mut out, &output::view(&run, &state, None, false))?;
-    Ok(Code::Ok)
+    Ok(code)
 }
 
 fn details(e: &Event) -> String {

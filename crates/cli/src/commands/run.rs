@@ -157,7 +157,7 @@ fn report(g: &Global, end: &RunEnd) -> Code {
     }
 }
 
-fn state_dir_flag(dir: &Path) -> String {
+pub(super) fn state_dir_flag(dir: &Path) -> String {
     if dir == Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
         String::new()
     } else {

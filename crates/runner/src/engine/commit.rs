@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sortie_core::{Event, Seq, Stamped, Timestamp};
+use sortie_core::{Event, RunStatus, Seq, Stamped, Timestamp};
 
 use super::Engine;
 use crate::clock::now;
@@ -14,6 +14,18 @@ use crate::{Error, Result};
 /// A mark costs two small atomic file writes (temp, fsync, rename), about a millisecond each
 /// here, so even a run appending thousands of events a second spends well under 1% on them.
 const MARK_EVERY_EVENTS: u64 = 4096;
+/// Events between two snapshots of the run's state (at least; a run of more tasks than this
+/// snapshots every as many events as it has tasks). Measured on the 100,000-task run
+/// (`scale_bench`): a snapshot of its state costs about as much as replaying as many events as
+/// it has tasks, so this spends at most half of the time on snapshots that a resume saves, and
+/// bounds a resume's tail to about one such replay.
+const SNAPSHOT_EVERY_EVENTS: u64 = 16_384;
+/// How many events a run of `tasks` tasks appends between two snapshots of its state (see
+/// [`SNAPSHOT_EVERY_EVENTS`]); the scale benchmark writes its crashed run at this cadence too.
+pub fn snapshot_every(tasks: usize) -> u64 {
+    SNAPSHOT_EVERY_EVENTS.max(tasks as u64)
+}
+
 /// How long, at most, between two marks while events are appended.
 const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -71,13 +83,32 @@ impl Engine {
     /// copies of the mark are how a journal that lost acknowledged records shows it.
     pub(super) fn update_index(&mut self) {
         let journal = Arc::clone(&self.journal);
-        let mark = match tokio::task::block_in_place(|| journal.write_mark()) {
+        // A snapshot (which carries the mark) every so many events and at the end of a run;
+        // the mark alone otherwise.
+        let ended = matches!(
+            self.state.status,
+            RunStatus::Finished { .. } | RunStatus::Interrupted { .. }
+        );
+        let every = snapshot_every(self.state.tasks.len());
+        let snapshot = ended || self.state.next_seq.0.saturating_sub(self.snapshotted) >= every;
+        let state = &self.state;
+        let written = tokio::task::block_in_place(|| {
+            if snapshot {
+                journal.write_snapshot(state)
+            } else {
+                journal.write_mark()
+            }
+        });
+        let mark = match written {
             Ok(mark) => mark,
             Err(e) => {
                 tracing::warn!("could not write the journal's high-water mark: {e}");
                 None
             }
         };
+        if snapshot && mark.is_some() {
+            self.snapshotted = self.state.next_seq.0;
+        }
         self.marked = (
             mark.map_or(self.marked.0, |m| m.records),
             std::time::Instant::now(),

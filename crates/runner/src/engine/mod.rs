@@ -48,6 +48,8 @@ use crate::layout::{OwnerLock, RunDir, StateDir, index};
 use crate::{Error, Result, process};
 use sortie_batch::LoadedBatch;
 
+pub use commit::snapshot_every;
+
 /// The environment variable that marks every attempt's process (see `process::marker`).
 pub use crate::process::MARKER;
 
@@ -169,7 +171,8 @@ pub async fn take_over(
         if let Some(mark) = index::acked(state_dir, &run_id) {
             journal.check_mark(&mark)?;
         }
-        let state = journal.replay(None)?;
+        // From the newest valid snapshot and the records after it.
+        let state = journal.replay_latest()?;
         Ok((journal, state))
     });
     let (journal, state) = match opened {
@@ -253,10 +256,13 @@ struct Engine {
     marked: (u64, std::time::Instant),
     /// #11: the run's Slurm cluster (its one status poller), once a Slurm attempt needs it.
     slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
+    /// The records the last snapshot holds (or the state this process started from).
+    snapshotted: u64,
 }
 
 impl Engine {
     fn new(parts: Parts, state: RunState, observer: Box<dyn Observer>) -> Engine {
+        let state_seq = state.next_seq.0;
         let (tx, rx) = mpsc::unbounded_channel();
         let (wt_tx, wt_rx) = mpsc::unbounded_channel();
         // The journal is the product: an acknowledged event survives a power loss too, not
@@ -285,6 +291,7 @@ impl Engine {
             setup_failed: BTreeMap::new(),
             marked: (0, std::time::Instant::now()),
             slurm: std::sync::OnceLock::new(),
+            snapshotted: state_seq,
         }
     }
 

@@ -284,7 +284,7 @@ pub fn list(state_dir: &StateDir) -> Result<Vec<RunEntry>> {
 /// A run's entry from its journal, written back to the index.
 fn rebuild(state_dir: &StateDir, run: &RunId) -> Result<RunEntry> {
     let journal = sortie_journal::Journal::open_read_only(state_dir.run(run).path())?;
-    let state = journal.replay(None)?;
+    let state = journal.replay_latest()?;
     let entry = RunEntry::from_state(run.clone(), &state, state.last_at.unwrap_or_default());
     write(state_dir, &entry)?;
     Ok(entry)

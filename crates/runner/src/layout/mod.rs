@@ -209,6 +209,16 @@ impl RunDir {
         self.path.join("discarded").join(format!("{name}.json"))
     }
 
+    /// Where `sortie recover` moves a damaged journal's files, untouched (`stamp`: when).
+    pub fn damaged(&self, stamp: u64) -> PathBuf {
+        self.path.join("damaged").join(stamp.to_string())
+    }
+
+    /// What `sortie recover` found lost, as JSON.
+    pub fn recovered(&self) -> PathBuf {
+        self.path.join("recovered.json")
+    }
+
     /// Takes ownership of the run, or says which pid holds it.
     pub fn acquire(&self) -> Result<OwnerLock> {
         let path = self.owner_lock();

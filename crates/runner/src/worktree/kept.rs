@@ -639,10 +639,12 @@ async fn gc_run(
             source,
         }
     })?;
-    let state = journal.replay(None).map_err(|source| KeptError::Journal {
-        run: run.clone(),
-        source,
-    })?;
+    let state = journal
+        .replay_latest()
+        .map_err(|source| KeptError::Journal {
+            run: run.clone(),
+            source,
+        })?;
     drop(journal);
     if !matches!(state.status, RunStatus::Finished { .. }) {
         entry.skipped = Some("the run has not finished (resume or cancel it first)".into());

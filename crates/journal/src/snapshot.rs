@@ -1,0 +1,306 @@
+//! Snapshots: the run's state at a seq, written beside the journal, so that a reader starts
+//! from the newest valid one and replays only the tail.
+//!
+//! A snapshot is a cache of the fold, never a source of truth: `audit` and `replay --at` still
+//! fold from seq 0 (and `audit` checks that the snapshot equals the fold). It lives in
+//! `<run-dir>/journal.snapshot` (the one before it in `journal.snapshot.1`), written atomically
+//! (temp file, fsync, rename) by the run's owner, and is
+//!
+//! `[magic "sortie-snapshot\n"][version u8][schema u64][records u64][digest u32][len u64]`
+//! `[crc u32][payload]`,
+//!
+//! all little-endian, where the payload is the bincode (serde) encoding of `RunState` after
+//! `records` records, `digest` the CRC-32 of the stored bytes of the last of them (so the
+//! snapshot carries the journal's high-water mark too: see `mark`), and the CRC covers everything
+//! before it and the payload. `schema` is the build's fingerprint of core's source and the lock
+//! file (`build.rs`): a snapshot written by other code is ignored, never misread, so fields that
+//! other changes add to `RunState` or `TaskSpec` cannot be decoded into the wrong place.
+//!
+//! A snapshot that does not check out (bad CRC, other schema, more records than the journal
+//! holds, a last record whose digest differs: stale, or of another journal) is ignored with a
+//! warning, and the older one or a full fold is used instead.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sortie_core::RunState;
+
+use crate::journal::Journal;
+use crate::mark::{Mark, digest, private_file};
+use crate::{Error, Result};
+
+const MAGIC: &[u8; 16] = b"sortie-snapshot\n";
+const VERSION: u8 = 1;
+/// Bytes before the payload.
+const HEADER: usize = 16 + 1 + 8 + 8 + 4 + 8 + 4;
+/// The largest payload decoded (a 100,000-task state is tens of megabytes).
+const MAX_PAYLOAD: usize = 1 << 30;
+
+/// This build's schema fingerprint.
+fn schema() -> u64 {
+    u64::from_str_radix(env!("SORTIE_SNAPSHOT_SCHEMA"), 16).unwrap_or(0)
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_PAYLOAD>()
+}
+
+/// The newest snapshot of a run, and the one before it.
+fn paths(run_dir: &Path) -> [PathBuf; 2] {
+    [
+        run_dir.join("journal.snapshot"),
+        run_dir.join("journal.snapshot.1"),
+    ]
+}
+
+fn crc(header: &[u8], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(header);
+    h.update(payload);
+    h.finalize()
+}
+
+/// Encodes a snapshot of `state`, taken at `mark`.
+pub(crate) fn encode(mark: Mark, state: &RunState) -> Result<Vec<u8>> {
+    let payload =
+        bincode::serde::encode_to_vec(state, config()).map_err(|e| Error::Unstorable {
+            event: "snapshot",
+            reason: e.to_string(),
+        })?;
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.extend_from_slice(&schema().to_le_bytes());
+    out.extend_from_slice(&mark.records.to_le_bytes());
+    out.extend_from_slice(&mark.digest.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    let check = crc(&out, &payload);
+    out.extend_from_slice(&check.to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+/// Decodes a snapshot, or says why it cannot be trusted.
+pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<(Mark, RunState), String> {
+    fn take<const N: usize>(b: &mut &[u8]) -> std::result::Result<[u8; N], String> {
+        let (head, rest) = b
+            .split_first_chunk::<N>()
+            .ok_or_else(|| "it is cut short".to_owned())?;
+        *b = rest;
+        Ok(*head)
+    }
+    let mut b = bytes;
+    if take::<16>(&mut b)? != *MAGIC {
+        return Err("it is not a snapshot".into());
+    }
+    let [version] = take::<1>(&mut b)?;
+    if version != VERSION {
+        return Err(format!(
+            "its version is {version}, this build reads {VERSION}"
+        ));
+    }
+    let written_by = u64::from_le_bytes(take::<8>(&mut b)?);
+    let records = u64::from_le_bytes(take::<8>(&mut b)?);
+    let digest = u32::from_le_bytes(take::<4>(&mut b)?);
+    let len = u64::from_le_bytes(take::<8>(&mut b)?);
+    let stored = u32::from_le_bytes(take::<4>(&mut b)?);
+    if usize::try_from(len).ok() != Some(b.len()) {
+        return Err(format!("it says {len} bytes but holds {}", b.len()));
+    }
+    let header = bytes.get(..HEADER - 4).unwrap_or_default();
+    if crc(header, b) != stored {
+        return Err("its checksum does not match".into());
+    }
+    if written_by != schema() {
+        return Err("it was written by another build of sortie".into());
+    }
+    let (state, read): (RunState, usize) = bincode::serde::decode_from_slice(b, config())
+        .map_err(|e| format!("it does not decode: {e}"))?;
+    if read != b.len() || state.next_seq.0 != records {
+        return Err("it does not decode to the state it names".into());
+    }
+    Ok((Mark { records, digest }, state))
+}
+
+impl Journal {
+    /// Writes a snapshot of `state`, the state after the first `state.next_seq` records of
+    /// this journal, all durable (the run's owner calls this between appends, with the state
+    /// after every record), then the journal's high-water mark (see `mark`). The previous
+    /// snapshot is kept as the older one. Returns the high-water mark (None: an empty journal).
+    pub fn write_snapshot(&self, state: &RunState) -> Result<Option<Mark>> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let Some(high) = self.high_water()? else {
+            return Ok(None);
+        };
+        let records = state.next_seq.0;
+        let at = match records.checked_sub(1) {
+            _ if records > high.records => None,
+            None => Some(Mark { records, digest: 0 }),
+            Some(last) => self.store.get(last)?.map(|b| Mark {
+                records,
+                digest: digest(&b),
+            }),
+        };
+        let Some(at) = at else {
+            return Err(Error::Unstorable {
+                event: "snapshot",
+                reason: format!(
+                    "the state is after {records} records, the journal holds {}",
+                    high.records
+                ),
+            });
+        };
+        let bytes = encode(at, state)?;
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let [newest, older] = paths(&self.run_dir);
+        let tmp = self.run_dir.join(format!(
+            ".journal.snapshot.{}.{}.tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| Error::Io { path, source }
+        };
+        let result = (|| {
+            let mut f = private_file(&tmp).map_err(io(&tmp))?;
+            f.write_all(&bytes).map_err(io(&tmp))?;
+            f.sync_all().map_err(io(&tmp))?;
+            match fs::rename(&newest, &older) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&older)(e)),
+            }
+            fs::rename(&tmp, &newest).map_err(io(&newest))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result?;
+        if let Ok(d) = fs::File::open(&self.run_dir) {
+            let _ = d.sync_all();
+        }
+        high.write(&self.run_dir)?;
+        Ok(Some(high))
+    }
+
+    /// The newest snapshot that checks out against this journal (see the module docs), with
+    /// the mark it was taken at; the ones that do not are said with a warning.
+    pub fn snapshot(&self) -> Option<(Mark, RunState)> {
+        let held = self.next_seq().0;
+        for path in paths(&self.run_dir) {
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    tracing::warn!("ignoring snapshot {}: {e}", path.display());
+                    continue;
+                }
+            };
+            let checked = decode(&bytes).and_then(|(mark, state)| {
+                if mark.records > held {
+                    return Err(format!(
+                        "it is after {} records, the journal holds {held}",
+                        mark.records
+                    ));
+                }
+                let last = mark.records.checked_sub(1).map(|s| self.store.get(s));
+                match last {
+                    Some(Ok(Some(b))) if digest(&b) == mark.digest => Ok((mark, state)),
+                    None => Ok((mark, state)),
+                    _ => Err("the journal's record at its seq differs (stale)".into()),
+                }
+            });
+            match checked {
+                Ok(found) => return Some(found),
+                Err(why) => tracing::warn!("ignoring snapshot {}: {why}", path.display()),
+            }
+        }
+        None
+    }
+
+    /// The state after every record, from the newest valid snapshot and the records after it
+    /// (the whole journal when there is none). A tail that does not apply onto the snapshot
+    /// (a snapshot that decoded but is wrong) is said with a warning and the whole journal is
+    /// folded instead; a bad record is an error naming its seq, as for [`Journal::replay`].
+    pub fn replay_latest(&self) -> Result<RunState> {
+        let Some((mark, state)) = self.snapshot() else {
+            return self.replay(None);
+        };
+        match self.replay_onto(state, None) {
+            Ok(state) => Ok(state),
+            Err(Error::Violation { seq, violation }) => {
+                tracing::warn!(
+                    "ignoring the snapshot after {} records: the record at seq {seq} does not \
+                     apply onto it ({violation}); replaying the whole journal",
+                    mark.records
+                );
+                self.replay(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The newest of a run's snapshots that decodes (checksum, schema), without checking it
+/// against a journal: salvage wants it even when the records it follows are lost.
+pub(crate) fn newest_decodable(run_dir: &Path) -> Option<(Mark, RunState)> {
+    paths(run_dir)
+        .iter()
+        .find_map(|p| fs::read(p).ok().and_then(|b| decode(&b).ok()))
+}
+
+/// Removes a run's snapshots (a recovered journal starts without them).
+pub fn remove_snapshots(run_dir: &Path) -> Result<()> {
+    for path in paths(run_dir) {
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(Error::Io { path, source }),
+        }
+    }
+    Ok(())
+}
+
+/// Where a run's snapshots are, newest first.
+pub fn snapshot_paths(run_dir: &Path) -> [PathBuf; 2] {
+    paths(run_dir)
+}
+
+/// Checks a snapshot equals the state folded to the same seq: `Some(why)` when it does not.
+pub(crate) fn differs(snapshot: &RunState, folded: &RunState) -> Option<String> {
+    (snapshot != folded).then(|| {
+        format!(
+            "the snapshot after {} records differs from the journal folded to that seq",
+            snapshot.next_seq
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_round_trips_and_any_flipped_byte_is_refused() {
+        let state = RunState::new();
+        let mark = Mark {
+            records: 0,
+            digest: 7,
+        };
+        let bytes = encode(mark, &state).unwrap();
+        assert_eq!(decode(&bytes).unwrap(), (mark, state));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(decode(&bad).is_err(), "flip in byte {i} went unseen");
+        }
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode(&vec![0u8; bytes.len()]).is_err());
+        assert!(decode(&[]).is_err());
+    }
+}
