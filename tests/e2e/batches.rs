@@ -389,3 +389,140 @@ fn a_run_budget_stops_a_batch_warning_first_and_ends_with_the_reason() {
     }
     s.audit_clean(&run);
 }
+
+#[test]
+fn a_rerun_of_the_failed_tasks_carries_the_rest_with_their_ledger_apart() {
+    let s = Scratch::new();
+    let count = |name: &str| s.path().join(format!("{name}.count")).display().to_string();
+    let (ca, cd) = (count("a"), count("d"));
+    let good =
+        |counter: &str| fake_command(&["--quiet", "--usage", "100,50,0.5", "--counter", counter]);
+    let flaky =
+        "[\"sh\", \"-c\", \"if [ -f fixed ]; then echo fixed; else echo broken; exit 1; fi\"]";
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "concurrency = 2\n\n\
+             [[tasks]]\nlabel = \"a\"\ncommand = {}\n\n\
+             [[tasks]]\nlabel = \"b\"\ncommand = {flaky}\n\n\
+             [[tasks]]\nlabel = \"c\"\nneeds = [\"b\"]\ncommand = [\"echo\", \"after b\"]\n\n\
+             [[tasks]]\nlabel = \"d\"\ncommand = {}\n",
+            good(&ca),
+            good(&cd)
+        ),
+    );
+    let parent = unique_run("p");
+    let out = s.run(&["run", batch.to_str().expect("utf-8"), "--run-id", &parent]);
+    assert_eq!(out.status.code(), Some(1), "b fails, c is skipped");
+    // A finished run cannot be resumed; it can be rerun.
+    std::fs::write(s.path().join("fixed"), "").expect("write");
+    let child = unique_run("c");
+    let out = s.run(&["rerun", &parent, "--failed", "--run-id", &child]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(&child);
+    let kinds: Vec<&str> = events.iter().map(|e| event_kind(e).0).collect();
+    assert_eq!(kinds.get(1), Some(&"RunRerunOf"), "{kinds:?}");
+    assert_eq!(event_kind(&events[1]).1["parent"], parent.as_str());
+    for (i, carried) in [(0, true), (1, false), (2, false), (3, true)] {
+        assert_eq!(
+            task_events(&events, "TaskCarried", i).len(),
+            usize::from(carried),
+            "task {i}"
+        );
+        assert_eq!(
+            task_events(&events, "AttemptLaunching", i).is_empty(),
+            carried,
+            "task {i}: carried tasks are not run again, the others are"
+        );
+    }
+    for c in [&ca, &cd] {
+        let ran = std::fs::read_to_string(c).expect("counter");
+        assert_eq!(ran.lines().count(), 1, "{c}: ran once, in the parent only");
+    }
+    // The ledger is the run's own spending; the carried usage is shown apart.
+    let status = s.status(&child);
+    assert_eq!(status["usage"]["input"], 0, "{status}");
+    assert_eq!(
+        crate::support::task_view(&status, "a")["carried"]["input"],
+        100
+    );
+    assert!(
+        stdout.contains(&format!("carried from run {parent} (2 tasks")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("carried total"), "{stdout}");
+    let list = String::from_utf8_lossy(&s.run_ok(&["list"]).stdout).into_owned();
+    assert!(list.contains(&format!("(rerun of {parent})")), "{list}");
+    s.audit_clean(&child);
+}
+
+#[test]
+fn two_runs_at_once_share_a_machine_wide_cap_of_two_live_attempts() {
+    use std::collections::BTreeSet;
+    let s = Scratch::new();
+    let slots = s.path().join("slots");
+    let work = fake_command(&["--quiet", "--sleep", "1.5"]);
+    let mut toml = String::from("concurrency = 3\n");
+    for l in ["x", "y", "z"] {
+        toml.push_str(&format!("\n[[tasks]]\nlabel = \"{l}\"\ncommand = {work}\n"));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let runs = [unique_run("m1"), unique_run("m2")];
+    let mut bg = Vec::new();
+    for run in &runs {
+        let mut c = s.sortie();
+        c.env("SORTIE_MACHINE_SLOTS", "2")
+            .env("SORTIE_SLOTS_DIR", &slots)
+            .args(["run", batch.to_str().expect("utf-8"), "--run-id", run])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        bg.push(crate::support::Background::from_command(c, run));
+    }
+    // Sample /proc until both runs are done: never more than 2 attempts alive across them.
+    let mut most = 0;
+    let mut seen = BTreeSet::new();
+    // The run index says when a run is over, without opening its journal.
+    let done = |run: &str| {
+        std::fs::read(s.state_dir().join("index").join(run))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|e| e["status"].get("finished").is_some())
+    };
+    let start = std::time::Instant::now();
+    while !(done(&runs[0]) && done(&runs[1])) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "the runs did not finish"
+        );
+        let mut alive = BTreeSet::new();
+        for run in &runs {
+            for m in sortie_testkit::marked_processes(run) {
+                alive.insert((run.clone(), m.attempt));
+            }
+        }
+        most = most.max(alive.len());
+        seen.extend(alive);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for b in bg {
+        let out = b.finish(60);
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert!(
+        most <= 2,
+        "{most} attempts were alive at once across the two runs: {seen:?}"
+    );
+    for run in &runs {
+        let events = s.events(run);
+        for i in 0..3 {
+            let f = task_events(&events, "TaskFinished", i);
+            assert_eq!(f[0]["result"]["state"], "completed", "{run} task {i}");
+        }
+    }
+}

@@ -212,8 +212,17 @@ fn the_board_shows_each_running_task_with_its_activity_cut_to_80_columns_then_th
     }
     // The board gave way to the summary: the final screen shows the summary, no board line.
     let last = screen.parser.screen().contents();
-    assert!(last.contains("total"), "summary:\n{last}");
-    let final_rows: Vec<String> = screen.parser.screen().rows(0, 80).collect();
+    let final_rows: Vec<String> = screen.parser.screen().rows(0, 60).collect();
+    assert!(
+        last.contains("total: 3 task(s) · completed 3"),
+        "summary:\n{last}"
+    );
+    assert!(
+        final_rows
+            .iter()
+            .any(|r| r.starts_with("task ") && r.contains("state")),
+        "the summary's table:\n{last}"
+    );
     assert!(
         !final_rows.iter().any(|r| r.starts_with("run boardrun [")),
         "the board is still on screen:\n{last}"

@@ -14,6 +14,10 @@
 //! - an orphaned attempt keeps the usage of its last journaled checkpoint, counted once;
 //! - no process of the run is alive at the end.
 //!
+//! These tests pin the direct executor's crash path (`supervise = false`: attempts are children
+//! of sortie and die with it); supervised attempts, which outlive sortie and are adopted or
+//! recorded by resume, are tested in `supervised.rs`.
+//!
 //! Exact moments come from `SORTIE_TEST_PAUSE_AFTER=<event>` (see `engine::TEST_PAUSE_AFTER`):
 //! the run loop waits forever once it has committed that event, and the test kills it there.
 
@@ -53,7 +57,7 @@ impl Batch {
         let s = Scratch::new();
         let mut toml = format!(
             "concurrency = {concurrency}\n\n[defaults]\nmax_retries = 8\nkill_grace = \"1s\"\n\
-             attempt_timeout = \"5m\"\n"
+             attempt_timeout = \"5m\"\nsupervise = false\n"
         );
         let mut labels = Vec::new();
         for (label, args, extra) in tasks {

@@ -168,7 +168,7 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     add(
         "stall",
         &["--usage", "700,70,0.000700", "--stall-attempts", "1"],
-        "stall_after = \"2s\"\nstall_kill_after = \"1s\"",
+        "stall_after = \"4s\"\nstall_kill_after = \"1s\"",
     );
     // Attempt 1's job is cancelled on the cluster by someone else (below): an unexpected
     // signal, retried.

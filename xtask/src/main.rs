@@ -6,7 +6,7 @@
 //!   moments and resumed, every invariant checked after each crash (see `torture.rs`);
 //! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
 //!   (default 10000), then how many cases each property ran;
-//! - `bench [journal|dispatch|scale|all]`: the journal, dispatch and scale benchmarks, then one
+//! - `bench [journal|dispatch|scale|all|slurm]`: the journal, dispatch and scale benchmarks, then one
 //!   table of every figure against its target (see `bench.rs`).
 //! - `fuzz [--seconds N] [--rss-mb M] [TARGET...]`: every cargo-fuzz target for N seconds,
 //!   one after another, then the executions of each (see `fuzz.rs`).
@@ -35,10 +35,11 @@ tasks:
                             SIGKILL a run N times (default 200) at random moments, resume,
                             check every invariant after each crash (release build)
   proptest [--cases N]      model-based property tests in release mode (default 10000 cases)
-  bench [journal|dispatch|scale|all]
+  bench [journal|dispatch|scale|all|slurm]
                             journal append/replay, dispatch against xargs and GNU parallel,
                             resume of a 100k-task run and a 100k-task batch's memory; then
-                            one table with the targets (default all)
+                            one table with the targets (default all); slurm: 200 x `true`
+                            through a Slurm cluster against Snakemake and xargs sbatch --wait
   fuzz [--seconds N] [--rss-mb M] [TARGET...]
                             every fuzz target N seconds (default 60) under cargo fuzz, one
                             after another, memory bounded to M MB (default 1024)
@@ -261,7 +262,10 @@ fn bench(root: &Path, which: &str) -> Result<()> {
         "dispatch" => (false, true, false),
         "scale" => (false, false, true),
         "all" => (true, true, true),
-        other => bail!("unknown benchmark {other:?}: journal, dispatch, scale or all"),
+        // #11: needs root and a Slurm cluster (started by the script when none answers), and
+        // installs Snakemake from PyPI into a venv: never part of `all`.
+        "slurm" => return slurm_bench(root),
+        other => bail!("unknown benchmark {other:?}: journal, dispatch, scale, all or slurm"),
     };
     let mut figures = bench::Figures::default();
     let mut build = cargo(root);
@@ -340,4 +344,18 @@ fn keyed_output(mut cmd: Command, what: &str, prefix: &str) -> Result<String> {
         bail!("{what} failed ({status})");
     }
     found.with_context(|| format!("{what} printed no `{prefix}...` line"))
+}
+
+/// `cargo xtask bench slurm` (#11): `bench/slurm.sh` with the release build: 200 × `true`
+/// through one Slurm cluster, sortie against Snakemake's Slurm executor and `xargs -P 16
+/// sbatch --wait` (wall time, jobs per second, slurmctld RPCs per job from `sdiag`).
+fn slurm_bench(root: &Path) -> Result<()> {
+    let mut build = cargo(root);
+    build.args(["build", "--release", "-q", "-p", "sortie-cli", "--bins"]);
+    step(build, "cargo build --release (sortie)")?;
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("bench/slurm.sh"))
+        .arg(root.join("target/release/sortie"))
+        .current_dir(root);
+    keyed_output(cmd, "Slurm benchmark (bench/slurm.sh)", "slurm ").map(|_| ())
 }

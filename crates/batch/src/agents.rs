@@ -68,6 +68,7 @@ impl Agents {
                 can_continue: false,
                 // Unknown agents may write: the safe assumption for retries.
                 may_write: true,
+                supervise: true,
             });
             let mut env = Vec::new();
             let mut bad = name.is_empty();
@@ -109,6 +110,7 @@ impl Agents {
                     "can_steer" => boolean(&k.val).map(|b| p.can_steer = b),
                     "can_continue" => boolean(&k.val).map(|b| p.can_continue = b),
                     "may_write" => boolean(&k.val).map(|b| p.may_write = b),
+                    "supervise" => boolean(&k.val).map(|b| p.supervise = b),
                     other => Err(format!("unknown field{}", suggest(other, AGENT_FIELDS))),
                 };
                 if let Err(message) = parsed {

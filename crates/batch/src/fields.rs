@@ -41,6 +41,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // Expansion (issue 14): a task as a template over a list and/or samples.
     "for_each",
     "count",
+    // #10: attempts that outlive sortie.
+    "max_orphans",
+    "supervise",
     // #11
     "executor",
     "slurm",
@@ -74,6 +77,8 @@ pub(crate) const AGENT_FIELDS: &[&str] = &[
     "can_steer",
     "can_continue",
     "may_write",
+    // #10: attempts that outlive sortie.
+    "supervise",
 ];
 
 /// One task's fields (or `[defaults]`), type-checked, not yet resolved.
@@ -120,6 +125,9 @@ pub(crate) struct RawTask {
     pub(crate) count: Option<u32>,
     /// Set on a task made by expansion: where it came from.
     pub(crate) expanded: Option<crate::expand::Origin>,
+    // #10: attempts that outlive sortie.
+    pub(crate) max_orphans: Option<u32>,
+    pub(crate) supervise: Option<bool>,
     // #11
     pub(crate) executor: Option<ExecutorKind>,
     pub(crate) slurm: RawSlurm,
@@ -265,6 +273,9 @@ impl RawTask {
             }
             "for_each" => self.for_each = Some(crate::expand::ForEach::parse(v)?),
             "count" => self.count = Some(crate::expand::count(v)?),
+            // #10: attempts that outlive sortie.
+            "max_orphans" => self.max_orphans = Some(uint(v)?),
+            "supervise" => self.supervise = Some(boolean(v)?),
             "executor" => {
                 let name = string(v)?;
                 let kind = ExecutorKind::parse(&name)

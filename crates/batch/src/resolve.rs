@@ -225,7 +225,10 @@ fn resolve_task(
         permissions,
         tools,
         allow_denials,
-        transient_on
+        transient_on,
+        // #10: attempts that outlive sortie.
+        max_orphans,
+        supervise
     );
     s.deadline = pick(&t.deadline, &d.deadline);
     s.system_prompt = pick(&t.system_prompt, &d.system_prompt);

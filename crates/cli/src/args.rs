@@ -33,6 +33,15 @@ pub(crate) struct Global {
     /// Print no progress while a run goes, only its summary at the end.
     #[arg(short, long, global = true)]
     pub(crate) quiet: bool,
+    /// Show every task's output in a run's summary (by default only for runs of at most 20
+    /// tasks).
+    #[arg(long, global = true)]
+    pub(crate) outputs: bool,
+    /// While this process runs a run (`run`, `resume`, `cancel`), run CMD through `sh -c` each
+    /// time a task ends, with SORTIE_RUN, SORTIE_TASK, SORTIE_STATE, SORTIE_COST_USD,
+    /// SORTIE_ARTIFACT and SORTIE_ERROR in its environment (a notification, a chat hook).
+    #[arg(long, global = true, value_name = "CMD")]
+    pub(crate) on_task_end: Option<String>,
 }
 
 impl Global {
@@ -57,8 +66,9 @@ pub(crate) enum Command {
     Replay(ReplayArgs),
     /// Check a run's journal (checksums, order, transitions) and print its usage ledger.
     Audit(RunId),
-    /// Cancel a run: stop it if it is live; its unfinished tasks become cancelled.
-    Cancel(RunId),
+    /// Cancel a run: stop it if it is live; its unfinished tasks become cancelled. With
+    /// `--task`, only that task of a live run (the others go on).
+    Cancel(ControlArgs),
     /// Print a run's events as JSON Lines.
     Export(ExportArgs),
     /// Print the change a task made in its kept worktree (its patch); without a label, every
@@ -80,6 +90,79 @@ pub(crate) enum Command {
     /// Rebuild a damaged run's journal from every record that can still be read (the damaged
     /// files are moved aside, untouched), say what was lost; then `sortie resume` continues it.
     Recover(RunId),
+    /// Hold a live run, or one task of it: its processes are stopped (SIGSTOP), nothing of it
+    /// launches, tasks that need it wait, and its stall and attempt clocks stop. A held run
+    /// that crashes resumes held.
+    Hold(ControlArgs),
+    /// Release what `hold` held (without `--task`: the run and every held task).
+    Release(ControlArgs),
+    /// Send a message to a running task's agent (pi over RPC with `can_steer`).
+    Steer(SteerArgs),
+    /// Change how many tasks of a live run run at once.
+    Concurrency(ConcurrencyArgs),
+    /// Wait for a run to end and exit with its code (0 completed, 1 failed or partial, 3
+    /// interrupted; 5 when `--timeout` passed first), printing its summary.
+    Wait(WaitArgs),
+    /// Run a finished run's batch again as a new run: the tasks selected (by default every
+    /// task that did not complete) run again, the others are carried with their results; the
+    /// new run names its parent.
+    Rerun(RerunArgs),
+    /// Write a run's post-mortem as one self-contained HTML file: a timeline of every attempt
+    /// per task (coloured by outcome, retries and fallbacks visible, held and stalled spans
+    /// shaded), cost and tokens by task and model, and the summary's table.
+    Report(ReportArgs),
+}
+
+/// `sortie report`.
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Where to write the HTML file.
+    #[arg(long)]
+    pub(crate) html: PathBuf,
+}
+
+/// `sortie wait`.
+#[derive(Debug, Args)]
+pub(crate) struct WaitArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Give up after this long ("30s", "2h"): exit 5, the run goes on.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Option<std::time::Duration>,
+}
+
+/// A live run, or one task of it.
+#[derive(Debug, Args)]
+pub(crate) struct ControlArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// Only this task (by label).
+    #[arg(long)]
+    pub(crate) task: Option<String>,
+}
+
+/// `sortie steer`.
+#[derive(Debug, Args)]
+pub(crate) struct SteerArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// The task (by label).
+    #[arg(long)]
+    pub(crate) task: String,
+    /// The message.
+    pub(crate) message: String,
+}
+
+/// `sortie concurrency`.
+#[derive(Debug, Args)]
+pub(crate) struct ConcurrencyArgs {
+    /// The run's id (or a unique prefix).
+    pub(crate) run: String,
+    /// How many tasks may run at once (at least 1).
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) n: u32,
 }
 
 /// `sortie run`.
@@ -119,6 +202,10 @@ pub(crate) struct RunArgs {
     /// that does not say (#11).
     #[arg(long, value_parser = ["local", "slurm"])]
     pub(crate) executor: Option<String>,
+    /// Start the run in the background: print its id and return while it goes on (its output
+    /// goes to `<state-dir>/logs/<run>.log`; `sortie wait RUN` waits for it).
+    #[arg(long)]
+    pub(crate) detach: bool,
 }
 
 /// A run, or by default the newest.
@@ -225,4 +312,26 @@ pub(crate) struct ApplyArgs {
     /// hold nothing staged).
     #[arg(long)]
     pub(crate) commit: bool,
+}
+
+/// `sortie rerun`.
+#[derive(Debug, Args)]
+pub(crate) struct RerunArgs {
+    /// The finished run whose batch runs again.
+    pub(crate) run: String,
+    /// Rerun the tasks that failed.
+    #[arg(long)]
+    pub(crate) failed: bool,
+    /// Rerun the tasks that ended partial.
+    #[arg(long)]
+    pub(crate) partial: bool,
+    /// Rerun the tasks that timed out.
+    #[arg(long)]
+    pub(crate) timeout: bool,
+    /// Rerun this task (repeatable), whatever its end.
+    #[arg(long = "task", value_name = "LABEL")]
+    pub(crate) tasks: Vec<String>,
+    /// The new run's id (default: a fresh one).
+    #[arg(long)]
+    pub(crate) run_id: Option<String>,
 }

@@ -45,6 +45,8 @@ struct Header {
     tokens: u64,
     cost: String,
     started_at: Option<u64>,
+    /// The whole run is held (`sortie hold RUN`).
+    held: bool,
 }
 
 /// What the board shows, shared with the ticker.
@@ -135,6 +137,9 @@ impl Board {
         if let Some(task) = s.event.task() {
             m.follow(state, task, s);
         }
+        for (task, row) in &mut m.rows {
+            row.held = state.control.is_held(*task);
+        }
         m.render(s.at.0);
     }
 
@@ -193,6 +198,7 @@ impl Header {
         self.tokens = usage.tokens();
         self.cost = usage.cost.to_string();
         self.started_at = state.started_at.map(|t| t.0);
+        self.held = state.control.run_held;
     }
 
     fn line(&self, now: u64) -> String {
@@ -206,6 +212,9 @@ impl Header {
             .map(|(name, n)| format!("{name} {n}"))
             .collect();
         parts.push(counts.join(", "));
+        if self.held {
+            parts.push("HELD".to_owned());
+        }
         parts.push(format!("{} tok", compact(self.tokens)));
         parts.push(self.cost.clone());
         if let Some(start) = self.started_at {

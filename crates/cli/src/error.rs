@@ -25,6 +25,8 @@ pub(crate) enum Code {
     Interrupted = 3,
     /// The journal is corrupt.
     Corrupt = 4,
+    /// `sortie wait --timeout` gave up: the run goes on.
+    StillRunning = 5,
 }
 
 impl From<Code> for std::process::ExitCode {

@@ -9,6 +9,8 @@ mod board;
 mod commands;
 mod error;
 mod output;
+mod report;
+mod summary;
 
 use std::process::ExitCode;
 
@@ -23,6 +25,10 @@ fn main() -> ExitCode {
     if raw.get(1).map(String::as_str) == Some(sortie_runner::process::SUPERVISE_ARG) {
         let code = sortie_runner::process::supervise_main(&raw[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    // Attempts run under a supervisor that outlives this process: this very binary.
+    if let Ok(exe) = std::env::current_exe() {
+        sortie_runner::executor::use_supervisor(exe);
     }
     let args = args::Cli::parse();
     output::init_tracing(args.global.verbose);

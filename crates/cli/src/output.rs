@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::board::{Board, cut as truncate};
 use crate::error::Result;
-use sortie_core::ledger::{Ledger, ledger};
+use sortie_core::ledger::Ledger;
 use sortie_core::{Attempt, Event, RunId, RunState, RunStatus, Stamped, TaskId, Usage};
 use sortie_runner::engine::Observer;
 
@@ -31,7 +31,8 @@ pub(crate) fn init_tracing(verbose: u8) {
 /// What a run prints while it goes: off a terminal, one timestamped line per event worth a
 /// person's attention; on a terminal, the same lines above the live board (`board.rs`). With
 /// `--json` or `--quiet`, nothing: stdout gets the summary at the end.
-pub(crate) fn observer(quiet: bool, run_id: Option<&RunId>) -> Box<dyn Observer> {
+pub(crate) fn observer(g: &crate::args::Global, run_id: Option<&RunId>) -> Box<dyn Observer> {
+    let quiet = g.json || g.quiet;
     let board = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let board = Board::new();
         if let Some(run) = run_id {
@@ -39,12 +40,56 @@ pub(crate) fn observer(quiet: bool, run_id: Option<&RunId>) -> Box<dyn Observer>
         }
         board
     });
-    Box::new(LogLines { quiet, board })
+    Box::new(LogLines {
+        quiet,
+        board,
+        on_task_end: g.on_task_end.clone(),
+    })
 }
 
 struct LogLines {
     quiet: bool,
     board: Option<Board>,
+    /// `--on-task-end CMD`.
+    on_task_end: Option<String>,
+}
+
+/// Runs `--on-task-end CMD` for a task that just ended, with what a hook wants to know in its
+/// environment.
+fn task_end_hook(cmd: &str, state: &RunState, task: TaskId, result: &sortie_core::TaskResult) {
+    let rec = state.task(task);
+    let usage = rec.map(|r| r.usage()).unwrap_or_default();
+    let artifact = rec
+        .and_then(|r| r.artifact.as_ref())
+        .map(|a| a.path.clone())
+        .unwrap_or_default();
+    let env = vec![
+        (
+            "SORTIE_RUN".to_owned(),
+            state
+                .run_id
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+        ),
+        ("SORTIE_TASK".to_owned(), state.label(task)),
+        ("SORTIE_STATE".to_owned(), result.state.to_string()),
+        (
+            "SORTIE_COST_USD".to_owned(),
+            format!("{:.6}", usage.cost.usd()),
+        ),
+        ("SORTIE_ARTIFACT".to_owned(), artifact),
+        (
+            "SORTIE_ERROR".to_owned(),
+            result
+                .error
+                .as_deref()
+                .map(first_line)
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+    ];
+    sortie_runner::process::run_hook(cmd, &env);
 }
 
 /// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
@@ -54,6 +99,9 @@ fn colour() -> bool {
 
 impl Observer for LogLines {
     fn event(&mut self, state: &RunState, s: &Stamped) {
+        if let (Some(cmd), Event::TaskFinished { task, result }) = (&self.on_task_end, &s.event) {
+            task_end_hook(cmd, state, *task, result);
+        }
         if self.quiet {
             return;
         }
@@ -108,6 +156,14 @@ impl Observer for LogLines {
                 "[{}] {reason} (in {:.1}s)",
                 state.label(*task),
                 delay.as_secs_f64()
+            )),
+            Event::Control { by, action } => Some(format!(
+                "[{}] {} by {by}",
+                action
+                    .task()
+                    .map(|t| state.label(t))
+                    .unwrap_or_else(|| "run".to_owned()),
+                crate::commands::control_text(action)
             )),
             Event::TaskFinished { task, result } => {
                 let done = state.done_count();
@@ -193,8 +249,19 @@ pub(crate) struct TaskView {
     pub(crate) usage: Usage,
     /// Its text (for finished tasks).
     pub(crate) text: Option<String>,
+    /// The models its attempts ran on, in order, each once (`null` for the profile's default).
+    pub(crate) models: Vec<Option<String>>,
+    /// From its first attempt's launch to its last attempt's end (or now, for a live one), in
+    /// milliseconds; `null` before any attempt.
+    pub(crate) duration_ms: Option<u64>,
+    /// Where its artifact was written.
+    pub(crate) artifact: Option<String>,
+    /// Whether it is held (`sortie hold`, of it or of the run).
+    pub(crate) held: bool,
     /// Its worktree, for an isolated task whose worktree was planned.
     pub(crate) worktree: Option<WorktreeView>,
+    /// Carried from the parent run (a rerun): the usage it spent there (not in `usage`).
+    pub(crate) carried: Option<Usage>,
     /// The tool calls its agent's permissions denied (tool, count), over its attempts.
     pub(crate) denials: Vec<sortie_core::Denial>,
 }
@@ -281,6 +348,10 @@ pub(crate) struct RunView {
     pub(crate) events: u64,
     /// Why the run's budget ran out, when it did.
     pub(crate) budget_exceeded: Option<String>,
+    /// The commands to go on from here (in a run's summary; empty elsewhere).
+    pub(crate) commands: Vec<String>,
+    /// The run this one reruns.
+    pub(crate) parent: Option<String>,
 }
 
 /// Builds the view of a run.
@@ -291,6 +362,14 @@ pub(crate) fn view(
     with_text: bool,
 ) -> RunView {
     let mut counts = BTreeMap::new();
+    let now = state
+        .tasks
+        .iter()
+        .flat_map(|r| r.attempts.iter())
+        .filter_map(attempt_end)
+        .max()
+        .unwrap_or(0)
+        .max(if live_pid.is_some() { now_ms() } else { 0 });
     let tasks: Vec<TaskView> = state
         .tasks
         .iter()
@@ -314,7 +393,13 @@ pub(crate) fn view(
                 } else {
                     None
                 },
+                models: models_tried(rec),
+                duration_ms: duration(rec, now),
+                artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
+                held: !rec.state.is_terminal()
+                    && state.control.is_held(sortie_core::TaskId(i as u32)),
                 worktree: WorktreeView::of(rec),
+                carried: rec.carried,
                 denials: rec.denials(),
             }
         })
@@ -336,27 +421,86 @@ pub(crate) fn view(
         tasks,
         events: state.next_seq.0,
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
+        commands: Vec::new(),
+        parent: state.parent.as_ref().map(ToString::to_string),
     }
 }
 
-/// Prints a finished (or interrupted) run's summary: the summary text and the ledger, or JSON.
-pub(crate) fn print_summary(json: bool, run: &RunId, state: &RunState) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    if json {
-        serde_json::to_writer_pretty(&mut out, &view(run, state, None, true))?;
-        writeln!(out)?;
+/// The models a task's attempts ran on, in order, each once.
+fn models_tried(rec: &sortie_core::TaskRecord) -> Vec<Option<String>> {
+    let mut models: Vec<Option<String>> = Vec::new();
+    for a in &rec.attempts {
+        if !models.contains(&a.model) {
+            models.push(a.model.clone());
+        }
+    }
+    models
+}
+
+/// When an attempt ended, if it has.
+fn attempt_end(a: &sortie_core::AttemptRecord) -> Option<u64> {
+    match &a.end {
+        Some(sortie_core::state::AttemptEnd::Finished { at, .. })
+        | Some(sortie_core::state::AttemptEnd::Orphaned { at, .. }) => Some(at.0),
+        None => None,
+    }
+}
+
+/// A task's span: its first launch to its last attempt's end, or to `now` while one runs.
+fn duration(rec: &sortie_core::TaskRecord, now: u64) -> Option<u64> {
+    let first = rec.attempts.first()?.launched_at.0;
+    let last = rec.attempts.last()?;
+    let end = attempt_end(last).unwrap_or(now.max(first));
+    Some(end.saturating_sub(first))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A rerun's carried tasks, apart from the ledger (which is the run's own spending): each
+/// task's usage in the earlier runs, and their total. Nothing for a run that carried none.
+pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()> {
+    let carried: Vec<(String, Usage)> = state
+        .tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rec)| {
+            let u = rec.carried?;
+            Some((state.label(sortie_core::TaskId(u32::try_from(i).ok()?)), u))
+        })
+        .collect();
+    if carried.is_empty() {
         return Ok(());
     }
-    // The journal's text once the run finished (`RunFinished` carries it, made by core's
-    // `summary_text`); a run not finished has none journaled, so the same function says it as
-    // of now.
-    match &state.summary {
-        Some(text) => writeln!(out, "{text}")?,
-        None => writeln!(out, "{}", sortie_core::summary_text(state))?,
+    let parent = state
+        .parent
+        .as_ref()
+        .map_or_else(|| "an earlier run".to_owned(), |p| format!("run {p}"));
+    writeln!(
+        out,
+        "carried from {parent} ({} tasks, not run again; spent there, not by this run):",
+        carried.len()
+    )?;
+    for (label, u) in &carried {
+        writeln!(
+            out,
+            "  task {:<23} {:>10} tok  {}",
+            truncate(label, 23),
+            u.tokens(),
+            u.cost
+        )?;
     }
-    writeln!(out)?;
-    print_ledger(&mut out, state, &ledger(state))?;
-    print_kept(&mut out, &view(run, state, None, false))?;
+    let total = Usage::sum(carried.iter().map(|(_, u)| u));
+    writeln!(
+        out,
+        "  {:<28} {:>10} tok  {}",
+        "carried total",
+        total.tokens(),
+        total.cost
+    )?;
     Ok(())
 }
 
@@ -425,6 +569,9 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
             t.usage.cost,
             if t.stalled { "  STALLED" } else { "" }
         )?;
+        if t.held {
+            writeln!(out, "      held")?;
+        }
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;
         }

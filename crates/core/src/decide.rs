@@ -116,11 +116,22 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         ));
         return give_up(&o);
     }
-    let used = rec.attempts.len() as u32;
-    if used >= spec.max_attempts() {
+    // A crash of sortie is not the task's fault: an orphan spends `max_orphans`, never a retry.
+    let orphans = rec.attempts.iter().filter(|a| a.orphaned()).count() as u32;
+    if last.orphaned() && orphans > spec.max_orphans {
+        let mut o = outcome.clone();
+        o.error = Some(format!(
+            "{}; not retried: sortie stopped {orphans} times while this task ran (max_orphans = {})",
+            o.error.as_deref().unwrap_or(o.stop_reason.as_str()),
+            spec.max_orphans
+        ));
+        return give_up(&o);
+    }
+    let used = rec.attempts.len() as u32 - orphans;
+    if !last.orphaned() && used >= spec.max_attempts() {
         return give_up(&outcome);
     }
-    let next = Attempt(used + 1);
+    let next = Attempt(rec.attempts.len() as u32 + 1);
     // Models that raised a model_error are never tried again.
     let banned: Vec<&Option<String>> = rec
         .attempts
@@ -131,7 +142,14 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         })
         .map(|a| &a.model)
         .collect();
-    let candidates = std::iter::once(model_for_attempt(spec, next))
+    // An orphan's retry stays on its model; otherwise the fallbacks go by the attempts that
+    // were not orphaned.
+    let first = if last.orphaned() {
+        last.model.clone()
+    } else {
+        model_for_attempt(spec, Attempt(used + 1))
+    };
+    let candidates = std::iter::once(first)
         .chain(spec.fallback_models.iter().cloned().map(Some))
         .chain(std::iter::once(spec.model.clone()));
     let Some(model) = candidates.into_iter().find(|m| !banned.contains(&m)) else {

@@ -236,6 +236,75 @@ pub enum Event {
         /// What happened, for people (`run cost $5.10 passed max_cost $5.00`).
         reason: String,
     },
+    // #10: attempts that outlive sortie.
+    /// Where the launching attempt runs and how it is found again: its executor and its
+    /// attempt dir. Durable after `AttemptLaunching` (and `AttemptContinues`) and before the
+    /// executor starts it; at most once per attempt, only before its process exists.
+    AttemptPlaced {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The executor's name (`local`: a supervisor that outlives sortie; `direct`: a child
+        /// of sortie; `slurm`).
+        executor: String,
+        /// The attempt dir (absolute): its output files and its executor's records.
+        dir: String,
+    },
+    /// The executor's own id of the placed attempt (a batch job id), once known; at most once.
+    AttemptHandle {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The id.
+        handle: String,
+    },
+    /// Resume found the live attempt still running: it is adopted and followed from its files
+    /// (its clocks re-armed from the journaled times); it ends with its own `AttemptFinished`.
+    AttemptAdopted {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The size of its stdout when it was adopted (what sortie had not seen yet starts at
+        /// or before it).
+        offset: u64,
+    },
+    /// Resume found the live attempt ended while no sortie watched it: its outcome is read
+    /// from its files exactly as if it had been watched (`AttemptFinished` follows); it is not
+    /// run again.
+    AttemptRecorded {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+    },
+    /// A user acted on the live run through its control socket (`sortie hold`, `release`,
+    /// `cancel --task`, `steer`, `concurrency`). Journaled before it takes effect, so that
+    /// replay shows it and a resume keeps it (a held task stays held).
+    Control {
+        /// Who: the peer's user and pid as the socket's credentials gave them.
+        by: String,
+        /// What.
+        action: ControlAction,
+    },
+    /// The run is a rerun of `parent` (`sortie rerun`): right after `RunStarted`, once.
+    RunRerunOf {
+        /// The run whose batch it runs again.
+        parent: RunId,
+    },
+    /// A task not selected for a rerun is carried from the parent run with its result; its
+    /// usage was spent by the parent and is shown apart (the run's own usage leaves it out).
+    /// Only for a pending task, before anything else happened to it.
+    TaskCarried {
+        /// The task.
+        task: TaskId,
+        /// Its result in the parent run.
+        result: TaskResult,
+        /// Its usage in the parent run.
+        usage: Usage,
+    },
 }
 
 /// One limit of a run's budget.
@@ -261,6 +330,63 @@ impl BudgetLimit {
     }
 }
 
+/// What a user did to a live run (see [`Event::Control`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlAction {
+    /// Hold one task (its processes stopped, nothing of it launched), or the whole run.
+    Hold {
+        /// The task; `None`: the run.
+        task: Option<TaskId>,
+    },
+    /// Release one held task, or the run and every held task.
+    Release {
+        /// The task; `None`: everything held.
+        task: Option<TaskId>,
+    },
+    /// Cancel one task (its attempt stopped, not retried; it ends cancelled), or the run.
+    Cancel {
+        /// The task; `None`: the run.
+        task: Option<TaskId>,
+    },
+    /// Send a message to a running task's agent (one that can be steered).
+    Steer {
+        /// The task.
+        task: TaskId,
+        /// The message.
+        message: String,
+    },
+    /// Change how many tasks run at once.
+    Concurrency {
+        /// The new limit (at least 1).
+        n: u32,
+    },
+}
+
+impl ControlAction {
+    /// The task the action is about, if one.
+    pub fn task(&self) -> Option<TaskId> {
+        match self {
+            ControlAction::Hold { task }
+            | ControlAction::Release { task }
+            | ControlAction::Cancel { task } => *task,
+            ControlAction::Steer { task, .. } => Some(*task),
+            ControlAction::Concurrency { .. } => None,
+        }
+    }
+
+    /// The action's name, as the CLI's commands say it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ControlAction::Hold { .. } => "hold",
+            ControlAction::Release { .. } => "release",
+            ControlAction::Cancel { .. } => "cancel",
+            ControlAction::Steer { .. } => "steer",
+            ControlAction::Concurrency { .. } => "concurrency",
+        }
+    }
+}
+
 impl Event {
     /// The task this event is about, if any.
     pub fn task(&self) -> Option<TaskId> {
@@ -270,7 +396,8 @@ impl Event {
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
-            | Event::RunBudgetExceeded { .. } => None,
+            | Event::RunBudgetExceeded { .. }
+            | Event::RunRerunOf { .. } => None,
             Event::TaskQueued { task }
             | Event::TaskSetUp { task, .. }
             | Event::AttemptLaunching { task, .. }
@@ -285,7 +412,13 @@ impl Event {
             | Event::TaskFinished { task, .. }
             | Event::WorktreePlanned { task, .. }
             | Event::AttemptSideEffects { task, .. }
-            | Event::AttemptContinues { task, .. } => Some(*task),
+            | Event::AttemptContinues { task, .. }
+            | Event::AttemptPlaced { task, .. }
+            | Event::AttemptHandle { task, .. }
+            | Event::AttemptAdopted { task, .. }
+            | Event::AttemptRecorded { task, .. }
+            | Event::TaskCarried { task, .. } => Some(*task),
+            Event::Control { action, .. } => action.task(),
         }
     }
 
@@ -313,6 +446,13 @@ impl Event {
             Event::AttemptContinues { .. } => "AttemptContinues",
             Event::RunBudgetWarned { .. } => "RunBudgetWarned",
             Event::RunBudgetExceeded { .. } => "RunBudgetExceeded",
+            Event::AttemptPlaced { .. } => "AttemptPlaced",
+            Event::AttemptHandle { .. } => "AttemptHandle",
+            Event::AttemptAdopted { .. } => "AttemptAdopted",
+            Event::AttemptRecorded { .. } => "AttemptRecorded",
+            Event::Control { .. } => "Control",
+            Event::RunRerunOf { .. } => "RunRerunOf",
+            Event::TaskCarried { .. } => "TaskCarried",
         }
     }
 }

@@ -114,6 +114,10 @@ pub struct AgentProfile {
     pub can_continue: bool,
     /// Whether the agent may edit files or run a shell.
     pub may_write: bool,
+    // #10: attempts that outlive sortie.
+    /// Whether its attempts run under a supervisor that outlives sortie (`supervise = false`
+    /// runs them as sortie's children, which die with it; see docs/resume.md).
+    pub supervise: bool,
 }
 
 impl AgentProfile {
@@ -151,6 +155,7 @@ impl AgentProfile {
                 can_steer: false,
                 can_continue: false,
                 may_write: true,
+                supervise: true,
             },
             AgentProfile {
                 name: "claude".into(),
@@ -172,6 +177,7 @@ impl AgentProfile {
                 can_steer: false,
                 can_continue: false,
                 may_write: true,
+                supervise: true,
             },
             AgentProfile {
                 name: "codex".into(),
@@ -195,6 +201,7 @@ impl AgentProfile {
                 can_steer: false,
                 can_continue: false,
                 may_write: true,
+                supervise: true,
             },
             AgentProfile {
                 name: "pi-rpc".into(),
@@ -217,6 +224,7 @@ impl AgentProfile {
                 can_steer: true,
                 can_continue: true,
                 may_write: true,
+                supervise: true,
             },
             AgentProfile {
                 name: "command".into(),
@@ -227,6 +235,7 @@ impl AgentProfile {
                 can_steer: false,
                 can_continue: false,
                 may_write: false,
+                supervise: true,
             },
         ];
         profiles.into_iter().map(|p| (p.name.clone(), p)).collect()
@@ -288,6 +297,13 @@ pub struct TaskSpec {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
+    // #10: attempts that outlive sortie.
+    /// How many of its attempts a crash of sortie may cost (orphaned attempts, retried as
+    /// transient): separate from `max_retries`, which a crash never spends.
+    pub max_orphans: u32,
+    /// Whether its attempts run under a supervisor that outlives sortie (on by default; the
+    /// profile's `supervise = false` turns it off too).
+    pub supervise: bool,
     // #11
     /// Where its attempts run: locally, or as Slurm jobs with their `[slurm]` options.
     pub executor: crate::slurm::Executor,
@@ -392,6 +408,8 @@ impl TaskSpec {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            max_orphans: 3,
+            supervise: true,
             executor: crate::slurm::Executor::Local,
             permissions: Permissions::Edit,
             tools: vec![],
@@ -402,10 +420,19 @@ impl TaskSpec {
         }
     }
 
-    /// The most attempts this task may make: `1 + max(max_retries, fallbacks)`.
+    /// The most attempts this task may make that are not orphaned (a crash of sortie does
+    /// not spend them): `1 + max(max_retries, fallbacks)`; orphaned attempts add up to
+    /// `max_orphans` more (see [`TaskSpec::max_attempts_with`]).
     pub fn max_attempts(&self) -> u32 {
         let fallbacks = u32::try_from(self.fallback_models.len()).unwrap_or(u32::MAX);
         1u32.saturating_add(self.max_retries.max(fallbacks))
+    }
+
+    /// The most attempts this task may make once `orphans` of its attempts were orphaned:
+    /// [`TaskSpec::max_attempts`] plus the orphans, up to `max_orphans` of them.
+    pub fn max_attempts_with(&self, orphans: u32) -> u32 {
+        self.max_attempts()
+            .saturating_add(orphans.min(self.max_orphans))
     }
 }
 

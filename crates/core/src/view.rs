@@ -49,6 +49,7 @@ mod tests {
             attempts: Vec::new(),
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 
@@ -64,6 +65,7 @@ mod tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 

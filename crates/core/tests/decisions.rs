@@ -669,3 +669,58 @@ fn summary_lists_each_task_with_its_state_and_text() {
     );
     assert_eq!(summary_text(&RunState::new()), "");
 }
+
+// #10: a crash of sortie spends `max_orphans`, never a retry.
+#[test]
+fn an_orphan_spends_no_retry_and_orphans_have_their_own_budget() {
+    let e = || fail(StopReason::Error);
+    // No retries at all: an orphan is still tried again, on its own model, at once.
+    let mut s = spec(Some("a"), &["b"], 0);
+    s.fallback_models.clear();
+    check(&s, &[(Some("a"), None)], 0, 0, "retry 2 on a after 0ms");
+    check(
+        &s,
+        &[(Some("a"), None), (Some("a"), None), (Some("a"), None)],
+        0,
+        0,
+        "retry 4 on a after 0ms",
+    );
+    // The fourth orphan is over `max_orphans = 3`.
+    let four: Vec<(Option<&str>, Option<AttemptOutcome>)> = vec![(Some("a"), None); 4];
+    check(
+        &s,
+        &four,
+        0,
+        0,
+        "give up: failed interrupted: sortie stopped while attempt 4 ran; its process was gone; \
+         not retried: sortie stopped 4 times while this task ran (max_orphans = 3) \
+         (after 4 attempts: a → a → a → a)",
+    );
+    // After an orphan, a real failure still finds its one retry, on the first fallback.
+    let s = spec(Some("a"), &["b"], 1);
+    check(
+        &s,
+        &[(Some("a"), None), (Some("a"), e())],
+        0,
+        0,
+        "retry 3 on b after 0ms",
+    );
+    check(
+        &s,
+        &[(Some("a"), None), (Some("a"), e()), (Some("b"), e())],
+        0,
+        0,
+        "give up: failed error: 429 overloaded (after 3 attempts: a → a → b)",
+    );
+    // `max_orphans = 0`: a crash ends the task.
+    let mut s = spec(None, &[], 2);
+    s.max_orphans = 0;
+    let step = show(&next_step(
+        &s,
+        replay(&s, &[(None, None)]).task(T).expect("task"),
+        Timestamp(0),
+        0,
+    ));
+    assert!(step.starts_with("give up: failed interrupted"), "{step}");
+    assert!(step.contains("max_orphans = 0"), "{step}");
+}

@@ -202,7 +202,9 @@ fn run_finished_carries_the_aggregate() {
                 .events
                 .iter()
                 .filter_map(|e| match &e.event {
-                    Event::TaskFinished { result, .. } => Some(result.state),
+                    Event::TaskFinished { result, .. } | Event::TaskCarried { result, .. } => {
+                        Some(result.state)
+                    }
                     _ => None,
                 })
                 .collect();
@@ -340,4 +342,63 @@ fn rejected_events_leave_the_state_untouched() {
             Ok(())
         },
     );
+}
+
+// #10: attempts that outlive sortie.
+/// A placed attempt that a resume found (adopted or recorded) ends with its own
+/// `AttemptFinished` unless sortie dies again first; a recorded one ends at once, and is never
+/// orphaned; and across many scenarios the generator makes all three of adopted, recorded and
+/// orphaned (a placed attempt gone), so the properties above cover them.
+#[test]
+fn found_attempts_end_once_and_the_generator_makes_all_three() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    use sortie_core::{Attempt, TaskId};
+    use std::collections::BTreeSet;
+
+    let mut runner = TestRunner::deterministic();
+    let (mut adopted, mut recorded, mut orphaned_placed) = (0, 0, 0);
+    for _ in 0..300 {
+        let s = scenario_strategy()
+            .new_tree(&mut runner)
+            .expect("a scenario")
+            .current();
+        let t = trace(&s);
+        let mut placed: BTreeSet<(TaskId, Attempt)> = BTreeSet::new();
+        for (k, e) in t.events.iter().enumerate() {
+            match &e.event {
+                Event::AttemptPlaced { task, attempt, .. } => {
+                    placed.insert((*task, *attempt));
+                }
+                Event::AttemptAdopted { .. } => adopted += 1,
+                Event::AttemptRecorded { task, attempt } => {
+                    recorded += 1;
+                    // Recorded from its files: its end follows (after its start, if that was
+                    // not journaled yet), unless this process dies at once.
+                    let next = t.events[k + 1..]
+                        .iter()
+                        .map(|e| &e.event)
+                        .find(|e| e.task() == Some(*task));
+                    if let Some(next) = next {
+                        assert!(
+                            matches!(
+                                next,
+                                Event::AttemptFinished { attempt: a, .. }
+                                | Event::AttemptStarted { attempt: a, .. } if a == attempt
+                            ),
+                            "a recorded attempt is followed by {next:?}"
+                        );
+                    }
+                }
+                Event::AttemptOrphaned { task, attempt, .. }
+                    if placed.contains(&(*task, *attempt)) =>
+                {
+                    orphaned_placed += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    eprintln!("adopted {adopted}, recorded {recorded}, orphaned after placed {orphaned_placed}");
+    assert!(adopted > 0 && recorded > 0 && orphaned_placed > 0);
 }

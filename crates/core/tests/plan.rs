@@ -649,3 +649,176 @@ fn after_a_run_budget_breach_a_retry_is_not_launched_and_the_deadline_wakes_the_
         ])
     );
 }
+
+// Live control (`Event::Control`): held tasks do not launch, cancelled ones end, the
+// concurrency a user set is the limit.
+
+fn control(action: sortie_core::ControlAction) -> Event {
+    Event::Control {
+        by: "uid 1000 pid 7".into(),
+        action,
+    }
+}
+
+#[test]
+fn a_held_task_does_not_launch_until_released_and_a_held_run_launches_nothing() {
+    use sortie_core::ControlAction as C;
+    let mut run = Run::new(4, false, vec![task("a"), task("b")]);
+    run.push(Event::TaskQueued { task: TaskId(0) })
+        .push(Event::TaskQueued { task: TaskId(1) })
+        .push(control(C::Hold {
+            task: Some(TaskId(0)),
+        }));
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&["launching b attempt 1 on default", "spawn b"])
+    );
+    run.push(control(C::Hold { task: None }));
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&[]),
+        "the run is held"
+    );
+    run.push(control(C::Release { task: None }));
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&[
+            "launching a attempt 1 on default",
+            "spawn a",
+            "launching b attempt 1 on default",
+            "spawn b"
+        ]),
+        "released: both"
+    );
+}
+
+#[test]
+fn a_cancelled_task_ends_cancelled_and_its_attempt_is_not_retried() {
+    use sortie_core::ControlAction as C;
+    let mut a = task("a");
+    a.max_retries = 3;
+    let mut run = Run::new(4, false, vec![a, task("b"), task("c")]);
+    run.push(control(C::Cancel {
+        task: Some(TaskId(1)),
+    }));
+    // b has not started: it ends at once; a's transient failure after its cancel is not
+    // retried.
+    run.attempt(0, failed(StopReason::Error))
+        .push(control(C::Cancel {
+            task: Some(TaskId(0)),
+        }));
+    let round = run.plan(0, &World::default());
+    assert!(
+        round.contains(&"finish b cancelled: cancelled".to_owned()),
+        "{round:?}"
+    );
+    assert!(
+        round
+            .iter()
+            .any(|l| l.starts_with("finish a cancelled: cancelled (last attempt:")),
+        "{round:?}"
+    );
+    assert!(!round.iter().any(|l| l.starts_with("retry a")), "{round:?}");
+}
+
+#[test]
+fn a_users_concurrency_is_the_limit() {
+    use sortie_core::ControlAction as C;
+    let mut run = Run::new(1, false, vec![task("a"), task("b"), task("c")]);
+    for t in 0..3 {
+        run.push(Event::TaskQueued { task: TaskId(t) });
+    }
+    run.push(control(C::Concurrency { n: 3 }));
+    let round = run.plan(0, &World::default());
+    assert_eq!(round.iter().filter(|l| l.starts_with("spawn")).count(), 3);
+    run.push(control(C::Concurrency { n: 2 }));
+    let round = run.plan(
+        0,
+        &World {
+            live: 1,
+            ..World::default()
+        },
+    );
+    assert_eq!(round.iter().filter(|l| l.starts_with("spawn")).count(), 1);
+}
+
+#[test]
+fn control_is_refused_where_it_does_not_apply() {
+    use sortie_core::ControlAction as C;
+    let mut run = Run::new(1, false, vec![task("a")]);
+    run.attempt(0, AttemptOutcome::completed());
+    run.push(Event::TaskFinished {
+        task: TaskId(0),
+        result: sortie_core::decide::not_started_result(true),
+    });
+    for action in [
+        C::Hold {
+            task: Some(TaskId(0)),
+        },
+        C::Steer {
+            task: TaskId(0),
+            message: "x".into(),
+        },
+        C::Release {
+            task: Some(TaskId(0)),
+        },
+        C::Concurrency { n: 0 },
+        C::Hold {
+            task: Some(TaskId(9)),
+        },
+    ] {
+        assert!(
+            run.state.check(&control(action.clone())).is_err(),
+            "{action:?}"
+        );
+    }
+    assert!(run.state.check(&control(C::Concurrency { n: 2 })).is_ok());
+}
+// Reruns: carried tasks are finished before the first round.
+
+#[test]
+fn a_carried_task_is_never_planned_and_its_dependents_see_its_result() {
+    let mut b = task("b");
+    b.needs = vec!["a".into()];
+    let mut run = Run::new(4, true, vec![task("a"), b, task("c")]);
+    let carried = |state| sortie_core::TaskResult {
+        state,
+        stop_reason: StopReason::Completed,
+        phase: None,
+        error: None,
+        text: "from the parent".into(),
+    };
+    run.push(Event::RunRerunOf {
+        parent: RunId::new("parent-run").expect("id"),
+    })
+    .push(Event::TaskCarried {
+        task: TaskId(0),
+        result: carried(sortie_core::TerminalState::Completed),
+        usage: Usage::ZERO,
+    })
+    .push(Event::TaskCarried {
+        task: TaskId(2),
+        result: carried(sortie_core::TerminalState::Failed),
+        usage: Usage::ZERO,
+    });
+    // Refused once the task is finished, and a second RunRerunOf.
+    let again = Event::TaskCarried {
+        task: TaskId(0),
+        result: carried(sortie_core::TerminalState::Completed),
+        usage: Usage::ZERO,
+    };
+    assert!(run.state.check(&again).is_err());
+    assert!(
+        run.state
+            .check(&Event::RunRerunOf {
+                parent: RunId::new("other").expect("id")
+            })
+            .is_err()
+    );
+    run.planner = Planner::new(&run.state);
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&["queue b"]),
+        "b's need is met by the carried a; c's carried failure does not trip fail_fast"
+    );
+}

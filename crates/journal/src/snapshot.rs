@@ -203,20 +203,25 @@ impl Journal {
             };
             let checked = decode(&bytes).and_then(|(mark, state)| {
                 if mark.records > held {
-                    return Err(format!(
-                        "it is after {} records, the journal holds {held}",
+                    // A reader's copy of a live run can be older than the snapshot written
+                    // since (a journal that lost records is refused by its mark at open).
+                    tracing::debug!(
+                        "passing over snapshot {}: it is after {} records, the journal holds                          {held}",
+                        path.display(),
                         mark.records
-                    ));
+                    );
+                    return Ok(None);
                 }
                 let last = mark.records.checked_sub(1).map(|s| self.store.get(s));
                 match last {
-                    Some(Ok(Some(b))) if digest(&b) == mark.digest => Ok((mark, state)),
-                    None => Ok((mark, state)),
+                    Some(Ok(Some(b))) if digest(&b) == mark.digest => Ok(Some((mark, state))),
+                    None => Ok(Some((mark, state))),
                     _ => Err("the journal's record at its seq differs (stale)".into()),
                 }
             });
             match checked {
-                Ok(found) => return Some(found),
+                Ok(Some(found)) => return Some(found),
+                Ok(None) => {}
                 Err(why) => tracing::warn!("ignoring snapshot {}: {why}", path.display()),
             }
         }

@@ -172,6 +172,7 @@ fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
             updated: start,
             acked: None,
             damaged: None,
+            parent: None,
         },
     )
     .unwrap();

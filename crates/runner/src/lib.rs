@@ -9,6 +9,7 @@
 mod agent;
 mod attempt;
 pub mod clock;
+pub mod control;
 pub mod engine;
 mod error;
 pub mod executor;
@@ -17,6 +18,7 @@ pub mod layout;
 pub mod preflight;
 pub mod process;
 pub mod recover;
+pub mod slots;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;

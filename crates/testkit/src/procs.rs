@@ -18,7 +18,31 @@ pub struct Marked {
 
 /// Live (not zombie) processes whose environment marks them as attempts of `run`.
 pub fn marked_processes(run: &str) -> Vec<Marked> {
-    let needle = format!("{MARKER}={run}/");
+    scan(&format!("{MARKER}={run}/"))
+}
+
+/// The variable that marks an attempt's supervisor (the runner's `SUPERVISOR_MARKER`): its
+/// value is the attempt's own marker, `SORTIE_ATTEMPT=<run>/<task>/<attempt>/...`.
+pub const SUPERVISOR_MARKER: &str = "SORTIE_SUPERVISOR";
+
+/// Live supervisors of `run`'s attempts (see [`SUPERVISOR_MARKER`]).
+pub fn supervisors_of(run: &str) -> Vec<Marked> {
+    scan(&format!("{SUPERVISOR_MARKER}={MARKER}={run}/"))
+}
+
+/// Every live process of `run`: its attempts' processes and their supervisors.
+pub fn all_processes_of(run: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = marked_processes(run)
+        .into_iter()
+        .chain(supervisors_of(run))
+        .map(|m| m.pid)
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Live (not zombie) processes with an environment entry starting with `needle`.
+fn scan(needle: &str) -> Vec<Marked> {
     let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return found;

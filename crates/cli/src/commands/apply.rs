@@ -10,7 +10,7 @@ use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_runner::worktree::kept::{self, Applied, Kept};
 
-use super::{Code, block_on, find_kept, open_read, replay_all, run_id};
+use super::{Code, block_on, find_kept, open_read, replay_all};
 use crate::args::{ApplyArgs, Global};
 
 #[derive(Serialize)]
@@ -31,7 +31,7 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
     let all = match (&t.label, t.all) {
         (Some(label), false) => vec![find_kept(g, &t.run, label)?],
         (None, true) => {
-            let run = run_id(&t.run)?;
+            let run = super::find_run(g, &t.run)?;
             let state = replay_all(&open_read(&g.layout(), &run)?)?;
             kept::all(&state, &g.layout(), &run)
         }

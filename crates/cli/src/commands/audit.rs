@@ -8,7 +8,7 @@ use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_core::ledger::Ledger;
 
-use super::{Code, open_read, run_id};
+use super::{Code, open_read};
 use crate::args::Global;
 use crate::output;
 
@@ -43,7 +43,7 @@ fn ledger_view(state: &sortie_core::RunState, l: &Ledger) -> LedgerView {
 
 /// Audits a run.
 pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
-    let run = run_id(run)?;
+    let run = super::find_run(g, run)?;
     let journal = match open_read(&g.layout(), &run) {
         Err(e) if e.code() == Code::Corrupt => return unreadable(g, &run, e),
         other => other?,

@@ -7,7 +7,7 @@ use std::io::Write;
 use crate::error::Result;
 use serde::Serialize;
 
-use super::{Code, block_on, find_kept, open_read, replay_all, run_id};
+use super::{Code, block_on, find_kept, open_read, replay_all};
 use crate::args::{DiffArgs, Global};
 use sortie_runner::worktree::kept::{self, Kept};
 
@@ -25,7 +25,7 @@ pub(crate) fn diff(g: &Global, t: &DiffArgs) -> Result<Code> {
     let all = match &t.label {
         Some(label) => vec![find_kept(g, &t.run, label)?],
         None => {
-            let run = run_id(&t.run)?;
+            let run = super::find_run(g, &t.run)?;
             let state = replay_all(&open_read(&g.layout(), &run)?)?;
             kept::all(&state, &g.layout(), &run)
                 .into_iter()

@@ -6,12 +6,12 @@ use std::io::{BufWriter, Write};
 
 use crate::error::Result;
 
-use super::{Code, open_read, run_id};
+use super::{Code, open_read};
 use crate::args::Global;
 
 /// Prints the run's events as JSON Lines on stdout.
 pub(crate) fn export(g: &Global, run: &str) -> Result<Code> {
-    let run = run_id(run)?;
+    let run = super::find_run(g, run)?;
     let journal = open_read(&g.layout(), &run)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     for record in journal.read(sortie_core::Seq(0), None) {

@@ -20,6 +20,8 @@ struct Row {
     tasks: u32,
     created: u64,
     source: String,
+    /// The run this one reruns.
+    parent: Option<String>,
 }
 
 /// Lists the runs.
@@ -58,6 +60,7 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
                 tasks: e.tasks,
                 created: e.created.0,
                 source: e.source,
+                parent: e.parent.as_ref().map(ToString::to_string),
             }
         })
         .collect();
@@ -78,12 +81,16 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
     for r in rows {
         writeln!(
             out,
-            "{:<22} {:<12} {:>6} tasks  started {}  {}",
+            "{:<22} {:<12} {:>6} tasks  started {}  {}{}",
             r.run_id,
             r.status,
             r.tasks,
             clock(r.created),
-            r.source
+            r.source,
+            r.parent
+                .as_deref()
+                .map(|p| format!("  (rerun of {p})"))
+                .unwrap_or_default()
         )?;
     }
     Ok(say_damaged(&damaged, code))

@@ -3,6 +3,7 @@
 mod apply;
 mod audit;
 mod check;
+mod control;
 mod diff;
 mod discard;
 mod export;
@@ -10,16 +11,20 @@ mod gc;
 mod list;
 mod recover;
 mod replay;
+mod report;
 mod run;
 mod status;
+mod wait;
 
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
+use sortie_runner::control::Request;
 use sortie_runner::layout::{StateDir, index};
 
 use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
+pub(crate) use replay::control_text;
 pub(crate) use replay::percent;
 
 /// Runs the command.
@@ -28,7 +33,10 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
     match cli.command {
         Command::Run(args) => run::run(g, args),
         Command::Resume(r) => run::resume(g, r.run.as_deref()),
-        Command::Cancel(r) => run::cancel(g, &r.run),
+        Command::Cancel(r) => match r.task {
+            None => run::cancel(g, &r.run),
+            Some(task) => control::send(g, &r.run, Request::Cancel { task: Some(task) }),
+        },
         Command::Status(r) => status::status(g, r.run.as_deref()),
         Command::List => list::list(g),
         Command::Replay(args) => replay::replay(g, args),
@@ -40,12 +48,56 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Gc(args) => gc::gc(g, &args),
         Command::Check(args) => check::check(g, &args),
         Command::Recover(r) => recover::recover(g, &r.run),
+        Command::Hold(r) => control::send(g, &r.run, Request::Hold { task: r.task }),
+        Command::Release(r) => control::send(g, &r.run, Request::Release { task: r.task }),
+        Command::Steer(s) => control::send(
+            g,
+            &s.run,
+            Request::Steer {
+                task: s.task,
+                message: s.message,
+            },
+        ),
+        Command::Concurrency(c) => control::send(g, &c.run, Request::Concurrency { n: c.n }),
+        Command::Wait(w) => wait::wait(g, &w),
+        Command::Rerun(args) => run::rerun(g, &args),
+        Command::Report(r) => report::report(g, &r),
     }
 }
 
-/// Parses a run id given on the command line.
+/// Parses a run id given on the command line (for a new run: `--run-id`).
 fn run_id(s: &str) -> Result<RunId> {
     Ok(RunId::new(s)?)
+}
+
+/// The run a command line names: its whole id, or any prefix of exactly one run's id in the
+/// state dir (an ambiguous prefix is a usage error naming the candidates; a prefix of none is
+/// left as given, for the command to say there is no such run).
+pub(crate) fn find_run(g: &crate::args::Global, s: &str) -> Result<RunId> {
+    let layout = g.layout();
+    if let Ok(id) = RunId::new(s)
+        && layout.run(&id).exists()
+    {
+        return Ok(id);
+    }
+    let mut matches: Vec<RunId> = layout
+        .run_ids()
+        .into_iter()
+        .filter(|id| id.as_str().starts_with(s))
+        .collect();
+    matches.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    match matches.len() {
+        0 => run_id(s),
+        1 => Ok(matches.remove(0)),
+        n => {
+            let names: Vec<&str> = matches.iter().take(5).map(RunId::as_str).collect();
+            Err(CliError::usage(format_args!(
+                "{s:?} is the start of {n} runs' ids: {}{}; give more of it",
+                names.join(", "),
+                if n > 5 { ", ..." } else { "" }
+            )))
+        }
+    }
 }
 
 /// Opens a run's journal for reading: works while another process runs it.
@@ -117,7 +169,7 @@ fn find_kept(
     run: &str,
     label: &str,
 ) -> Result<sortie_runner::worktree::kept::Kept> {
-    let run = run_id(run)?;
+    let run = find_run(g, run)?;
     let state = replay_all(&open_read(&g.layout(), &run)?)?;
     Ok(sortie_runner::worktree::kept::find(
         &state,
@@ -131,4 +183,13 @@ fn find_kept(
 /// corrupt journal into an error that names the record.
 fn replay_all(journal: &Journal) -> Result<RunState> {
     Ok(journal.replay_latest()?)
+}
+
+/// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.
+pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
+    if dir == std::path::Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
+        String::new()
+    } else {
+        format!(" --state-dir {}", dir.display())
+    }
 }

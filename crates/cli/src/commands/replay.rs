@@ -7,7 +7,7 @@ use crate::error::{CliError, Result};
 use serde::Serialize;
 use sortie_core::{Event, RunState, Seq, Stamped};
 
-use super::{Code, open_read, run_id};
+use super::{Code, open_read};
 use crate::args::{Global, ReplayArgs};
 use crate::output;
 
@@ -19,7 +19,7 @@ struct ReplayView<'a> {
 
 /// Prints the timeline and the state as of `--at`.
 pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
-    let run = run_id(&args.run)?;
+    let run = super::find_run(g, &args.run)?;
     let journal = open_read(&g.layout(), &run)?;
     let upto = args.at.map(Seq);
     let mut state = RunState::new();
@@ -182,6 +182,13 @@ fn details(e: &Event) -> String {
             )
         }
         Event::RunBudgetExceeded { reason, .. } => reason.clone(),
+        Event::RunRerunOf { parent } => format!("rerun of {parent}"),
+        Event::TaskCarried { result, usage, .. } => format!(
+            "carried: {} ({} tokens, {} spent by the parent run)",
+            result.state,
+            usage.tokens(),
+            usage.cost
+        ),
         Event::TaskFinished { result, .. } => format!(
             "{} ({}){}",
             result.state,
@@ -192,6 +199,36 @@ fn details(e: &Event) -> String {
                 .map(|e| format!(": {}", e.lines().next().unwrap_or_default()))
                 .unwrap_or_default()
         ),
+        // #10: attempts that outlive sortie.
+        Event::AttemptPlaced {
+            attempt,
+            executor,
+            dir,
+            ..
+        } => format!("attempt {attempt} on {executor} in {dir}"),
+        Event::AttemptHandle {
+            attempt, handle, ..
+        } => format!("attempt {attempt} is {handle}"),
+        Event::AttemptAdopted {
+            attempt, offset, ..
+        } => format!("attempt {attempt} adopted (stdout at {offset} bytes)"),
+        Event::AttemptRecorded { attempt, .. } => {
+            format!("attempt {attempt} ended while sortie was down: recorded from its files")
+        }
+        Event::Control { by, action } => format!("{} by {by}", control_text(action)),
+    }
+}
+
+/// A control action as people say it: `hold`, `steer: "message"`, `concurrency 2`.
+pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
+    use sortie_core::ControlAction as A;
+    match action {
+        A::Steer { message, .. } => format!("steer: {message:?}"),
+        A::Concurrency { n } => format!("concurrency {n}"),
+        A::Hold { task: None } | A::Release { task: None } | A::Cancel { task: None } => {
+            format!("{} of the run", action.name())
+        }
+        other => other.name().to_owned(),
     }
 }
 

@@ -1,7 +1,5 @@
 //! `sortie run`, `sortie resume` and `sortie cancel`: the commands that own a run.
 
-use std::path::Path;
-
 use crate::error::{CliError, Result, ResultExt};
 use sortie_batch::{self as batch, Overrides};
 use sortie_core::{RunOutcome, RunStatus};
@@ -9,7 +7,7 @@ use sortie_runner::engine::{self, End, RunEnd, Takeover};
 use sortie_runner::layout::Owner;
 
 use super::{Code, newest, open_read, run_id};
-use crate::args::{Global, RunArgs};
+use crate::args::{Global, RerunArgs, RunArgs};
 use crate::output;
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -51,8 +49,22 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
             ));
         }
     };
-    let run_id = args.run_id.as_deref().map(run_id).transpose()?;
-    let observer = output::observer(g.json || g.quiet, run_id.as_ref());
+    let mut run_id = args.run_id.as_deref().map(run_id).transpose()?;
+    if run_id.is_none()
+        && let Ok(id) = std::env::var(super::wait::DETACHED_RUN_ID)
+    {
+        run_id = Some(super::run_id(&id)?);
+    }
+    if args.detach {
+        // The batch loaded above: a batch that does not load fails here, not in the
+        // background.
+        let id = run_id.unwrap_or_else(sortie_runner::clock::new_run_id);
+        if g.layout().run(&id).exists() {
+            return Err(CliError::usage(format_args!("run {id} exists already")));
+        }
+        return super::wait::detach(g, &id);
+    }
+    let observer = output::observer(g, run_id.as_ref());
     let state_dir = g.layout().absolute();
     let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
     Ok(report(g, &end))
@@ -61,10 +73,10 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
 /// `sortie resume [RUN]`.
 pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
     let run = match run {
-        Some(r) => run_id(r)?,
+        Some(r) => super::find_run(g, r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g.json || g.quiet, Some(&run));
+    let observer = output::observer(g, Some(&run));
     let end = runtime()?
         .block_on(engine::take_over(
             &g.layout().absolute(),
@@ -79,13 +91,28 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
 /// `sortie cancel RUN`: a live run is told to cancel (SIGUSR1 to its owner) and this command
 /// waits until it has; a dead run is taken over and its unfinished tasks cancelled here.
 pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
-    let run = run_id(run)?;
+    let run = super::find_run(g, run)?;
     let dir = g.layout().run(&run);
     if let Owner::Live { pid } = dir.owner() {
         let pid = pid.ok_or_else(|| {
             CliError::usage(format_args!("run {run} is live but its pid is unknown"))
         })?;
-        signal_cancel(pid)?;
+        // Through the control socket, so that the cancel is journaled with who asked; a run
+        // without one (started by an older sortie) gets SIGUSR1.
+        let asked = sortie_runner::control::send(
+            &dir.control_socket(),
+            &sortie_runner::control::Request::Cancel { task: None },
+        );
+        match asked {
+            Ok(reply) if !reply.ok => {
+                return Err(CliError::usage(format_args!(
+                    "run {run} refused: {}",
+                    reply.message
+                )));
+            }
+            Ok(_) => {}
+            Err(_) => signal_cancel(pid)?,
+        }
         eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
         while matches!(dir.owner(), Owner::Live { .. }) {
             std::thread::sleep(std::time::Duration::from_millis(100));
@@ -93,7 +120,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
         let state = super::replay_all(&open_read(&g.layout(), &run)?)?;
         return Ok(match state.status {
             RunStatus::Finished { state: s } => {
-                output::print_summary(g.json, &run, &state)?;
+                crate::summary::print_summary(g, &run, &state)?;
                 outcome_code(s)
             }
             _ => Code::Interrupted,
@@ -104,7 +131,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             &g.layout().absolute(),
             run.clone(),
             Takeover::Cancel,
-            output::observer(g.json || g.quiet, Some(&run)),
+            output::observer(g, Some(&run)),
         ))
         .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
@@ -140,7 +167,7 @@ fn outcome_code(s: RunOutcome) -> Code {
 
 fn report(g: &Global, end: &RunEnd) -> Code {
     // The run's own code wins over a failure to print its summary.
-    if let Err(e) = output::print_summary(g.json, &end.run_id, &end.state) {
+    if let Err(e) = crate::summary::print_summary(g, &end.run_id, &end.state) {
         e.print();
     }
     match end.end {
@@ -149,7 +176,7 @@ fn report(g: &Global, end: &RunEnd) -> Code {
             eprintln!(
                 "sortie: run {} interrupted; resume it with: sortie{} resume {}",
                 end.run_id,
-                state_dir_flag(&g.state_dir),
+                super::state_dir_flag(&g.state_dir),
                 end.run_id
             );
             Code::Interrupted
@@ -157,10 +184,99 @@ fn report(g: &Global, end: &RunEnd) -> Code {
     }
 }
 
-pub(super) fn state_dir_flag(dir: &Path) -> String {
-    if dir == Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
-        String::new()
-    } else {
-        format!(" --state-dir {}", dir.display())
+/// `sortie rerun RUN`: the finished run's journaled batch (and saved environment) as a new
+/// run, the selected tasks run again and the others carried. A task that did not complete
+/// because a selected task did not (skipped, or cancelled behind it) is selected too.
+pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
+    use sortie_core::{TaskId, TerminalState};
+    let parent = run_id(&args.run)?;
+    let state = super::replay_all(&open_read(&g.layout(), &parent)?)?;
+    if !matches!(state.status, RunStatus::Finished { .. }) {
+        return Err(CliError::usage(format_args!(
+            "run {parent} has not finished; `sortie resume {parent}` goes on with it"
+        )));
     }
+    let Some(batch) = state.batch.clone() else {
+        return Err(CliError::usage(format_args!("run {parent} has no batch")));
+    };
+    for label in &args.tasks {
+        if state.task_by_label(label).is_none() {
+            return Err(CliError::usage(format_args!(
+                "run {parent} has no task {label:?}"
+            )));
+        }
+    }
+    let by_state = args.failed || args.partial || args.timeout || !args.tasks.is_empty();
+    let mut selected: Vec<bool> = state
+        .tasks
+        .iter()
+        .zip(&batch.tasks)
+        .map(|(rec, spec)| {
+            let end = rec.result().map(|r| r.state);
+            if !by_state {
+                return end != Some(TerminalState::Completed);
+            }
+            args.tasks.contains(&spec.label)
+                || (args.failed && end == Some(TerminalState::Failed))
+                || (args.partial && end == Some(TerminalState::Partial))
+                || (args.timeout && end == Some(TerminalState::Timeout))
+        })
+        .collect();
+    // Dependents that did not complete because of a selected task run again too.
+    loop {
+        let mut grew = false;
+        for (i, spec) in batch.tasks.iter().enumerate() {
+            let completed =
+                state.tasks[i].result().map(|r| r.state) == Some(TerminalState::Completed);
+            if selected[i] || completed {
+                continue;
+            }
+            let behind = spec.needs.iter().any(|n| {
+                state
+                    .task_by_label(n)
+                    .is_some_and(|t| selected.get(t.index()).copied().unwrap_or(false))
+            });
+            if behind {
+                selected[i] = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    if !selected.contains(&true) {
+        return Err(CliError::usage(format_args!(
+            "nothing to rerun in run {parent}: no task matches"
+        )));
+    }
+    let carried = state
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !selected[*i])
+        .filter_map(|(i, rec)| {
+            let result = rec.result()?.clone();
+            let usage = rec
+                .usage()
+                .plus(&rec.carried.unwrap_or(sortie_core::Usage::ZERO));
+            Some((TaskId(u32::try_from(i).ok()?), result, usage))
+        })
+        .collect();
+    let env = g
+        .layout()
+        .run(&parent)
+        .load_env(batch.tasks.len())
+        .context("cannot read the parent run's environment")?;
+    let loaded = sortie_batch::LoadedBatch {
+        batch,
+        env,
+        digest: state.batch_digest,
+    };
+    let run_id = args.run_id.as_deref().map(run_id).transpose()?;
+    let rerun = engine::Rerun { parent, carried };
+    let observer = output::observer(g, run_id.as_ref());
+    let state_dir = g.layout().absolute();
+    let end = runtime()?.block_on(engine::rerun(&state_dir, run_id, loaded, rerun, observer))?;
+    Ok(report(g, &end))
 }

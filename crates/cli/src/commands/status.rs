@@ -5,14 +5,14 @@ use std::io::Write;
 use crate::error::Result;
 use sortie_runner::layout::Owner;
 
-use super::{Code, newest, open_read, replay_all, run_id};
+use super::{Code, newest, open_read, replay_all};
 use crate::args::Global;
 use crate::output;
 
 /// Prints the state of a run (the newest by default).
 pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     let run = match run {
-        Some(r) => run_id(r)?,
+        Some(r) => super::find_run(g, r)?,
         None => newest(&g.layout(), false)?,
     };
     let live_pid = match g.layout().run(&run).owner() {
@@ -28,6 +28,16 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     } else {
         output::print_status(&mut out, &view)?;
         output::print_kept(&mut out, &view)?;
+        output::print_carried(&mut out, &state)?;
+        if let Some(pool) = sortie_runner::slots::Pool::configured() {
+            writeln!(
+                out,
+                "machine-wide slots: {} of {} held ({})",
+                pool.held(),
+                pool.slots,
+                pool.dir.display()
+            )?;
+        }
     }
     Ok(Code::Ok)
 }

@@ -185,7 +185,8 @@ impl Planner {
                 if spec.isolation == Isolation::Worktree && !rec.state.is_terminal() {
                     isolated.insert(TaskId(i as u32));
                 }
-                failed |= rec.result().is_some_and(|r| trips(r.state));
+                // A task carried from a parent run failed there, not here.
+                failed |= rec.carried.is_none() && rec.result().is_some_and(|r| trips(r.state));
             }
         }
         Planner {
@@ -260,6 +261,7 @@ impl Planner {
         // pass on, but not a retry decided in this one.
         let no_launch =
             facts.stopping.is_some() || self.fail_fast_tripped || self.budget_out.is_some();
+        self.cancelled_tasks(state, &mut round);
         self.ended_tasks(state, &mut round, no_launch);
         self.worktrees(state, &mut round, no_launch);
         self.ready_tasks(state, &mut round);
@@ -271,6 +273,29 @@ impl Planner {
     }
 
     /// Pass 1: tasks whose last attempt ended: retry, or end.
+    /// Tasks a user cancelled (`sortie cancel --task`) that are not running: they end
+    /// cancelled now (a running one ends once its stopped attempt reports, see `ended_tasks`).
+    fn cancelled_tasks(&mut self, state: &RunState, round: &mut Round<'_>) {
+        for &task in &state.control.cancelled {
+            if round.busy(task) {
+                continue;
+            }
+            let Some(rec) = state.task(task) else {
+                continue;
+            };
+            let result = match rec.state {
+                TaskState::Pending | TaskState::Queued { .. } if rec.attempts.is_empty() => {
+                    decide::not_started_result(true)
+                }
+                TaskState::Pending | TaskState::Queued { .. } | TaskState::Retrying { .. } => {
+                    decide::not_retried_result(rec, true)
+                }
+                _ => continue,
+            };
+            round.end(task, rec, result, false);
+        }
+    }
+
     fn ended_tasks(&mut self, state: &RunState, round: &mut Round<'_>, no_launch: bool) {
         let fail_fast = state.batch.as_ref().is_some_and(|b| b.config.fail_fast);
         let interrupting = round.facts.stopping == Some(Stopping::Interrupt);
@@ -286,7 +311,13 @@ impl Planner {
                 continue; // its worktree is being finalized
             }
             let seed = jitter(state, task, rec.attempts.len() as u32);
+            let cancelled = state.control.cancelled.contains(&task);
             match decide::next_step(spec, rec, round.facts.now, seed) {
+                // A user cancelled it: its attempt is not retried.
+                NextStep::Retry { .. } if cancelled => {
+                    let result = decide::not_retried_result(rec, true);
+                    round.end(task, rec, result, false);
+                }
                 NextStep::Retry {
                     attempt,
                     model,
@@ -337,7 +368,9 @@ impl Planner {
     /// deadline ends a task (pass 4 ends those without a worktree), and end a task whose
     /// worktree a crash left finalized.
     fn worktrees(&mut self, state: &RunState, round: &mut Round<'_>, no_launch: bool) {
-        let Some(batch) = &state.batch else { return };
+        if state.batch.is_none() {
+            return;
+        }
         let facts = round.facts;
         // Set up and about to launch: they hold their slots too.
         let ready = self
@@ -352,8 +385,7 @@ impl Planner {
                 })
             })
             .count();
-        let mut slots = (batch.config.concurrency as usize)
-            .saturating_sub(facts.live + setup_jobs(&facts) + ready);
+        let mut slots = concurrency(state).saturating_sub(facts.live + setup_jobs(&facts) + ready);
         for &task in &self.isolated {
             if round.busy(task) {
                 continue;
@@ -382,7 +414,7 @@ impl Planner {
                 round.end(task, rec, result, false);
                 continue;
             }
-            if no_launch || slots == 0 {
+            if no_launch || slots == 0 || state.control.is_held(task) {
                 continue;
             }
             let kind = match &rec.worktree {
@@ -469,15 +501,17 @@ impl Planner {
 
     /// Pass 5: launches, oldest first, up to the concurrency limit.
     fn free_slots(&mut self, state: &RunState, round: &mut Round<'_>) {
-        let Some(batch) = &state.batch else { return };
+        if state.batch.is_none() {
+            return;
+        }
         let facts = round.facts;
-        let limit = batch.config.concurrency as usize;
+        let limit = concurrency(state);
         let mut free = limit.saturating_sub(facts.live + setup_jobs(&facts) + round.new_setups);
         for task in self.sched.launchable(facts.now) {
             if free == 0 {
                 break;
             }
-            if round.used.contains(&task) {
+            if round.used.contains(&task) || state.control.is_held(task) {
                 continue;
             }
             let (Some(rec), Some(spec)) = (state.task(task), state.spec(task)) else {
@@ -575,4 +609,10 @@ pub fn jitter(state: &RunState, task: TaskId, attempts: u32) -> u64 {
     bytes.extend_from_slice(&task.0.to_le_bytes());
     bytes.extend_from_slice(&attempts.to_le_bytes());
     fnv1a(&bytes)
+}
+
+/// How many tasks may run at once: a user's `sortie concurrency`, else the batch's.
+fn concurrency(state: &RunState) -> usize {
+    let batch = state.batch.as_ref().map_or(1, |b| b.config.concurrency);
+    state.control.concurrency.unwrap_or(batch) as usize
 }

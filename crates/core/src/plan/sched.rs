@@ -77,6 +77,9 @@ impl Sched {
 
     /// Moves `event`'s task in the indexes; `state` has the event applied.
     pub(crate) fn observe(&mut self, state: &RunState, event: &Event) {
+        if let Event::Control { .. } = event {
+            return; // the planner reads `state.control` each round
+        }
         let Some(task) = event.task() else { return };
         let Some(rec) = state.task(task) else { return };
         match &rec.state {

@@ -35,16 +35,19 @@ impl RunState {
                 self.summary = Some(summary.clone());
             }
             Event::RunBudgetWarned { limit, .. } => self.budget_warned.push(*limit),
+            Event::RunRerunOf { parent } => self.parent = Some(parent.clone()),
             Event::RunBudgetExceeded { limit, reason } => {
                 self.budget_exceeded = Some((*limit, reason.clone()));
             }
+            Event::Control { action, .. } => self.control_apply(action),
             _ => {
                 let Some(task) = event.task() else { return };
+                let resumes = self.resumes;
                 let Some(rec) = self.tasks.get_mut(task.index()) else {
                     return;
                 };
                 let (was_done, before) = (rec.state.is_terminal(), rec.usage());
-                Self::mutate_task(rec, at, event);
+                Self::mutate_task(rec, at, event, resumes);
                 let (is_done, after) = (rec.state.is_terminal(), rec.usage());
                 if after != before {
                     self.tally = counters_minus(&self.tally.plus(&after), &before);
@@ -85,7 +88,7 @@ impl RunState {
         self.status = RunStatus::Running;
     }
 
-    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event) {
+    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event, resumes: u32) {
         match event {
             Event::TaskQueued { .. } => {
                 rec.ready_at = Some(at);
@@ -121,6 +124,7 @@ impl RunState {
                     side_effects: false,
                     continues: None,
                     end: None,
+                    placed: None,
                 });
                 rec.state = TaskState::Running { attempt: *attempt };
             }
@@ -200,6 +204,10 @@ impl RunState {
                 rec.worktree_final = Some((*changed, diff.clone()));
             }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            Event::TaskCarried { result, usage, .. } => {
+                rec.state = TaskState::Finished(result.clone());
+                rec.carried = Some(*usage);
+            }
             Event::AttemptSideEffects { .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.side_effects = true;
@@ -210,12 +218,63 @@ impl RunState {
                     a.continues = Some(session.clone());
                 }
             }
+            Event::AttemptPlaced { executor, dir, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.placed = Some(Box::new(Placed {
+                        executor: executor.clone(),
+                        dir: dir.clone(),
+                        handle: None,
+                        found: None,
+                    }));
+                }
+            }
+            Event::AttemptHandle { handle, .. } => {
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.handle = Some(handle.clone());
+                }
+            }
+            Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. } => {
+                let found = match event {
+                    Event::AttemptAdopted { .. } => Found::Adopted,
+                    _ => Found::Recorded,
+                };
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.found = Some((resumes, found));
+                }
+            }
             Event::RunStarted { .. }
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
-            | Event::RunBudgetExceeded { .. } => {}
+            | Event::RunBudgetExceeded { .. }
+            | Event::Control { .. }
+            | Event::RunRerunOf { .. } => {}
+        }
+    }
+
+    /// Applies `Event::Control`.
+    fn control_apply(&mut self, action: &ControlAction) {
+        let c = &mut self.control;
+        match action {
+            ControlAction::Hold { task: Some(t) } => {
+                c.held.insert(*t);
+            }
+            ControlAction::Hold { task: None } => c.run_held = true,
+            ControlAction::Release { task: Some(t) } => {
+                c.held.remove(t);
+            }
+            ControlAction::Release { task: None } => {
+                c.run_held = false;
+                c.held.clear();
+            }
+            ControlAction::Cancel { task: Some(t) } => {
+                c.cancelled.insert(*t);
+                c.held.remove(t);
+            }
+            ControlAction::Cancel { task: None } => c.run_cancelled = true,
+            ControlAction::Steer { .. } => {}
+            ControlAction::Concurrency { n } => c.concurrency = Some(*n),
         }
     }
 }

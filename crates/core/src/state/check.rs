@@ -26,6 +26,12 @@ impl RunState {
                 }
                 return Ok(());
             }
+            (RunStatus::Running, Event::RunRerunOf { .. }) => {
+                if self.parent.is_some() {
+                    return Err(Violation::RerunTwice);
+                }
+                return Ok(());
+            }
             (RunStatus::Running, Event::RunBudgetExceeded { limit, .. }) => {
                 if self.budget_exceeded.is_some() {
                     return Err(Violation::BudgetTwice {
@@ -34,6 +40,9 @@ impl RunState {
                     });
                 }
                 return Ok(());
+            }
+            (RunStatus::Running, Event::Control { action, .. }) => {
+                return self.check_control(action);
             }
             (RunStatus::Running, Event::RunFinished { state, .. }) => {
                 let unfinished = self.tasks.iter().filter(|t| !t.state.is_terminal()).count();
@@ -82,6 +91,10 @@ impl RunState {
             | Event::AttemptOrphaned { .. }
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. } => cx.attempt_event(event),
+            Event::AttemptPlaced { .. }
+            | Event::AttemptHandle { .. }
+            | Event::AttemptAdopted { .. }
+            | Event::AttemptRecorded { .. } => cx.placed_event(event),
             _ => cx.task_event(event),
         }
     }
@@ -132,8 +145,13 @@ impl TaskCheck<'_> {
         }
     }
 
+    /// The most attempts allowed: retries and fallbacks, plus the orphans so far within
+    /// `max_orphans` (a crash of sortie spends no retry).
     fn max(&self) -> u32 {
-        self.run.spec(self.task).map_or(1, TaskSpec::max_attempts)
+        let orphans = self.rec.attempts.iter().filter(|a| a.orphaned()).count() as u32;
+        self.run
+            .spec(self.task)
+            .map_or(1, |s| s.max_attempts_with(orphans))
     }
 
     /// A new attempt must be the next one, within the spec's attempts.
@@ -230,6 +248,37 @@ impl TaskCheck<'_> {
         }
     }
 
+    /// The placed attempt's events: placed before its process exists, its executor's id
+    /// once, and what a resume found of it (once per resume).
+    fn placed_event(&self, event: &Event) -> Result<(), Violation> {
+        let (Event::AttemptPlaced { attempt, .. }
+        | Event::AttemptHandle { attempt, .. }
+        | Event::AttemptAdopted { attempt, .. }
+        | Event::AttemptRecorded { attempt, .. }) = event
+        else {
+            return Err(self.illegal());
+        };
+        self.live(*attempt)?;
+        let Some(a) = self.rec.attempts.last() else {
+            return Err(self.illegal());
+        };
+        match (event, a.placed.as_deref()) {
+            (Event::AttemptPlaced { .. }, Some(_)) => Err(self.duplicate()),
+            (Event::AttemptPlaced { .. }, None) if a.pid.is_none() => Ok(()),
+            (Event::AttemptHandle { .. }, Some(p)) if p.handle.is_some() => Err(self.duplicate()),
+            (Event::AttemptHandle { .. }, Some(_)) => Ok(()),
+            // Only a resume finds an attempt, once.
+            (Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. }, Some(p)) => {
+                match p.found {
+                    Some((at, _)) if at == self.run.resumes => Err(self.duplicate()),
+                    _ if self.run.resumes == 0 => Err(self.illegal()),
+                    _ => Ok(()),
+                }
+            }
+            _ => Err(self.illegal()),
+        }
+    }
+
     /// The task's own steps: queued, set up, worktree planned and finalized, retry, artifact,
     /// finished.
     fn task_event(&self, event: &Event) -> Result<(), Violation> {
@@ -281,6 +330,10 @@ impl TaskCheck<'_> {
                 }
                 _ => Err(self.illegal()),
             },
+            Event::TaskCarried { .. } => match self.rec.state {
+                TaskState::Pending if self.rec.attempts.is_empty() => Ok(()),
+                _ => Err(self.illegal()),
+            },
             Event::TaskFinished { .. } => match self.rec.state {
                 TaskState::Pending
                 | TaskState::Queued { .. }
@@ -290,6 +343,45 @@ impl TaskCheck<'_> {
             },
             // Run events are decided above; attempt events in `attempt_event`.
             _ => Err(self.illegal()),
+        }
+    }
+}
+
+impl RunState {
+    /// A control action applies to a running run, on a task that exists and has not finished;
+    /// a steer only to a task with a live attempt; a concurrency of at least 1.
+    fn check_control(&self, action: &ControlAction) -> Result<(), Violation> {
+        let name = "Control";
+        if let ControlAction::Concurrency { n: 0 } = action {
+            return Err(Violation::IllegalControl {
+                why: "the concurrency must be at least 1".into(),
+            });
+        }
+        let Some(task) = action.task() else {
+            return Ok(());
+        };
+        let Some(rec) = self.tasks.get(task.index()) else {
+            return Err(Violation::UnknownTask { event: name, task });
+        };
+        let refuse = |why: &str| {
+            Err(Violation::IllegalControl {
+                why: format!("task {}: {why}", self.label(task)),
+            })
+        };
+        if rec.state.is_terminal() {
+            return refuse("it has finished");
+        }
+        match action {
+            ControlAction::Steer { .. } if rec.live_attempt().is_none() => {
+                refuse("it is not running")
+            }
+            ControlAction::Release { .. } if !self.control.held.contains(&task) => {
+                refuse("it is not held")
+            }
+            ControlAction::Cancel { .. } if self.control.cancelled.contains(&task) => {
+                refuse("it is already cancelled")
+            }
+            _ => Ok(()),
         }
     }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod apply;
 mod check;
 
-use crate::event::{BudgetLimit, Event, OrphanAction, Stamped};
+use crate::event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
@@ -138,6 +138,34 @@ pub struct AttemptRecord {
     pub continues: Option<String>,
     /// How it ended, once it has.
     pub end: Option<AttemptEnd>,
+    /// Where it runs (`AttemptPlaced`), and what resume found of it; boxed: a big run's
+    /// records stay small.
+    pub placed: Option<Box<Placed>>,
+}
+
+/// Where an attempt runs and how it is found again (`AttemptPlaced`, `AttemptHandle`), and
+/// what resumes found of it (`AttemptAdopted`, `AttemptRecorded`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    /// The executor's name.
+    pub executor: String,
+    /// The attempt dir.
+    pub dir: String,
+    /// The executor's own id, once known.
+    pub handle: Option<String>,
+    /// What the last resume that found it alive or ended saw, and which resume that was (the
+    /// run's `resumes` count then).
+    pub found: Option<(u32, Found)>,
+}
+
+/// What a resume found of a placed attempt that was live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Found {
+    /// Still running: adopted.
+    Adopted,
+    /// Ended while no sortie watched: recorded from its files.
+    Recorded,
 }
 
 impl AttemptRecord {
@@ -161,6 +189,12 @@ impl AttemptRecord {
             }
             None => None,
         }
+    }
+
+    /// Whether it was orphaned (resume found it gone, or killed it): a crash of sortie, not
+    /// the task's fault; it counts against `max_orphans`, not `max_retries`.
+    pub fn orphaned(&self) -> bool {
+        matches!(self.end, Some(AttemptEnd::Orphaned { .. }))
     }
 
     /// The attempt's text, when it finished.
@@ -213,6 +247,8 @@ pub struct TaskRecord {
     pub artifact: Option<Artifact>,
     /// Its worktree's fate, once finalized: (changed, diff summary).
     pub worktree_final: Option<(bool, Option<String>)>,
+    /// Carried from the parent run (`TaskCarried`), with the usage it spent there.
+    pub carried: Option<Usage>,
 }
 
 impl TaskRecord {
@@ -225,6 +261,7 @@ impl TaskRecord {
             attempts: Vec::new(),
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 
@@ -392,6 +429,15 @@ pub enum Violation {
         /// The limit.
         limit: BudgetLimit,
     },
+    /// A control action that does not apply now.
+    #[error("{why}")]
+    IllegalControl {
+        /// Why, for people.
+        why: String,
+    },
+    /// `RunRerunOf` twice, or after the run's tasks began.
+    #[error("RunRerunOf recorded twice")]
+    RerunTwice,
 }
 
 /// The state of a run: what replaying its journal gives.
@@ -432,6 +478,32 @@ pub struct RunState {
     pub budget_warned: Vec<BudgetLimit>,
     /// The limit that ran out and why (`RunBudgetExceeded`).
     pub budget_exceeded: Option<(BudgetLimit, String)>,
+    /// What users asked of the live run (`Event::Control`): held, cancelled, concurrency.
+    pub control: ControlState,
+    /// The run this one reruns (`RunRerunOf`).
+    pub parent: Option<RunId>,
+}
+
+/// What `Event::Control` changed, as the planner and the runner need it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ControlState {
+    /// The whole run is held: nothing launches, every live attempt is stopped.
+    pub run_held: bool,
+    /// Tasks held one by one.
+    pub held: std::collections::BTreeSet<TaskId>,
+    /// Tasks a user cancelled: they end cancelled, never retried.
+    pub cancelled: std::collections::BTreeSet<TaskId>,
+    /// The concurrency a user set, over the batch's.
+    pub concurrency: Option<u32>,
+    /// A user cancelled the whole run: a process that takes it over goes on cancelling.
+    pub run_cancelled: bool,
+}
+
+impl ControlState {
+    /// Whether task `task` is held (by itself or with the run).
+    pub fn is_held(&self, task: TaskId) -> bool {
+        self.run_held || self.held.contains(&task)
+    }
 }
 
 impl Default for RunState {
@@ -461,6 +533,8 @@ impl RunState {
             tally: Usage::ZERO,
             budget_warned: Vec::new(),
             budget_exceeded: None,
+            control: ControlState::default(),
+            parent: None,
         }
     }
 

@@ -16,7 +16,13 @@
 //! it from the backend, orphans the live attempts and plans on from there.
 //!
 //! The "fake agents" report usage that is unique per attempt: `reasoning` is the bit
-//! `1 << (4 * task + attempt - 1)`, so a usage counted twice shows up as a carry.
+//! `1 << (8 * task + attempt - 1)` (up to 4 attempts by the policy and 3 more orphaned), so a
+//! usage counted twice shows up as a carry.
+//!
+//! Supervised tasks (`supervise`) have their attempts placed (`AttemptPlaced`): their fake
+//! agents survive a crash, and a resume finds each one still running (adopted: it goes on and
+//! ends normally), ended while sortie was down (recorded: its end is stored as it happened), or
+//! gone (a reboot: orphaned), as the resume's bits choose.
 //!
 //! Included with `#[path = "../../core/tests/support/gen.rs"] mod gen;` (no extra crate).
 
@@ -170,6 +176,10 @@ pub(crate) enum Op {
     Resume(u8),
     /// `sortie cancel`: live attempts end cancelled and the loop ends every unfinished task.
     Cancel,
+    /// Live control (`Event::Control`), chosen by the first byte: hold, release or cancel a task
+    /// (picked by the second), hold or release the run, or set the concurrency; a cancelled live
+    /// attempt then ends cancelled, as the runner stops it.
+    Control(u8, u8),
 }
 
 /// A batch and what happens to it.
@@ -181,6 +191,9 @@ pub(crate) struct Scenario {
     pub(crate) ops: Vec<Op>,
     /// Whether the run is driven to its end after the ops (else it stops wherever it is).
     pub(crate) finish: bool,
+    /// Per task: carried from a parent run (a rerun) as completed (0) or failed (1); any
+    /// other value: not carried.
+    pub(crate) carried: Vec<u8>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -223,9 +236,20 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
         any::<bool>(),
         any::<bool>(),
         prop::collection::vec(any::<bool>(), i),
+        (0u32..=3, prop::bool::weighted(0.7)),
     )
         .prop_map(
-            move |(model, fallbacks, retries, deadline, worktree, output, rase, needs)| {
+            move |(
+                model,
+                fallbacks,
+                retries,
+                deadline,
+                worktree,
+                output,
+                rase,
+                needs,
+                (orphans, supervise),
+            )| {
                 let mut t = TaskSpec::new(format!("t{i}"), "/work");
                 t.prompt = Some(format!("do task {i}"));
                 t.model = model.map(|m| pool[m].to_owned());
@@ -239,6 +263,8 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                     t.output = Some(format!("/work/out/t{i}.md"));
                 }
                 t.retry_after_side_effects = rase;
+                t.max_orphans = orphans;
+                t.supervise = supervise;
                 t.needs = needs
                     .iter()
                     .enumerate()
@@ -313,6 +339,7 @@ pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
         3 => Just(Op::Crash),
         20 => any::<u8>().prop_map(Op::Resume),
         1 => Just(Op::Cancel),
+        4 => (any::<u8>(), any::<u8>()).prop_map(|(k, sel)| Op::Control(k, sel)),
     ]
 }
 
@@ -322,8 +349,17 @@ pub(crate) fn scenario_strategy() -> impl Strategy<Value = Scenario> {
         batch_strategy(),
         prop::collection::vec(op_strategy(), 10..200),
         prop::bool::weighted(0.85),
+        prop::collection::vec(
+            prop_oneof![1 => Just(0u8), 1 => Just(1u8), 8 => Just(2u8)],
+            MAX_TASKS,
+        ),
     )
-        .prop_map(|(batch, ops, finish)| Scenario { batch, ops, finish })
+        .prop_map(|(batch, ops, finish, carried)| Scenario {
+            batch,
+            ops,
+            finish,
+            carried,
+        })
 }
 
 /// A resume, as the generator saw it: the plan, and how many events the journal held.
@@ -364,7 +400,7 @@ struct Agent {
 
 /// The bit that marks a task's attempt in `Usage::reasoning`.
 pub(crate) fn attempt_bit(task: TaskId, attempt: Attempt) -> u64 {
-    1u64 << (4 * u64::from(task.0) + u64::from(attempt.0.saturating_sub(1)))
+    1u64 << (8 * u64::from(task.0) + u64::from(attempt.0.saturating_sub(1)))
 }
 
 /// Interprets ops against a backend, keeping the live state as the runner does.
@@ -422,6 +458,7 @@ impl<B: Backend> Driver<B> {
             pid: d.pid,
         };
         if d.emit(started).is_some() {
+            d.carry(&scenario.carried);
             d.planner = d.state.as_ref().map(Planner::new);
         }
         for op in &scenario.ops {
@@ -521,9 +558,14 @@ impl<B: Backend> Driver<B> {
     }
 
     fn crash(&mut self) {
-        if self.state.take().is_some() {
+        if let Some(state) = self.state.take() {
             self.backend.crash();
-            self.agents.clear();
+            // Placed (supervised) agents outlive sortie; the others die with it.
+            self.agents.retain(|(task, attempt), _| {
+                state.tasks[task.index()]
+                    .live_attempt()
+                    .is_some_and(|a| a.attempt == *attempt && a.placed.is_some())
+            });
             self.crashes += 1;
         }
         self.planner = None;
@@ -651,7 +693,43 @@ impl<B: Backend> Driver<B> {
             Op::Cancel => {
                 self.cancel();
             }
+            Op::Control(kind, sel) => {
+                self.control(*kind, *sel);
+            }
         }
+    }
+
+    /// A user's live control: journaled as the runner does (checked first: one that does not
+    /// apply is refused, not stored), then its effect on a live attempt.
+    fn control(&mut self, kind: u8, sel: u8) -> Option<()> {
+        use sortie_core::ControlAction as C;
+        let st = self.st()?;
+        if self.stopping.is_some() {
+            return None;
+        }
+        let task = self.pick(sel, |r| !r.state.is_terminal());
+        let action = match (kind % 6, task) {
+            (0, Some(t)) => C::Hold { task: Some(t) },
+            (1, Some(t)) => C::Release { task: Some(t) },
+            (2, Some(t)) => C::Cancel { task: Some(t) },
+            (3, _) => C::Hold { task: None },
+            (4, _) => C::Release { task: None },
+            (_, _) => C::Concurrency {
+                n: u32::from(sel % 4) + 1,
+            },
+        };
+        let event = Event::Control {
+            by: "uid 1000 pid 7".into(),
+            action: action.clone(),
+        };
+        st.check(&event).ok()?;
+        self.emit(event)?;
+        if let C::Cancel { task: Some(t) } = action
+            && self.st()?.tasks[t.index()].live_attempt().is_some()
+        {
+            self.finish_attempt(t, OutcomeKind::Cancelled, false);
+        }
+        Some(())
     }
 
     fn live_attempt(&self, task: TaskId) -> Attempt {
@@ -699,7 +777,19 @@ impl<B: Backend> Driver<B> {
         }
         for action in effects {
             match action {
-                Action::Append(_) | Action::Launch(_) => {}
+                Action::Append(_) => {}
+                // A supervised attempt's placement is durable before its process starts.
+                Action::Launch(task) => {
+                    if self.batch.tasks[task.index()].supervise {
+                        let attempt = self.live_attempt(task);
+                        self.emit(Event::AttemptPlaced {
+                            task,
+                            attempt,
+                            executor: "local".into(),
+                            dir: format!("/state/runs/model-run/attempts/{}.{}", task.0, attempt.0),
+                        })?;
+                    }
+                }
                 Action::EndTask {
                     task,
                     result,
@@ -831,6 +921,43 @@ impl<B: Backend> Driver<B> {
         Some(())
     }
 
+    /// A rerun's prelude, as `engine::rerun` journals it: `RunRerunOf`, then each carried task
+    /// finished with its parent's result.
+    fn carry(&mut self, carried: &[u8]) -> Option<()> {
+        let tasks: Vec<(TaskId, u8)> = self
+            .tasks()
+            .into_iter()
+            .filter_map(|t| carried.get(t.index()).map(|c| (t, *c)))
+            .filter(|(_, c)| *c < 2)
+            .collect();
+        if tasks.is_empty() {
+            return Some(());
+        }
+        self.emit(Event::RunRerunOf {
+            parent: RunId::new("model-parent").expect("valid run id"),
+        })?;
+        for (task, c) in tasks {
+            let (state, stop_reason) = if c == 0 {
+                (sortie_core::TerminalState::Completed, StopReason::Completed)
+            } else {
+                (sortie_core::TerminalState::Failed, StopReason::NonzeroExit)
+            };
+            let result = TaskResult {
+                state,
+                stop_reason,
+                phase: None,
+                error: None,
+                text: format!("carried t{}", task.0),
+            };
+            self.emit(Event::TaskCarried {
+                task,
+                result,
+                usage: Usage::ZERO,
+            })?;
+        }
+        Some(())
+    }
+
     /// Every live attempt ends with `outcome` (the loop stopped them), its agent's last count as
     /// its usage.
     fn stop_live(&mut self, outcome: &AttemptOutcome) -> Option<()> {
@@ -908,16 +1035,46 @@ impl<B: Backend> Driver<B> {
             from_seq,
         })?;
         for (i, o) in plan.orphans.iter().enumerate() {
-            let action = if bits >> (i % 8) & 1 == 1 {
-                OrphanAction::Killed
-            } else {
-                OrphanAction::Gone
-            };
-            self.emit(Event::AttemptOrphaned {
-                task: o.task,
-                attempt: o.attempt,
-                action,
-            })?;
+            let placed = self.st()?.tasks[o.task.index()]
+                .live_attempt()
+                .is_some_and(|a| a.placed.is_some());
+            // A placed attempt is adopted, recorded or (a reboot) orphaned, as two bits say.
+            let how = if placed { (bits >> (i % 4 * 2)) & 3 } else { 3 };
+            match how {
+                0 | 1 => {
+                    let offset = self.now;
+                    self.emit(Event::AttemptAdopted {
+                        task: o.task,
+                        attempt: o.attempt,
+                        offset,
+                    })?;
+                }
+                2 => {
+                    self.emit(Event::AttemptRecorded {
+                        task: o.task,
+                        attempt: o.attempt,
+                    })?;
+                    let kind = if bits & 0x80 == 0 {
+                        OutcomeKind::Completed
+                    } else {
+                        OutcomeKind::Error
+                    };
+                    self.finish_attempt(o.task, kind, false)?;
+                }
+                _ => {
+                    let action = if bits >> (i % 8) & 1 == 1 {
+                        OrphanAction::Killed
+                    } else {
+                        OrphanAction::Gone
+                    };
+                    self.agents.remove(&(o.task, o.attempt));
+                    self.emit(Event::AttemptOrphaned {
+                        task: o.task,
+                        attempt: o.attempt,
+                        action,
+                    })?;
+                }
+            }
         }
         self.planner = self.state.as_ref().map(Planner::new);
         Some(())
@@ -945,6 +1102,16 @@ impl<B: Backend> Driver<B> {
     fn wind_down(&mut self) {
         if self.state.is_none() && self.resume(0).is_none() {
             return;
+        }
+        // Whatever a user held is released: a held task would wait for ever.
+        let held = self
+            .st()
+            .is_some_and(|st| st.control.run_held || !st.control.held.is_empty());
+        if held {
+            self.emit(Event::Control {
+                by: "uid 1000 pid 7".into(),
+                action: sortie_core::ControlAction::Release { task: None },
+            });
         }
         for _ in 0..1000 {
             let Some(st) = self.st() else { return };

@@ -98,7 +98,10 @@ fn step(g: G, e: &Event) -> Option<G> {
     use G::*;
     let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Retried);
     Some(match (g, e) {
+        // A user's action on the task (hold, cancel, steer) changes no step of its grammar.
+        (g, Event::Control { .. }) if g != Done => g,
         (Pending, Event::TaskQueued { .. }) => Queued,
+        (Pending, Event::TaskCarried { .. }) => Done,
         (Queued, Event::WorktreePlanned { .. }) => Planned,
         (Queued | Planned, Event::TaskSetUp { .. }) => SetUp,
         (Planned, Event::WorktreeFinalized { .. }) => Worktree,
@@ -165,6 +168,14 @@ fn step(g: G, e: &Event) -> Option<G> {
             side,
             cont: true,
         },
+        // Placed before its process starts; found by a resume (adopted, recorded) any time.
+        (Attempt { started: false, .. }, Event::AttemptPlaced { .. }) => g,
+        (
+            Attempt { .. },
+            Event::AttemptHandle { .. }
+            | Event::AttemptAdopted { .. }
+            | Event::AttemptRecorded { .. },
+        ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
         }
@@ -222,24 +233,43 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptFinished { attempt, .. }
         | Event::AttemptOrphaned { attempt, .. }
         | Event::AttemptSideEffects { attempt, .. }
-        | Event::AttemptContinues { attempt, .. } => Some(*attempt),
+        | Event::AttemptContinues { attempt, .. }
+        | Event::AttemptPlaced { attempt, .. }
+        | Event::AttemptHandle { attempt, .. }
+        | Event::AttemptAdopted { attempt, .. }
+        | Event::AttemptRecorded { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
 
-/// Attempt numbers are consecutive from 1, within `max_attempts`, every report names the live
-/// attempt, a retry names the next attempt, and the launch uses the scheduled model.
+/// Attempt numbers are consecutive from 1, every report names the live attempt, a retry names
+/// the next attempt, and the launch uses the scheduled model. Within the policy: the attempts
+/// that were not orphaned never exceed `max_attempts` (retries never exceed `max_retries`),
+/// and no attempt launches after more than `max_orphans` orphans (a crash of sortie spends its
+/// own budget, never a retry).
 pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result<(), String> {
-    // Per task: the last launched attempt, and the scheduled (attempt, model).
+    // Per task: the last launched attempt, the scheduled (attempt, model), the orphans.
     let mut last: Vec<u32> = vec![0; batch.tasks.len()];
     let mut scheduled: Vec<Option<(Attempt, Option<String>)>> = vec![None; batch.tasks.len()];
+    let mut orphans: Vec<u32> = vec![0; batch.tasks.len()];
     for e in events {
         let Some(task) = e.event.task() else { continue };
         let i = task.index();
-        let max = batch.tasks[i].max_attempts();
+        let spec = &batch.tasks[i];
+        // The next attempt is within the policy when the attempts before it that were not
+        // orphaned leave a retry, and the orphans are within their budget.
+        let o = orphans[i];
+        let within = |next: u32| {
+            let not_orphaned = next.saturating_sub(1 + o);
+            not_orphaned < spec.max_attempts() && o <= spec.max_orphans
+        };
+        let max = spec.max_attempts() + o;
+        if let Event::AttemptOrphaned { .. } = &e.event {
+            orphans[i] += 1;
+        }
         match &e.event {
             Event::AttemptLaunching { attempt, model, .. } => {
-                if attempt.0 != last[i] + 1 || attempt.0 > max {
+                if attempt.0 != last[i] + 1 || !within(attempt.0) {
                     return Err(format!(
                         "seq {}: task {task} launched attempt {attempt} after {} (max {max})",
                         e.seq, last[i]
@@ -260,7 +290,7 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
                 model,
                 ..
             } => {
-                if next_attempt.0 != last[i] + 1 || next_attempt.0 > max {
+                if next_attempt.0 != last[i] + 1 || !within(next_attempt.0) {
                     return Err(format!(
                         "seq {}: task {task} scheduled attempt {next_attempt} after {}",
                         e.seq, last[i]
@@ -486,7 +516,7 @@ pub(crate) fn check_resumes(t: &Trace) -> Result<(), String> {
                 Event::RetryScheduled { task, .. } => {
                     undecided.remove(task);
                 }
-                Event::TaskFinished { task, .. } => {
+                Event::TaskFinished { task, .. } | Event::TaskCarried { task, .. } => {
                     finished.insert(*task);
                     undecided.remove(task);
                 }
@@ -639,6 +669,23 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 attempt: a,
                 action: OrphanAction::Gone,
             });
+            out.push(Event::AttemptPlaced {
+                task,
+                attempt: a,
+                executor: "local".into(),
+                dir: "/d".into(),
+            });
+            out.push(Event::AttemptHandle {
+                task,
+                attempt: a,
+                handle: "42".into(),
+            });
+            out.push(Event::AttemptAdopted {
+                task,
+                attempt: a,
+                offset: 0,
+            });
+            out.push(Event::AttemptRecorded { task, attempt: a });
             out.push(Event::RetryScheduled {
                 task,
                 next_attempt: a,

@@ -7,7 +7,7 @@
 //! bincode ignores names.
 
 use serde::{Deserialize, Serialize};
-use sortie_core::{Attempt, Event, RunId, Seq, TaskId};
+use sortie_core::{Attempt, ControlAction, Event, RunId, Seq, TaskId};
 
 use super::v2::{AttemptOutcomeV2, BatchV2, BudgetLimitV2, TaskResultV2};
 use super::{
@@ -145,6 +145,91 @@ pub(crate) enum StoredEvent {
         limit: BudgetLimitV2,
         reason: String,
     },
+    // #10: attempts that outlive sortie.
+    /// `Event::AttemptPlaced`.
+    AttemptPlaced {
+        task: u32,
+        attempt: u32,
+        executor: String,
+        dir: String,
+    },
+    /// `Event::AttemptHandle`.
+    AttemptHandle {
+        task: u32,
+        attempt: u32,
+        handle: String,
+    },
+    /// `Event::AttemptAdopted`.
+    AttemptAdopted {
+        task: u32,
+        attempt: u32,
+        offset: u64,
+    },
+    /// `Event::AttemptRecorded`.
+    AttemptRecorded { task: u32, attempt: u32 },
+    /// `Event::Control` (issue 15: live control).
+    Control { by: String, action: ControlActionV1 },
+    /// `Event::RunRerunOf` (issue 14).
+    RunRerunOf { parent: String },
+    /// `Event::TaskCarried` (issue 14).
+    TaskCarried {
+        task: u32,
+        result: TaskResultV2,
+        usage: UsageV1,
+    },
+}
+
+/// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ControlActionV1 {
+    Hold { task: Option<u32> },
+    Release { task: Option<u32> },
+    Cancel { task: Option<u32> },
+    Steer { task: u32, message: String },
+    Concurrency { n: u32 },
+}
+
+impl From<&ControlAction> for ControlActionV1 {
+    fn from(a: &ControlAction) -> Self {
+        match a {
+            ControlAction::Hold { task } => ControlActionV1::Hold {
+                task: task.map(|t| t.0),
+            },
+            ControlAction::Release { task } => ControlActionV1::Release {
+                task: task.map(|t| t.0),
+            },
+            ControlAction::Cancel { task } => ControlActionV1::Cancel {
+                task: task.map(|t| t.0),
+            },
+            ControlAction::Steer { task, message } => ControlActionV1::Steer {
+                task: task.0,
+                message: message.clone(),
+            },
+            ControlAction::Concurrency { n } => ControlActionV1::Concurrency { n: *n },
+        }
+    }
+}
+
+impl From<ControlActionV1> for ControlAction {
+    fn from(a: ControlActionV1) -> Self {
+        match a {
+            ControlActionV1::Hold { task } => ControlAction::Hold {
+                task: task.map(TaskId),
+            },
+            ControlActionV1::Release { task } => ControlAction::Release {
+                task: task.map(TaskId),
+            },
+            ControlActionV1::Cancel { task } => ControlAction::Cancel {
+                task: task.map(TaskId),
+            },
+            ControlActionV1::Steer { task, message } => ControlAction::Steer {
+                task: TaskId(task),
+                message,
+            },
+            ControlActionV1::Concurrency { n } => ControlAction::Concurrency { n },
+        }
+    }
 }
 
 impl From<&Event> for StoredEvent {
@@ -305,6 +390,55 @@ impl From<&Event> for StoredEvent {
             Event::RunBudgetExceeded { limit, reason } => StoredEvent::RunBudgetExceeded {
                 limit: (*limit).into(),
                 reason: reason.clone(),
+            },
+            Event::AttemptPlaced {
+                task,
+                attempt,
+                executor,
+                dir,
+            } => StoredEvent::AttemptPlaced {
+                task: task.0,
+                attempt: attempt.0,
+                executor: executor.clone(),
+                dir: dir.clone(),
+            },
+            Event::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            } => StoredEvent::AttemptHandle {
+                task: task.0,
+                attempt: attempt.0,
+                handle: handle.clone(),
+            },
+            Event::AttemptAdopted {
+                task,
+                attempt,
+                offset,
+            } => StoredEvent::AttemptAdopted {
+                task: task.0,
+                attempt: attempt.0,
+                offset: *offset,
+            },
+            Event::AttemptRecorded { task, attempt } => StoredEvent::AttemptRecorded {
+                task: task.0,
+                attempt: attempt.0,
+            },
+            Event::Control { by, action } => StoredEvent::Control {
+                by: by.clone(),
+                action: action.into(),
+            },
+            Event::RunRerunOf { parent } => StoredEvent::RunRerunOf {
+                parent: parent.as_str().to_owned(),
+            },
+            Event::TaskCarried {
+                task,
+                result,
+                usage,
+            } => StoredEvent::TaskCarried {
+                task: task.0,
+                result: result.into(),
+                usage: usage.into(),
             },
         }
     }
@@ -497,6 +631,55 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::RunBudgetExceeded { limit, reason } => Event::RunBudgetExceeded {
                 limit: limit.into(),
                 reason,
+            },
+            StoredEvent::AttemptPlaced {
+                task,
+                attempt,
+                executor,
+                dir,
+            } => Event::AttemptPlaced {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                executor,
+                dir,
+            },
+            StoredEvent::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            } => Event::AttemptHandle {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                handle,
+            },
+            StoredEvent::AttemptAdopted {
+                task,
+                attempt,
+                offset,
+            } => Event::AttemptAdopted {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                offset,
+            },
+            StoredEvent::AttemptRecorded { task, attempt } => Event::AttemptRecorded {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+            },
+            StoredEvent::Control { by, action } => Event::Control {
+                by,
+                action: action.into(),
+            },
+            StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
+                parent: RunId::new(parent).map_err(|e| e.to_string())?,
+            },
+            StoredEvent::TaskCarried {
+                task,
+                result,
+                usage,
+            } => Event::TaskCarried {
+                task: TaskId(task),
+                result: result.try_into()?,
+                usage: usage.into(),
             },
         })
     }

@@ -240,6 +240,7 @@ impl From<AgentProfileV1> for AgentProfile {
             can_steer: p.can_steer,
             can_continue: p.can_continue,
             may_write: p.may_write,
+            supervise: true,
         }
     }
 }
@@ -344,6 +345,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             needs: t.needs,
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
+            max_orphans: 3,
+            supervise: true,
             executor: sortie_core::Executor::Local,
             permissions: sortie_core::Permissions::Edit,
             tools: vec![],

@@ -26,6 +26,9 @@ use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1
 /// The fields of `TaskSpec` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub(crate) struct TaskExtV2 {
+    // #10: attempts that outlive sortie.
+    max_orphans: u32,
+    supervise: bool,
     // #11
     executor: ExecutorV2,
     // Issue 13: permissions, tools, allow_denials, system_prompt, thinking, transient_on.
@@ -40,6 +43,8 @@ pub(crate) struct TaskExtV2 {
 impl TaskExtV2 {
     pub(crate) fn of(t: &TaskSpec) -> Self {
         TaskExtV2 {
+            max_orphans: t.max_orphans,
+            supervise: t.supervise,
             executor: (&t.executor).into(),
             permissions: t.permissions.into(),
             tools: t.tools.clone(),
@@ -50,6 +55,8 @@ impl TaskExtV2 {
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
+        t.max_orphans = self.max_orphans;
+        t.supervise = self.supervise;
         t.executor = self.executor.into();
         t.permissions = self.permissions.into();
         t.tools = self.tools;
@@ -149,13 +156,19 @@ pub(crate) struct DenialV2 {
 
 /// The fields of `AgentProfile` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct AgentExtV2 {}
+pub(crate) struct AgentExtV2 {
+    // #10: attempts that outlive sortie.
+    supervise: bool,
+}
 
 impl AgentExtV2 {
-    pub(crate) fn of(_p: &AgentProfile) -> Self {
-        AgentExtV2 {}
+    pub(crate) fn of(p: &AgentProfile) -> Self {
+        AgentExtV2 {
+            supervise: p.supervise,
+        }
     }
-    pub(crate) fn apply(self, _p: &mut AgentProfile) -> Result<(), String> {
+    pub(crate) fn apply(self, p: &mut AgentProfile) -> Result<(), String> {
+        p.supervise = self.supervise;
         Ok(())
     }
 }

@@ -53,6 +53,9 @@ pub(crate) fn batch(n: u32) -> Batch {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            // #10: what a v1 record reads as.
+            max_orphans: 3,
+            supervise: true,
             executor: sortie_core::Executor::Local,
             permissions: sortie_core::Permissions::Edit,
             tools: vec![],
@@ -88,6 +91,7 @@ fn frozen_profiles() -> BTreeMap<String, AgentProfile> {
                 can_steer: false,
                 can_continue: false,
                 may_write,
+                supervise: true,
             }
         };
     let model = s(&["--model", "{model}"]);
@@ -362,11 +366,48 @@ pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
             },
         ),
         (
+            // Before the AttemptStarted of t0's attempt 1 (record 5): placed, then its id.
+            5,
+            Event::AttemptPlaced {
+                task: TaskId(0),
+                attempt: Attempt(1),
+                executor: "local".into(),
+                dir: "/work/project/.sortie/runs/fixture-v1/attempts/0.1".into(),
+            },
+        ),
+        (
+            5,
+            Event::AttemptHandle {
+                task: TaskId(0),
+                attempt: Attempt(1),
+                handle: "4711".into(),
+            },
+        ),
+        (
             // After the AttemptStarted of t0's attempt 1 (record 5 of the fixture).
             6,
             Event::AttemptSideEffects {
                 task: TaskId(0),
                 attempt: Attempt(1),
+            },
+        ),
+        (
+            // Right after the AttemptLaunching of t0's attempt 2 (record 10).
+            11,
+            Event::AttemptPlaced {
+                task: TaskId(0),
+                attempt: Attempt(2),
+                executor: "local".into(),
+                dir: "/work/project/.sortie/runs/fixture-v1/attempts/0.2".into(),
+            },
+        ),
+        (
+            // Right after the RunResumed (record 13): found running, then orphaned all the same.
+            14,
+            Event::AttemptAdopted {
+                task: TaskId(0),
+                attempt: Attempt(2),
+                offset: 1234,
             },
         ),
         (

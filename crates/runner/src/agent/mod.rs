@@ -94,6 +94,9 @@ pub(crate) struct Drive {
     pub(crate) prompt_command: String,
     /// The command line that asks the agent to wrap up, when it can be steered.
     pub(crate) wrap_up_command: Option<String>,
+    /// The command line that passes a user's message on (`sortie steer`), when it can be
+    /// steered.
+    pub(crate) steer_command: Option<fn(&str) -> String>,
 }
 
 /// Which agent home an attempt gets (see [`home`]), prepared right before the spawn.
@@ -270,6 +273,7 @@ mod plan_tests {
             side_effects: false,
             continues: None,
             end,
+            placed: None,
         }
     }
 
@@ -282,6 +286,7 @@ mod plan_tests {
             attempts,
             artifact: None,
             worktree_final: None,
+            carried: None,
         }
     }
 

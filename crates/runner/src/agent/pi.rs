@@ -119,7 +119,13 @@ fn rpc_drive(prompt: &str, can_steer: bool) -> Drive {
     Drive {
         prompt_command: command("prompt", prompt),
         wrap_up_command: can_steer.then(|| command("steer", WRAP_UP)),
+        steer_command: can_steer.then_some(steer_command as fn(&str) -> String),
     }
+}
+
+/// pi's RPC `steer` command carrying a user's message (`sortie steer`).
+fn steer_command(message: &str) -> String {
+    serde_json::json!({ "type": "steer", "message": message }).to_string()
 }
 
 /// The session arguments of an attempt of a continuable pi profile (see

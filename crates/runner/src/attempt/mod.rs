@@ -57,6 +57,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) adopt: Option<Adoption>,
     /// A completed attempt with denied tool calls stays completed (the task's `allow_denials`).
     pub(crate) allow_denials: bool,
+    /// For an adopted attempt: its journaled usage, and when it last wrote output.
+    pub(crate) resumed: Option<(Usage, Timestamp)>,
     /// A plain command's transient failures (the task's `transient_on`).
     pub(crate) transient_on: Vec<String>,
 }
@@ -98,6 +100,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         text: String,
     },
+    /// The executor's own id of the attempt (a batch job id), once known.
+    Handle {
+        task: TaskId,
+        attempt: Attempt,
+        handle: String,
+    },
 }
 
 impl Msg {
@@ -108,7 +116,8 @@ impl Msg {
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
-            | Msg::Activity { task, .. } => *task,
+            | Msg::Activity { task, .. }
+            | Msg::Handle { task, .. } => *task,
         }
     }
 
@@ -119,9 +128,22 @@ impl Msg {
             | Msg::Stalled { attempt, .. }
             | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. }
-            | Msg::Activity { attempt, .. } => *attempt,
+            | Msg::Activity { attempt, .. }
+            | Msg::Handle { attempt, .. } => *attempt,
         }
     }
+}
+
+/// What a user asks of a live attempt (`sortie hold`, `release`, `steer`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ctl {
+    /// Stop its processes (SIGSTOP through the executor's `signal`); its stall and attempt
+    /// clocks stop too.
+    Hold,
+    /// Continue them (SIGCONT).
+    Release,
+    /// Pass a message to its agent (one that can be steered).
+    Steer(String),
 }
 
 /// The run loop's handle on a live attempt.
@@ -129,6 +151,9 @@ pub(crate) struct AttemptHandle {
     stop: mpsc::UnboundedSender<StopRequest>,
     join: JoinHandle<()>,
     control: Arc<OnceLock<Arc<dyn Control>>>,
+    ctl: mpsc::UnboundedSender<Ctl>,
+    /// Whether its agent can be steered (`sortie steer`).
+    pub(crate) steerable: bool,
 }
 
 impl AttemptHandle {
@@ -142,6 +167,12 @@ impl AttemptHandle {
         self.control
             .get()
             .is_some_and(|c| c.signal(sig).unwrap_or(false))
+    }
+
+    /// Passes a user's request on (hold, release, steer): the attempt's driver carries it out,
+    /// so that its watchdog knows of a hold.
+    pub(crate) fn control(&self, ctl: Ctl) {
+        let _ = self.ctl.send(ctl);
     }
 
     /// Asks the attempt to stop (SIGTERM, grace, SIGKILL); it then reports `Finished`.
@@ -159,11 +190,17 @@ impl AttemptHandle {
 /// Starts an attempt in its own task.
 pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptHandle {
     let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let steerable = ctx
+        .launch
+        .drive
+        .as_ref()
+        .is_some_and(|d| d.steer_command.is_some());
     let control = Arc::new(OnceLock::new());
     let slot = Arc::clone(&control);
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, &slot).await;
+        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await;
         let _ = tx.send(Msg::Finished {
             task,
             attempt,
@@ -176,5 +213,7 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
         stop: stop_tx,
         join,
         control,
+        ctl: ctl_tx,
+        steerable,
     }
 }

@@ -13,10 +13,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::watch::{Decision, Watch};
-use super::{AttemptCtx, Msg, StopRequest};
+use super::{AttemptCtx, Ctl, Msg, StopRequest};
 use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
-use crate::executor::{Control, Execution, LaunchRequest};
+use crate::executor::{Control, Execution, LaunchRequest, Sig};
 use crate::process::{self, SpawnSpec, Stdin};
 use sortie_protocol::{self as protocol, Exit, ProtocolReader};
 
@@ -28,20 +28,39 @@ enum Step {
     Exit(Result<Exit, process::WaitError>),
     Tick,
     Stop(Option<StopRequest>),
+    Ctl(Option<Ctl>),
 }
 
 /// Runs the attempt to its end.
 pub(super) async fn run(
     ctx: AttemptCtx,
     tx: &mpsc::UnboundedSender<Msg>,
-    stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+    mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+    ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     control: &OnceLock<Arc<dyn Control>>,
 ) -> Ended {
+    // The machine-wide cap: held from before the spawn to the attempt's end.
+    let _slot = match crate::slots::Pool::configured() {
+        None => None,
+        Some(pool) => match machine_slot(pool, &mut stop_rx).await {
+            Ok(slot) => Some(slot),
+            Err(ended) => return ended,
+        },
+    };
     let mut child = match launch(&ctx).await {
         Ok(child) => child,
         Err(ended) => return ended,
     };
     let (task, attempt) = (ctx.task, ctx.attempt);
+    if ctx.placement.handle.is_none()
+        && let Some(handle) = child.handle()
+    {
+        let _ = tx.send(Msg::Handle {
+            task,
+            attempt,
+            handle,
+        });
+    }
     let started = match child.started().await {
         Ok(s) => s,
         Err(e) => {
@@ -80,13 +99,23 @@ pub(super) async fn run(
     // The clocks run from the journaled launch: an adopted attempt's timeout is re-armed
     // from it, not from the adoption.
     let anchor = Anchor::now();
-    let watch = Watch::new(
+    // #11: a batch job's clocks (stall, attempt timeout) start when it runs, not while it
+    // waits in the cluster's queue; the deadline is a time of day and is not moved.
+    let queued = ctx.executor.kind() == crate::executor::slurm::SLURM && ctx.adopt.is_none();
+    let mut watch = Watch::new(
         ctx.limits.clone(),
-        anchor.instant_of_past(ctx.launched_at),
+        if queued {
+            Instant::now()
+        } else {
+            anchor.instant_of_past(ctx.launched_at)
+        },
         anchor,
         steerable,
         stdin.is_some(),
     );
+    if let Some((seen, last_output)) = ctx.resumed {
+        watch.resume_from(anchor.instant_of_past(last_output), seen);
+    }
     let mut driver = Driver {
         ctx: &ctx,
         tx,
@@ -97,7 +126,7 @@ pub(super) async fn run(
         activity: None,
     };
     let exit = driver
-        .watch_child(child.as_mut(), reader.as_mut(), stop_rx)
+        .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
         .await;
     driver.finish(child, reader, exit).await
 }
@@ -178,6 +207,43 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
     })
 }
 
+/// Waits for a free slot of the machine-wide pool; a stop request ends the wait (the attempt
+/// ends with the request's reason, never spawned).
+async fn machine_slot(
+    pool: &crate::slots::Pool,
+    stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
+) -> Result<crate::slots::Slot, Ended> {
+    let mut open = true;
+    loop {
+        match pool.try_take() {
+            Ok(Some(slot)) => return Ok(slot),
+            Ok(None) => {}
+            Err(e) => {
+                let msg = format!(
+                    "cannot take a machine-wide slot in {}: {e}",
+                    pool.dir.display()
+                );
+                return Err((
+                    AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                    Usage::ZERO,
+                    msg,
+                ));
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(crate::slots::POLL) => {}
+            req = stop_rx.recv(), if open => match req {
+                Some(req) => {
+                    let mut outcome = AttemptOutcome::failed(req.reason, req.message.clone());
+                    outcome.phase = req.phase;
+                    return Err((outcome, Usage::ZERO, req.message));
+                }
+                None => open = false,
+            },
+        }
+    }
+}
+
 /// Writes an attempt's prompt file (its directory created), for the child's stdin.
 fn write_prompt(file: &std::path::Path, prompt: &str) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
@@ -205,9 +271,11 @@ impl Driver<'_> {
         child: &mut dyn Execution,
         reader: &mut dyn ProtocolReader,
         mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
+        mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     ) -> Result<Exit, process::WaitError> {
         let mut stdout_open = true;
         let mut stop_open = true;
+        let mut ctl_open = true;
         loop {
             let wake = self.watch.next_deadline();
             let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -222,6 +290,7 @@ impl Driver<'_> {
                 } => step,
                 () = tokio::time::sleep_until(wake.unwrap_or(far)), if wake.is_some() => Step::Tick,
                 req = stop_rx.recv(), if accepts_stop => Step::Stop(req),
+                ctl = ctl_rx.recv(), if ctl_open => Step::Ctl(ctl),
             };
             let now = Instant::now();
             let decisions = match step {
@@ -243,8 +312,44 @@ impl Driver<'_> {
                     stop_open = false;
                     continue;
                 }
+                Step::Ctl(Some(ctl)) => {
+                    self.control(now, ctl).await;
+                    continue;
+                }
+                Step::Ctl(None) => {
+                    ctl_open = false;
+                    continue;
+                }
             };
             self.carry_out(decisions).await;
+        }
+    }
+
+    /// Carries a user's request out: hold (SIGSTOP through the executor's `signal`, the clocks
+    /// stop), release (SIGCONT, the clocks go on), steer (the agent's steer command on its
+    /// stdin).
+    async fn control(&mut self, now: Instant, ctl: Ctl) {
+        let attempt = self.ctx.attempt;
+        match ctl {
+            Ctl::Hold => match self.stopper.signal(Sig::Stop) {
+                Ok(true) => self.watch.on_hold(now),
+                Ok(false) => {}
+                Err(e) => tracing::warn!("cannot hold attempt {attempt}: {e}"),
+            },
+            Ctl::Release => {
+                if let Err(e) = self.stopper.signal(Sig::Cont) {
+                    tracing::warn!("cannot release attempt {attempt}: {e}");
+                }
+                self.watch.on_release(now);
+            }
+            Ctl::Steer(message) => {
+                let steer = self.ctx.launch.drive.as_ref().and_then(|d| d.steer_command);
+                if let (Some(steer), Some(w)) = (steer, self.stdin.as_mut())
+                    && let Err(e) = w.send_line(&steer(&message)).await
+                {
+                    tracing::warn!("cannot steer attempt {attempt}: {e}");
+                }
+            }
         }
     }
 

@@ -118,6 +118,9 @@ pub(super) struct Watch {
     wrap_up: Option<WrapUp>,
     side_effects_sent: bool,
     stop: Option<StopRequest>,
+    /// Since when the attempt is held (its processes stopped by `sortie hold`): the stall and
+    /// attempt clocks do not run meanwhile.
+    held_since: Option<Instant>,
 }
 
 impl Watch {
@@ -145,7 +148,32 @@ impl Watch {
             wrap_up: None,
             side_effects_sent: false,
             stop: None,
+            held_since: None,
         }
+    }
+
+    /// The attempt's processes were stopped (`sortie hold`) at `now`: the stall and attempt
+    /// clocks stop with them.
+    pub(super) fn on_hold(&mut self, now: Instant) {
+        self.held_since.get_or_insert(now);
+    }
+
+    /// The attempt's processes were continued at `now`: the stall and attempt clocks go on from
+    /// where they stood when it was held.
+    pub(super) fn on_release(&mut self, now: Instant) {
+        if let Some(since) = self.held_since.take() {
+            let held = now.saturating_duration_since(since);
+            self.timeout_at += held;
+            self.last_output += held;
+        }
+    }
+
+    /// An adopted attempt: its last output was at `last_output` (its stdout's mtime), and its
+    /// journaled usage is `seen`, which what its stream is read to again never goes below.
+    pub(super) fn resume_from(&mut self, last_output: Instant, seen: Usage) {
+        self.last_output = last_output;
+        self.usage = seen;
+        self.sent_usage = seen;
     }
 
     /// The usage seen so far (never going backwards).
@@ -161,10 +189,13 @@ impl Watch {
     /// When the watchdog next needs [`Watch::on_tick`], if ever.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let progress = (self.usage != self.sent_usage).then(|| self.last_sent + PROGRESS_EVERY);
-        let clocks = if self.stop.is_none() {
-            [self.stall_at(), Some(self.timeout_at), self.deadline_at]
-        } else {
+        let clocks = if self.stop.is_some() {
             [None; 3]
+        } else if self.held_since.is_some() {
+            // Held: only the task's deadline (wall clock) runs.
+            [None, None, self.deadline_at]
+        } else {
+            [self.stall_at(), Some(self.timeout_at), self.deadline_at]
         };
         [progress, self.settle_at]
             .into_iter()
@@ -226,7 +257,8 @@ impl Watch {
         if self.stop.is_some() {
             return out;
         }
-        if self.stall_at().is_some_and(|at| now >= at) {
+        let held = self.held_since.is_some();
+        if !held && self.stall_at().is_some_and(|at| now >= at) {
             if self.stalled {
                 let message = format!(
                     "no output for {}",
@@ -240,7 +272,7 @@ impl Watch {
                 out.push(Decision::Stalled);
             }
         }
-        if now >= self.timeout_at {
+        if !held && now >= self.timeout_at {
             let message = format!(
                 "attempt timed out after {}",
                 humantime::format_duration(self.limits.attempt_timeout)
@@ -515,6 +547,42 @@ mod tests {
         let at = w.next_deadline().expect("a deadline");
         tokio::time::sleep_until(at).await;
         (at.elapsed(), w.on_tick(Instant::now()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_time_counts_for_neither_the_stall_nor_the_attempt_clock() {
+        let t0 = Instant::now();
+        let mut w = watch(
+            Limits {
+                attempt_timeout: 100 * S,
+                ..limits()
+            },
+            t0,
+            false,
+        );
+        // Held after 20 s of silence, for an hour: nothing is due meanwhile.
+        tokio::time::advance(20 * S).await;
+        w.on_hold(Instant::now());
+        assert_eq!(w.next_deadline(), None, "no clock runs while held");
+        tokio::time::advance(3600 * S).await;
+        assert_eq!(w.on_tick(Instant::now()), []);
+        // Released: the stall comes after the 10 s of silence that were left.
+        w.on_release(Instant::now());
+        let released = Instant::now();
+        let (_, d) = next_tick(&mut w).await;
+        assert_eq!((d, released.elapsed()), (vec![Decision::Stalled], 10 * S));
+        // Output restarts the silence; the attempt's timeout is 100 s of unheld time.
+        let _ = w.on_line(Instant::now(), None, RunPhase::Unknown);
+        tokio::time::advance(29 * S).await;
+        let _ = w.on_line(Instant::now(), None, RunPhase::Unknown);
+        tokio::time::advance(29 * S).await;
+        let _ = w.on_line(Instant::now(), None, RunPhase::Unknown);
+        let (_, d) = next_tick(&mut w).await;
+        assert!(
+            matches!(&d[..], [Decision::Stop(r)] if r.reason == StopReason::Timeout),
+            "{d:?}"
+        );
+        assert_eq!(t0.elapsed(), 3600 * S + 100 * S);
     }
 
     #[tokio::test(start_paused = true)]

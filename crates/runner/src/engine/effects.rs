@@ -8,8 +8,8 @@ use sortie_core::plan::Action;
 use sortie_core::{Event, TaskId, TaskResult, decide};
 
 use super::Engine;
-use crate::attempt;
 use crate::{Result, files};
+use crate::{attempt, executor};
 
 impl Engine {
     /// Appends the round's events in one durable write, then performs its effects: launches,
@@ -38,9 +38,7 @@ impl Engine {
         if let Some(reason) = wind_down {
             self.wind_down(&reason);
         }
-        for task in launches {
-            self.launch(task)?;
-        }
+        self.launch_all(launches)?;
         for (task, result, artifact, finalize) in ends {
             self.end_task(task, result, artifact, finalize).await?;
         }
@@ -50,22 +48,56 @@ impl Engine {
         Ok(())
     }
 
-    /// Spawns the attempt that was just journaled as launching. An attempt that continues an
-    /// interrupted attempt's session has `AttemptContinues` journaled first.
-    fn launch(&mut self, task: TaskId) -> Result<()> {
-        let Some((ctx, continues)) = self.attempt_ctx(task) else {
-            return Ok(());
-        };
-        if let Some(session) = continues {
-            self.commit(vec![Event::AttemptContinues {
-                task,
-                attempt: ctx.attempt,
-                session,
-            }])?;
+    /// Starts the attempts that were just journaled as launching. An attempt that continues
+    /// an interrupted attempt's session has `AttemptContinues` journaled first; an attempt
+    /// that outlives sortie has its placement journaled (`AttemptPlaced`, one write for the
+    /// round's launches) before its executor starts it.
+    fn launch_all(&mut self, tasks: Vec<TaskId>) -> Result<()> {
+        let mut ready = Vec::with_capacity(tasks.len());
+        let mut placed = Vec::new();
+        for task in tasks {
+            let Some((ctx, continues)) = self.attempt_ctx(task) else {
+                continue;
+            };
+            if let Some(session) = continues {
+                self.commit(vec![Event::AttemptContinues {
+                    task,
+                    attempt: ctx.attempt,
+                    session,
+                }])?;
+            }
+            let unplaced = self
+                .state
+                .task(task)
+                .and_then(|r| r.live_attempt())
+                .is_some_and(|a| a.placed.is_none());
+            if unplaced && ctx.executor.kind() != executor::DIRECT {
+                placed.push(Event::AttemptPlaced {
+                    task,
+                    attempt: ctx.attempt,
+                    executor: ctx.placement.executor.clone(),
+                    dir: ctx.placement.dir.to_string_lossy().into_owned(),
+                });
+            }
+            ready.push(ctx);
         }
-        let handle = attempt::start(ctx, self.tx.clone());
-        self.live.insert(task, handle);
+        self.commit(placed)?;
+        for ctx in ready {
+            self.start_attempt(ctx);
+        }
         Ok(())
+    }
+
+    /// Starts following an attempt (launched, or adopted on resume) and counts it live.
+    pub(super) fn start_attempt(&mut self, ctx: attempt::AttemptCtx) {
+        let task = ctx.task;
+        let handle = attempt::start(ctx, self.tx.clone());
+        // Only an attempt adopted after a crash can be of a held task (a held task does not
+        // launch): it was stopped, and stays stopped, its clocks with it.
+        if self.state.control.is_held(task) {
+            handle.control(attempt::Ctl::Hold);
+        }
+        self.live.insert(task, handle);
     }
 
     /// Ends a task whose result the planner decided: its artifact first (write-ahead: the

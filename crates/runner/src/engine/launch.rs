@@ -10,7 +10,7 @@ use sortie_core::{Isolation, TaskId, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
-use crate::executor::{Direct, Executor, slurm};
+use crate::executor::{self, Direct, Executor, Placement, Supervised};
 use crate::{agent, process, worktree};
 
 impl Engine {
@@ -60,12 +60,44 @@ impl Engine {
             _ => None,
         };
         let continues = plan.continues.clone();
-        let executor = self.executor_for(spec, deadline_at);
-        let placement = executor.place(
-            self.run_dir.attempt_dir(task.0, live.attempt.0),
-            task,
-            live.attempt,
-        );
+        // A placed attempt keeps its executor and dir (resume follows it there); a new one
+        // is supervised unless its task or profile says not, or it is driven over stdin.
+        let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
+            Some(p) => {
+                let executor = self.executor_of(&p.executor, task)?;
+                let placement = Placement {
+                    executor: p.executor.clone(),
+                    task,
+                    attempt: live.attempt,
+                    dir: PathBuf::from(&p.dir),
+                    handle: p.handle.clone(),
+                };
+                (executor, placement)
+            }
+            // #11: a Slurm task's attempts are Slurm jobs.
+            None if let Some(executor) = self.slurm_executor(spec, deadline_at) => {
+                let dir = self.run_dir.attempt_dir(task.0, live.attempt.0);
+                let placement = executor.place(dir, task, live.attempt);
+                (executor, placement)
+            }
+            None => {
+                let dir = self.run_dir.attempt_dir(task.0, live.attempt.0);
+                let executor: Arc<dyn Executor> = match executor::supervisor() {
+                    // The dir is journaled as text: a path that is not UTF-8 runs direct.
+                    Some(program)
+                        if spec.supervise
+                            && profile.supervise
+                            && plan.drive.is_none()
+                            && dir.to_str().is_some() =>
+                    {
+                        Arc::new(Supervised::new(program.to_path_buf()))
+                    }
+                    _ => Arc::new(Direct),
+                };
+                let placement = executor.place(dir, task, live.attempt);
+                (executor, placement)
+            }
+        };
         Some((
             AttemptCtx {
                 task,
@@ -92,38 +124,10 @@ impl Engine {
                 launched_at: live.launched_at,
                 adopt: None,
                 allow_denials: spec.allow_denials,
+                resumed: None,
                 transient_on: spec.transient_on.clone(),
             },
             continues,
         ))
-    }
-}
-
-impl Engine {
-    /// The executor of a task's attempts: the direct one, or (#11) a Slurm one sharing the
-    /// run's cluster, whose jobs Slurm stops after the attempt's timeout (or the deadline's
-    /// rest, when sooner), its kill grace and a minute more, even when sortie is not there.
-    fn executor_for(
-        &self,
-        spec: &sortie_core::TaskSpec,
-        deadline_at: Option<sortie_core::Timestamp>,
-    ) -> Arc<dyn Executor> {
-        match &spec.executor {
-            sortie_core::Executor::Local => Arc::new(Direct),
-            sortie_core::Executor::Slurm(options) => {
-                let cluster = self
-                    .slurm
-                    .get_or_init(|| slurm::Cluster::new(self.run_id.clone(), self.incarnation()));
-                let left = deadline_at.map(|d| d.since(crate::clock::now()));
-                let limit = left.map_or(spec.attempt_timeout, |l| l.min(spec.attempt_timeout));
-                let limit = limit + spec.kill_grace + std::time::Duration::from_secs(60);
-                Arc::new(slurm::Slurm::new(
-                    Arc::clone(cluster),
-                    options.clone(),
-                    &spec.label,
-                    Some(limit),
-                ))
-            }
-        }
     }
 }

@@ -22,13 +22,14 @@
 //! SIGXFSZ is caught so that a file-size limit fails the write instead of killing sortie.
 
 mod commit;
+mod control;
 mod effects;
 mod launch;
 mod reports;
 mod resume;
 mod worktree_jobs;
 // #11
-mod slurm_resume;
+mod slurm;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -108,6 +109,56 @@ pub async fn run(
     loaded: LoadedBatch,
     observer: Box<dyn Observer>,
 ) -> Result<RunEnd> {
+    start(state_dir, run_id, loaded, Vec::new(), observer).await
+}
+
+/// What a rerun carries from its parent run (`sortie rerun`).
+#[derive(Debug, Clone)]
+pub struct Rerun {
+    /// The run whose batch runs again.
+    pub parent: RunId,
+    /// The tasks not selected, with their results and the usage they spent before.
+    pub carried: Vec<(
+        sortie_core::TaskId,
+        sortie_core::TaskResult,
+        sortie_core::Usage,
+    )>,
+}
+
+/// Starts a rerun of a finished run's batch (`loaded`: its journaled batch and saved
+/// environment) and runs it to its end: `RunRerunOf` and each carried task's `TaskCarried`
+/// are journaled right after `RunStarted`, before anything is planned.
+pub async fn rerun(
+    state_dir: &StateDir,
+    run_id: Option<RunId>,
+    loaded: LoadedBatch,
+    rerun: Rerun,
+    observer: Box<dyn Observer>,
+) -> Result<RunEnd> {
+    let mut prelude = vec![Event::RunRerunOf {
+        parent: rerun.parent,
+    }];
+    prelude.extend(
+        rerun
+            .carried
+            .into_iter()
+            .map(|(task, result, usage)| Event::TaskCarried {
+                task,
+                result,
+                usage,
+            }),
+    );
+    start(state_dir, run_id, loaded, prelude, observer).await
+}
+
+/// A new run: its journal, `RunStarted`, then `prelude`, then the loop.
+async fn start(
+    state_dir: &StateDir,
+    run_id: Option<RunId>,
+    loaded: LoadedBatch,
+    prelude: Vec<Event>,
+    observer: Box<dyn Observer>,
+) -> Result<RunEnd> {
     process::survive_file_size_limit()?;
     state_dir.ensure()?;
     let run_id = run_id.unwrap_or_else(clock::new_run_id);
@@ -136,6 +187,9 @@ pub async fn run(
         pid: std::process::id(),
     };
     engine.commit(vec![started])?;
+    if !prelude.is_empty() {
+        engine.commit(prelude)?;
+    }
     engine.planner = Planner::new(&engine.state);
     engine.drive().await
 }
@@ -202,10 +256,10 @@ pub async fn take_over(
         pid: std::process::id(),
         from_seq,
     }])?;
-    engine.adopt_slurm_jobs().await?;
     engine.reap_orphans().await?;
     engine.planner = Planner::new(&engine.state);
-    if how == Takeover::Cancel {
+    // A user's `sortie cancel` that a crash cut short goes on too.
+    if how == Takeover::Cancel || engine.state.control.run_cancelled {
         // Adopted attempts (#11) are live: they are stopped like a live run's.
         engine.stop_all(Stopping::Cancel);
     }
@@ -322,6 +376,8 @@ impl Engine {
         let mut sigint = signal(SignalKind::interrupt()).map_err(|e| self.io(e))?;
         let mut sigterm = signal(SignalKind::terminate()).map_err(|e| self.io(e))?;
         let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| self.io(e))?;
+        let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel();
+        let _listener = control::listen(&self.run_dir.control_socket(), ctl_tx);
         // Appends notice a removed journal; between them (agents silent for minutes), this does.
         let mut presence = tokio::time::interval(JOURNAL_CHECK);
         presence.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -364,6 +420,7 @@ impl Engine {
                 }
                 _ = sigterm.recv() => self.stop_all(Stopping::Interrupt),
                 _ = sigusr1.recv() => self.stop_all(Stopping::Cancel),
+                Some(msg) = ctl_rx.recv() => self.control(msg)?,
                 _ = presence.tick() => {
                     self.journal.check_present().map_err(|e| self.journal_error(e))?;
                 }

@@ -105,6 +105,15 @@ impl Engine {
             },
             // Handled before: activity is shown, not journaled.
             Msg::Activity { .. } => return None,
+            Msg::Handle {
+                task,
+                attempt,
+                handle,
+            } => Event::AttemptHandle {
+                task,
+                attempt,
+                handle,
+            },
         })
     }
 }

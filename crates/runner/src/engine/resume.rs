@@ -1,12 +1,32 @@
-//! Taking over a run that no process owns: open its journal once the owner lock is ours, and
-//! make sure no process of an attempt that was live survives before recording it orphaned.
+//! Taking over a run that no process owns: each attempt that was live when its run died is
+//! found again through its executor (`AttemptPlaced` journaled where it runs) and is one of
+//! three, journaled so:
+//! - still running: `AttemptAdopted`, and followed from its files as if this process had
+//!   launched it (its clocks re-armed from the journaled launch);
+//! - ended while nobody watched: `AttemptRecorded`, and its outcome read from its files (the
+//!   same driver, which finds the exit at once): it is not run again;
+//! - gone without a status (a reboot, a killed supervisor, a direct child of the dead sortie):
+//!   every process left of it is killed, then `AttemptOrphaned`: retried as transient, within
+//!   `max_orphans`.
+//!
+//! No process of an attempt that is not adopted may survive, whether or not its pid made it
+//! to the journal: the marker scan kills them all, sparing only the adopted ones.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
-use sortie_core::{Event, OrphanAction};
+use sortie_core::{Event, OrphanAction, TaskId};
 
 use super::Engine;
+use crate::executor::{Adoption, Placement, Presence, Started};
 use crate::{Error, Result, process};
+
+/// What resume found of one live attempt.
+struct Live {
+    orphan: sortie_core::decide::Orphan,
+    adoption: Option<Adoption>,
+    presence: Presence,
+}
 
 impl Engine {
     /// This run's incarnation (see `process::marker`).
@@ -14,8 +34,8 @@ impl Engine {
         self.state.started_at.map_or(0, |t| t.0)
     }
 
-    /// Resume's first duty: no process of a live attempt may survive, whether or not its pid
-    /// made it to the journal. Each live attempt is then recorded as orphaned.
+    /// Resume's first duty: find each live attempt, adopt what runs, record what ended, and
+    /// make sure nothing else of them survives before recording it orphaned.
     pub(super) async fn reap_orphans(&mut self) -> Result<()> {
         let plan = sortie_core::resume_plan(&self.state);
         let grace = Duration::from_secs(3);
@@ -23,36 +43,154 @@ impl Engine {
             pid,
             run: self.run_id.clone(),
         };
-        let killed = process::kill_marked(&self.run_id, self.incarnation(), grace)
+        let mut found = Vec::with_capacity(plan.orphans.len());
+        // #11: Slurm's attempts are found with one query for all of them (below).
+        let mut on_slurm = Vec::new();
+        for o in plan.orphans {
+            let adoption = self.adoption(o.task);
+            let presence = match &adoption {
+                Some(a) if a.placement.executor == crate::executor::slurm::SLURM => {
+                    on_slurm.push((found.len(), a.clone()));
+                    Presence::Gone
+                }
+                Some(a) => match self.executor_of(&a.placement.executor, o.task) {
+                    Some(ex) => ex.find(a).await,
+                    None => Presence::Gone,
+                },
+                None => Presence::Gone,
+            };
+            found.push(Live {
+                orphan: o,
+                adoption,
+                presence,
+            });
+        }
+        if let Some((first, _)) = on_slurm.first()
+            && let Some(ex) =
+                self.executor_of(crate::executor::slurm::SLURM, found[*first].orphan.task)
+        {
+            let adoptions: Vec<Adoption> = on_slurm.iter().map(|(_, a)| a.clone()).collect();
+            for ((i, _), presence) in on_slurm.iter().zip(ex.poll(&adoptions).await) {
+                found[*i].presence = presence;
+            }
+        }
+        // A gone attempt's supervisor goes first: it must record nothing after this.
+        for l in &found {
+            if l.presence == Presence::Gone
+                && let Some(s) = l
+                    .adoption
+                    .as_ref()
+                    .and_then(|a| process::read_started(&a.placement.dir))
+            {
+                let _ = process::kill_group_if_same(s.supervisor, s.supervisor_start, grace).await;
+            }
+        }
+        let spare: HashSet<_> = found
+            .iter()
+            .filter(|l| l.presence != Presence::Gone)
+            .map(|l| (l.orphan.task, l.orphan.attempt))
+            .collect();
+        let killed = process::kill_marked(&self.run_id, self.incarnation(), grace, &spare)
             .await
             .map_err(survivor)?;
         let mut events = Vec::new();
-        // Attempts adopted before (#11: Slurm jobs still known to the cluster) are not orphans.
-        for o in plan
-            .orphans
-            .iter()
-            .filter(|o| !self.live.contains_key(&o.task))
-        {
-            let mut was_killed = killed.get(&(o.task, o.attempt)).copied().unwrap_or(false);
-            if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
-                match process::kill_group_if_same(pid, st, grace).await {
-                    process::KillResult::Killed => was_killed = true,
-                    process::KillResult::Gone => {}
-                    // Retrying while the old attempt still runs could do its work twice.
-                    process::KillResult::Survived => return Err(survivor(pid)),
+        let mut follow = Vec::new();
+        for l in found {
+            let o = &l.orphan;
+            let (task, attempt) = (o.task, o.attempt);
+            match (&l.presence, l.adoption) {
+                (Presence::Alive, Some(a)) => {
+                    let offset = std::fs::metadata(a.placement.stdout()).map_or(0, |m| m.len());
+                    events.push(Event::AttemptAdopted {
+                        task,
+                        attempt,
+                        offset,
+                    });
+                    follow.push((task, a, false));
+                }
+                (Presence::Ended(_), Some(a)) => {
+                    events.push(Event::AttemptRecorded { task, attempt });
+                    follow.push((task, a, true));
+                }
+                _ => {
+                    let mut was_killed = killed.get(&(task, attempt)).copied().unwrap_or(false);
+                    if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
+                        match process::kill_group_if_same(pid, st, grace).await {
+                            process::KillResult::Killed => was_killed = true,
+                            process::KillResult::Gone => {}
+                            // Retrying while the old attempt still runs could do its work twice.
+                            process::KillResult::Survived => return Err(survivor(pid)),
+                        }
+                    }
+                    let action = if was_killed {
+                        OrphanAction::Killed
+                    } else {
+                        OrphanAction::Gone
+                    };
+                    events.push(Event::AttemptOrphaned {
+                        task,
+                        attempt,
+                        action,
+                    });
                 }
             }
-            let action = if was_killed {
-                OrphanAction::Killed
-            } else {
-                OrphanAction::Gone
-            };
-            events.push(Event::AttemptOrphaned {
-                task: o.task,
-                attempt: o.attempt,
-                action,
-            });
         }
-        self.commit(events)
+        self.commit(events)?;
+        for (task, adoption, ended) in follow {
+            self.follow(task, adoption, ended);
+        }
+        Ok(())
+    }
+
+    /// The journaled placement of `task`'s live attempt, and its journaled start.
+    fn adoption(&self, task: TaskId) -> Option<Adoption> {
+        let a = self.state.task(task)?.live_attempt()?;
+        let p = a.placed.as_deref()?;
+        let started = match (a.pid, a.start_time) {
+            (Some(pid), Some(start_time)) => Some(Started { pid, start_time }),
+            _ => None,
+        };
+        Some(Adoption {
+            placement: Placement {
+                executor: p.executor.clone(),
+                task,
+                attempt: a.attempt,
+                dir: p.dir.clone().into(),
+                handle: p.handle.clone(),
+            },
+            started,
+        })
+    }
+
+    /// Follows an adopted (or, `ended`, recorded) attempt with the ordinary driver: its
+    /// stdout is read again from its start (the reader rebuilds its state: usage is
+    /// cumulative), its usage never below the journaled checkpoint, its stall clock from its
+    /// stdout's last write. A recorded attempt's clocks are off: it ended by itself, its exit
+    /// file says how.
+    fn follow(&mut self, task: TaskId, adoption: Adoption, ended: bool) {
+        let Some((mut ctx, _)) = self.attempt_ctx(task) else {
+            return;
+        };
+        let seen = self
+            .state
+            .task(task)
+            .and_then(|r| r.live_attempt())
+            .map_or(sortie_core::Usage::ZERO, |a| a.usage);
+        let last_output = std::fs::metadata(adoption.placement.stdout())
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(ctx.launched_at, |d| {
+                sortie_core::Timestamp(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            });
+        ctx.resumed = Some((seen, last_output));
+        if ended {
+            let never = Duration::from_secs(100 * 365 * 86_400);
+            ctx.limits.attempt_timeout = never;
+            ctx.limits.deadline_at = None;
+            ctx.limits.stall_after = never;
+        }
+        ctx.adopt = Some(adoption);
+        self.start_attempt(ctx);
     }
 }

@@ -28,7 +28,7 @@ use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sortie_core::{Attempt, StopReason, TaskId};
@@ -254,11 +254,27 @@ pub trait Executor: Send + Sync + fmt::Debug {
     fn signal<'a>(&'a self, adoption: &'a Adoption, sig: Sig) -> BoxFuture<'a, io::Result<bool>>;
 }
 
-/// The executor of a journaled name; None for a name this build does not know.
-pub fn by_kind(kind: &str, supervisor: Option<&Path>) -> Option<Arc<dyn Executor>> {
+/// The supervisor program of this process (see [`use_supervisor`]).
+static SUPERVISOR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes `program` (run as `<program> __supervise ...`: the sortie binary) this process's
+/// supervisor, which turns supervised attempts on. Without it (a library user, the runner's
+/// own tests) every attempt runs direct. The first call wins.
+pub fn use_supervisor(program: PathBuf) {
+    let _ = SUPERVISOR.set(program);
+}
+
+/// The supervisor program, when one was set.
+pub fn supervisor() -> Option<&'static Path> {
+    SUPERVISOR.get().map(PathBuf::as_path)
+}
+
+/// The executor of a journaled name; None for a name this build does not know (or `local`
+/// without a supervisor program).
+pub fn by_kind(kind: &str) -> Option<Arc<dyn Executor>> {
     match kind {
         DIRECT => Some(Arc::new(Direct)),
-        SUPERVISED => Some(Arc::new(Supervised::new(supervisor?.to_path_buf()))),
+        SUPERVISED => Some(Arc::new(Supervised::new(supervisor()?.to_path_buf()))),
         _ => None,
     }
 }

@@ -86,6 +86,9 @@ pub struct RunEntry {
     /// the journal).
     #[serde(default)]
     pub damaged: Option<String>,
+    /// The run this one reruns (`sortie rerun`), for `list`'s lineage.
+    #[serde(default)]
+    pub parent: Option<RunId>,
 }
 
 impl RunEntry {
@@ -105,6 +108,7 @@ impl RunEntry {
             updated,
             acked: None,
             damaged: None,
+            parent: state.parent.clone(),
         }
     }
 }
@@ -160,6 +164,7 @@ pub fn create(state_dir: &StateDir, run: &RunId, source: &str, now: Timestamp) -
         updated: now,
         acked: None,
         damaged: None,
+        parent: None,
     };
     write(state_dir, &entry)
 }
@@ -179,6 +184,7 @@ pub fn record(
         e.tasks = state.tasks.len() as u32;
         e.pid = std::process::id();
         e.updated = now;
+        e.parent = state.parent.clone();
         if acked.is_some() {
             e.acked = acked;
         }
@@ -315,6 +321,7 @@ mod tests {
             updated: Timestamp(created + 1),
             acked: None,
             damaged: None,
+            parent: None,
         }
     }
 

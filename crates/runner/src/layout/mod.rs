@@ -76,6 +76,25 @@ impl StateDir {
         self.root.join("runs")
     }
 
+    /// The ids of the runs whose directories are in `runs/` (unsorted; names that are not run
+    /// ids are left out).
+    pub fn run_ids(&self) -> Vec<RunId> {
+        let Ok(entries) = std::fs::read_dir(self.runs()) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| RunId::new(e.file_name().to_string_lossy().as_ref()).ok())
+            .collect()
+    }
+
+    /// Where `sortie run --detach` sends a detached run's output: `logs/<run>.log`, beside the
+    /// run dir that the detached process creates.
+    pub fn detached_log(&self, run: &RunId) -> PathBuf {
+        self.root.join("logs").join(format!("{}.log", run.as_str()))
+    }
+
     /// A run's directory (it may not exist).
     pub fn run(&self, run: &RunId) -> RunDir {
         RunDir {
@@ -202,6 +221,12 @@ impl RunDir {
     /// A kept worktree's patch, by its safe name.
     pub fn patch(&self, name: &str) -> PathBuf {
         self.path.join("patches").join(format!("{name}.patch"))
+    }
+
+    /// The live run's control socket (`sortie hold`, `release`, `cancel --task`, `steer`,
+    /// `concurrency`), there while its owner runs.
+    pub fn control_socket(&self) -> PathBuf {
+        self.path.join("control.sock")
     }
 
     /// The record of a kept worktree removed after the run, by its safe name.

@@ -213,6 +213,8 @@ impl Stopper {
         }
         if self.shared.signal_group(Signal::SIGTERM) {
             self.shared.signaled.store(true, Ordering::SeqCst);
+            // A held group (`sortie hold`) handles its SIGTERM only once continued.
+            self.shared.signal_group(Signal::SIGCONT);
         }
         let exited = tokio::time::timeout(grace, exit.wait_for(Option::is_some))
             .await

@@ -4,11 +4,12 @@
 //! journal. The incarnation (the run's start time in ms, in hex) tells apart runs of the same
 //! id in other state dirs, which are left alone; a marker without it counts as this run's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sortie_core::{Attempt, RunId, TaskId};
 
+use super::supervise::SUPERVISOR_MARKER;
 use super::{KillResult, find_marked, kill_group_if_same};
 
 /// The environment variable of the marker.
@@ -36,18 +37,40 @@ fn parse(value: &str, run: &RunId) -> Option<(TaskId, Attempt, Option<u64>)> {
 }
 
 /// Kills every live process marked as run `run`'s in `incarnation` (and its group: TERM,
-/// `grace`, KILL). Returns, per attempt, whether one of its processes was still running, or
-/// the pid of one that survived SIGKILL.
+/// `grace`, KILL), except those of the attempts in `spare` (adopted: they run on). Returns,
+/// per attempt, whether one of its processes was still running, or the pid of one that
+/// survived SIGKILL.
 pub async fn kill_marked(
     run: &RunId,
     incarnation: u64,
     grace: Duration,
+    spare: &HashSet<(TaskId, Attempt)>,
 ) -> Result<HashMap<(TaskId, Attempt), bool>, u32> {
     let mut killed: HashMap<(TaskId, Attempt), bool> = HashMap::new();
-    for m in find_marked(MARKER, &format!("{run}/")) {
+    // Supervisors first (their value is `SORTIE_ATTEMPT=<marker>`): one killed after its
+    // agent could record the agent's end after resume decided it was gone.
+    let prefix = format!("{run}/");
+    let mut marked: Vec<_> = find_marked(SUPERVISOR_MARKER, &format!("{MARKER}={prefix}"))
+        .into_iter()
+        .map(|mut m| {
+            m.marker_value = m
+                .marker_value
+                .strip_prefix(&format!("{MARKER}="))
+                .unwrap_or_default()
+                .to_owned();
+            m
+        })
+        .collect();
+    marked.extend(find_marked(MARKER, &prefix));
+    for m in marked {
         let key = parse(&m.marker_value, run);
         if let Some((_, _, Some(other))) = key
             && other != incarnation
+        {
+            continue;
+        }
+        if let Some((task, attempt, _)) = key
+            && spare.contains(&(task, attempt))
         {
             continue;
         }

@@ -41,6 +41,7 @@ use sortie_protocol::Exit;
 
 mod argv;
 mod child;
+mod detach;
 mod follow;
 mod host;
 mod lines;
@@ -53,6 +54,7 @@ mod tool;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
+pub use detach::{run_hook, spawn_detached_with};
 pub use follow::Followed;
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
@@ -61,8 +63,9 @@ pub use orphan::{KillResult, kill_group_if_same, signal_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
 pub use spawn::{SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file};
 pub use supervise::{
-    DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, SUPERVISE_ARG, StartedFile,
-    SupervisorChild, presence, read_exit, read_started, spawn_supervised, supervise_main,
+    DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, SUPERVISE_ARG,
+    SUPERVISOR_MARKER, StartedFile, SupervisorChild, presence, read_exit, read_started,
+    spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
 

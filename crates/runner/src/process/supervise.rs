@@ -38,6 +38,11 @@ use super::{SpawnError, SpawnSpec, pid_of};
 /// The hidden subcommand that runs a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
 
+/// The supervisor's own marker variable: it carries its attempt's marker value under this name
+/// (so that resume finds a supervisor too), and gives the agent the attempt's marker
+/// ([`MARKER`](super::MARKER)) instead.
+pub const SUPERVISOR_MARKER: &str = "SORTIE_SUPERVISOR";
+
 /// The files of an attempt dir (see the module doc).
 pub const STDOUT_FILE: &str = "stdout";
 /// See [`STDOUT_FILE`].
@@ -168,7 +173,10 @@ pub async fn spawn_supervised(
         .args(&spec.argv)
         .current_dir(&spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(&spec.marker.0, &spec.marker.1)
+        .env(
+            SUPERVISOR_MARKER,
+            format!("{}={}", spec.marker.0, spec.marker.1),
+        )
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -241,7 +249,15 @@ pub fn supervise_main(args: &[String]) -> i32 {
             return 1;
         }
     };
-    let mut child = match std::process::Command::new(program)
+    // The agent carries the attempt's marker (`NAME=value`, from sortie), not the supervisor's.
+    let mut cmd = std::process::Command::new(program);
+    if let Ok(marker) = std::env::var(SUPERVISOR_MARKER) {
+        cmd.env_remove(SUPERVISOR_MARKER);
+        if let Some((name, value)) = marker.split_once('=') {
+            cmd.env(name, value);
+        }
+    }
+    let mut child = match cmd
         .args(&args[2..])
         // The supervisor's own stdin: /dev/null, or the attempt's prompt file.
         .stdin(Stdio::inherit())

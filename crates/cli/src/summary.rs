@@ -1,0 +1,222 @@
+//! The summary printed when a run ends (run, resume, cancel, wait): a table of the tasks (label,
+//! state, attempts and the models tried, tokens, cost, duration, the artifact or kept worktree,
+//! and the first line of the error of a task that did not complete), the totals, the usage per
+//! model, and the exact commands to go on from here. The tasks' outputs come first for a small
+//! run (at most [`OUTPUTS_UP_TO`] tasks) or with `--outputs`. `--json` prints the same as one
+//! object (`output::RunView`), with the outputs under the same rule.
+
+use std::io::Write;
+
+use crate::args::Global;
+use crate::board::{compact, cut, short_duration};
+use crate::error::Result;
+use crate::output::{self, RunView, TaskView};
+use sortie_core::ledger::ledger;
+use sortie_core::{RunId, RunState};
+
+/// A run with at most this many tasks shows each task's output in its summary (more: only with
+/// `--outputs`).
+pub(crate) const OUTPUTS_UP_TO: usize = 20;
+
+/// Whether the summary of `state` shows the tasks' outputs.
+pub(crate) fn shows_outputs(g: &Global, state: &RunState) -> bool {
+    g.outputs || state.tasks.len() <= OUTPUTS_UP_TO
+}
+
+/// Prints a finished (or interrupted) run's summary on stdout.
+pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result<()> {
+    let with_text = shows_outputs(g, state);
+    let mut view = output::view(run, state, None, with_text);
+    view.commands = commands(g, &view);
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        serde_json::to_writer_pretty(&mut out, &view)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if with_text {
+        // The journal's text once the run finished (`RunFinished` carries it, made by core's
+        // `summary_text`); a run not finished has none journaled, so the same function says it
+        // as of now.
+        match &state.summary {
+            Some(text) => writeln!(out, "{text}")?,
+            None => writeln!(out, "{}", sortie_core::summary_text(state))?,
+        }
+        writeln!(out)?;
+    }
+    print_table(&mut out, &view, colours())?;
+    writeln!(out)?;
+    output::print_kept(&mut out, &view)?;
+    output::print_carried(&mut out, state)?;
+    let ledger = ledger(state);
+    writeln!(
+        out,
+        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  cost",
+        "usage by model", "input", "output", "cache_r", "cache_w", "turns"
+    )?;
+    for (model, u) in ledger
+        .models
+        .iter()
+        .map(|(m, u)| (m.as_deref().unwrap_or("(default)"), u))
+        .chain([("total", &ledger.total)])
+    {
+        writeln!(
+            out,
+            "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  {}",
+            cut(model, 28),
+            u.input,
+            u.output,
+            u.cache_read,
+            u.cache_write,
+            u.turns,
+            u.cost
+        )?;
+    }
+    if !view.commands.is_empty() {
+        writeln!(out)?;
+        for c in &view.commands {
+            writeln!(out, "{c}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether stdout gets colours (a terminal, `NO_COLOR` unset).
+fn colours() -> bool {
+    console::colors_enabled()
+}
+
+fn models_text(t: &TaskView) -> String {
+    let names: Vec<&str> = t
+        .models
+        .iter()
+        .map(|m| m.as_deref().unwrap_or("-"))
+        .collect();
+    if names.is_empty() {
+        "-".to_owned()
+    } else {
+        names.join(" → ")
+    }
+}
+
+/// The table of the tasks, then the totals.
+pub(crate) fn print_table(out: &mut impl Write, v: &RunView, colour: bool) -> Result<()> {
+    let label_w = v
+        .tasks
+        .iter()
+        .map(|t| t.label.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 28);
+    writeln!(
+        out,
+        "{:<label_w$}  {:<11} {:>3}  {:<24} {:>7} {:>9} {:>8}  result",
+        "task", "state", "att", "models", "tokens", "cost", "time"
+    )?;
+    for t in &v.tasks {
+        let state = format!("{:<11}", t.state);
+        let state = if colour {
+            let style = match t.state.as_str() {
+                "completed" => console::Style::new().green(),
+                "partial" | "interrupted" | "cancelled" | "skipped" => {
+                    console::Style::new().yellow()
+                }
+                "failed" | "timeout" | "setup_error" => console::Style::new().red(),
+                _ => console::Style::new(),
+            };
+            style.apply_to(state).to_string()
+        } else {
+            state
+        };
+        let kept = t
+            .worktree
+            .as_ref()
+            .filter(|w| w.kept == Some(true))
+            .map(|w| &w.path);
+        let result = match (&t.artifact, kept) {
+            (Some(a), Some(w)) => format!("{a}; worktree {w}"),
+            (Some(a), None) => a.clone(),
+            (None, Some(w)) => format!("worktree {w}"),
+            (None, None) => "-".to_owned(),
+        };
+        writeln!(
+            out,
+            "{:<label_w$}  {state} {:>3}  {:<24} {:>7} {:>9} {:>8}  {result}",
+            cut(&t.label, label_w),
+            t.attempts,
+            cut(&models_text(t), 24),
+            compact(t.usage.tokens()),
+            t.usage.cost.to_string(),
+            t.duration_ms.map_or("-".to_owned(), short_duration),
+        )?;
+        if t.state != "completed"
+            && let Some(e) = &t.error
+        {
+            let line = e.lines().next().unwrap_or_default();
+            writeln!(out, "{:label_w$}  └ {}", "", cut(line, 100))?;
+        }
+    }
+    let counts: Vec<String> = v.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let span = v
+        .tasks
+        .iter()
+        .filter_map(|t| t.duration_ms)
+        .max()
+        .map(|d| format!(" · longest {}", short_duration(d)))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "total: {} task(s) · {} · {} tokens · {}{span}",
+        v.tasks.len(),
+        counts.join(", "),
+        v.usage.tokens(),
+        v.cost
+    )?;
+    Ok(())
+}
+
+/// The commands to go on from here: resume an unfinished run, inspect what did not complete.
+fn commands(g: &Global, v: &RunView) -> Vec<String> {
+    let sortie = format!("sortie{}", crate::commands::state_dir_flag(&g.state_dir));
+    let run = &v.run_id;
+    let mut c = Vec::new();
+    let unfinished = !matches!(
+        v.status.as_str(),
+        "completed" | "partial" | "failed" | "timeout" | "cancelled"
+    );
+    if unfinished {
+        c.push(format!("resume:  {sortie} resume {run}"));
+    }
+    let failed: Vec<&TaskView> = v
+        .tasks
+        .iter()
+        .filter(|t| !matches!(t.state.as_str(), "completed"))
+        .collect();
+    if let Some(t) = failed.first() {
+        c.push(format!(
+            "inspect: {sortie} replay {run} --task {}",
+            shell_word(&t.label)
+        ));
+    }
+    let kept = |t: &&TaskView| t.worktree.as_ref().is_some_and(|w| w.kept == Some(true));
+    for t in v.tasks.iter().filter(kept) {
+        c.push(format!(
+            "diff:    {sortie} diff {run} {}",
+            shell_word(&t.label)
+        ));
+    }
+    c.push(format!("status:  {sortie} status {run}"));
+    c
+}
+
+/// A word as a shell reads it back: quoted when it holds anything but safe characters.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@+".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}

@@ -1,0 +1,62 @@
+//! Processes sortie starts to outlive the command that started them: a detached run (`sortie
+//! run --detach`: this same binary, in its own process group, its output in a log file) and a
+//! user's hook (`--on-task-end CMD`, through `sh -c`, reaped by a thread, never waited for by
+//! the run).
+
+use std::fs::File;
+use std::path::Path;
+use std::process::Stdio;
+
+/// Starts this program again with `args`, in its own process group (a Ctrl-C in the terminal
+/// does not reach it), stdin `/dev/null`, stdout and stderr appended to `log`. Returns its pid;
+/// the caller does not wait for it. `env_key=env_value` is added to its environment.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the detached run is spawned here"
+)]
+pub fn spawn_detached_with(
+    args: &[String],
+    log: &Path,
+    env_key: &str,
+    env_value: &str,
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let out = File::options().create(true).append(true).open(log)?;
+    let err = out.try_clone()?;
+    std::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .env(env_key, env_value)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+}
+
+/// Runs a user's hook `command` through `sh -c` with `env` added, stdin `/dev/null`, its output
+/// sortie's own; a thread reaps it. A hook that cannot start is a warning, never the run's
+/// failure.
+#[allow(clippy::disallowed_methods, reason = "the user's hook is spawned here")]
+pub fn run_hook(command: &str, env: &[(String, String)]) {
+    let spawned = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            let _ = std::thread::Builder::new()
+                .name("sortie-hook".into())
+                .spawn(move || match child.wait() {
+                    Ok(s) if !s.success() => tracing::warn!("the task-end hook exited {s}"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("cannot wait for the task-end hook: {e}"),
+                });
+        }
+        Err(e) => tracing::warn!("cannot run the task-end hook `{command}`: {e}"),
+    }
+}

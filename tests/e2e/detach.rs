@@ -1,0 +1,130 @@
+//! End-to-end tests of `sortie run --detach` + `sortie wait`, run ids by unique prefix, and
+//! `--on-task-end`.
+
+use crate::support::{Scratch, fake_command, poll, unique_run};
+
+fn batch(s: &Scratch, name: &str, sleep: &str, exit: &str) -> std::path::PathBuf {
+    s.write(
+        name,
+        &format!(
+            "[[tasks]]\nlabel = \"one\"\nmax_retries = 0\ncommand = {}\noutput = \"out/one.md\"\n\n\
+             [[tasks]]\nlabel = \"two\"\ncommand = {}\n",
+            fake_command(&[
+                "--sleep",
+                sleep,
+                "--usage",
+                "10,5,0.25",
+                "--answer",
+                "one done"
+            ]),
+            fake_command(&["--exit", exit, "--answer", "two done"]),
+        ),
+    )
+}
+
+#[test]
+fn a_detached_run_prints_its_id_and_wait_exits_with_its_code() {
+    let s = Scratch::new();
+    let ok = batch(&s, "ok.toml", "2", "0");
+    let run = unique_run("detached");
+    let out = s.run_ok(&[
+        "run",
+        "--detach",
+        &ok.display().to_string(),
+        "--run-id",
+        &run,
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        run,
+        "prints the run id"
+    );
+    // It returned while the run goes on: a wait with a short timeout gives up (exit 5).
+    let early = s.run(&["wait", &run, "--timeout", "0s"]);
+    assert_eq!(
+        early.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&early.stderr)
+    );
+    // A unique prefix names it.
+    let waited = s.run(&["wait", &run[..run.len() - 2]]);
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let summary = String::from_utf8_lossy(&waited.stdout);
+    assert!(
+        summary.contains("total: 2 task(s) · completed 2"),
+        "{summary}"
+    );
+    let log = std::fs::read_to_string(s.state_dir().join("logs").join(format!("{run}.log")))
+        .expect("the detached run's log");
+    assert!(log.contains("[one] completed"), "{log}");
+
+    // A failing run: wait exits 1; `--json` of a detach names the run.
+    let bad = batch(&s, "bad.toml", "0", "3");
+    let out = s.run_ok(&["--json", "run", "--detach", &bad.display().to_string()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let id = v["run_id"].as_str().expect("a run id").to_owned();
+    let waited = s.run(&["wait", &id]);
+    assert_eq!(waited.status.code(), Some(1));
+
+    // Two runs that share a prefix: it is ambiguous; a longer one names one of them.
+    for id in ["pfx-aaa", "pfx-bbb"] {
+        let _ = s.run(&["--quiet", "run", "--run-id", id, "--", "true"]);
+    }
+    let ambiguous = s.run(&["status", "pfx"]);
+    assert_eq!(ambiguous.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&ambiguous.stderr);
+    assert!(
+        err.contains("pfx-aaa, pfx-bbb") && err.contains("give more of it"),
+        "{err}"
+    );
+    let one = s.run_ok(&["--json", "status", "pfx-b"]);
+    let v: serde_json::Value = serde_json::from_slice(&one.stdout).expect("JSON");
+    assert_eq!(v["run_id"], "pfx-bbb");
+}
+
+#[test]
+fn a_detached_batch_that_does_not_load_fails_at_once() {
+    let s = Scratch::new();
+    let broken = s.write("broken.toml", "[[tasks]]\nlabel = \"x\"\nnope = 1\n");
+    let out = s.run(&["run", "--detach", &broken.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn on_task_end_runs_a_command_with_the_tasks_label_state_cost_and_artifact() {
+    let s = Scratch::new();
+    let b = batch(&s, "b.toml", "0", "3");
+    let hook = "echo \"$SORTIE_RUN|$SORTIE_TASK|$SORTIE_STATE|$SORTIE_COST_USD|$SORTIE_ARTIFACT|$SORTIE_ERROR\" >> hooks.log";
+    let out = s.run(&[
+        "--on-task-end",
+        hook,
+        "run",
+        &b.display().to_string(),
+        "--run-id",
+        "hooked",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines = poll("both hooks to have run", 10, || {
+        let text = std::fs::read_to_string(s.path().join("hooks.log")).ok()?;
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines.sort();
+        (lines.len() == 2).then_some(lines)
+    });
+    let artifact = s.path().join("out/one.md");
+    assert_eq!(
+        lines[0],
+        format!("hooked|one|completed|0.250000|{}|", artifact.display())
+    );
+    assert!(
+        lines[1].starts_with("hooked|two|failed|0.000000||exited with code 3"),
+        "{}",
+        lines[1]
+    );
+}
