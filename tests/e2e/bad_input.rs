@@ -268,3 +268,58 @@ fn an_unwritable_state_dir_is_a_clear_error_naming_the_path() {
     nothing_written();
     set_mode(&s.path().join("read-only"), 0o700);
 }
+
+/// A plain command that says which of its failures are transient (`transient_on`): a wrapper
+/// around an API that prints `429` and exits 1 is retried and completes on its second attempt;
+/// the same failure without the pattern (`other`) is a real failure, not retried.
+#[test]
+fn transient_on_retries_a_plain_command_whose_failure_matches() {
+    let s = Scratch::new();
+    let script = "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; \
+                  if [ $n -lt 2 ]; then echo 'HTTP 429: rate limit' >&2; exit 1; fi; echo done";
+    std::fs::create_dir_all(s.path().join("a")).expect("mkdir");
+    std::fs::create_dir_all(s.path().join("b")).expect("mkdir");
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"api\"\ncwd = \"a\"\nmax_retries = 2\n\
+             transient_on = [\"rate limit\", \"503\"]\ncommand = [\"sh\", \"-c\", {script:?}]\n\n\
+             [[tasks]]\nlabel = \"other\"\ncwd = \"b\"\nmax_retries = 2\n\
+             transient_on = [\"503\"]\ncommand = [\"sh\", \"-c\", {script:?}]\n"
+        ),
+    );
+    let out = finish(
+        s.spawn(&["run", "--run-id", "tr", batch.to_str().expect("utf-8")]),
+        60,
+    );
+    assert_eq!(out.status.code(), Some(1), "`other` failed");
+    let events = s.events("tr");
+    let reasons = |t: usize| -> Vec<String> {
+        task_events(&events, "AttemptFinished", t)
+            .iter()
+            .map(|e| {
+                e["outcome"]["stop_reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(reasons(0), ["error", "completed"]);
+    let first = &task_events(&events, "AttemptFinished", 0)[0]["outcome"]["error"];
+    assert!(
+        first
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"rate limit\""),
+        "{first}"
+    );
+    assert_eq!(
+        reasons(1),
+        ["nonzero_exit"],
+        "no pattern matched: not retried"
+    );
+    let status = s.status("tr");
+    assert_eq!(task_view(&status, "api")["state"], "completed");
+    assert_eq!(task_view(&status, "other")["state"], "failed");
+}

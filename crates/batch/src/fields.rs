@@ -53,6 +53,7 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "allow_denials",
     "system_prompt",
     "thinking",
+    "transient_on",
 ];
 
 /// The top-level keys of a batch file.
@@ -136,6 +137,7 @@ pub(crate) struct RawTask {
     pub(crate) allow_denials: Option<bool>,
     pub(crate) system_prompt: Option<String>,
     pub(crate) thinking: Option<String>,
+    pub(crate) transient_on: Option<Vec<String>>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -296,6 +298,13 @@ impl RawTask {
             }
             "allow_denials" => self.allow_denials = Some(boolean(v)?),
             "system_prompt" => self.system_prompt = Some(string(v)?),
+            "transient_on" => {
+                let patterns = strings(v)?;
+                if patterns.iter().any(|p| p.trim().is_empty()) {
+                    return Err("a pattern must not be empty".into());
+                }
+                self.transient_on = Some(patterns);
+            }
             "thinking" => {
                 let level = string(v)?;
                 if !sortie_core::spec::THINKING_LEVELS.contains(&level.as_str()) {

@@ -225,6 +225,7 @@ fn resolve_task(
         permissions,
         tools,
         allow_denials,
+        transient_on,
         // #10: attempts that outlive sortie.
         max_orphans,
         supervise

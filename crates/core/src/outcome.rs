@@ -171,6 +171,25 @@ impl AttemptOutcome {
         self
     }
 
+    /// A plain command that failed with a nonzero exit whose `text` (the stderr tail and the
+    /// last output lines) contains one of `patterns` (case-insensitive) failed with `error`: a
+    /// transient failure, retried (the task's `transient_on`).
+    pub fn transient_on(mut self, patterns: &[String], text: &str) -> Self {
+        if self.stop_reason != StopReason::NonzeroExit || self.status != AttemptStatus::Failed {
+            return self;
+        }
+        let haystack = text.to_lowercase();
+        if let Some(p) = patterns
+            .iter()
+            .find(|p| !p.is_empty() && haystack.contains(&p.to_lowercase()))
+        {
+            self.stop_reason = StopReason::Error;
+            let error = self.error.take().unwrap_or_default();
+            self.error = Some(format!("{error} (transient: matched {p:?})"));
+        }
+        self
+    }
+
     /// A completed attempt with exit code 0.
     pub fn completed() -> Self {
         AttemptOutcome {
@@ -349,5 +368,30 @@ mod tests {
         );
         let plain = AttemptOutcome::completed();
         assert_eq!(plain.clone().judge_denials(false), plain);
+    }
+
+    #[test]
+    fn transient_on_makes_a_matching_nonzero_exit_a_retried_error() {
+        let failed = AttemptOutcome {
+            exit_code: Some(1),
+            ..AttemptOutcome::failed(StopReason::NonzeroExit, "exited with code 1")
+        };
+        let patterns = vec!["429".to_owned(), "Rate Limit".to_owned()];
+        let hit = failed
+            .clone()
+            .transient_on(&patterns, "HTTP 503\nerror: RATE LIMIT hit");
+        assert_eq!(hit.stop_reason, StopReason::Error);
+        assert!(crate::is_transient(&hit));
+        assert!(
+            hit.error
+                .as_deref()
+                .unwrap_or("")
+                .contains("\"Rate Limit\"")
+        );
+        let miss = failed.clone().transient_on(&patterns, "syntax error");
+        assert_eq!(miss, failed);
+        assert!(!crate::is_transient(&miss));
+        let done = AttemptOutcome::completed();
+        assert_eq!(done.clone().transient_on(&patterns, "429"), done);
     }
 }

@@ -318,6 +318,10 @@ pub struct TaskSpec {
     pub system_prompt: Option<String>,
     /// How hard the agent thinks: one of [`THINKING_LEVELS`] (None: the agent's default).
     pub thinking: Option<String>,
+    /// A plain command's failures that are transient: a nonzero exit whose stderr tail or
+    /// last output lines contain one of these (case-insensitive) is retried like a provider
+    /// error.
+    pub transient_on: Vec<String>,
 }
 
 /// The `thinking` levels a task may ask for, translated per agent (docs/agents.md).
@@ -412,6 +416,7 @@ impl TaskSpec {
             allow_denials: false,
             system_prompt: None,
             thinking: None,
+            transient_on: vec![],
         }
     }
 
@@ -672,6 +677,21 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
                     } else {
                         "codex exec"
                     }
+                ),
+            );
+        }
+        let plain = t.command.is_some()
+            || batch
+                .agents
+                .get(&t.agent)
+                .is_some_and(|p| p.protocol == Protocol::Plain);
+        if !t.transient_on.is_empty() && !plain {
+            err(
+                &["transient_on", "agent", "command"],
+                format!(
+                    "agent {:?} speaks an agent protocol, whose errors sortie classifies from \
+                     its stream; `transient_on` is for plain commands",
+                    t.agent
                 ),
             );
         }
@@ -1010,6 +1030,17 @@ mod tests {
             "{}",
             errors[1].message
         );
+        // transient_on is for plain commands only.
+        let mut agent = task("agent");
+        agent.transient_on = vec!["429".into()];
+        let mut cmd = task("cmd");
+        cmd.prompt = None;
+        cmd.command = Some(vec!["curl".into()]);
+        cmd.agent = "command".into();
+        cmd.transient_on = vec!["429".into()];
+        let errors = validate_batch(&batch(vec![agent, cmd])).unwrap_err();
+        let found: Vec<(Option<usize>, &str)> = errors.iter().map(|e| (e.task, e.field)).collect();
+        assert_eq!(found, [(Some(0), "transient_on")], "{errors:?}");
         // may_write follows the permissions for a known agent.
         let t = &b.tasks[0];
         assert!(!t.may_write(b.agents.get("claude")));

@@ -44,6 +44,10 @@ pub use classify::{classify_http_status, classify_provider_error};
 pub use exit::Exit;
 pub use shared::last_lines;
 
+/// The longest stdout line the runner delivers whole (its `process::MAX_LINE_BYTES`): a longer
+/// one reaches a reader cut to this many bytes.
+pub const LINE_LIMIT_BYTES: usize = 1 << 20;
+
 /// How much of a plain command's stdout is kept as its output text.
 pub const MAX_PLAIN_OUTPUT: usize = 1 << 20;
 /// How many stderr lines the output falls back to when there is neither text nor error.

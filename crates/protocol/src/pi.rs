@@ -38,8 +38,10 @@ const SIDE_EFFECT_TOOLS: &[&str] = &["bash", "write", "edit"];
 const UPDATE_PREFIX: &str = r#"{"type":"message_update""#;
 
 /// The prefix of an `agent_end` line as pi prints it. Its `messages` repeat the whole run, the
-/// prompt included, so a long prompt makes it longer than a line sortie keeps: cut, it no
-/// longer parses, but its beginning still says the run ended (nothing else of it is read).
+/// prompt included, so a long prompt makes it longer than a line sortie keeps: cut to
+/// [`LINE_LIMIT_BYTES`](crate::LINE_LIMIT_BYTES), it no longer parses, but its beginning still
+/// says the run ended (nothing else of it is read). A shorter cut line (a process that died
+/// while writing it) is no end of the run.
 const AGENT_END_PREFIX: &str = r#"{"type":"agent_end""#;
 
 /// Reads `pi --mode json` (see the module doc).
@@ -453,8 +455,11 @@ impl ProtocolReader for PiReader {
             self.update(line);
             return self.progress();
         }
-        if let Some(rest) = line.strip_prefix(AGENT_END_PREFIX)
-            && (rest.starts_with(',') || rest.starts_with('}'))
+        // A cut line may end in a replacement character (a cut UTF-8 sequence) and was trimmed.
+        let cut_by_the_limit = line.len() + 8 >= crate::LINE_LIMIT_BYTES;
+        if cut_by_the_limit
+            && let Some(rest) = line.strip_prefix(AGENT_END_PREFIX)
+            && rest.starts_with(',')
         {
             self.started = true;
             self.finished = true;
@@ -556,14 +561,25 @@ mod tests {
     #[test]
     fn an_agent_end_cut_short_by_the_line_limit_still_ends_the_run() {
         let answer = end(r#"{"input":1,"output":1}"#, "stop", TEXT);
-        let cut = r#"{"type":"agent_end","messages":[{"role":"user","content":[{"type":"text","text":"xxxx"#;
-        let f = run(&[&answer, cut], Exit::Code(0));
-        assert_eq!(f.outcome.status, AttemptStatus::Completed, "{f:?}");
-        assert_eq!(f.output, "a\nb");
-        let f = run(
-            &[&answer, r#"{"type":"agent_end_of_something"}"#],
-            Exit::Code(0),
+        let start =
+            r#"{"type":"agent_end","messages":[{"role":"user","content":[{"type":"text","text":""#;
+        let cut = format!(
+            "{start}{}",
+            "x".repeat(crate::LINE_LIMIT_BYTES - start.len())
         );
+        let f = run(&[&answer, &cut], Exit::Code(0));
+        assert_eq!(
+            f.outcome.status,
+            AttemptStatus::Completed,
+            "{:?}",
+            f.outcome
+        );
+        assert_eq!(f.output, "a\nb");
+        // Cut short of the limit: the writer died mid-line, no end of the run.
+        let f = run(&[&answer, &cut[..1000]], Exit::Code(0));
+        assert_ne!(f.outcome.status, AttemptStatus::Completed);
+        let other = format!("{{\"type\":\"agent_end_x\",{}", &cut[start.len()..]);
+        let f = run(&[&answer, &other], Exit::Code(0));
         assert_ne!(
             f.outcome.status,
             AttemptStatus::Completed,

@@ -353,6 +353,7 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             allow_denials: false,
             system_prompt: None,
             thinking: None,
+            transient_on: vec![],
         })
     }
 }

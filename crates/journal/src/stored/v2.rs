@@ -31,12 +31,13 @@ pub(crate) struct TaskExtV2 {
     supervise: bool,
     // #11
     executor: ExecutorV2,
-    // Issue 13: permissions, tools, allow_denials, system_prompt, thinking.
+    // Issue 13: permissions, tools, allow_denials, system_prompt, thinking, transient_on.
     permissions: PermissionsV2,
     tools: Vec<String>,
     allow_denials: bool,
     system_prompt: Option<String>,
     thinking: Option<String>,
+    transient_on: Vec<String>,
 }
 
 impl TaskExtV2 {
@@ -50,6 +51,7 @@ impl TaskExtV2 {
             allow_denials: t.allow_denials,
             system_prompt: t.system_prompt.clone(),
             thinking: t.thinking.clone(),
+            transient_on: t.transient_on.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -61,6 +63,7 @@ impl TaskExtV2 {
         t.allow_denials = self.allow_denials;
         t.system_prompt = self.system_prompt;
         t.thinking = self.thinking;
+        t.transient_on = self.transient_on;
         Ok(())
     }
 }

@@ -62,6 +62,7 @@ pub(crate) fn batch(n: u32) -> Batch {
             allow_denials: false,
             system_prompt: None,
             thinking: None,
+            transient_on: vec![],
         })
         .collect();
     Batch {

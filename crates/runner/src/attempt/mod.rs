@@ -59,6 +59,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) allow_denials: bool,
     /// For an adopted attempt: its journaled usage, and when it last wrote output.
     pub(crate) resumed: Option<(Usage, Timestamp)>,
+    /// A plain command's transient failures (the task's `transient_on`).
+    pub(crate) transient_on: Vec<String>,
 }
 
 /// A report from an attempt to the run loop.

@@ -439,7 +439,12 @@ impl Driver<'_> {
             let (task, attempt) = (self.ctx.task, self.ctx.attempt);
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
-        let outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        let mut outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        if !self.ctx.transient_on.is_empty() {
+            let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
+            let text = format!("{stderr}\n{tail}");
+            outcome = outcome.transient_on(&self.ctx.transient_on, &text);
+        }
         (outcome, finished.usage, finished.output)
     }
 }

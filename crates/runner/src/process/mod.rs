@@ -70,7 +70,7 @@ pub use supervise::{
 pub use tool::{ToolError, ToolOutput, run_tool};
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
+pub const MAX_LINE_BYTES: usize = sortie_protocol::LINE_LIMIT_BYTES;
 /// How much of stderr is kept (the end of it).
 pub const STDERR_TAIL_BYTES: usize = 50 * 1024;
 /// How long the output readers keep reading after the leader exited (for pipes held open by a
