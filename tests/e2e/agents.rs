@@ -500,7 +500,16 @@ fn agents_crash_mid_attempt_continues_the_session() {
         ],
         "can_continue = true",
     );
-    let batch = format!("{p}{}", task("resumable", "resumable", "max_retries = 2"));
+    // Unsupervised: the attempt dies with sortie and resume takes the orphan path (a
+    // supervised attempt would be adopted instead: tests/e2e/supervised.rs).
+    let batch = format!(
+        "{p}{}",
+        task(
+            "resumable",
+            "resumable",
+            "max_retries = 2\nsupervise = false"
+        )
+    );
     // Killed once attempt 1 started and its agent wrote its session file.
     let started = |e: &[Value]| {
         !task_events(e, "AttemptStarted", 0).is_empty()
@@ -573,7 +582,12 @@ fn agents_crash_after_side_effects_outside_a_worktree_is_not_retried() {
         ],
         "",
     );
-    let batch = format!("{p}{}", task("writer", "writer", "max_retries = 2"));
+    // Unsupervised: the attempt dies with sortie and resume takes the orphan path (a
+    // supervised attempt would be adopted instead: tests/e2e/supervised.rs).
+    let batch = format!(
+        "{p}{}",
+        task("writer", "writer", "max_retries = 2\nsupervise = false")
+    );
     let fx = |e: &[Value]| !task_events(e, "AttemptSideEffects", 0).is_empty();
     let (code, events) = crash_and_resume(&s, &run, &batch, "AttemptSideEffects", fx);
     assert_eq!(code, Some(1));

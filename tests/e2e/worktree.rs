@@ -414,7 +414,9 @@ fn crash_batch(s: &Scratch, repo: &Path, extra: &[&'static str]) -> String {
         v.extend_from_slice(extra);
         v
     };
-    let out = |l: &str| format!("output = \"out/{l}.txt\"");
+    // Unsupervised: these crashes test the orphan path (the attempt dies with sortie, resume
+    // retries it in the same worktree); supervised attempts are adopted (tests/e2e/supervised.rs).
+    let out = |l: &str| format!("output = \"out/{l}.txt\"\nsupervise = false");
     let tasks: Vec<Task<'_>> = vec![
         ("a", with(vec!["--write", "shared.txt:from a"]), out("a")),
         ("b", with(vec!["--write", "new.txt:from b"]), out("b")),
