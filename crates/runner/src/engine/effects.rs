@@ -71,8 +71,9 @@ impl Engine {
                 .task(task)
                 .and_then(|r| r.live_attempt())
                 .is_some_and(|a| a.placed.is_none());
-            // (A Slurm attempt is found again by its job's name: #11.)
-            if unplaced && ctx.executor.kind() == executor::SUPERVISED {
+            // Every attempt that outlives sortie (supervised, or a Slurm job) is placed before it
+            // starts: resume finds it again from its placement.
+            if unplaced && ctx.executor.kind() != executor::DIRECT {
                 placed.push(Event::AttemptPlaced {
                     task,
                     attempt: ctx.attempt,
