@@ -55,9 +55,11 @@ impl Batch {
     /// gets `--counter <its own file>`.
     fn new(tag: &str, concurrency: u32, tasks: &[(String, Vec<String>, String)]) -> Batch {
         let s = Scratch::new();
+        // Unsupervised, so that every kill orphans the live attempts (the path these tests
+        // check); a budget of orphans as large as the retries', since one test kills five times.
         let mut toml = format!(
             "concurrency = {concurrency}\n\n[defaults]\nmax_retries = 8\nkill_grace = \"1s\"\n\
-             attempt_timeout = \"5m\"\nsupervise = false\n"
+             attempt_timeout = \"5m\"\nsupervise = false\nmax_orphans = 8\n"
         );
         let mut labels = Vec::new();
         for (label, args, extra) in tasks {
