@@ -10,6 +10,7 @@
 //! - `RunState::apply` either applies an event completely or rejects it with a [`Violation`] and
 //!   leaves the state untouched; it never panics on any input.
 
+pub mod agent_options;
 pub mod bounds;
 pub mod decide;
 pub mod digest;
@@ -19,6 +20,7 @@ pub mod ledger;
 pub mod outcome;
 pub mod plan;
 pub mod prompt;
+pub mod run_budget;
 pub mod spec;
 pub mod state;
 pub mod summary;

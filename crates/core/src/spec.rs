@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::agent_options::{AGENT_ARGS, Permissions, THINKING_LEVELS};
+pub use crate::run_budget::RunBudget;
+
 /// How a task's working directory is isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -324,45 +327,6 @@ pub struct TaskSpec {
     pub transient_on: Vec<String>,
 }
 
-/// The `thinking` levels a task may ask for, translated per agent (docs/agents.md).
-pub const THINKING_LEVELS: &[&str] = &["off", "minimal", "low", "medium", "high", "xhigh"];
-
-/// The argv element of an agent profile's template that expands to the agent's own flags for a
-/// task's `permissions` and `tools` (each built-in profile places it; docs/agents.md).
-pub const AGENT_ARGS: &str = "{agent_args}";
-
-/// What an agent may do in its working directory, translated per agent (docs/agents.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Permissions {
-    /// Read and search only: no edits, no commands that change anything.
-    ReadOnly,
-    /// Edit files and run commands inside the working directory (the default; a worktree
-    /// task's worktree).
-    #[default]
-    Edit,
-    /// Everything the agent can do, without asking.
-    Full,
-}
-
-impl Permissions {
-    /// The name used in batch files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Permissions::ReadOnly => "read-only",
-            Permissions::Edit => "edit",
-            Permissions::Full => "full",
-        }
-    }
-
-    /// Parses a batch-file name.
-    pub fn parse(name: &str) -> Option<Permissions> {
-        [Permissions::ReadOnly, Permissions::Edit, Permissions::Full]
-            .into_iter()
-            .find(|p| p.as_str() == name)
-    }
-}
-
 impl TaskSpec {
     /// Whether the task may write to its working directory, as admission trusts it: derived
     /// from its permissions for an agent sortie knows (any protocol but `plain`: sortie turns
@@ -454,40 +418,6 @@ impl Default for RunConfig {
             fail_fast: false,
             budget: RunBudget::default(),
         }
-    }
-}
-
-/// A whole run's budget (`[budget]` in a batch file). When the run's usage passes a limit, or
-/// its wall clock the deadline, nothing new launches, running attempts are asked to wrap up
-/// (stopped when they cannot be steered), the tasks not started end cancelled, and the run
-/// ends with the reason. A warning is journaled when a limit's use reaches `warn_percent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RunBudget {
-    /// The run's cost limit in nano-dollars (reported costs; an unreported part counts 0).
-    pub max_cost_nanos: Option<u64>,
-    /// The run's token limit.
-    pub max_tokens: Option<u64>,
-    /// The run's wall clock from its start (resumes included).
-    pub deadline: Option<Duration>,
-    /// The percent of a limit at which the warning is journaled (1 to 100).
-    pub warn_percent: u8,
-}
-
-impl Default for RunBudget {
-    fn default() -> Self {
-        RunBudget {
-            max_cost_nanos: None,
-            max_tokens: None,
-            deadline: None,
-            warn_percent: 80,
-        }
-    }
-}
-
-impl RunBudget {
-    /// Whether any limit is set.
-    pub fn is_set(&self) -> bool {
-        self.max_cost_nanos.is_some() || self.max_tokens.is_some() || self.deadline.is_some()
     }
 }
 
