@@ -33,3 +33,5 @@ mod summary;
 mod support;
 mod torture;
 mod worktree;
+// #10: transcripts
+mod transcripts;
