@@ -57,4 +57,4 @@ pub use state::{Found, Placed};
 pub use summary::summary_text;
 pub use usage::{Cost, Usage};
 // #14: shared rate limits.
-pub use pool::{PoolSpec, PoolState, pool_of, provider_of};
+pub use pool::{PoolSpec, PoolState, pool_of, provider_of, waiting_for_pool};

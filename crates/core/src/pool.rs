@@ -253,6 +253,34 @@ impl PoolState {
     }
 }
 
+/// The pool holding back task `task` at `now`: the task is ready to launch (queued, or a
+/// retry that is due) and its next attempt's pool is full or backing off. None otherwise.
+pub fn waiting_for_pool(
+    state: &crate::state::RunState,
+    task: crate::ids::TaskId,
+    now: Timestamp,
+) -> Option<&str> {
+    use crate::state::TaskState;
+    let (batch, rec, spec) = (state.batch.as_ref()?, state.task(task)?, state.spec(task)?);
+    let model = match &rec.state {
+        TaskState::Queued { .. } => {
+            let next = crate::ids::Attempt(rec.attempts.len() as u32 + 1);
+            crate::decide::model_for_attempt(spec, next)
+        }
+        TaskState::Retrying {
+            model, not_before, ..
+        } if *not_before <= now => model.clone(),
+        _ => return None,
+    };
+    let name = pool_of(batch, spec, model.as_deref())?;
+    let run = state
+        .control
+        .concurrency
+        .unwrap_or(batch.config.concurrency);
+    let (name, pool) = state.pools.get_key_value(&name)?;
+    pool.holds(now, run, 0).then_some(name.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,8 +2,9 @@
 //! provider refusing the request for its rate limit, and the wait it asked for.
 //!
 //! A rate limit is a transient error (`classify_provider_error` says `error`) whose text has a
-//! 429 or 529 status, or says `rate limit`, `too many requests`, `overloaded`,
-//! `resource_exhausted` or `throttl...`. A quota or billing error is a model error, never a rate
+//! 429 or 529 status, or says `rate limit`, `too many requests`, `overloaded_error`
+//! (Anthropic's), `resource_exhausted` (Google's) or `throttl...`; a 503 that says it is
+//! overloaded is an ordinary transient error. A quota or billing error is a model error, never a rate
 //! limit. The wait is read where the agents print it: `retry-after: 12` (the header, seconds),
 //! `retry-after-ms: 500`, `retry_after: 2`, `retry after 3s`, `try again in 1.5s` / `in 20ms` /
 //! `in 2m` (OpenAI's message), `retryDelay": "7s"` (Google's); a number without a unit is in
@@ -30,7 +31,7 @@ pub fn rate_limit(text: &str) -> Option<Option<Duration>> {
         "ratelimit",
         "rate-limit",
         "too many requests",
-        "overloaded",
+        "overloaded_error",
         "resource_exhausted",
         "resource exhausted",
         "throttl",
@@ -158,6 +159,7 @@ mod tests {
             ("429 retry-after: 999999", Some(Some(MAX_RETRY_AFTER))),
             // Not rate limits: other transient errors, quota, ports.
             ("500 mock: internal server error", None),
+            ("503 Service Unavailable: upstream overloaded", None),
             ("connect ECONNREFUSED 127.0.0.1:4290", None),
             ("429 You exceeded your current quota", None),
             ("syntax error", None),
