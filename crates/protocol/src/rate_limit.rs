@@ -51,7 +51,12 @@ pub fn mark_rate_limit(outcome: &mut AttemptOutcome, text: &str) {
         return;
     }
     let error = outcome.error.as_deref().unwrap_or_default();
-    let found = rate_limit(error).or_else(|| rate_limit(&format!("{error}\n{text}")));
+    let found = match rate_limit(error) {
+        // The wait may be printed apart from the error (stderr, a later line).
+        Some(None) => Some(retry_after(&text.to_ascii_lowercase())),
+        Some(wait) => Some(wait),
+        None => rate_limit(&format!("{error}\n{text}")),
+    };
     if let Some(wait) = found {
         outcome.rate_limited = true;
         outcome.retry_after_ms = wait.map(|d| d.as_millis() as u64);
