@@ -20,6 +20,8 @@ mod detach;
 mod faults;
 mod graphs;
 mod mixed;
+// #14: shared rate limits.
+mod pools;
 mod real_claude;
 mod real_codex;
 mod real_pi;
