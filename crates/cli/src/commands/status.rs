@@ -27,6 +27,7 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         writeln!(out)?;
     } else {
         output::print_status(&mut out, &view)?;
+        crate::pools::print(&mut out, &view.pools, view.now)?;
         output::print_kept(&mut out, &view)?;
         output::print_carried(&mut out, &state)?;
         if let Some(pool) = sortie_runner::slots::Pool::configured() {
