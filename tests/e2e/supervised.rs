@@ -529,3 +529,72 @@ fn an_adopted_attempt_reads_on_from_the_journaled_offset() {
     s.audit_clean(run);
     wait_none_left(run, "after the resume");
 }
+
+/// A pi agent driven over stdin (RPC mode) runs supervised too: its supervisor forwards a FIFO
+/// in the attempt dir to the agent's stdin and holds it open, so a crash of sortie does not
+/// close it. Resume adopts it without sending its prompt again, and a steer after the resume
+/// reaches it (it wraps up and completes, once).
+#[test]
+fn a_steerable_agent_outlives_sortie_and_is_steered_after_resume() {
+    let s = Scratch::new();
+    let run = &unique_run("sv-rpc");
+    let log = s.path().join("stdin.log");
+    let stream = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/agents/fake-stream.py")
+        .display()
+        .to_string();
+    let b = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nmax_retries = 0\n\n[agents.rpc]\ncommand = [\"python3\", {stream:?}, \
+             \"--rpc\", \"--sample\", \"ok\", \"--turns\", \"60\", \"--turn-delay\", \"0.5\", \
+             \"--log\", {:?}, \"{{model_args}}\"]\nmodel_args = []\nprotocol = \"pi-rpc\"\n\
+             may_write = false\ncan_steer = true\n\n\
+             [[tasks]]\nlabel = \"t\"\nagent = \"rpc\"\nprompt = \"say hello\"\n",
+            log.display().to_string()
+        ),
+    );
+    let mut sortie = s.spawn(&["run", "--run-id", run, b.to_str().expect("utf-8")]);
+    wait_started(&s, run, 1);
+    assert_eq!(supervisors_of(run).len(), 1, "it runs supervised");
+    let commands = || -> Vec<Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v.get("stdin").cloned())
+            .collect()
+    };
+    poll("the prompt to arrive", PATIENCE, || {
+        commands()
+            .iter()
+            .any(|c| c["type"] == "prompt")
+            .then_some(())
+    });
+    assert!(kill9(&mut sortie), "sortie was still running");
+    assert!(
+        !marked_processes(run).is_empty(),
+        "the agent outlives sortie: its stdin is still open"
+    );
+    let resume = Background::start(&s, run, &["resume", run]);
+    poll("the adoption", PATIENCE, || {
+        (try_journal(&s, run)?.count("AttemptAdopted") == 1).then_some(())
+    });
+    let out = s.run(&["steer", run, "--task", "t", "wrap up now"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = resume.finish(PATIENCE);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let cmds = commands();
+    let kinds: Vec<&str> = cmds.iter().filter_map(|c| c["type"].as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "prompt").count(),
+        1,
+        "the prompt is sent once: {kinds:?}"
+    );
+    assert!(kinds.contains(&"steer"), "the steer reached it: {kinds:?}");
+    let j = journal(&s, run);
+    assert_eq!(j.of(0, "AttemptLaunching").len(), 1, "it ran once");
+    assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
+    s.audit_clean(run);
+    wait_none_left(run, "after the resume");
+}

@@ -18,7 +18,7 @@ use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
 use crate::executor::{Control, Execution, LaunchRequest, Sig};
 use crate::process::{self, SpawnSpec, Stdin};
-use sortie_protocol::{self as protocol, Exit, ProtocolReader};
+use sortie_protocol::{self as protocol, Exit, ProtocolReader, RunPhase};
 
 /// What an attempt reports at its end: its outcome, usage and output.
 type Ended = (AttemptOutcome, Usage, String);
@@ -77,7 +77,9 @@ pub(super) async fn run(
     }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
     let mut stdin = child.take_stdin();
-    if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
+    // An adopted agent got its prompt from the sortie that launched it.
+    if ctx.adopt.is_none()
+        && let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
         && let Err(e) = w.send_line(&drive.prompt_command).await
     {
         // It exited at once; its exit and stderr say why.
@@ -355,6 +357,10 @@ impl Driver<'_> {
                     let progress = reader.line(&line.text);
                     if self.replaying {
                         if child.stdout_offset() <= self.ctx.read_until {
+                            // A run that ended before the crash: its stdin is closed now.
+                            if matches!(reader.run_phase(), RunPhase::Ended { failed: false }) {
+                                self.stdin = None;
+                            }
                             continue;
                         }
                         self.replaying = false;
