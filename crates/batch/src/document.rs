@@ -25,6 +25,8 @@ pub(crate) struct RunDoc {
     pub(crate) budget: sortie_core::RunBudget,
     /// The line of each `[budget]` key given (`budget.max_cost`).
     pub(crate) budget_lines: std::collections::HashMap<String, Option<usize>>,
+    /// #15: the run's `on_task_end`.
+    pub(crate) on_task_end: Option<String>,
 }
 
 impl RunDoc {
@@ -40,6 +42,7 @@ impl RunDoc {
             tasks: Vec::new(),
             budget: sortie_core::RunBudget::default(),
             budget_lines: std::collections::HashMap::new(),
+            on_task_end: None,
         }
     }
 
@@ -71,6 +74,9 @@ impl RunDoc {
                     Ok(())
                 }
                 "budget" => doc.parse_budget(e, issues),
+                "on_task_end" => {
+                    crate::fields::hook_command(&e.val).map(|c| doc.on_task_end = Some(c))
+                }
                 "tasks" => match headers {
                     Some(headers) => doc.parse_tasks(e, headers, issues),
                     None => Err("tasks belong in the JSON Lines file, one per line".into()),

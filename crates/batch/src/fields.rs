@@ -54,6 +54,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "system_prompt",
     "thinking",
     "transient_on",
+    // #15: the task-end hook.
+    "on_task_end",
 ];
 
 /// The top-level keys of a batch file.
@@ -66,6 +68,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "tasks",
     // The whole run's budget (issue 14).
     "budget",
+    // #15: the run's task-end hook.
+    "on_task_end",
 ];
 
 /// The keys of an `[agents.NAME]` table.
@@ -138,6 +142,8 @@ pub(crate) struct RawTask {
     pub(crate) system_prompt: Option<String>,
     pub(crate) thinking: Option<String>,
     pub(crate) transient_on: Option<Vec<String>>,
+    // #15
+    pub(crate) on_task_end: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -298,6 +304,7 @@ impl RawTask {
             }
             "allow_denials" => self.allow_denials = Some(boolean(v)?),
             "system_prompt" => self.system_prompt = Some(string(v)?),
+            "on_task_end" => self.on_task_end = Some(hook_command(v)?),
             "transient_on" => {
                 let patterns = strings(v)?;
                 if patterns.iter().any(|p| p.trim().is_empty()) {
@@ -568,4 +575,13 @@ pub(crate) fn suggest(key: &str, known: &[&str]) -> String {
         .min()
         .map(|(_, k)| format!("; did you mean `{k}`?"))
         .unwrap_or_default()
+}
+
+/// A task-end hook's command (`on_task_end`, #15): a non-empty string, run through `sh -c`.
+pub(crate) fn hook_command(v: &Val) -> Result<String, String> {
+    let cmd = string(v)?;
+    if cmd.trim().is_empty() {
+        return Err("the command must not be empty (leave the field out for no hook)".into());
+    }
+    Ok(cmd)
 }

@@ -80,6 +80,7 @@ pub(crate) fn resolve_all(
             .or(run.fail_fast)
             .unwrap_or(defaults_config.fail_fast),
         budget: run.budget,
+        on_task_end: run.on_task_end.clone(),
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
@@ -254,6 +255,7 @@ fn resolve_task(
     }
     s.env_keys = env.keys().cloned().collect();
     s.executor = resolve_executor(t, d, ov);
+    s.on_task_end = pick(&t.on_task_end, &d.on_task_end);
     (s, env.into_iter().collect())
 }
 

@@ -325,6 +325,11 @@ pub struct TaskSpec {
     /// last output lines contain one of these (case-insensitive) is retried like a provider
     /// error.
     pub transient_on: Vec<String>,
+    // #15: the task-end hook as a batch field.
+    /// A command run through `sh -c`, in the task's `cwd`, when the task ends (with its label,
+    /// state, cost and artifact in the environment); over the run's own `on_task_end`. The
+    /// `--on-task-end` flag of the process running the run wins over both.
+    pub on_task_end: Option<String>,
 }
 
 impl TaskSpec {
@@ -381,6 +386,7 @@ impl TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            on_task_end: None,
         }
     }
 
@@ -409,6 +415,10 @@ pub struct RunConfig {
     pub fail_fast: bool,
     /// The whole run's budget (`[budget]`; issue 14).
     pub budget: RunBudget,
+    // #15
+    /// The run's task-end hook (`on_task_end` at the top of a batch file), for every task
+    /// without its own.
+    pub on_task_end: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -417,6 +427,7 @@ impl Default for RunConfig {
             concurrency: 4,
             fail_fast: false,
             budget: RunBudget::default(),
+            on_task_end: None,
         }
     }
 }

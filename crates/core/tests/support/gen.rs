@@ -298,6 +298,7 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
                         deadline: deadline_ms.map(Duration::from_millis),
                         ..sortie_core::RunBudget::default()
                     },
+                    on_task_end: None,
                 },
                 source: "model.toml".into(),
             })

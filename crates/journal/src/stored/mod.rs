@@ -354,6 +354,7 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            on_task_end: None,
         })
     }
 }
@@ -380,6 +381,7 @@ impl From<RunConfigV1> for RunConfig {
             concurrency: c.concurrency,
             fail_fast: c.fail_fast,
             budget: sortie_core::RunBudget::default(),
+            on_task_end: None,
         }
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct TaskExtV2 {
     system_prompt: Option<String>,
     thinking: Option<String>,
     transient_on: Vec<String>,
+    // #15
+    on_task_end: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -59,6 +61,7 @@ impl TaskExtV2 {
             system_prompt: t.system_prompt.clone(),
             thinking: t.thinking.clone(),
             transient_on: t.transient_on.clone(),
+            on_task_end: t.on_task_end.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -71,6 +74,7 @@ impl TaskExtV2 {
         t.system_prompt = self.system_prompt;
         t.thinking = self.thinking;
         t.transient_on = self.transient_on;
+        t.on_task_end = self.on_task_end;
         Ok(())
     }
 }
@@ -188,6 +192,8 @@ impl AgentExtV2 {
 pub(crate) struct RunConfigExtV2 {
     /// `RunConfig::budget` (issue 14).
     budget: Grow<RunBudgetV2>,
+    // #15
+    on_task_end: Option<String>,
 }
 
 impl RunConfigExtV2 {
@@ -199,6 +205,7 @@ impl RunConfigExtV2 {
                 deadline: c.budget.deadline.map(Into::into),
                 warn_percent: c.budget.warn_percent,
             }),
+            on_task_end: c.on_task_end.clone(),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
@@ -209,6 +216,7 @@ impl RunConfigExtV2 {
             deadline: b.deadline.map(TryInto::try_into).transpose()?,
             warn_percent: b.warn_percent,
         };
+        c.on_task_end = self.on_task_end;
         Ok(())
     }
 }

@@ -65,6 +65,7 @@ pub(crate) fn batch(n: u32) -> Batch {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            on_task_end: None,
         })
         .collect();
     Batch {
