@@ -20,6 +20,8 @@ mod detach;
 mod faults;
 mod graphs;
 mod mixed;
+// #14: shared rate limits.
+mod pools;
 mod real_claude;
 mod real_codex;
 mod real_pi;
@@ -35,3 +37,5 @@ mod summary;
 mod support;
 mod torture;
 mod worktree;
+// #10: transcripts
+mod transcripts;

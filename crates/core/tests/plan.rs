@@ -61,6 +61,7 @@ impl Run {
                     concurrency,
                     fail_fast,
                     budget,
+                    pools: Default::default(),
                     on_task_end: None,
                 },
                 source: "plan.toml".into(),

@@ -501,11 +501,13 @@ impl Driver<'_> {
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
         let mut outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
+        let text = format!("{stderr}\n{tail}");
         if !self.ctx.transient_on.is_empty() {
-            let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
-            let text = format!("{stderr}\n{tail}");
             outcome = outcome.transient_on(&self.ctx.transient_on, &text);
         }
+        // Issue 14: a transient failure that is the provider's rate limit (its pool backs off).
+        sortie_protocol::mark_rate_limit(&mut outcome, &text);
         (outcome, finished.usage, finished.output)
     }
 }
