@@ -57,7 +57,7 @@ mod transcript;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
-pub use detach::{run_hook, spawn_detached_with};
+pub use detach::{run_hook, run_hook_in, spawn_detached_with};
 pub use follow::Followed;
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
