@@ -50,12 +50,15 @@ mod orphan;
 mod procfs;
 mod spawn;
 mod supervise;
+// #10: the per-run shepherd and sortie's side of it.
+mod shepherd;
+mod shepherd_client;
 mod tool;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
 pub use detach::{run_hook, spawn_detached_with};
-pub use follow::Followed;
+pub use follow::{Followed, Watcher};
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
 pub use marker::{MARKER, kill_marked, marker};
@@ -68,6 +71,9 @@ pub use supervise::{
     spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
+// #10: the per-run shepherd.
+pub use shepherd::{SHEPHERD_ARG, SHEPHERD_MARKER, SWEEP_EVERY, shepherd_main};
+pub use shepherd_client::{Forget, Shepherded, release_shepherds, spawn_shepherded};
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.
 pub const MAX_LINE_BYTES: usize = sortie_protocol::LINE_LIMIT_BYTES;
