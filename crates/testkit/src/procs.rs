@@ -41,10 +41,7 @@ pub const SHEPHERD_MARKER: &str = "SORTIE_SHEPHERD";
 pub fn shepherds_of(run: &str) -> Vec<Marked> {
     scan(&format!("{SHEPHERD_MARKER}={run}/"))
         .into_iter()
-        .map(|m| Marked {
-            attempt: None,
-            ..m
-        })
+        .map(|m| Marked { attempt: None, ..m })
         .collect()
 }
 

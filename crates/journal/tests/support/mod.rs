@@ -7,6 +7,8 @@
     reason = "test helpers: a failure is a test failure"
 )]
 
+pub(crate) mod v2;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -63,6 +65,8 @@ pub(crate) fn batch(n: u32) -> Batch {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: 0,
         })
         .collect();
     Batch {
@@ -317,6 +321,8 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 error: Some("attempt timed out".into()),
                 side_effects: false,
                 denials: vec![],
+                rate_limited: false,
+                retry_after_ms: None,
             },
             usage: usage(7),
             output: String::new(),

@@ -66,11 +66,11 @@ impl Executor for Supervised {
             let followed = if per_attempt() {
                 let child =
                     process::spawn_supervised(&self.supervisor, &req.spawn, &dir, stdin).await?;
-                Followed::new(&dir, child.started, Watcher::Supervisor(child.process))
+                Followed::new(&dir, 0, child.started, Watcher::Supervisor(child.process))
             } else {
                 let s =
                     process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, stdin).await?;
-                Followed::new(&dir, s.started, Watcher::Shepherd(s))
+                Followed::new(&dir, 0, s.started, Watcher::Shepherd(s))
             };
             Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
         })
@@ -97,7 +97,7 @@ impl Executor for Supervised {
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
                 });
             };
-            let followed = Followed::new(&dir, started, Watcher::Files);
+            let followed = Followed::new(&dir, 0, started, Watcher::Files);
             Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
         })
     }
