@@ -54,6 +54,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "system_prompt",
     "thinking",
     "transient_on",
+    // #13: roles and sessions.
+    "role",
+    "session",
 ];
 
 /// The top-level keys of a batch file.
@@ -138,6 +141,9 @@ pub(crate) struct RawTask {
     pub(crate) system_prompt: Option<String>,
     pub(crate) thinking: Option<String>,
     pub(crate) transient_on: Option<Vec<String>>,
+    // #13: roles and sessions.
+    pub(crate) role: Option<String>,
+    pub(crate) session: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -314,6 +320,25 @@ impl RawTask {
                     ));
                 }
                 self.thinking = Some(level);
+            }
+            // #13: roles and sessions.
+            "role" => {
+                let name = string(v)?;
+                crate::roles::check_name(&name)?;
+                self.role = Some(name);
+            }
+            "session" if scope == Scope::Defaults => {
+                return Err(
+                    "a session is a conversation of the tasks that name it; it cannot be a default"
+                        .into(),
+                );
+            }
+            "session" => {
+                let name = string(v)?;
+                if name.trim().is_empty() {
+                    return Err("a session name must not be empty".into());
+                }
+                self.session = Some(name);
             }
             _ => return Err("unknown field".into()),
         }

@@ -305,6 +305,19 @@ pub enum Event {
         /// Its usage in the parent run.
         usage: Usage,
     },
+    // #13: sessions.
+    /// The live attempt's agent named the conversation it is in (Claude Code's `session_id`,
+    /// Codex's `thread_id`): journaled as soon as its stream shows it, so that a later attempt
+    /// (the retry of an interrupted one, or the next task of its `session`) resumes it, even
+    /// after a crash. At most once per attempt.
+    AttemptSession {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The agent's session id.
+        session: String,
+    },
 }
 
 /// One limit of a run's budget.
@@ -417,7 +430,8 @@ impl Event {
             | Event::AttemptHandle { task, .. }
             | Event::AttemptAdopted { task, .. }
             | Event::AttemptRecorded { task, .. }
-            | Event::TaskCarried { task, .. } => Some(*task),
+            | Event::TaskCarried { task, .. }
+            | Event::AttemptSession { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -453,6 +467,7 @@ impl Event {
             Event::Control { .. } => "Control",
             Event::RunRerunOf { .. } => "RunRerunOf",
             Event::TaskCarried { .. } => "TaskCarried",
+            Event::AttemptSession { .. } => "AttemptSession",
         }
     }
 }

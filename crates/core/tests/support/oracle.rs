@@ -174,7 +174,9 @@ fn step(g: G, e: &Event) -> Option<G> {
             Attempt { .. },
             Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. },
+            | Event::AttemptRecorded { .. }
+            // #13: at most once per attempt (core's check), any time while it lives.
+            | Event::AttemptSession { .. },
         ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
@@ -237,7 +239,8 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. } => Some(*attempt),
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptSession { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -649,6 +652,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 task,
                 attempt: a,
                 session: "/s".into(),
+            });
+            out.push(Event::AttemptSession {
+                task,
+                attempt: a,
+                session: "s".into(),
             });
             out.push(Event::AttemptFinished {
                 task,

@@ -177,6 +177,12 @@ pub(crate) enum StoredEvent {
         result: TaskResultV2,
         usage: UsageV1,
     },
+    /// `Event::AttemptSession` (#13: sessions).
+    AttemptSession {
+        task: u32,
+        attempt: u32,
+        session: String,
+    },
 }
 
 /// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
@@ -440,6 +446,15 @@ impl From<&Event> for StoredEvent {
                 result: result.into(),
                 usage: usage.into(),
             },
+            Event::AttemptSession {
+                task,
+                attempt,
+                session,
+            } => StoredEvent::AttemptSession {
+                task: task.0,
+                attempt: attempt.0,
+                session: session.clone(),
+            },
         }
     }
 }
@@ -680,6 +695,15 @@ impl TryFrom<StoredEvent> for Event {
                 task: TaskId(task),
                 result: result.try_into()?,
                 usage: usage.into(),
+            },
+            StoredEvent::AttemptSession {
+                task,
+                attempt,
+                session,
+            } => Event::AttemptSession {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                session,
             },
         })
     }

@@ -354,6 +354,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            role: None,
+            session: None,
         })
     }
 }

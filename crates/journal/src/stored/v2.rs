@@ -45,6 +45,9 @@ pub(crate) struct TaskExtV2 {
     system_prompt: Option<String>,
     thinking: Option<String>,
     transient_on: Vec<String>,
+    // #13: roles and sessions.
+    role: Option<String>,
+    session: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -59,6 +62,8 @@ impl TaskExtV2 {
             system_prompt: t.system_prompt.clone(),
             thinking: t.thinking.clone(),
             transient_on: t.transient_on.clone(),
+            role: t.role.clone(),
+            session: t.session.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -71,6 +76,8 @@ impl TaskExtV2 {
         t.system_prompt = self.system_prompt;
         t.thinking = self.thinking;
         t.transient_on = self.transient_on;
+        t.role = self.role;
+        t.session = self.session;
         Ok(())
     }
 }

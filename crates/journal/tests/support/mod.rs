@@ -65,6 +65,8 @@ pub(crate) fn batch(n: u32) -> Batch {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            role: None,
+            session: None,
         })
         .collect();
     Batch {

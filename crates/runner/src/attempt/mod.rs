@@ -106,6 +106,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         handle: String,
     },
+    /// #13: the agent's own id of the conversation it is in (sent once).
+    Session {
+        task: TaskId,
+        attempt: Attempt,
+        session: String,
+    },
 }
 
 impl Msg {
@@ -117,7 +123,8 @@ impl Msg {
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
             | Msg::Activity { task, .. }
-            | Msg::Handle { task, .. } => *task,
+            | Msg::Handle { task, .. }
+            | Msg::Session { task, .. } => *task,
         }
     }
 
@@ -129,7 +136,8 @@ impl Msg {
             | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. }
             | Msg::Activity { attempt, .. }
-            | Msg::Handle { attempt, .. } => *attempt,
+            | Msg::Handle { attempt, .. }
+            | Msg::Session { attempt, .. } => *attempt,
         }
     }
 }

@@ -83,6 +83,11 @@ pub(super) async fn run(
         });
     }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
+    // #13: an agent that reports a resumed session's usage over the whole session counts
+    // only this attempt's part.
+    if let Some(base) = ctx.launch.usage_base {
+        reader = protocol::rebased(reader, base);
+    }
     let mut stdin = child.take_stdin();
     if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
         && let Err(e) = w.send_line(&drive.prompt_command).await
@@ -124,6 +129,7 @@ pub(super) async fn run(
         watch,
         stop_task: None,
         activity: None,
+        session_sent: false,
     };
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
@@ -262,6 +268,8 @@ struct Driver<'a> {
     stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
     activity: Option<String>,
+    /// #13: whether the agent's session id was sent.
+    session_sent: bool,
 }
 
 impl Driver<'_> {
@@ -298,6 +306,7 @@ impl Driver<'_> {
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
                     self.report_activity(progress.as_ref());
+                    self.report_session(reader.session());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
@@ -351,6 +360,21 @@ impl Driver<'_> {
                 }
             }
         }
+    }
+
+    /// #13: sends the agent's session id on once its stream named it (journaled at once, so
+    /// that a crash cannot lose what a later attempt resumes).
+    fn report_session(&mut self, session: Option<&str>) {
+        let Some(id) = session else { return };
+        if self.session_sent {
+            return;
+        }
+        self.session_sent = true;
+        let _ = self.tx.send(Msg::Session {
+            task: self.ctx.task,
+            attempt: self.ctx.attempt,
+            session: id.to_owned(),
+        });
     }
 
     /// Sends the reader's activity on when it changed (the board shows it; it is not state).
@@ -467,12 +491,18 @@ fn keep_stderr(path: &Path, stderr: &str) {
 /// Prepares an agent home off the async threads (it copies files).
 async fn prepare_home(plan: HomePlan) -> Result<home::AgentHome, agent::HomeError> {
     let dir = plan.dir.clone();
-    tokio::task::spawn_blocking(move || home::prepare(plan.agent, &plan.dir, &plan.user))
-        .await
-        .unwrap_or_else(|e| {
-            Err(agent::HomeError::Io {
-                path: dir,
-                source: std::io::Error::other(e.to_string()),
-            })
+    tokio::task::spawn_blocking(move || {
+        let home = home::prepare(plan.agent, &plan.dir, &plan.user)?;
+        if let Some((name, store)) = &plan.session_store {
+            home::link_store(&plan.dir, name, store)?;
+        }
+        Ok(home)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(agent::HomeError::Io {
+            path: dir,
+            source: std::io::Error::other(e.to_string()),
         })
+    })
 }

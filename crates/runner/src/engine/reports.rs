@@ -114,6 +114,21 @@ impl Engine {
                 attempt,
                 handle,
             },
+            // #13: once per attempt (an adopted attempt's reader names it again).
+            Msg::Session {
+                task,
+                attempt,
+                session,
+            } => {
+                if self.state.task(task)?.attempts.last()?.session.is_some() {
+                    return None;
+                }
+                Event::AttemptSession {
+                    task,
+                    attempt,
+                    session,
+                }
+            }
         })
     }
 }
