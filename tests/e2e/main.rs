@@ -23,6 +23,8 @@ mod mixed;
 mod real_claude;
 mod real_codex;
 mod real_pi;
+// #13: roles and sessions with the real CLIs.
+mod real_sessions;
 mod report;
 mod signals;
 mod supervised;
