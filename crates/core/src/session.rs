@@ -41,8 +41,8 @@ pub fn session_links(batch: &Batch) -> Vec<Option<usize>> {
 /// first, and the conversation's root task (whose id keys the agent's session store; see the
 /// runner's `agent/`):
 /// - when the task's previous attempt was interrupted (a crash, a Ctrl-C: stop reason
-///   `interrupted`, or orphaned), its own earlier attempts: the retry goes on with that
-///   conversation instead of starting over;
+///   `interrupted`, or orphaned) or cut short by a rate limit, its own earlier attempts: the
+///   retry goes on with that conversation instead of starting over;
 /// - for a task of a `session`, its own earlier attempts, then those of the task of its
 ///   session listed before it, and so on back to the session's first task;
 /// - otherwise none: a retry after the agent's run ended starts over.
@@ -60,9 +60,11 @@ pub fn conversation<'a>(
         return (root, out);
     };
     let earlier = &rec.attempts[..rec.attempts.len().saturating_sub(1)];
+    // Interrupted, or cut short by the provider's rate limit (issue 14): the conversation goes
+    // on where it stopped.
     let interrupted = earlier.last().is_some_and(|a| {
         a.outcome()
-            .is_some_and(|o| o.stop_reason == StopReason::Interrupted)
+            .is_some_and(|o| o.stop_reason == StopReason::Interrupted || o.rate_limited)
     });
     let in_session = state.spec(task).is_some_and(|s| s.session.is_some());
     if !interrupted && !in_session {

@@ -38,6 +38,8 @@ pub mod codex;
 mod exit;
 pub mod pi;
 mod plain;
+// #14: shared rate limits.
+pub mod rate_limit;
 mod shared;
 // #13: sessions.
 mod rebased;
@@ -46,6 +48,8 @@ pub use classify::{classify_http_status, classify_provider_error};
 pub use exit::Exit;
 pub use rebased::rebased;
 pub use shared::last_lines;
+// #14: shared rate limits.
+pub use rate_limit::{mark_rate_limit, rate_limit};
 
 /// The longest stdout line the runner delivers whole (its `process::MAX_LINE_BYTES`): a longer
 /// one reaches a reader cut to this many bytes.

@@ -150,9 +150,12 @@ impl TaskCheck<'_> {
     /// `max_orphans` (a crash of sortie spends no retry).
     fn max(&self) -> u32 {
         let orphans = self.rec.attempts.iter().filter(|a| a.orphaned()).count() as u32;
-        self.run
-            .spec(self.task)
-            .map_or(1, |s| s.max_attempts_with(orphans))
+        self.run.spec(self.task).map_or(1, |s| {
+            // Issue 14: rate-limited attempts spend `max_rate_limits`, not a retry.
+            let limited = crate::decide::rate_limited_attempts(s, self.rec);
+            s.max_attempts_with(orphans)
+                .saturating_add(limited.min(s.max_rate_limits))
+        })
     }
 
     /// A new attempt must be the next one, within the spec's attempts.

@@ -485,6 +485,8 @@ pub struct RunState {
     pub control: ControlState,
     /// The run this one reruns (`RunRerunOf`).
     pub parent: Option<RunId>,
+    /// The pools' state (issue 14), by name: a fold of their attempts (see `crate::pool`).
+    pub pools: std::collections::BTreeMap<String, crate::pool::PoolState>,
 }
 
 /// What `Event::Control` changed, as the planner and the runner need it.
@@ -538,6 +540,7 @@ impl RunState {
             budget_exceeded: None,
             control: ControlState::default(),
             parent: None,
+            pools: std::collections::BTreeMap::new(),
         }
     }
 

@@ -255,20 +255,28 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
     let mut last: Vec<u32> = vec![0; batch.tasks.len()];
     let mut scheduled: Vec<Option<(Attempt, Option<String>)>> = vec![None; batch.tasks.len()];
     let mut orphans: Vec<u32> = vec![0; batch.tasks.len()];
+    // Issue 14: the rate-limited attempts, which spend `max_rate_limits` (when it is not 0).
+    let mut limited: Vec<u32> = vec![0; batch.tasks.len()];
     for e in events {
         let Some(task) = e.event.task() else { continue };
         let i = task.index();
         let spec = &batch.tasks[i];
         // The next attempt is within the policy when the attempts before it that were not
         // orphaned leave a retry, and the orphans are within their budget.
-        let o = orphans[i];
+        let (o, l) = (orphans[i], limited[i]);
         let within = |next: u32| {
-            let not_orphaned = next.saturating_sub(1 + o);
-            not_orphaned < spec.max_attempts() && o <= spec.max_orphans
+            let spent = next.saturating_sub(1 + o + l);
+            spent < spec.max_attempts() && o <= spec.max_orphans && l <= spec.max_rate_limits
         };
-        let max = spec.max_attempts() + o;
+        let max = spec.max_attempts() + o + l;
         if let Event::AttemptOrphaned { .. } = &e.event {
             orphans[i] += 1;
+        }
+        if let Event::AttemptFinished { outcome, .. } = &e.event
+            && outcome.rate_limited
+            && spec.max_rate_limits > 0
+        {
+            limited[i] += 1;
         }
         match &e.event {
             Event::AttemptLaunching { attempt, model, .. } => {

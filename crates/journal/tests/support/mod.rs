@@ -65,6 +65,8 @@ pub(crate) fn batch(n: u32) -> Batch {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: 0,
             role: None,
             session: None,
         })
@@ -321,6 +323,8 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 error: Some("attempt timed out".into()),
                 side_effects: false,
                 denials: vec![],
+                rate_limited: false,
+                retry_after_ms: None,
             },
             usage: usage(7),
             output: String::new(),
