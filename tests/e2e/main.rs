@@ -39,3 +39,5 @@ mod torture;
 mod worktree;
 // #10: transcripts
 mod transcripts;
+// #14: isolation = "copy"
+mod copy;

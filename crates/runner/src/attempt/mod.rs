@@ -61,6 +61,9 @@ pub(crate) struct AttemptCtx {
     pub(crate) resumed: Option<(Usage, Timestamp)>,
     /// A plain command's transient failures (the task's `transient_on`).
     pub(crate) transient_on: Vec<String>,
+    /// #14: for `isolation = "copy"`: the original directory (copied into `cwd` before the
+    /// spawn, unless the copy is there), and the state dir, left out of the copy.
+    pub(crate) copy_from: Option<(PathBuf, PathBuf)>,
 }
 
 /// A report from an attempt to the run loop.
