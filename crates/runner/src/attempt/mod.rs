@@ -61,6 +61,10 @@ pub(crate) struct AttemptCtx {
     pub(crate) resumed: Option<(Usage, Timestamp)>,
     /// A plain command's transient failures (the task's `transient_on`).
     pub(crate) transient_on: Vec<String>,
+    /// #10: for an adopted (or recorded) attempt, the offset in its stdout up to which the
+    /// journal holds what it said (`AttemptRead`): the lines before it are read again only to
+    /// rebuild the protocol reader, never reported again.
+    pub(crate) read_until: u64,
     /// #14: for `isolation = "copy"`: the original directory (copied into `cwd` before the
     /// spawn, unless the copy is there), and the state dir, left out of the copy.
     pub(crate) copy_from: Option<(PathBuf, PathBuf)>,
@@ -109,6 +113,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         handle: String,
     },
+    /// #10: how far its stdout was read when it sent its last `Progress` (a line's end).
+    Read {
+        task: TaskId,
+        attempt: Attempt,
+        offset: u64,
+    },
 }
 
 impl Msg {
@@ -120,7 +130,8 @@ impl Msg {
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
             | Msg::Activity { task, .. }
-            | Msg::Handle { task, .. } => *task,
+            | Msg::Handle { task, .. }
+            | Msg::Read { task, .. } => *task,
         }
     }
 
@@ -132,7 +143,8 @@ impl Msg {
             | Msg::SideEffects { attempt, .. }
             | Msg::Finished { attempt, .. }
             | Msg::Activity { attempt, .. }
-            | Msg::Handle { attempt, .. } => *attempt,
+            | Msg::Handle { attempt, .. }
+            | Msg::Read { attempt, .. } => *attempt,
         }
     }
 }

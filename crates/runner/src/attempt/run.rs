@@ -18,7 +18,7 @@ use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
 use crate::executor::{Control, Execution, LaunchRequest, Sig};
 use crate::process::{self, SpawnSpec, Stdin};
-use sortie_protocol::{self as protocol, Exit, ProtocolReader};
+use sortie_protocol::{self as protocol, Exit, ProtocolReader, RunPhase};
 
 /// What an attempt reports at its end: its outcome, usage and output.
 type Ended = (AttemptOutcome, Usage, String);
@@ -77,7 +77,9 @@ pub(super) async fn run(
     }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
     let mut stdin = child.take_stdin();
-    if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
+    // An adopted agent got its prompt from the sortie that launched it.
+    if ctx.adopt.is_none()
+        && let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
         && let Err(e) = w.send_line(&drive.prompt_command).await
     {
         // It exited at once; its exit and stderr say why.
@@ -120,6 +122,8 @@ pub(super) async fn run(
         watch,
         stop_task: None,
         activity: None,
+        offset: 0,
+        replaying: ctx.read_until > 0,
     };
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
@@ -335,6 +339,11 @@ struct Driver<'a> {
     stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
     activity: Option<String>,
+    /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
+    offset: u64,
+    /// #10: while an adopted attempt's lines before the journaled offset are read again: they
+    /// rebuild the reader's state and are not reported (the journal has what they said).
+    replaying: bool,
 }
 
 impl Driver<'_> {
@@ -370,6 +379,17 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    if self.replaying {
+                        if child.stdout_offset() <= self.ctx.read_until {
+                            // A run that ended before the crash: its stdin is closed now.
+                            if matches!(reader.run_phase(), RunPhase::Ended { failed: false }) {
+                                self.stdin = None;
+                            }
+                            continue;
+                        }
+                        self.replaying = false;
+                    }
+                    self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
@@ -454,6 +474,15 @@ impl Driver<'_> {
                         attempt,
                         usage,
                     });
+                    // #10: how far the stream was read for it: adoption reads on from there.
+                    if self.ctx.executor.kind() == crate::executor::SUPERVISED {
+                        let offset = self.offset;
+                        let _ = self.tx.send(Msg::Read {
+                            task,
+                            attempt,
+                            offset,
+                        });
+                    }
                 }
                 Decision::Stalled => {
                     let _ = self.tx.send(Msg::Stalled { task, attempt });
