@@ -41,3 +41,5 @@ mod torture;
 mod worktree;
 // #10: transcripts
 mod transcripts;
+// #14: isolation = "copy"
+mod copy;

@@ -63,6 +63,32 @@ pub(crate) fn admit(input: &Input<'_>, batch: &Batch, ov: &Overrides, issues: &m
             }
         }
     }
+    // #14: a copy needs a directory to copy.
+    for (i, spec) in batch.tasks.iter().enumerate() {
+        if spec.isolation != Isolation::Copy || Path::new(&spec.cwd).is_dir() {
+            continue;
+        }
+        let (file, task_line) = task_at(i);
+        let line = input
+            .tasks
+            .get(i)
+            .and_then(|t| t.keys.get("isolation").copied().flatten())
+            .or(task_line);
+        let why = if Path::new(&spec.cwd).exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        issues.add(
+            file,
+            line,
+            Some("isolation"),
+            format!(
+                "task {:?}: `isolation = \"copy\"` copies its cwd, and {} {why}",
+                spec.label, spec.cwd
+            ),
+        );
+    }
     let allowed = ov
         .allow_shared_writes
         .or(input.run.allow_shared_writes)

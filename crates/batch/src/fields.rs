@@ -258,9 +258,11 @@ impl RawTask {
                 self.isolation = Some(match string(v)?.as_str() {
                     "none" => Isolation::None,
                     "worktree" => Isolation::Worktree,
+                    // #14
+                    "copy" => Isolation::Copy,
                     other => {
                         return Err(format!(
-                            "expected \"none\" or \"worktree\", found {other:?}"
+                            "expected \"none\", \"worktree\" or \"copy\", found {other:?}"
                         ));
                     }
                 });

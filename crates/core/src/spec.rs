@@ -18,6 +18,10 @@ pub enum Isolation {
     None,
     /// Run in a git worktree of its own under the state dir.
     Worktree,
+    /// #14: run in a throwaway copy of `cwd` under the run dir (for a directory that is not a
+    /// git repository), made before its first attempt (reflinked where the filesystem can)
+    /// and discarded once the task ended: the original is never written.
+    Copy,
 }
 
 /// How a task's output is shown when it has an artifact.

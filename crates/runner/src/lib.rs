@@ -25,5 +25,7 @@ pub mod slurm;
 
 // #10: the transcripts of a run's attempts.
 pub mod transcripts;
+// #14: isolation = "copy".
+pub mod copy;
 
 pub use error::{Error, Result};

@@ -147,7 +147,8 @@ macro_rules! mirror_enum {
 mirror_enum!(
     /// Mirrors `sortie_core::Isolation`.
     #[serde(rename_all = "snake_case")]
-    IsolationV1 <=> Isolation { None, Worktree }
+    // Copy (#14) was appended after the v1 and v2 fixtures: the earlier variants encode as before.
+    IsolationV1 <=> Isolation { None, Worktree, Copy }
 );
 mirror_enum!(
     /// Mirrors `sortie_core::OutputMode`.

@@ -65,6 +65,9 @@ pub(crate) struct AttemptCtx {
     /// journal holds what it said (`AttemptRead`): the lines before it are read again only to
     /// rebuild the protocol reader, never reported again.
     pub(crate) read_until: u64,
+    /// #14: for `isolation = "copy"`: the original directory (copied into `cwd` before the
+    /// spawn, unless the copy is there), and the state dir, left out of the copy.
+    pub(crate) copy_from: Option<(PathBuf, PathBuf)>,
 }
 
 /// A report from an attempt to the run loop.

@@ -213,6 +213,30 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
         Ok(argv) => argv.clone(),
         Err(e) => return Err(failed(StopReason::Invalid, e.to_string())),
     };
+    if let Some((src, skip)) = &ctx.copy_from {
+        let (src, dest, skip) = (src.clone(), ctx.cwd.clone(), skip.clone());
+        let made = tokio::task::spawn_blocking(move || crate::copy::prepare(&src, &dest, &skip))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        match made {
+            Ok(c) if c.made => tracing::debug!(
+                "task {}: copied {} file(s), {} reflinked, {} bytes",
+                ctx.task,
+                c.files,
+                c.reflinked,
+                c.bytes
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                let src = &ctx.copy_from.as_ref().map(|(s, _)| s.display().to_string());
+                let msg = format!(
+                    "cannot copy {} for `isolation = \"copy\"`: {e}",
+                    src.as_deref().unwrap_or("its cwd")
+                );
+                return Err(failed(StopReason::SetupError, msg));
+            }
+        }
+    }
     let env = match &ctx.launch.home {
         None => ctx.env.clone(),
         Some(plan) => match prepare_home(plan.clone()).await {

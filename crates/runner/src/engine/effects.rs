@@ -127,7 +127,31 @@ impl Engine {
             self.start_job(task, sortie_core::JobKind::Finalize, Some(result));
             return Ok(());
         }
-        self.commit(vec![Event::TaskFinished { task, result }])
+        self.commit(vec![Event::TaskFinished { task, result }])?;
+        self.discard_copy(task).await;
+        Ok(())
+    }
+
+    /// #14: once a task with `isolation = "copy"` ended, its copy goes (best effort: a copy
+    /// that cannot be removed is a warning; a resume tries again).
+    pub(super) async fn discard_copy(&self, task: TaskId) {
+        let is_copy = self
+            .state
+            .spec(task)
+            .is_some_and(|s| s.isolation == sortie_core::Isolation::Copy);
+        if !is_copy {
+            return;
+        }
+        let dir = self.run_dir.copy_dir(task.0);
+        let gone = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            move || crate::copy::discard(&dir)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        if let Err(e) = gone {
+            tracing::warn!("cannot remove the copy {}: {e}", dir.display());
+        }
     }
 
     /// Writes a finished task's artifact atomically (temp file and rename) and returns the

@@ -23,6 +23,8 @@ impl Engine {
         let prompt_text = sortie_core::prompt::render(&self.state, task);
         let cwd = match (&spec.isolation, &rec.worktree) {
             (Isolation::Worktree, Some(plan)) => worktree::agent_cwd(plan, &spec.cwd),
+            // #14: the task's copy, made by its attempt before the spawn.
+            (Isolation::Copy, _) => self.run_dir.copy_dir(task.0),
             _ => PathBuf::from(&spec.cwd),
         };
         let profile_name = if spec.command.is_some() {
@@ -134,6 +136,12 @@ impl Engine {
                 resumed: None,
                 read_until: 0,
                 transient_on: spec.transient_on.clone(),
+                copy_from: (spec.isolation == Isolation::Copy).then(|| {
+                    (
+                        PathBuf::from(&spec.cwd),
+                        self.state_dir.root().to_path_buf(),
+                    )
+                }),
             },
             continues,
         ))

@@ -257,6 +257,14 @@ pub async fn take_over(
         from_seq,
     }])?;
     engine.reap_orphans().await?;
+    // #14: the copies of tasks that ended before the crash cut their removal short.
+    let ended: Vec<TaskId> = (0..engine.state.tasks.len())
+        .map(|i| TaskId(u32::try_from(i).unwrap_or(u32::MAX)))
+        .filter(|t| engine.state.task(*t).is_some_and(|r| r.state.is_terminal()))
+        .collect();
+    for task in ended {
+        engine.discard_copy(task).await;
+    }
     engine.planner = Planner::new(&engine.state);
     // A user's `sortie cancel` that a crash cut short goes on too.
     if how == Takeover::Cancel || engine.state.control.run_cancelled {

@@ -224,6 +224,11 @@ impl RunDir {
         self.path.join("attempts")
     }
 
+    /// #14: a task's throwaway copy of its `cwd` (`isolation = "copy"`, see `copy`).
+    pub fn copy_dir(&self, task: u32) -> PathBuf {
+        self.path.join("copies").join(task.to_string())
+    }
+
     /// Where the prompt files are (see [`RunDir::prompt_file`]).
     pub fn prompts(&self) -> PathBuf {
         self.path.join("prompts")
