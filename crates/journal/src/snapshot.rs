@@ -62,23 +62,27 @@ fn crc(header: &[u8], payload: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// Encodes a snapshot of `state`, taken at `mark`.
+/// Encodes a snapshot of `state`, taken at `mark`: the payload is encoded after room left for
+/// the header, so a big state's encoding is not copied once more.
 pub(crate) fn encode(mark: Mark, state: &RunState) -> Result<Vec<u8>> {
-    let payload =
-        bincode::serde::encode_to_vec(state, config()).map_err(|e| Error::Unstorable {
+    let mut out = vec![0u8; HEADER];
+    bincode::serde::encode_into_std_write(state, &mut out, config()).map_err(|e| {
+        Error::Unstorable {
             event: "snapshot",
             reason: e.to_string(),
-        })?;
-    let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.extend_from_slice(&schema().to_le_bytes());
-    out.extend_from_slice(&mark.records.to_le_bytes());
-    out.extend_from_slice(&mark.digest.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    let check = crc(&out, &payload);
-    out.extend_from_slice(&check.to_le_bytes());
-    out.extend_from_slice(&payload);
+        }
+    })?;
+    let len = (out.len() - HEADER) as u64;
+    let mut header = Vec::with_capacity(HEADER);
+    header.extend_from_slice(MAGIC);
+    header.push(VERSION);
+    header.extend_from_slice(&schema().to_le_bytes());
+    header.extend_from_slice(&mark.records.to_le_bytes());
+    header.extend_from_slice(&mark.digest.to_le_bytes());
+    header.extend_from_slice(&len.to_le_bytes());
+    let check = crc(&header, &out[HEADER..]);
+    header.extend_from_slice(&check.to_le_bytes());
+    out[..HEADER].copy_from_slice(&header);
     Ok(out)
 }
 

@@ -21,7 +21,8 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     };
     let state = replay_all(&open_read(&g.layout(), &run)?)?;
     let view = output::view(&run, &state, live_pid, false);
-    let mut out = std::io::stdout().lock();
+    // Buffered: stdout is line-buffered, and a 100,000-task run is as many lines.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if g.json {
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -39,5 +40,6 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
             )?;
         }
     }
+    out.flush()?;
     Ok(Code::Ok)
 }
