@@ -456,7 +456,8 @@ fn readers_never_change_a_damaged_journals_bytes_so_recover_sees_what_the_damage
             .expect("the journal opens"),
     );
     let end = written(&db(&original));
-    let damages: [(&str, Box<dyn Fn(&Path)>); 3] = [
+    type Damage<'a> = Box<dyn Fn(&Path) + 'a>;
+    let damages: [(&str, Damage); 3] = [
         (
             "a byte flipped in the log",
             Box::new(|dir: &Path| {

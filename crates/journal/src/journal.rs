@@ -65,6 +65,9 @@ pub struct Journal {
     pub(crate) flushes: AtomicU64,
     /// `Durability::Sync` when set.
     pub(crate) sync: AtomicBool,
+    /// How many records the journal held when sled last opened its database (see
+    /// `Store::reopen`).
+    pub(crate) opened_at: AtomicU64,
     _snapshot: Option<SnapshotDir>,
 }
 
@@ -82,7 +85,7 @@ impl std::fmt::Debug for Journal {
 /// before it calls the journal in use: a reader (`sortie status` or `export`) holds the lock
 /// for a moment, and sled lets go of it from background threads a moment after the last
 /// handle in this process is dropped. The one retry there is (`Store::open` polls until then).
-const WRITER_PATIENCE: Duration = Duration::from_secs(5);
+pub(crate) const WRITER_PATIENCE: Duration = Duration::from_secs(5);
 
 impl Journal {
     /// Creates the journal of a new run in `run_dir` (created with its parents, 0700).
@@ -206,6 +209,7 @@ impl Journal {
             commit: Mutex::new(Commit::default()),
             flushes: AtomicU64::new(0),
             sync: AtomicBool::new(false),
+            opened_at: AtomicU64::new(next),
             _snapshot: snapshot,
         })
     }

@@ -35,6 +35,10 @@ const MAGIC: &[u8; 16] = b"sortie-snapshot\n";
 const VERSION: u8 = 1;
 /// Bytes before the payload.
 const HEADER: usize = 16 + 1 + 8 + 8 + 4 + 8 + 4;
+/// How many records sled's log must have grown by since sled last opened it before a snapshot
+/// reopens the database (see `Store::reopen`): an open reads ~32,768 records of log in about
+/// as long as a reopen waits for sled's threads to let go of its lock.
+const REOPEN_AFTER: u64 = 32_768;
 /// The largest payload decoded (a 100,000-task state is tens of megabytes).
 const MAX_PAYLOAD: usize = 1 << 30;
 
@@ -132,7 +136,11 @@ impl Journal {
     /// Writes a snapshot of `state`, the state after the first `state.next_seq` records of
     /// this journal, all durable (the run's owner calls this between appends, with the state
     /// after every record), then the journal's high-water mark (see `mark`). The previous
-    /// snapshot is kept as the older one. Returns the high-water mark (None: an empty journal).
+    /// snapshot is kept as the older one. Then, once the log grew by [`REOPEN_AFTER`] records
+    /// since sled opened it, sled's database is closed and opened again, so that sled writes
+    /// the snapshot of its own page table (see `Store::reopen`); a reopen
+    /// that fails leaves the journal unable to append (the run stops, resumable). Returns the
+    /// high-water mark (None: an empty journal).
     pub fn write_snapshot(&self, state: &RunState) -> Result<Option<Mark>> {
         if self.read_only {
             return Err(Error::ReadOnly);
@@ -189,6 +197,18 @@ impl Journal {
             let _ = d.sync_all();
         }
         high.write(&self.run_dir)?;
+        // And sled's own snapshot of its page table, which it writes only when it opens a
+        // database: the next open (a resume after a crash, a reader's copy) then reads only
+        // the log after this point instead of all of it (see `Store::reopen`). Not for a short
+        // log: reading it costs an open less than the reopen does.
+        if high
+            .records
+            .saturating_sub(self.opened_at.load(Ordering::Relaxed))
+            >= REOPEN_AFTER
+        {
+            self.store.reopen(crate::journal::WRITER_PATIENCE)?;
+            self.opened_at.store(high.records, Ordering::Relaxed);
+        }
         Ok(Some(high))
     }
 

@@ -41,5 +41,9 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         }
     }
     out.flush()?;
+    // The process ends here: freeing a 100,000-task state and its view one allocation at a
+    // time is a tenth of a second of nothing (callgrind: 9% of `status` of that run).
+    std::mem::forget(view);
+    std::mem::forget(state);
     Ok(Code::Ok)
 }

@@ -98,24 +98,30 @@ pub(super) mod batch {
     }
 }
 
-/// The batch with each distinct spec once.
+/// The batch with each distinct spec once. A task is compared with the recent distinct specs
+/// by giving each the task's label for the comparison (a label's copy, not a spec's clone: the
+/// clone per task was half of a snapshot's encoding, callgrind on the 100,000-task run).
 fn compact(batch: &Batch) -> BatchOut<'_> {
     let mut specs: Vec<TaskSpec> = Vec::new();
     let mut tasks = Vec::with_capacity(batch.tasks.len());
     for spec in &batch.tasks {
-        let body = TaskSpec {
-            label: String::new(),
-            ..spec.clone()
-        };
         let recent = specs.len().saturating_sub(RECENT);
-        let index = match specs[recent..].iter().rposition(|s| *s == body) {
+        let found = specs[recent..].iter_mut().rposition(|s| {
+            s.label.clear();
+            s.label.push_str(&spec.label);
+            s == spec
+        });
+        let index = match found {
             Some(i) => recent + i,
             None => {
-                specs.push(body);
+                specs.push(spec.clone());
                 specs.len() - 1
             }
         };
         tasks.push((spec.label.as_str(), index as u32));
+    }
+    for s in &mut specs {
+        s.label = String::new();
     }
     BatchOut {
         specs,
