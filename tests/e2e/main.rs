@@ -20,6 +20,8 @@ mod detach;
 mod faults;
 mod graphs;
 mod mixed;
+// #14: shared rate limits.
+mod pools;
 mod real_claude;
 mod real_codex;
 mod real_pi;
@@ -29,7 +31,11 @@ mod supervised;
 // #11
 mod slurm;
 mod slurm_crash;
+// #11: ends Slurm causes, Ctrl-C, queue time
+mod slurm_stops;
 mod summary;
 mod support;
 mod torture;
 mod worktree;
+// #10: transcripts
+mod transcripts;

@@ -119,6 +119,12 @@ pub struct AttemptOutcome {
     pub side_effects: bool,
     /// The agent's tool calls that its permissions denied, per tool, in the order first seen.
     pub denials: Vec<Denial>,
+    // Shared rate limits (issue 14).
+    /// The provider refused the attempt for its rate limit (429, overloaded): retried apart
+    /// from `max_retries`, and its pool backs off.
+    pub rate_limited: bool,
+    /// The wait the provider asked for, when the agent printed it (milliseconds).
+    pub retry_after_ms: Option<u64>,
 }
 
 /// Tool calls of one tool that an agent's permissions denied during an attempt.
@@ -201,6 +207,8 @@ impl AttemptOutcome {
             error: None,
             side_effects: false,
             denials: vec![],
+            rate_limited: false,
+            retry_after_ms: None,
         }
     }
 
@@ -215,6 +223,8 @@ impl AttemptOutcome {
             error: Some(error.into()),
             side_effects: false,
             denials: vec![],
+            rate_limited: false,
+            retry_after_ms: None,
         }
     }
 }

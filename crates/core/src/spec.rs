@@ -325,6 +325,12 @@ pub struct TaskSpec {
     /// last output lines contain one of these (case-insensitive) is retried like a provider
     /// error.
     pub transient_on: Vec<String>,
+    // Shared rate limits (issue 14).
+    /// The pool its attempts belong to (a `[pools.NAME]` table); None: its model's provider.
+    pub pool: Option<String>,
+    /// How many of its attempts may end rate limited, retried apart from `max_retries` (0: a
+    /// rate limit spends a retry like any transient error).
+    pub max_rate_limits: u32,
 }
 
 impl TaskSpec {
@@ -381,6 +387,8 @@ impl TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: crate::pool::DEFAULT_MAX_RATE_LIMITS,
         }
     }
 
@@ -409,6 +417,8 @@ pub struct RunConfig {
     pub fail_fast: bool,
     /// The whole run's budget (`[budget]`; issue 14).
     pub budget: RunBudget,
+    /// The named pools (`[pools.NAME]`; issue 14).
+    pub pools: BTreeMap<String, crate::pool::PoolSpec>,
 }
 
 impl Default for RunConfig {
@@ -417,6 +427,7 @@ impl Default for RunConfig {
             concurrency: 4,
             fail_fast: false,
             budget: RunBudget::default(),
+            pools: BTreeMap::new(),
         }
     }
 }
@@ -571,6 +582,20 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         }
         for (field, message) in bounds_errors(t) {
             err(field, message);
+        }
+        // Issue 14: a task's `pool` names a `[pools.NAME]` table.
+        if let Some(p) = &t.pool
+            && !batch.config.pools.contains_key(p)
+        {
+            let known: Vec<&str> = batch.config.pools.keys().map(String::as_str).collect();
+            err(
+                &["pool"],
+                if known.is_empty() {
+                    format!("no pool {p:?}: the batch has no [pools.NAME] tables")
+                } else {
+                    format!("no pool {p:?} (pools: {})", known.join(", "))
+                },
+            );
         }
         let agent_fields = t.permissions != Permissions::Edit
             || !t.tools.is_empty()

@@ -23,4 +23,7 @@ pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;
 
+// #10: the transcripts of a run's attempts.
+pub mod transcripts;
+
 pub use error::{Error, Result};

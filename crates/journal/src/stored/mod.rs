@@ -354,6 +354,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: 0,
         })
     }
 }
@@ -380,6 +382,7 @@ impl From<RunConfigV1> for RunConfig {
             concurrency: c.concurrency,
             fail_fast: c.fail_fast,
             budget: sortie_core::RunBudget::default(),
+            pools: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -461,6 +464,8 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             error: o.error,
             side_effects: o.side_effects,
             denials: vec![],
+            rate_limited: false,
+            retry_after_ms: None,
         }
     }
 }

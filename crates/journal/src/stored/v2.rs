@@ -45,6 +45,9 @@ pub(crate) struct TaskExtV2 {
     system_prompt: Option<String>,
     thinking: Option<String>,
     transient_on: Vec<String>,
+    // Issue 14: shared rate limits.
+    pool: Option<String>,
+    max_rate_limits: u32,
 }
 
 impl TaskExtV2 {
@@ -59,6 +62,8 @@ impl TaskExtV2 {
             system_prompt: t.system_prompt.clone(),
             thinking: t.thinking.clone(),
             transient_on: t.transient_on.clone(),
+            pool: t.pool.clone(),
+            max_rate_limits: t.max_rate_limits,
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -71,6 +76,8 @@ impl TaskExtV2 {
         t.system_prompt = self.system_prompt;
         t.thinking = self.thinking;
         t.transient_on = self.transient_on;
+        t.pool = self.pool;
+        t.max_rate_limits = self.max_rate_limits;
         Ok(())
     }
 }
@@ -188,6 +195,8 @@ impl AgentExtV2 {
 pub(crate) struct RunConfigExtV2 {
     /// `RunConfig::budget` (issue 14).
     budget: Grow<RunBudgetV2>,
+    /// `RunConfig::pools` (issue 14).
+    pools: BTreeMap<String, Grow<PoolSpecV2>>,
 }
 
 impl RunConfigExtV2 {
@@ -199,6 +208,17 @@ impl RunConfigExtV2 {
                 deadline: c.budget.deadline.map(Into::into),
                 warn_percent: c.budget.warn_percent,
             }),
+            pools: c
+                .pools
+                .iter()
+                .map(|(k, p)| {
+                    let pool = PoolSpecV2 {
+                        concurrency: p.concurrency,
+                        adaptive: p.adaptive,
+                    };
+                    (k.clone(), Grow(pool))
+                })
+                .collect(),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
@@ -209,6 +229,17 @@ impl RunConfigExtV2 {
             deadline: b.deadline.map(TryInto::try_into).transpose()?,
             warn_percent: b.warn_percent,
         };
+        c.pools = self
+            .pools
+            .into_iter()
+            .map(|(k, Grow(p))| {
+                let pool = sortie_core::PoolSpec {
+                    concurrency: p.concurrency,
+                    adaptive: p.adaptive,
+                };
+                (k, pool)
+            })
+            .collect();
         Ok(())
     }
 }
@@ -230,6 +261,23 @@ impl Default for RunBudgetV2 {
             max_tokens: None,
             deadline: None,
             warn_percent: sortie_core::RunBudget::default().warn_percent,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::PoolSpec` (issue 14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PoolSpecV2 {
+    concurrency: Option<u32>,
+    adaptive: bool,
+}
+
+impl Default for PoolSpecV2 {
+    fn default() -> Self {
+        PoolSpecV2 {
+            concurrency: None,
+            adaptive: true,
         }
     }
 }
@@ -285,6 +333,9 @@ impl BatchExtV2 {
 pub(crate) struct OutcomeExtV2 {
     // Issue 13: the tool calls the agent's permissions denied.
     denials: Vec<DenialV2>,
+    // Issue 14: shared rate limits.
+    rate_limited: bool,
+    retry_after_ms: Option<u64>,
 }
 
 impl OutcomeExtV2 {
@@ -298,6 +349,8 @@ impl OutcomeExtV2 {
                     count: d.count,
                 })
                 .collect(),
+            rate_limited: o.rate_limited,
+            retry_after_ms: o.retry_after_ms,
         }
     }
     pub(crate) fn apply(self, o: &mut AttemptOutcome) -> Result<(), String> {
@@ -309,6 +362,8 @@ impl OutcomeExtV2 {
                 count: d.count,
             })
             .collect();
+        o.rate_limited = self.rate_limited;
+        o.retry_after_ms = self.retry_after_ms;
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
 use crate::executor::{Control, Execution, LaunchRequest, Sig};
 use crate::process::{self, SpawnSpec, Stdin};
-use sortie_protocol::{self as protocol, Exit, ProtocolReader};
+use sortie_protocol::{self as protocol, Exit, ProtocolReader, RunPhase};
 
 /// What an attempt reports at its end: its outcome, usage and output.
 type Ended = (AttemptOutcome, Usage, String);
@@ -61,18 +61,11 @@ pub(super) async fn run(
             handle,
         });
     }
-    let started = match child.started().await {
-        Ok(s) => s,
-        Err(e) => {
-            let msg = e.to_string();
-            return (
-                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
-                Usage::ZERO,
-                msg,
-            );
-        }
-    };
     let _ = control.set(child.control());
+    let started = match until_started(&ctx, child.as_mut(), &mut stop_rx).await {
+        Ok(s) => s,
+        Err(ended) => return ended,
+    };
     // An adopted attempt whose start was journaled is not reported started again.
     if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) {
         let _ = tx.send(Msg::Started {
@@ -84,7 +77,9 @@ pub(super) async fn run(
     }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
     let mut stdin = child.take_stdin();
-    if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
+    // An adopted agent got its prompt from the sortie that launched it.
+    if ctx.adopt.is_none()
+        && let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
         && let Err(e) = w.send_line(&drive.prompt_command).await
     {
         // It exited at once; its exit and stderr say why.
@@ -100,21 +95,24 @@ pub(super) async fn run(
     // from it, not from the adoption.
     let anchor = Anchor::now();
     // #11: a batch job's clocks (stall, attempt timeout) start when it runs, not while it
-    // waits in the cluster's queue; the deadline is a time of day and is not moved.
-    let queued = ctx.executor.kind() == crate::executor::slurm::SLURM && ctx.adopt.is_none();
+    // waits in the cluster's queue, launched or adopted: from its real start, which the
+    // scheduler tells (its run time so far); the deadline is a time of day and is not moved.
+    let batch = ctx.executor.kind() == crate::executor::slurm::SLURM;
+    let began = match child.ran_before() {
+        Some(ran) => anchor.instant.checked_sub(ran).unwrap_or(anchor.instant),
+        None if batch => anchor.instant,
+        None => anchor.instant_of_past(ctx.launched_at),
+    };
     let mut watch = Watch::new(
         ctx.limits.clone(),
-        if queued {
-            Instant::now()
-        } else {
-            anchor.instant_of_past(ctx.launched_at)
-        },
+        began,
         anchor,
         steerable,
         stdin.is_some(),
     );
     if let Some((seen, last_output)) = ctx.resumed {
-        watch.resume_from(anchor.instant_of_past(last_output), seen);
+        // Silence before the job's start (its stdout's mtime predates it) is queue time too.
+        watch.resume_from(anchor.instant_of_past(last_output).max(began), seen);
     }
     let mut driver = Driver {
         ctx: &ctx,
@@ -124,11 +122,66 @@ pub(super) async fn run(
         watch,
         stop_task: None,
         activity: None,
+        offset: 0,
+        replaying: ctx.read_until > 0,
     };
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
         .await;
     driver.finish(child, reader, exit).await
+}
+
+/// Waits until the attempt runs (at once for a local one; a batch job may wait in the
+/// cluster's queue). A stop request (Ctrl-C, a cancel, the run's budget) or the task's deadline
+/// while it waits stops it through its executor (a queued job is cancelled, never left behind),
+/// and that is the attempt's end, unless it ended by itself first.
+async fn until_started(
+    ctx: &AttemptCtx,
+    child: &mut dyn Execution,
+    stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
+) -> Result<crate::executor::Started, Ended> {
+    let deadline = ctx.limits.deadline_at.map(|t| Anchor::now().instant_of(t));
+    let mut open = true;
+    let req = loop {
+        tokio::select! {
+            started = child.started() => {
+                return started.map_err(|e| {
+                    let msg = e.to_string();
+                    (AttemptOutcome::failed(StopReason::SpawnError, msg.clone()), Usage::ZERO, msg)
+                });
+            }
+            req = stop_rx.recv(), if open => match req {
+                Some(req) => break req,
+                None => open = false,
+            },
+            () = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => break StopRequest {
+                reason: StopReason::Timeout,
+                phase: Some(sortie_core::Phase::Queued),
+                message: "deadline exceeded while waiting in the cluster's queue".into(),
+            },
+        }
+    };
+    let stopper = child.control();
+    stopper.stop(req.reason, ctx.kill_grace).await;
+    if stopper.sent_reason().is_none() {
+        // It ran (and ended) before the stop reached it: its own end stands.
+        return child.started().await.map_err(|e| {
+            let msg = e.to_string();
+            (
+                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                Usage::ZERO,
+                msg,
+            )
+        });
+    }
+    let mut outcome = AttemptOutcome::failed(req.reason, req.message.clone());
+    outcome.phase = req.phase;
+    Err((outcome, Usage::ZERO, req.message))
 }
 
 /// Prepares the home and the session directory, then launches the attempt through its
@@ -262,6 +315,11 @@ struct Driver<'a> {
     stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
     activity: Option<String>,
+    /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
+    offset: u64,
+    /// #10: while an adopted attempt's lines before the journaled offset are read again: they
+    /// rebuild the reader's state and are not reported (the journal has what they said).
+    replaying: bool,
 }
 
 impl Driver<'_> {
@@ -297,6 +355,17 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    if self.replaying {
+                        if child.stdout_offset() <= self.ctx.read_until {
+                            // A run that ended before the crash: its stdin is closed now.
+                            if matches!(reader.run_phase(), RunPhase::Ended { failed: false }) {
+                                self.stdin = None;
+                            }
+                            continue;
+                        }
+                        self.replaying = false;
+                    }
+                    self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
@@ -381,6 +450,15 @@ impl Driver<'_> {
                         attempt,
                         usage,
                     });
+                    // #10: how far the stream was read for it: adoption reads on from there.
+                    if self.ctx.executor.kind() == crate::executor::SUPERVISED {
+                        let offset = self.offset;
+                        let _ = self.tx.send(Msg::Read {
+                            task,
+                            attempt,
+                            offset,
+                        });
+                    }
                 }
                 Decision::Stalled => {
                     let _ = self.tx.send(Msg::Stalled { task, attempt });
@@ -434,17 +512,31 @@ impl Driver<'_> {
         keep_stderr(&self.ctx.stderr_log, &stderr);
         drop(self.stdin);
         let finished = reader.finish(exit, &stderr);
-        let finished = self.watch.conclude(finished, self.stopper.sent_reason());
+        let sent = self.stopper.sent_reason();
+        let mut finished = self.watch.conclude(finished, sent);
+        // #11: an end the executor caused (Slurm's time limit, a lost node, out of memory, a
+        // cancel from outside) is the outcome, with the output and usage read so far.
+        if sent.is_none()
+            && let Some(mut outcome) = child.executor_end()
+        {
+            outcome.side_effects = finished.outcome.side_effects;
+            if !finished.has_output {
+                finished.output = outcome.error.clone().unwrap_or_default();
+            }
+            finished.outcome = outcome;
+        }
         if let Exit::Signal(_) = exit {
             let (task, attempt) = (self.ctx.task, self.ctx.attempt);
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
         let mut outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
+        let text = format!("{stderr}\n{tail}");
         if !self.ctx.transient_on.is_empty() {
-            let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
-            let text = format!("{stderr}\n{tail}");
             outcome = outcome.transient_on(&self.ctx.transient_on, &text);
         }
+        // Issue 14: a transient failure that is the provider's rate limit (its pool backs off).
+        sortie_protocol::mark_rate_limit(&mut outcome, &text);
         (outcome, finished.usage, finished.output)
     }
 }

@@ -61,7 +61,8 @@ impl Engine {
         };
         let continues = plan.continues.clone();
         // A placed attempt keeps its executor and dir (resume follows it there); a new one
-        // is supervised unless its task or profile says not, or it is driven over stdin.
+        // is supervised unless its task or profile says not (one driven over stdin too: its
+        // supervisor forwards a FIFO to its stdin).
         let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
             Some(p) => {
                 let executor = self.executor_of(&p.executor, task)?;
@@ -85,10 +86,7 @@ impl Engine {
                 let executor: Arc<dyn Executor> = match executor::supervisor() {
                     // The dir is journaled as text: a path that is not UTF-8 runs direct.
                     Some(program)
-                        if spec.supervise
-                            && profile.supervise
-                            && plan.drive.is_none()
-                            && dir.to_str().is_some() =>
+                        if spec.supervise && profile.supervise && dir.to_str().is_some() =>
                     {
                         Arc::new(Supervised::new(program.to_path_buf()))
                     }
@@ -125,6 +123,7 @@ impl Engine {
                 adopt: None,
                 allow_denials: spec.allow_denials,
                 resumed: None,
+                read_until: 0,
                 transient_on: spec.transient_on.clone(),
             },
             continues,

@@ -41,18 +41,31 @@ impl Executor for Supervised {
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
-            if req.piped_stdin {
-                return Err(SpawnError::Io {
-                    program: req.spawn.argv.first().cloned().unwrap_or_default(),
-                    error: io::Error::other("a supervised attempt's stdin cannot be a pipe"),
-                });
-            }
             let dir = req.placement.dir.clone();
-            let stdin = req.stdin_file.as_deref();
-            let child =
-                process::spawn_supervised(&self.supervisor, &req.spawn, &dir, stdin).await?;
-            let followed = Followed::new(&dir, child.started, Some(child.process));
-            Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
+            let file = if req.piped_stdin {
+                None
+            } else {
+                req.stdin_file.as_deref()
+            };
+            let child = process::spawn_supervised(
+                &self.supervisor,
+                &req.spawn,
+                &dir,
+                file,
+                req.piped_stdin,
+            )
+            .await?;
+            // #10: an agent driven over stdin is written to through its supervisor's FIFO.
+            let stdin = if req.piped_stdin {
+                Some(Stdin::fifo(&dir).map_err(|error| SpawnError::Io {
+                    program: req.spawn.argv.first().cloned().unwrap_or_default(),
+                    error,
+                })?)
+            } else {
+                None
+            };
+            let followed = Followed::new(&dir, 0, child.started, Some(child.process));
+            Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
         })
     }
 
@@ -77,8 +90,14 @@ impl Executor for Supervised {
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
                 });
             };
-            let followed = Followed::new(&dir, started, None);
-            Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
+            let followed = Followed::new(&dir, 0, started, None);
+            // An agent driven over stdin is steered on through its FIFO, if it still runs.
+            let stdin = dir
+                .join(process::STDIN_FIFO)
+                .exists()
+                .then(|| Stdin::fifo(&dir).ok())
+                .flatten();
+            Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
         })
     }
 
@@ -92,6 +111,7 @@ impl Executor for Supervised {
 
 struct SupervisedExecution {
     followed: Followed,
+    stdin: Option<Stdin>,
 }
 
 impl Execution for SupervisedExecution {
@@ -116,7 +136,8 @@ impl Execution for SupervisedExecution {
     }
 
     fn stdout_offset(&self) -> u64 {
-        self.followed.stdout_bytes()
+        // At a line's end: what the journal may record as read (`AttemptRead`).
+        self.followed.line_end()
     }
 
     fn control(&self) -> Arc<dyn Control> {
@@ -124,6 +145,6 @@ impl Execution for SupervisedExecution {
     }
 
     fn take_stdin(&mut self) -> Option<Stdin> {
-        None
+        self.stdin.take()
     }
 }
