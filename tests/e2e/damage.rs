@@ -154,8 +154,9 @@ fn a_flipped_byte_in_any_written_record_is_never_silent() {
 #[test]
 fn a_truncated_log_or_zeroed_pages_are_never_silent() {
     let original = finished_run();
-    let end = written(&db(&original));
-    for cut in [end / 10, end / 3, end / 2, end * 9 / 10, end - 20] {
+    let log = db(&original);
+    let end = written(&log);
+    for cut in [end / 10, end / 3, end / 2, end * 9 / 10] {
         let copy = damaged(&original, |dir| {
             let f = std::fs::OpenOptions::new()
                 .write(true)
@@ -164,6 +165,36 @@ fn a_truncated_log_or_zeroed_pages_are_never_silent() {
             f.set_len(cut as u64).expect("truncate");
         });
         audit_refuses(&copy, &format!("log cut at {cut} of {end}"));
+    }
+    // Cut just before the end, inside the last record as the log last holds it: sled's log
+    // also holds records a second time (the page images it rewrites), so such a cut may lose
+    // no record at all. Then the journal is whole, and every record reads back unchanged;
+    // otherwise audit refuses it.
+    let original_records = records(&original);
+    let last = original_records.last().cloned().expect("records");
+    for cut in [
+        end - 20,
+        find_all(&log, &last)
+            .last()
+            .map_or(end - 20, |at| at + last.len() / 2),
+    ] {
+        let copy = damaged(&original, |dir| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("db"))
+                .expect("open");
+            f.set_len(cut as u64).expect("truncate");
+        });
+        let out = copy.run(&["audit", RUN]);
+        if out.status.code() == Some(0) {
+            assert_eq!(
+                records(&copy),
+                original_records,
+                "log cut at {cut} of {end}: audit says whole, so nothing may be lost"
+            );
+        } else {
+            audit_refuses(&copy, &format!("log cut at {cut} of {end}"));
+        }
     }
     for page in (0..end).step_by(4096).skip(1) {
         let copy = damaged(&original, |dir| {
@@ -179,8 +210,12 @@ fn a_truncated_log_or_zeroed_pages_are_never_silent() {
 #[test]
 fn a_zeroed_or_removed_sled_snapshot_with_damage_behind_it_is_never_silent() {
     let original = finished_run();
-    // An open and close leaves sled's own snapshot of its page table beside the log.
-    original.run_ok(&["audit", RUN]);
+    // A writer's open and close leaves sled's own snapshot of its page table beside the log
+    // (readers never open the run's own files: they read a private copy).
+    drop(
+        sortie_journal::Journal::open(&original.state_dir().join("runs").join(RUN))
+            .expect("the journal opens"),
+    );
     let snaps = |dir: &Path| -> Vec<PathBuf> {
         std::fs::read_dir(dir)
             .expect("read dir")
@@ -422,5 +457,107 @@ fn recover_then_resume_finishes_the_run_and_never_runs_a_surviving_finished_task
         let usage = &ledger[label];
         assert_eq!(usage["input"], last["usage"]["input"], "{label}: {usage}");
         assert_eq!(usage["output"], last["usage"]["output"], "{label}: {usage}");
+    }
+}
+
+/// Every file under `dir` (relative path, bytes), for comparing a tree before and after.
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).expect("under dir").to_owned();
+                out.insert(rel, std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn readers_never_change_a_damaged_journals_bytes_so_recover_sees_what_the_damage_left() {
+    let original = finished_run();
+    // sled's page-table snapshot beside the log: its open reads the log after it.
+    drop(
+        sortie_journal::Journal::open(&original.state_dir().join("runs").join(RUN))
+            .expect("the journal opens"),
+    );
+    let end = written(&db(&original));
+    type Damage<'a> = Box<dyn Fn(&Path) + 'a>;
+    let damages: [(&str, Damage); 3] = [
+        (
+            "a byte flipped in the log",
+            Box::new(|dir: &Path| {
+                let mut bytes = db(&original);
+                bytes[end / 2] ^= 0xff;
+                std::fs::write(dir.join("db"), bytes).expect("write");
+            }),
+        ),
+        (
+            "the log cut short",
+            Box::new(|dir: &Path| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("db"))
+                    .expect("open");
+                f.set_len((end * 2 / 3) as u64).expect("truncate");
+            }),
+        ),
+        (
+            "a page of the log zeroed",
+            Box::new(|dir: &Path| {
+                let mut bytes = db(&original);
+                let page = (end / 2) & !4095;
+                bytes[page..page + 4096].fill(0);
+                std::fs::write(dir.join("db"), bytes).expect("write");
+            }),
+        ),
+    ];
+    for (what, damage) in damages {
+        let copy = damaged(&original, damage);
+        let journal = journal_dir(&copy);
+        let left = tree(&journal);
+        let run_dir = copy.state_dir().join("runs").join(RUN);
+        let mark = std::fs::read(run_dir.join("journal.mark")).expect("a mark");
+        audit_refuses(&copy, what);
+        for args in [
+            vec!["status", RUN],
+            vec!["--json", "status", RUN],
+            vec!["replay", RUN],
+            vec!["export", RUN],
+            vec!["list"],
+            vec!["resume", RUN],
+            vec!["audit", RUN],
+        ] {
+            let out = copy.run(&args);
+            assert_eq!(
+                out.status.code(),
+                Some(4),
+                "{what}: {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                tree(&journal) == left,
+                "{what}: `sortie {}` changed the damaged journal's files",
+                args.join(" ")
+            );
+        }
+        assert_eq!(
+            std::fs::read(run_dir.join("journal.mark")).expect("a mark"),
+            mark,
+            "{what}: the mark is the owner's"
+        );
+        // `recover` moves aside exactly the bytes the damage left.
+        let out = copy.run_ok(&["--json", "recover", RUN]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let aside = PathBuf::from(report["damaged"].as_str().expect("a path"));
+        assert!(
+            tree(&aside.join("journal")) == left,
+            "{what}: the files moved aside are the damaged ones"
+        );
     }
 }

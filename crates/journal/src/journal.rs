@@ -65,6 +65,9 @@ pub struct Journal {
     pub(crate) flushes: AtomicU64,
     /// `Durability::Sync` when set.
     pub(crate) sync: AtomicBool,
+    /// How many records the journal held when sled last opened its database (see
+    /// `Store::reopen`).
+    pub(crate) opened_at: AtomicU64,
     _snapshot: Option<SnapshotDir>,
 }
 
@@ -82,11 +85,7 @@ impl std::fmt::Debug for Journal {
 /// before it calls the journal in use: a reader (`sortie status` or `export`) holds the lock
 /// for a moment, and sled lets go of it from background threads a moment after the last
 /// handle in this process is dropped. The one retry there is (`Store::open` polls until then).
-const WRITER_PATIENCE: Duration = Duration::from_secs(5);
-/// How long [`Journal::open_read_only`] waits for sled's lock before it copies the files
-/// instead (it need not wait at all; the wait spares a copy right after this process dropped
-/// its last handle).
-const READER_PATIENCE: Duration = Duration::from_millis(500);
+pub(crate) const WRITER_PATIENCE: Duration = Duration::from_secs(5);
 
 impl Journal {
     /// Creates the journal of a new run in `run_dir` (created with its parents, 0700).
@@ -152,16 +151,12 @@ impl Journal {
         Journal::open_read_only_unchecked(run_dir)?.checked(mark)
     }
 
-    /// [`Journal::open_read_only`] without the high-water mark check.
+    /// [`Journal::open_read_only`] without the high-water mark check. Always a private copy:
+    /// sled has no read-only mode, and its open rewrites the files it is given (it zeroes its
+    /// log after the last entry it can read and may write a new page-table snapshot), so a
+    /// reader that opened a damaged journal in place would destroy what `recover` could still
+    /// read. A reader never lets sled open the run's own files.
     fn open_read_only_unchecked(run_dir: &Path) -> Result<Journal> {
-        let db = existing_db_dir(run_dir)?;
-        match Store::open(&db, READER_PATIENCE) {
-            Ok(store) => return Journal::with_store(store, run_dir, true, None),
-            Err(Error::Locked { .. }) => {}
-            Err(Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::PermissionDenied => {}
-            Err(e) => return Err(e),
-        }
         Journal::open_copy(run_dir)
     }
 
@@ -214,6 +209,7 @@ impl Journal {
             commit: Mutex::new(Commit::default()),
             flushes: AtomicU64::new(0),
             sync: AtomicBool::new(false),
+            opened_at: AtomicU64::new(next),
             _snapshot: snapshot,
         })
     }

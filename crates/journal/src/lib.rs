@@ -27,18 +27,20 @@
 //! - the journal stores what it is given: the caller (the runner) checks each event with
 //!   `RunState::check` before appending it. Replay and audit re-check everything;
 //! - one writer per run: a second [`Journal::open`] (from any process) gets [`Error::Locked`]
-//!   (after giving a reader 5 s to let go), never a hang.
+//!   (after giving sled 5 s to let go of a handle just dropped), never a hang.
 //!
-//! Live reading: sled locks a database against every other open handle, so
-//! [`Journal::open_read_only`] first tries a normal open and, when another process holds the run
-//! (a live `sortie run`), copies the run's sled files into a private temporary directory (0700)
-//! and opens the copy: sled recovers a consistent prefix of its log, so the copy shows the run as
-//! of the moment it was taken, every append acknowledged before then included. Snapshot files
-//! are copied before the log, and the copy is retried if sled wrote a new snapshot meanwhile.
-//! The copy is removed when the handle is dropped. We chose copying over a lock-free reader of
-//! sled's files because sled has no read-only mode and its format is not ours to parse; the
-//! cost is a file copy (a million-event journal is ~200 MB). A read-only handle on an idle run
-//! holds the lock while it lives, so commands keep such handles short-lived.
+//! Reading: sled locks a database against every other open handle, has no read-only mode, and
+//! its open rewrites the files it is given (it zeroes its log after the last entry it can read,
+//! and writes a snapshot of its page table): a reader that let sled open a damaged journal in
+//! place would destroy what `recover` can still read. So [`Journal::open_read_only`] never
+//! opens the run's own files: it copies them into a private temporary directory (0700) and
+//! opens the copy, whether or not a live `sortie run` holds them. sled recovers a consistent
+//! prefix of its log, so the copy shows the run as of the moment it was taken, every append
+//! acknowledged before then included. Snapshot files are copied before the log, and the copy is
+//! retried if sled wrote a new snapshot meanwhile. The copy is removed when the handle is
+//! dropped. We chose copying over a lock-free reader of sled's files because sled's format is
+//! not ours to parse; the cost is a file copy (the 100,000-task run's ~90 MB log: see
+//! `examples/scale_bench.rs`).
 //!
 //! Performance: replay and audit scan, check and decode the two halves of the key space on two
 //! threads while the caller's thread applies the records in order (sled's leaves hold 16 items,

@@ -35,6 +35,10 @@ const MAGIC: &[u8; 16] = b"sortie-snapshot\n";
 const VERSION: u8 = 1;
 /// Bytes before the payload.
 const HEADER: usize = 16 + 1 + 8 + 8 + 4 + 8 + 4;
+/// How many records sled's log must have grown by since sled last opened it before a snapshot
+/// reopens the database (see `Store::reopen`): an open reads ~32,768 records of log in about
+/// as long as a reopen waits for sled's threads to let go of its lock.
+const REOPEN_AFTER: u64 = 32_768;
 /// The largest payload decoded (a 100,000-task state is tens of megabytes).
 const MAX_PAYLOAD: usize = 1 << 30;
 
@@ -62,23 +66,27 @@ fn crc(header: &[u8], payload: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// Encodes a snapshot of `state`, taken at `mark`.
+/// Encodes a snapshot of `state`, taken at `mark`: the payload is encoded after room left for
+/// the header, so a big state's encoding is not copied once more.
 pub(crate) fn encode(mark: Mark, state: &RunState) -> Result<Vec<u8>> {
-    let payload =
-        bincode::serde::encode_to_vec(state, config()).map_err(|e| Error::Unstorable {
+    let mut out = vec![0u8; HEADER];
+    bincode::serde::encode_into_std_write(state, &mut out, config()).map_err(|e| {
+        Error::Unstorable {
             event: "snapshot",
             reason: e.to_string(),
-        })?;
-    let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.extend_from_slice(&schema().to_le_bytes());
-    out.extend_from_slice(&mark.records.to_le_bytes());
-    out.extend_from_slice(&mark.digest.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    let check = crc(&out, &payload);
-    out.extend_from_slice(&check.to_le_bytes());
-    out.extend_from_slice(&payload);
+        }
+    })?;
+    let len = (out.len() - HEADER) as u64;
+    let mut header = Vec::with_capacity(HEADER);
+    header.extend_from_slice(MAGIC);
+    header.push(VERSION);
+    header.extend_from_slice(&schema().to_le_bytes());
+    header.extend_from_slice(&mark.records.to_le_bytes());
+    header.extend_from_slice(&mark.digest.to_le_bytes());
+    header.extend_from_slice(&len.to_le_bytes());
+    let check = crc(&header, &out[HEADER..]);
+    header.extend_from_slice(&check.to_le_bytes());
+    out[..HEADER].copy_from_slice(&header);
     Ok(out)
 }
 
@@ -128,7 +136,11 @@ impl Journal {
     /// Writes a snapshot of `state`, the state after the first `state.next_seq` records of
     /// this journal, all durable (the run's owner calls this between appends, with the state
     /// after every record), then the journal's high-water mark (see `mark`). The previous
-    /// snapshot is kept as the older one. Returns the high-water mark (None: an empty journal).
+    /// snapshot is kept as the older one. Then, once the log grew by [`REOPEN_AFTER`] records
+    /// since sled opened it, sled's database is closed and opened again, so that sled writes
+    /// the snapshot of its own page table (see `Store::reopen`); a reopen
+    /// that fails leaves the journal unable to append (the run stops, resumable). Returns the
+    /// high-water mark (None: an empty journal).
     pub fn write_snapshot(&self, state: &RunState) -> Result<Option<Mark>> {
         if self.read_only {
             return Err(Error::ReadOnly);
@@ -185,6 +197,18 @@ impl Journal {
             let _ = d.sync_all();
         }
         high.write(&self.run_dir)?;
+        // And sled's own snapshot of its page table, which it writes only when it opens a
+        // database: the next open (a resume after a crash, a reader's copy) then reads only
+        // the log after this point instead of all of it (see `Store::reopen`). Not for a short
+        // log: reading it costs an open less than the reopen does.
+        if high
+            .records
+            .saturating_sub(self.opened_at.load(Ordering::Relaxed))
+            >= REOPEN_AFTER
+        {
+            self.store.reopen(crate::journal::WRITER_PATIENCE)?;
+            self.opened_at.store(high.records, Ordering::Relaxed);
+        }
         Ok(Some(high))
     }
 

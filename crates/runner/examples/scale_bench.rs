@@ -5,11 +5,14 @@
 //!   finished and `--running` (16) were running when the owner died is written through the
 //!   journal API, event for event what the engine writes for a plain command (`RunStarted` with
 //!   the batch as `sortie run` loads it, every task queued, then per task launching, started,
-//!   finished, task finished, sixteen tasks interleaved). Then `sortie resume` runs under
-//!   `/usr/bin/time`; every task's command is `touch MARKER`, so the marker appears with the
-//!   first new spawn. Reported: the wall time from spawning `sortie resume` to the marker
-//!   (process start, replay, orphan reaping, first launch), the time to the end of the run,
-//!   and the peak RSS of the resume.
+//!   finished, task finished, sixteen tasks interleaved, snapshots at the engine's cadence).
+//!   Then, `--rounds` times (default 3) each on a fresh copy of that state dir, `sortie status`
+//!   of it, and `sortie resume` of it, under `/usr/bin/time`; every task's command is `touch
+//!   MARKER`, so the marker appears with the first new spawn. Reported (medians): the wall
+//!   time from spawning `sortie resume` to the marker (process start, replay, orphan reaping,
+//!   first launch) and the CPU time (user + system, from `/proc`) it had used by then, the time
+//!   to the end of the run, the peak RSS of the resume; the wall and CPU time of `status`. On
+//!   a loaded machine the CPU times are the figures to compare: the wall times wait for cores.
 //! - Batch: `sortie run` of `--run-tasks` (100,000) `true` tasks at `--run-concurrency` (64)
 //!   under `/usr/bin/time`: wall time and peak RSS. `--run-tasks 0` skips it.
 //!
@@ -47,6 +50,7 @@ struct Args {
     run_tasks: u32,
     run_concurrency: u32,
     work: Option<PathBuf>,
+    rounds: usize,
 }
 
 fn args() -> Args {
@@ -58,6 +62,7 @@ fn args() -> Args {
         run_tasks: 100_000,
         run_concurrency: 64,
         work: None,
+        rounds: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,9 +75,10 @@ fn args() -> Args {
             "--run-tasks" => a.run_tasks = value.parse().unwrap(),
             "--run-concurrency" => a.run_concurrency = value.parse().unwrap(),
             "--work" => a.work = Some(value.into()),
+            "--rounds" => a.rounds = value.parse::<usize>().unwrap().max(1),
             other => panic!(
                 "unknown flag {other} (use --sortie, --tasks, --finished, --running, \
-                 --run-tasks, --run-concurrency, --work)"
+                 --run-tasks, --run-concurrency, --work, --rounds)"
             ),
         }
     }
@@ -261,20 +267,48 @@ fn started(t: u32) -> Event {
     }
 }
 
-/// Runs `sortie ARGS` under `/usr/bin/time`; returns (seconds to `marker`, if given, total
-/// seconds, peak RSS in KiB).
-fn timed_sortie(
-    a: &Args,
-    work: &Path,
-    sortie_args: &[&str],
-    marker: Option<&Path>,
-) -> (Option<f64>, f64, u64) {
+/// What one timed `sortie` command took.
+struct Timed {
+    /// Seconds from the spawn to `marker`, if one was given and appeared.
+    first: Option<f64>,
+    /// CPU seconds (user + system) the command had used when `marker` appeared.
+    first_cpu: Option<f64>,
+    /// Seconds to its end.
+    total: f64,
+    /// CPU seconds (user + system) in all.
+    cpu: f64,
+    /// Peak RSS in KiB.
+    rss_kib: u64,
+}
+
+/// CPU seconds (user + system) process `pid` has used so far, from `/proc` (clock ticks of
+/// 1/100 s).
+fn cpu_of(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// The one child of process `pid` (`/usr/bin/time`'s sortie).
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs `sortie ARGS` under `/usr/bin/time`.
+fn timed_sortie(a: &Args, work: &Path, sortie_args: &[&str], marker: Option<&Path>) -> Timed {
     let rss_file = work.join("time.out");
     let log = std::fs::File::create(work.join("sortie.log")).unwrap();
     let start = Instant::now();
     let mut child = Command::new("/usr/bin/time")
         .arg("-f")
-        .arg("%M")
+        .arg("%M %U %S")
         .arg("-o")
         .arg(&rss_file)
         .arg(&a.sortie)
@@ -284,11 +318,15 @@ fn timed_sortie(
         .stderr(log)
         .spawn()
         .unwrap();
-    let mut first = None;
+    let (mut first, mut first_cpu, mut sortie_pid) = (None, None, None);
     if let Some(marker) = marker {
         loop {
+            if sortie_pid.is_none() {
+                sortie_pid = child_of(child.id());
+            }
             if marker.exists() {
                 first = Some(start.elapsed().as_secs_f64());
+                first_cpu = sortie_pid.and_then(cpu_of);
                 break;
             }
             if child.try_wait().unwrap().is_some() {
@@ -304,13 +342,41 @@ fn timed_sortie(
         "sortie {sortie_args:?} failed ({status}); see {}",
         work.join("sortie.log").display()
     );
-    let rss_kib = std::fs::read_to_string(&rss_file)
+    let line = std::fs::read_to_string(&rss_file)
         .unwrap()
         .lines()
-        .filter_map(|l| l.trim().parse::<u64>().ok())
-        .next_back()
+        .rfind(|l| l.split_whitespace().count() == 3)
+        .unwrap()
+        .to_owned();
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    Timed {
+        first,
+        first_cpu,
+        total,
+        cpu: v[1] + v[2],
+        rss_kib: v[0] as u64,
+    }
+}
+
+/// The median of some figures.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Copies a state dir (a fresh copy of the crashed run for each round).
+fn copy_state(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
         .unwrap();
-    (first, total, rss_kib)
+    assert!(copied.success());
 }
 
 /// Milliseconds from `RunResumed` to the first `AttemptStarted` after it, by the journal's
@@ -352,40 +418,88 @@ fn main() {
     let marker = work.join("spawned");
     let batch_file = work.join("resume.jsonl");
     write_batch(&batch_file, a.tasks, &["touch", marker.to_str().unwrap()]);
-    let state = work.join("state");
+    let crashed = work.join("state.crashed");
     let build = Instant::now();
-    let (run_id, events) = crashed_run(&state, &batch_file, &a);
+    let (run_id, events) = crashed_run(&crashed, &batch_file, &a);
     let build_s = build.elapsed().as_secs_f64();
-    if a.work.is_some() {
-        // A copy of the crashed run, to resume again under a profiler.
-        let copied = Command::new("cp")
-            .arg("-a")
-            .arg(&state)
-            .arg(work.join("state.crashed"))
-            .status()
-            .unwrap();
-        assert!(copied.success());
-    }
+    let state = work.join("state");
     let state_s = state.to_str().unwrap();
-    let (first, resume_total, resume_rss) = timed_sortie(
-        &a,
-        work,
-        &["--state-dir", state_s, "resume", run_id.as_str()],
-        Some(&marker),
-    );
-    let first = first.expect("the marker appeared");
+    // `sortie status` of the crashed run, each round on a fresh copy (a reader's open of the
+    // copy is what a user's would be).
+    let mut status = Vec::new();
+    for _ in 0..a.rounds {
+        copy_state(&crashed, &state);
+        status.push(timed_sortie(
+            &a,
+            work,
+            &["--state-dir", state_s, "status", run_id.as_str()],
+            None,
+        ));
+    }
+    let mut resumes = Vec::new();
+    for _ in 0..a.rounds {
+        copy_state(&crashed, &state);
+        let _ = std::fs::remove_file(&marker);
+        let t = timed_sortie(
+            &a,
+            work,
+            &["--state-dir", state_s, "resume", run_id.as_str()],
+            Some(&marker),
+        );
+        assert!(t.first.is_some(), "the marker appeared");
+        resumes.push(t);
+    }
+    let first = median(resumes.iter().filter_map(|t| t.first).collect());
+    let first_cpu = median(resumes.iter().filter_map(|t| t.first_cpu).collect());
+    let resume_total = median(resumes.iter().map(|t| t.total).collect());
+    let resume_rss = resumes.iter().map(|t| t.rss_kib).max().unwrap_or(0);
+    let status_s = median(status.iter().map(|t| t.total).collect());
+    let status_cpu = median(status.iter().map(|t| t.cpu).collect());
+    let status_rss = status.iter().map(|t| t.rss_kib).max().unwrap_or(0);
     let gap_ms = journal_gap_ms(&state, &run_id, events);
+    let rounds = |v: &mut dyn Iterator<Item = f64>| {
+        v.map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ")
+    };
 
     println!();
-    println!("{:<52} {:>12}", "resume", "");
+    println!(
+        "{:<52} {:>12}",
+        format!("resume ({} rounds, medians)", a.rounds),
+        ""
+    );
     println!(
         "{:<52} {:>10.3} s",
         format!("journal written ({events} events)"),
         build_s
     );
     println!(
-        "{:<52} {:>10.3} s",
-        "sortie resume: spawn to first new task's process", first
+        "{:<52} {:>10.3} s ({})",
+        "sortie status of the crashed run",
+        status_s,
+        rounds(&mut status.iter().map(|t| t.total))
+    );
+    println!(
+        "{:<52} {:>10.3} s ({})",
+        "  its CPU (user + system)",
+        status_cpu,
+        rounds(&mut status.iter().map(|t| t.cpu))
+    );
+    println!(
+        "{:<52} {:>10.1} MB",
+        "  its peak RSS",
+        status_rss as f64 / 1024.0
+    );
+    println!(
+        "{:<52} {:>10.3} s ({})",
+        "sortie resume: spawn to first new task's process",
+        first,
+        rounds(&mut resumes.iter().filter_map(|t| t.first))
+    );
+    println!(
+        "{:<52} {:>10.3} s ({})",
+        "  its CPU (user + system) by then",
+        first_cpu,
+        rounds(&mut resumes.iter().filter_map(|t| t.first_cpu))
     );
     println!(
         "{:<52} {:>10} ms",
@@ -402,6 +516,10 @@ fn main() {
         "sortie resume: peak RSS",
         resume_rss as f64 / 1024.0
     );
+    if a.work.is_none() {
+        let _ = std::fs::remove_dir_all(&state);
+        let _ = std::fs::remove_dir_all(&crashed);
+    }
 
     let (mut run_s, mut run_rss) = (f64::NAN, 0);
     if a.run_tasks > 0 {
@@ -409,7 +527,7 @@ fn main() {
         write_batch(&run_file, a.run_tasks, &["true"]);
         let run_state = work.join("run-state");
         let concurrency = a.run_concurrency.to_string();
-        let (_, secs, rss) = timed_sortie(
+        let t = timed_sortie(
             &a,
             work,
             &[
@@ -422,7 +540,7 @@ fn main() {
             ],
             None,
         );
-        (run_s, run_rss) = (secs, rss);
+        (run_s, run_rss) = (t.total, t.rss_kib);
         println!(
             "{:<52} {:>10.3} s ({:.0} tasks/s)",
             format!(
@@ -442,13 +560,15 @@ fn main() {
     println!("load average before {load_before}, after {load_after} (2 cores)");
     println!(
         "scale_bench resume_tasks={} resume_finished={} resume_events={events} \
-         resume_first_spawn_s={first:.3} resume_gap_ms={} resume_total_s={resume_total:.3} \
-         resume_rss_mb={:.1} run_tasks={} run_concurrency={} run_s={run_s:.3} run_rss_mb={:.1} \
-         load={load_after}",
+         resume_first_spawn_s={first:.3} resume_first_cpu_s={first_cpu:.3} resume_gap_ms={} \
+         resume_total_s={resume_total:.3} resume_rss_mb={:.1} status_s={status_s:.3} \
+         status_cpu_s={status_cpu:.3} rounds={} run_tasks={} run_concurrency={} run_s={run_s:.3} \
+         run_rss_mb={:.1} load={load_after}",
         a.tasks,
         a.finished,
         gap_ms.map_or("?".into(), |g| g.to_string()),
         resume_rss as f64 / 1024.0,
+        a.rounds,
         a.run_tasks,
         a.run_concurrency,
         run_rss as f64 / 1024.0,

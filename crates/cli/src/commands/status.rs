@@ -21,7 +21,8 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     };
     let state = replay_all(&open_read(&g.layout(), &run)?)?;
     let view = output::view(&run, &state, live_pid, false);
-    let mut out = std::io::stdout().lock();
+    // Buffered: stdout is line-buffered, and a 100,000-task run is as many lines.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if g.json {
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -40,6 +41,11 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
             )?;
         }
     }
+    out.flush()?;
+    // The process ends here: freeing a 100,000-task state and its view one allocation at a
+    // time is a tenth of a second of nothing (callgrind: 9% of `status` of that run).
+    std::mem::forget(view);
+    std::mem::forget(state);
     Ok(Code::Ok)
 }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod apply;
 mod check;
+mod compact;
 
 use crate::event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
@@ -452,12 +453,14 @@ pub struct RunState {
     /// The run's id (once started).
     pub run_id: Option<RunId>,
     /// The resolved batch (once started).
+    #[serde(with = "compact::batch")]
     pub batch: Option<Batch>,
     /// The batch digest.
     pub batch_digest: u64,
     /// Where the run stands.
     pub status: RunStatus,
     /// The tasks, indexed by `TaskId`.
+    #[serde(deserialize_with = "compact::exact")]
     pub tasks: Vec<TaskRecord>,
     /// The seq the next event must carry (= how many events were applied).
     pub next_seq: Seq,

@@ -218,6 +218,31 @@ pub async fn take_over(
         return Err(Error::NoSuchRun(run_id));
     }
     let lock = dir.acquire()?;
+    // A journal a command already found damaged is checked again on a private copy (what
+    // every reader opens) before sled opens it in place: sled's open rewrites a damaged log's
+    // tail, and `recover` must see the bytes the damage left.
+    if index::read(state_dir, &run_id)
+        .ok()
+        .flatten()
+        .is_some_and(|e| e.damaged.is_some())
+    {
+        let checked = Journal::open_read_only(dir.path()).and_then(|journal| {
+            if let Some(mark) = index::acked(state_dir, &run_id) {
+                journal.check_mark(&mark)?;
+            }
+            journal.replay(None).map(drop)
+        });
+        match checked {
+            Err(e) if e.is_damage() => {
+                let _ = index::record_damage(state_dir, &run_id, &e.to_string());
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => {
+                let _ = index::clear_damage(state_dir, &run_id);
+            }
+        }
+    }
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
     // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
     // is refused: appending to it would write over what was lost.
