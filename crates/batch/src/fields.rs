@@ -54,6 +54,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "system_prompt",
     "thinking",
     "transient_on",
+    // Issue 13: structured results.
+    "output_schema",
 ];
 
 /// The top-level keys of a batch file.
@@ -138,6 +140,8 @@ pub(crate) struct RawTask {
     pub(crate) system_prompt: Option<String>,
     pub(crate) thinking: Option<String>,
     pub(crate) transient_on: Option<Vec<String>>,
+    // Issue 13: structured results.
+    pub(crate) output_schema: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -315,6 +319,15 @@ impl RawTask {
                 }
                 self.thinking = Some(level);
             }
+            // Issue 13: structured results (its own lines: a problem inside an inline
+            // schema is placed at the line of the key it is about).
+            "output_schema" => match crate::schema::parse(e, &self.file) {
+                Ok(schema) => self.output_schema = Some(schema),
+                Err(err) => {
+                    issues.add(&self.file, err.line, Some(name), err.message);
+                    self.failed.insert(name);
+                }
+            },
             _ => return Err("unknown field".into()),
         }
         Ok(())

@@ -254,6 +254,8 @@ fn resolve_task(
     }
     s.env_keys = env.keys().cloned().collect();
     s.executor = resolve_executor(t, d, ov);
+    // Issue 13: structured results.
+    s.output_schema = pick(&t.output_schema, &d.output_schema);
     (s, env.into_iter().collect())
 }
 

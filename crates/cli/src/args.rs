@@ -132,6 +132,21 @@ pub(crate) enum Command {
     Report(ReportArgs),
     /// Print a shell completion script: `sortie completions bash|zsh|fish`.
     Completions(CompletionsArgs),
+    // Issue 13: structured results.
+    /// Print one record per task for scoring scripts: label, state, its validated structured
+    /// result (`value`, for a task with an `output_schema`), error and usage (a table; with
+    /// `--json` an array, with `--jsonl` one object per line).
+    Results(ResultsArgs),
+}
+
+/// `sortie results` (issue 13).
+#[derive(Debug, Args)]
+pub(crate) struct ResultsArgs {
+    /// The run's id (or a unique prefix); the newest run by default.
+    pub(crate) run: Option<String>,
+    /// One JSON object per line (JSON Lines) instead of a table.
+    #[arg(long)]
+    pub(crate) jsonl: bool,
 }
 
 /// `sortie completions`.

@@ -264,6 +264,9 @@ pub(crate) struct TaskView {
     pub(crate) carried: Option<Usage>,
     /// The tool calls its agent's permissions denied (tool, count), over its attempts.
     pub(crate) denials: Vec<sortie_core::Denial>,
+    // Issue 13: structured results.
+    /// Its validated structured result (a task with an `output_schema` that matched).
+    pub(crate) result: Option<serde_json::Value>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -355,6 +358,11 @@ pub(crate) struct RunView {
 }
 
 /// Builds the view of a run.
+/// Issue 13: a task's validated structured result as JSON (journaled as compact JSON text).
+pub(crate) fn structured_value(r: &sortie_core::TaskResult) -> Option<serde_json::Value> {
+    r.result.as_deref().and_then(|t| serde_json::from_str(t).ok())
+}
+
 pub(crate) fn view(
     run: &RunId,
     state: &RunState,
@@ -401,6 +409,7 @@ pub(crate) fn view(
                 worktree: WorktreeView::of(rec),
                 carried: rec.carried,
                 denials: rec.denials(),
+                result: result.and_then(structured_value),
             }
         })
         .collect();

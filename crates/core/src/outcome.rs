@@ -119,6 +119,10 @@ pub struct AttemptOutcome {
     pub side_effects: bool,
     /// The agent's tool calls that its permissions denied, per tool, in the order first seen.
     pub denials: Vec<Denial>,
+    // Issue 13: structured results.
+    /// The structured result that matched the task's `output_schema`, as compact JSON text
+    /// (None: the task has no schema, or its answer did not match).
+    pub result: Option<String>,
 }
 
 /// Tool calls of one tool that an agent's permissions denied during an attempt.
@@ -171,6 +175,24 @@ impl AttemptOutcome {
         self
     }
 
+    /// Judges a completed attempt of a task with an `output_schema` by its structured result:
+    /// `Ok(value)` (the result matched; compact JSON) is kept as the attempt's result; `Err`
+    /// (no result, or one that did not match even after the repair round, if any) makes it
+    /// `partial` with the validation error. Any other attempt is left as it is.
+    pub fn judge_result(mut self, checked: Result<String, String>) -> Self {
+        if self.status != AttemptStatus::Completed {
+            return self;
+        }
+        match checked {
+            Ok(value) => self.result = Some(value),
+            Err(why) => {
+                self.status = AttemptStatus::Partial;
+                self.error = Some(format!("structured result: {why}"));
+            }
+        }
+        self
+    }
+
     /// A plain command that failed with a nonzero exit whose `text` (the stderr tail and the
     /// last output lines) contains one of `patterns` (case-insensitive) failed with `error`: a
     /// transient failure, retried (the task's `transient_on`).
@@ -201,6 +223,7 @@ impl AttemptOutcome {
             error: None,
             side_effects: false,
             denials: vec![],
+            result: None,
         }
     }
 
@@ -215,6 +238,7 @@ impl AttemptOutcome {
             error: Some(error.into()),
             side_effects: false,
             denials: vec![],
+            result: None,
         }
     }
 }
@@ -270,6 +294,10 @@ pub struct TaskResult {
     pub error: Option<String>,
     /// The task's text: final agent message, else the error, else stderr, else `(no output)`.
     pub text: String,
+    // Issue 13: structured results.
+    /// The validated structured result of its last attempt, as compact JSON text (see
+    /// [`AttemptOutcome::result`]).
+    pub result: Option<String>,
 }
 
 /// The aggregate end of a run.

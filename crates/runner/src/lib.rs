@@ -22,5 +22,7 @@ pub mod slots;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;
+// Issue 13: structured results.
+mod structured;
 
 pub use error::{Error, Result};

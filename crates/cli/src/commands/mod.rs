@@ -15,6 +15,8 @@ mod report;
 mod run;
 mod status;
 mod wait;
+// Issue 13: structured results.
+mod results;
 
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
@@ -63,6 +65,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Rerun(args) => run::rerun(g, &args),
         Command::Report(r) => report::report(g, &r),
         Command::Completions(c) => completions(&c.shell),
+        Command::Results(r) => results::results(g, &r),
     }
 }
 

@@ -948,6 +948,7 @@ impl<B: Backend> Driver<B> {
                 phase: None,
                 error: None,
                 text: format!("carried t{}", task.0),
+                result: None,
             };
             self.emit(Event::TaskCarried {
                 task,

@@ -354,6 +354,7 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            output_schema: None,
         })
     }
 }
@@ -461,6 +462,7 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             error: o.error,
             side_effects: o.side_effects,
             denials: vec![],
+            result: None,
         }
     }
 }
@@ -495,6 +497,7 @@ impl From<TaskResultV1> for TaskResult {
             phase: r.phase.map(Into::into),
             error: r.error,
             text: r.text,
+            result: None,
         }
     }
 }

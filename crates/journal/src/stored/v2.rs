@@ -38,6 +38,8 @@ pub(crate) struct TaskExtV2 {
     system_prompt: Option<String>,
     thinking: Option<String>,
     transient_on: Vec<String>,
+    // Issue 13: structured results.
+    output_schema: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -52,6 +54,7 @@ impl TaskExtV2 {
             system_prompt: t.system_prompt.clone(),
             thinking: t.thinking.clone(),
             transient_on: t.transient_on.clone(),
+            output_schema: t.output_schema.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -64,6 +67,7 @@ impl TaskExtV2 {
         t.system_prompt = self.system_prompt;
         t.thinking = self.thinking;
         t.transient_on = self.transient_on;
+        t.output_schema = self.output_schema;
         Ok(())
     }
 }
@@ -272,6 +276,8 @@ impl BatchExtV2 {
 pub(crate) struct OutcomeExtV2 {
     // Issue 13: the tool calls the agent's permissions denied.
     denials: Vec<DenialV2>,
+    // Issue 13: structured results.
+    result: Option<String>,
 }
 
 impl OutcomeExtV2 {
@@ -285,6 +291,7 @@ impl OutcomeExtV2 {
                     count: d.count,
                 })
                 .collect(),
+            result: o.result.clone(),
         }
     }
     pub(crate) fn apply(self, o: &mut AttemptOutcome) -> Result<(), String> {
@@ -296,19 +303,26 @@ impl OutcomeExtV2 {
                 count: d.count,
             })
             .collect();
+        o.result = self.result;
         Ok(())
     }
 }
 
 /// The fields of `TaskResult` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub(crate) struct ResultExtV2 {}
+pub(crate) struct ResultExtV2 {
+    // Issue 13: structured results.
+    result: Option<String>,
+}
 
 impl ResultExtV2 {
-    pub(crate) fn of(_r: &TaskResult) -> Self {
-        ResultExtV2 {}
+    pub(crate) fn of(r: &TaskResult) -> Self {
+        ResultExtV2 {
+            result: r.result.clone(),
+        }
     }
-    pub(crate) fn apply(self, _r: &mut TaskResult) -> Result<(), String> {
+    pub(crate) fn apply(self, r: &mut TaskResult) -> Result<(), String> {
+        r.result = self.result;
         Ok(())
     }
 }

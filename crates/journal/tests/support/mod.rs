@@ -63,6 +63,7 @@ pub(crate) fn batch(n: u32) -> Batch {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            output_schema: None,
         })
         .collect();
     Batch {
@@ -298,6 +299,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 phase: None,
                 error: None,
                 text: "done: ünïcödé ✓".into(),
+                result: None,
             },
         },
         Event::AttemptLaunching {
@@ -317,6 +319,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 error: Some("attempt timed out".into()),
                 side_effects: false,
                 denials: vec![],
+                result: None,
             },
             usage: usage(7),
             output: String::new(),
@@ -329,6 +332,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 phase: Some(Phase::Running),
                 error: Some("attempt timed out".into()),
                 text: "attempt timed out".into(),
+                result: None,
             },
         },
         Event::TaskFinished {
@@ -339,6 +343,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 phase: None,
                 error: Some("t1 did not complete".into()),
                 text: "(no output)".into(),
+                result: None,
             },
         },
         Event::RunFinished {
@@ -493,6 +498,7 @@ pub(crate) fn realistic(tasks: u32, progress: u32) -> impl Iterator<Item = (Time
                 phase: None,
                 error: None,
                 text: format!("task {t} finished: all good"),
+                result: None,
             },
         });
         v

@@ -61,6 +61,46 @@ pub(crate) trait Agent: fmt::Debug + Sync {
     fn credentials(&self) -> Option<&'static Credentials> {
         None
     }
+
+    // Issue 13: structured results.
+    /// For a task with an `output_schema`: keeps the agent's session (drops from the rendered
+    /// `argv` the flags that turn it off; the session lives in the attempt's own home or
+    /// session directory) and says how the repair round continues the attempt's conversation.
+    /// `None`: no repair round (a mismatch ends the attempt partial at once).
+    fn structured(
+        &self,
+        input: &LaunchInput<'_>,
+        launch: &mut Launch,
+        argv: &mut Vec<String>,
+    ) -> Option<Repair> {
+        let _ = (input, launch, argv);
+        None
+    }
+}
+
+/// How the repair round of a structured result reaches the agent (issue 13): it is told the
+/// validation error in the same conversation, once.
+#[derive(Debug, Clone)]
+pub(crate) enum Repair {
+    /// The agent is still running, driven over stdin: this command line carries the request
+    /// (pi's RPC `prompt`), sent instead of closing its stdin.
+    Steer(fn(&str) -> String),
+    /// The agent is run again, continuing the attempt's session: this argv, with the request
+    /// on stdin; with `session_in`, the newest session file of that directory is appended as
+    /// `--session FILE` (pi).
+    Continue {
+        /// The argv of the repair run.
+        argv: Vec<String>,
+        /// pi: the attempt's session directory.
+        session_in: Option<PathBuf>,
+    },
+}
+
+/// Drops every `flag` (a switch without a value) from `argv`; whether one was there.
+pub(crate) fn drop_switch(argv: &mut Vec<String>, flag: &str) -> bool {
+    let before = argv.len();
+    argv.retain(|a| a != flag);
+    argv.len() != before
 }
 
 /// Where an agent finds its credentials: any one of these files in its config directory, or
@@ -173,6 +213,9 @@ pub(crate) struct LaunchPlan {
     /// The prompt the child reads on stdin, and the file it is written to right before the
     /// spawn (`<run-dir>/prompts/<task>.<attempt>`): no argv limit applies to it.
     pub(crate) stdin_prompt: Option<(PathBuf, String)>,
+    // Issue 13: structured results.
+    /// How a structured result's repair round reaches the agent (see [`Agent::structured`]).
+    pub(crate) repair: Option<Repair>,
 }
 
 /// Whether an argv template places the prompt (any element mentions `{prompt}`).
@@ -213,15 +256,23 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         (file, std::mem::take(&mut launch.prompt))
     });
     let vars = Vars {
-        prompt: launch.prompt,
+        prompt: std::mem::take(&mut launch.prompt),
         model: input.live.model.clone(),
         cwd: input.cwd.display().to_string(),
         attempt: input.live.attempt.0,
         label: input.spec.label.clone(),
     };
-    let argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
+    let mut argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
         .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args))
         .map(|argv| process::expand_element(argv, AGENT_ARGS, &launch.agent_args));
+    // Issue 13: a task with an output_schema keeps its agent's session for the repair round.
+    let repair = match (agent, &mut argv) {
+        (Some(agent), Ok(argv)) if input.spec.output_schema.is_some() => {
+            launch.prompt_on_stdin = prompt_on_stdin;
+            agent.structured(input, &mut launch, argv)
+        }
+        _ => None,
+    };
     let home = agent.filter(|a| a.home().is_some()).map(|agent| HomePlan {
         agent,
         dir: input.run_dir.agent_home(input.task.0, input.live.attempt.0),
@@ -235,6 +286,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         continues: launch.continues,
         home,
         stdin_prompt,
+        repair,
     }
 }
 

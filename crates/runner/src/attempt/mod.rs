@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use crate::agent::LaunchPlan;
 use crate::executor::{Adoption, Control, Executor, Placement, Sig};
 
+mod repair;
 mod run;
 mod watch;
 
@@ -61,6 +62,11 @@ pub(crate) struct AttemptCtx {
     pub(crate) resumed: Option<(Usage, Timestamp)>,
     /// A plain command's transient failures (the task's `transient_on`).
     pub(crate) transient_on: Vec<String>,
+    // Issue 13: structured results.
+    /// The task's `output_schema` (compact JSON): the answer's result is checked against it.
+    pub(crate) output_schema: Option<String>,
+    /// `<run-dir>/prompts/<task>.<attempt>.repair`: the repair round's request, on stdin.
+    pub(crate) repair_prompt: PathBuf,
 }
 
 /// A report from an attempt to the run loop.

@@ -126,6 +126,8 @@ impl Engine {
                 allow_denials: spec.allow_denials,
                 resumed: None,
                 transient_on: spec.transient_on.clone(),
+                output_schema: spec.output_schema.clone(),
+                repair_prompt: self.run_dir.repair_prompt_file(task.0, live.attempt.0),
             },
             continues,
         ))
