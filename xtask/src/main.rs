@@ -43,8 +43,9 @@ tasks:
   fuzz [--seconds N] [--rss-mb M] [TARGET...]
                             every fuzz target N seconds (default 60) under cargo fuzz, one
                             after another, memory bounded to M MB (default 1024)
-  fixture                   rewrite the journal's format-v1 fixture (crates/journal/tests/
-                            fixtures/v1; only with a format change, in its own commit)";
+  fixture v1|v2             write a journal format fixture (crates/journal/tests/fixtures/
+                            VERSION), once, when the format is made; never rewrite one that
+                            is committed: it pins what old journals hold";
 
 /// Where the dispatch benchmark script lives (relative to the workspace root).
 const DISPATCH_BENCH: &str = "bench/dispatch.sh";
@@ -72,7 +73,7 @@ fn run() -> Result<()> {
         Some("proptest") => proptest(&root, cases(&args[1..])?),
         Some("bench") => bench(&root, args.get(1).map(String::as_str).unwrap_or("all")),
         Some("fuzz") => fuzz::fuzz(&root, &fuzz::options(&args[1..])?),
-        Some("fixture") => fixture(&root),
+        Some("fixture") => fixture(&root, args.get(1).map(String::as_str)),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -151,12 +152,23 @@ fn torture_task(root: &Path, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Where the journal's format-v1 fixture lives (relative to the workspace root).
-const JOURNAL_FIXTURE: &str = "crates/journal/tests/fixtures/v1";
+/// Where the journal's format fixtures live, one folder per version (relative to the root).
+const JOURNAL_FIXTURES: &str = "crates/journal/tests/fixtures";
 
-/// `cargo xtask fixture`: writes the journal fixture with this build (the journal's
+/// `cargo xtask fixture v1|v2`: writes a journal fixture with this build (the journal's
 /// `write_fixture` example), then says how to check it.
-fn fixture(root: &Path) -> Result<()> {
+fn fixture(root: &Path, version: Option<&str>) -> Result<()> {
+    let Some(version @ ("v1" | "v2")) = version else {
+        bail!("fixture: give the format version, v1 or v2\n\n{USAGE}");
+    };
+    let dir = root.join(JOURNAL_FIXTURES).join(version);
+    if dir.exists() {
+        bail!(
+            "fixture: {} exists; a committed fixture is never rewritten (it is what journals \
+             of that format hold). Remove it by hand only if it was never committed",
+            dir.display()
+        );
+    }
     let mut write = cargo(root);
     write
         .args([
@@ -167,12 +179,14 @@ fn fixture(root: &Path) -> Result<()> {
             "--example",
             "write_fixture",
             "--",
+            version,
         ])
-        .arg(root.join(JOURNAL_FIXTURE));
+        .arg(&dir);
     step(write, "cargo run -p sortie-journal --example write_fixture")?;
     eprintln!(
-        "xtask: fixture: {JOURNAL_FIXTURE} rewritten; check it with \
-         `cargo test -p sortie-journal --test fixture` and commit it alone"
+        "xtask: fixture: {} written; check it with `cargo test -p sortie-journal --test \
+         fixture` (v1) or `--test fixture_v2` and commit it alone",
+        dir.display()
     );
     Ok(())
 }

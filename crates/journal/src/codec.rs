@@ -102,6 +102,95 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Stamped, String> {
     })
 }
 
+/// Encodes a growable struct (an extension of format v2, see `stored::v2::Grow`): bincode of its
+/// fields in order, with no count, so that a later build may append fields.
+pub(crate) fn encode_grow<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, String> {
+    bincode::serde::encode_to_vec(value, config()).map_err(|e| format!("cannot encode: {e}"))
+}
+
+/// Decodes a growable struct written by [`encode_grow`], by this build or an earlier one: the
+/// fields an earlier build did not write are missing at the end and take their defaults (the
+/// struct must be `#[serde(default)]`). Bytes left over mean fields this build does not know (a
+/// newer sortie wrote them): an error, because ignoring a field can change what a task may do.
+pub(crate) fn decode_grow<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let mut fields = GrowFields { bytes, read: 0 };
+    let value = T::deserialize(GrowDecoder {
+        fields: &mut fields,
+    })
+    .map_err(|e| e.0)?;
+    if fields.read != bytes.len() {
+        return Err(format!(
+            "{} bytes of fields this build does not know (written by a newer sortie?)",
+            bytes.len() - fields.read
+        ));
+    }
+    Ok(value)
+}
+
+/// A decoding error of [`decode_grow`].
+#[derive(Debug)]
+struct GrowError(String);
+
+impl std::fmt::Display for GrowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GrowError {}
+
+impl serde::de::Error for GrowError {
+    fn custom<M: std::fmt::Display>(msg: M) -> Self {
+        GrowError(msg.to_string())
+    }
+}
+
+/// The fields of a growable struct, decoded one at a time; the sequence ends with the bytes.
+struct GrowFields<'a> {
+    bytes: &'a [u8],
+    read: usize,
+}
+
+/// Hands a struct's visitor the fields as a sequence (bincode's own layout of a struct).
+struct GrowDecoder<'f, 'a> {
+    fields: &'f mut GrowFields<'a>,
+}
+
+impl<'de> serde::Deserializer<'de> for GrowDecoder<'_, 'de> {
+    type Error = GrowError;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, GrowError> {
+        visitor.visit_seq(self.fields)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
+        ignored_any
+    }
+}
+
+impl<'de> serde::de::SeqAccess<'de> for GrowFields<'de> {
+    type Error = GrowError;
+
+    fn next_element_seed<T: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, GrowError> {
+        let rest = self.bytes.get(self.read..).unwrap_or_default();
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let (value, read) = bincode::serde::seed_decode_from_slice(seed, rest, config())
+            .map_err(|e| GrowError(format!("undecodable field: {e}")))?;
+        self.read += read;
+        Ok(Some(value))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,15 +9,21 @@
 //! - to store a new field of a core struct, append it at the END of the matching ext struct, with
 //!   its line in `of` and in `apply`, and give it its default for v1 records in the v1 conversion
 //!   (`stored/mod.rs`, the only edit allowed there);
-//! - once a v2 fixture is committed (`crates/journal/tests/fixtures/v2`), fields are never
-//!   removed, reordered or retyped; a later change gets a v3.
+//! - every ext struct is stored as a `Grow`: its fields as one byte string, so that fields may
+//!   be appended to it forever (a record written before a field existed reads it as its
+//!   default, which is why each ext struct is `#[serde(default)]`); a struct nested in an ext
+//!   that may grow is wrapped in `Grow` too;
+//! - once the v2 fixture is committed (`crates/journal/tests/fixtures/v2`), nothing else of v2
+//!   changes: no field removed, reordered or retyped, no variant of `StoredEvent` changed (new
+//!   ones appended); a change of that kind gets a v3.
 //!
 //! `sortie export` flattens each `{v1, ext}` pair into one object (see `export`), so users see
 //! one set of fields whatever the version.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::de::{DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sortie_core::spec::{AgentProfile, Batch, RunConfig};
 use sortie_core::{AttemptOutcome, Executor, SlurmOptions, TaskResult, TaskSpec};
 
@@ -25,6 +31,7 @@ use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1
 
 /// The fields of `TaskSpec` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct TaskExtV2 {
     // #10: attempts that outlive sortie.
     max_orphans: u32,
@@ -78,11 +85,12 @@ impl TaskExtV2 {
 pub(crate) enum ExecutorV2 {
     #[default]
     Local,
-    Slurm(SlurmOptionsV2),
+    Slurm(Grow<SlurmOptionsV2>),
 }
 
 /// Mirrors `sortie_core::SlurmOptions` (#11).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct SlurmOptionsV2 {
     partition: Option<String>,
     account: Option<String>,
@@ -95,13 +103,13 @@ impl From<&Executor> for ExecutorV2 {
     fn from(e: &Executor) -> Self {
         match e {
             Executor::Local => ExecutorV2::Local,
-            Executor::Slurm(o) => ExecutorV2::Slurm(SlurmOptionsV2 {
+            Executor::Slurm(o) => ExecutorV2::Slurm(Grow(SlurmOptionsV2 {
                 partition: o.partition.clone(),
                 account: o.account.clone(),
                 cpus: o.cpus,
                 mem_mb: o.mem_mb,
                 extra_args: o.extra_args.clone(),
-            }),
+            })),
         }
     }
 }
@@ -130,7 +138,7 @@ impl From<ExecutorV2> for Executor {
     fn from(e: ExecutorV2) -> Self {
         match e {
             ExecutorV2::Local => Executor::Local,
-            ExecutorV2::Slurm(o) => Executor::Slurm(SlurmOptions {
+            ExecutorV2::Slurm(Grow(o)) => Executor::Slurm(SlurmOptions {
                 partition: o.partition,
                 account: o.account,
                 cpus: o.cpus,
@@ -160,6 +168,7 @@ pub(crate) struct DenialV2 {
 
 /// The fields of `AgentProfile` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct AgentExtV2 {
     // #10: attempts that outlive sortie.
     supervise: bool,
@@ -179,24 +188,25 @@ impl AgentExtV2 {
 
 /// The fields of `RunConfig` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct RunConfigExtV2 {
     /// `RunConfig::budget` (issue 14).
-    budget: RunBudgetV2,
+    budget: Grow<RunBudgetV2>,
 }
 
 impl RunConfigExtV2 {
     pub(crate) fn of(c: &RunConfig) -> Self {
         RunConfigExtV2 {
-            budget: RunBudgetV2 {
+            budget: Grow(RunBudgetV2 {
                 max_cost_nanos: c.budget.max_cost_nanos,
                 max_tokens: c.budget.max_tokens,
                 deadline: c.budget.deadline.map(Into::into),
                 warn_percent: c.budget.warn_percent,
-            },
+            }),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
-        let b = self.budget;
+        let Grow(b) = self.budget;
         c.budget = sortie_core::RunBudget {
             max_cost_nanos: b.max_cost_nanos,
             max_tokens: b.max_tokens,
@@ -209,6 +219,7 @@ impl RunConfigExtV2 {
 
 /// Mirrors `sortie_core::RunBudget`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct RunBudgetV2 {
     max_cost_nanos: Option<u64>,
     max_tokens: Option<u64>,
@@ -260,6 +271,7 @@ impl From<BudgetLimitV2> for sortie_core::BudgetLimit {
 
 /// The fields of `Batch` added since v1 (batch-wide tables beside tasks and agents).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct BatchExtV2 {}
 
 impl BatchExtV2 {
@@ -273,6 +285,7 @@ impl BatchExtV2 {
 
 /// The fields of `AttemptOutcome` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct OutcomeExtV2 {
     // Issue 13: the tool calls the agent's permissions denied.
     denials: Vec<DenialV2>,
@@ -310,6 +323,7 @@ impl OutcomeExtV2 {
 
 /// The fields of `TaskResult` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct ResultExtV2 {
     // Issue 13: structured results.
     result: Option<String>,
@@ -331,7 +345,7 @@ impl ResultExtV2 {
 ///
 /// Stored (bincode, not human-readable) as the pair; printed (JSON) as one object holding the
 /// fields of both, in order, so that `sortie export` shows one flat record.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct V2<B, E> {
     /// The value as v1 stored it.
     pub(crate) v1: B,
@@ -345,7 +359,7 @@ impl<B: Serialize, E: Serialize> Serialize for V2<B, E> {
         #[derive(Serialize)]
         struct Pair<'a, B, E> {
             v1: &'a B,
-            ext: &'a E,
+            ext: Grow<&'a E>,
         }
         /// The printed form: one object.
         #[derive(Serialize)]
@@ -364,9 +378,69 @@ impl<B: Serialize, E: Serialize> Serialize for V2<B, E> {
         } else {
             Pair {
                 v1: &self.v1,
-                ext: &self.ext,
+                ext: Grow(&self.ext),
             }
             .serialize(serializer)
+        }
+    }
+}
+
+/// The stored form of a v2 value, read.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "B: Deserialize<'de>, E: DeserializeOwned"))]
+struct PairDe<B, E> {
+    v1: B,
+    ext: Grow<E>,
+}
+
+impl<'de, B: Deserialize<'de>, E: DeserializeOwned> Deserialize<'de> for V2<B, E> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let PairDe { v1, ext: Grow(ext) } = PairDe::deserialize(deserializer)?;
+        Ok(V2 { v1, ext })
+    }
+}
+
+/// A struct that later builds may extend by appending fields: stored as one length-prefixed
+/// byte string of its fields (`codec::encode_grow`), so that a record written before a field
+/// existed reads that field as its default, and a record with fields this build does not know is
+/// refused rather than half read. Printed (JSON) as the struct itself.
+///
+/// Every ext struct is stored this way (see `V2`), and so is any struct nested in one that may
+/// grow. The struct must be `#[serde(default)]`, with the default meaning "written before
+/// this field existed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Grow<T>(pub(crate) T);
+
+impl<T: Serialize> Serialize for Grow<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            self.0.serialize(serializer)
+        } else {
+            let bytes = crate::codec::encode_grow(&self.0).map_err(serde::ser::Error::custom)?;
+            serializer.serialize_bytes(&bytes)
+        }
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Grow<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Reads the byte string and decodes the struct from it.
+        struct Bytes<T>(std::marker::PhantomData<T>);
+        impl<T: DeserializeOwned> Visitor<'_> for Bytes<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("the bytes of an extension struct")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<T, E> {
+                crate::codec::decode_grow(v).map_err(E::custom)
+            }
+        }
+        if deserializer.is_human_readable() {
+            T::deserialize(deserializer).map(Grow)
+        } else {
+            deserializer
+                .deserialize_bytes(Bytes(std::marker::PhantomData))
+                .map(Grow)
         }
     }
 }
@@ -515,5 +589,100 @@ impl TryFrom<BatchV2> for Batch {
             .collect::<Result<_, String>>()?;
         b.ext.apply(&mut batch)?;
         Ok(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An extension as an earlier build wrote it.
+    #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+    #[serde(default)]
+    struct Before {
+        a: u32,
+        b: Option<String>,
+    }
+
+    /// The same extension after a build appended two fields.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(default)]
+    struct After {
+        a: u32,
+        b: Option<String>,
+        c: Vec<String>,
+        d: u8,
+    }
+
+    impl Default for After {
+        fn default() -> Self {
+            After {
+                a: 0,
+                b: None,
+                c: vec![],
+                d: 80,
+            }
+        }
+    }
+
+    fn stored<T: Serialize>(v: T) -> Vec<u8> {
+        bincode::serde::encode_to_vec((Grow(v), 7u8), bincode::config::standard()).unwrap()
+    }
+
+    fn read<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, u8), String> {
+        bincode::serde::decode_from_slice::<(Grow<T>, u8), _>(bytes, bincode::config::standard())
+            .map(|((Grow(v), tail), _)| (v, tail))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_field_appended_later_reads_as_its_default_from_an_older_record() {
+        let old = stored(Before {
+            a: 3,
+            b: Some("x".into()),
+        });
+        let (v, tail) = read::<After>(&old).unwrap();
+        assert_eq!(
+            v,
+            After {
+                a: 3,
+                b: Some("x".into()),
+                c: vec![],
+                d: 80
+            }
+        );
+        assert_eq!(tail, 7, "what follows the extension is read from its place");
+    }
+
+    #[test]
+    fn fields_this_build_does_not_know_are_refused_not_dropped() {
+        let new = stored(After {
+            a: 3,
+            b: None,
+            c: vec!["y".into()],
+            d: 1,
+        });
+        let err = read::<Before>(&new).unwrap_err();
+        assert!(err.contains("this build does not know"), "{err}");
+    }
+
+    #[test]
+    fn json_shows_the_extension_as_the_struct_itself() {
+        let json = serde_json::to_value(Grow(Before { a: 1, b: None })).unwrap();
+        assert_eq!(json, serde_json::json!({"a": 1, "b": null}));
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_are_an_error_or_a_value_never_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = read::<After>(&bytes);
+        }
+
+        #[test]
+        fn an_extension_round_trips(a in any::<u32>(), b in proptest::option::of(".{0,8}"), c in proptest::collection::vec(".{0,4}", 0..3), d in any::<u8>()) {
+            let v = After { a, b, c, d };
+            prop_assert_eq!(read::<After>(&stored(v.clone())).unwrap(), (v, 7));
+        }
     }
 }

@@ -7,6 +7,8 @@
     reason = "test helpers: a failure is a test failure"
 )]
 
+pub(crate) mod v2;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
