@@ -33,3 +33,6 @@ mod summary;
 mod support;
 mod torture;
 mod worktree;
+// Issue 13: structured results.
+mod real_structured;
+mod structured;

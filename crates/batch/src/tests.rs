@@ -789,3 +789,5 @@ fn batch_error_a_check_that_read_a_field_that_did_not_parse_is_left_out() {
 
 // The limits of values, the executor's options and the run's budget.
 mod limits;
+// Issue 13: structured results.
+mod schema;

@@ -360,7 +360,9 @@ pub(crate) struct RunView {
 /// Builds the view of a run.
 /// Issue 13: a task's validated structured result as JSON (journaled as compact JSON text).
 pub(crate) fn structured_value(r: &sortie_core::TaskResult) -> Option<serde_json::Value> {
-    r.result.as_deref().and_then(|t| serde_json::from_str(t).ok())
+    r.result
+        .as_deref()
+        .and_then(|t| serde_json::from_str(t).ok())
 }
 
 pub(crate) fn view(

@@ -422,4 +422,24 @@ mod tests {
         let done = AttemptOutcome::completed();
         assert_eq!(done.clone().transient_on(&patterns, "429"), done);
     }
+
+    // Issue 13: structured results.
+    #[test]
+    fn a_structured_result_is_kept_or_makes_a_completed_attempt_partial() {
+        let ok = AttemptOutcome::completed().judge_result(Ok(r#"{"n":1}"#.into()));
+        assert_eq!(
+            (ok.status, ok.result.as_deref()),
+            (AttemptStatus::Completed, Some(r#"{"n":1}"#))
+        );
+        let bad = AttemptOutcome::completed().judge_result(Err("at /n: not an integer".into()));
+        assert_eq!(bad.status, AttemptStatus::Partial);
+        assert_eq!(
+            bad.error.as_deref(),
+            Some("structured result: at /n: not an integer")
+        );
+        assert_eq!(bad.result, None);
+        assert!(!crate::is_transient(&bad), "a wrong result is not retried");
+        let failed = AttemptOutcome::failed(StopReason::Error, "500");
+        assert_eq!(failed.clone().judge_result(Err("none".into())), failed);
+    }
 }

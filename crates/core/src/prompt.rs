@@ -144,6 +144,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_contract_gives_the_schema_and_the_fence_and_the_repair_request_the_error() {
+        let schema = r#"{"type":"object"}"#;
+        let c = contract(schema);
+        assert!(c.contains("```json:result\n"), "{c}");
+        assert!(c.contains(&format!("```json\n{schema}\n```")), "{c}");
+        let r = repair_request("at /n: \"x\" is not of type \"integer\"", schema);
+        assert!(r.contains("at /n: \"x\" is not of type \"integer\""), "{r}");
+        assert!(r.contains("`json:result`") && r.contains(schema), "{r}");
+    }
+
+    #[test]
+    fn outputs_label_json_is_its_own_placeholder() {
+        use crate::spec::{PromptPart, prompt_parts};
+        assert_eq!(
+            prompt_parts("{outputs.a.json} {outputs.a} {outputs..json}"),
+            [
+                PromptPart::OutputJson("a"),
+                PromptPart::Text(" "),
+                PromptPart::Output("a"),
+                PromptPart::Text(" "),
+                PromptPart::Output(".json"),
+            ]
+        );
+    }
+
+    #[test]
     fn context_block_names_each_output_when_there_are_several() {
         assert_eq!(
             context_block([("a", "A out".to_owned())].into_iter()),

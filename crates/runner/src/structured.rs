@@ -33,7 +33,8 @@ fn fenced_blocks(text: &str) -> Vec<(&str, String)> {
                 }
             }
             Some((fence, info, body)) => {
-                if trimmed.starts_with(*fence) && trimmed.trim_start_matches(&fence[..1]).trim().is_empty()
+                if trimmed.starts_with(*fence)
+                    && trimmed.trim_start_matches(&fence[..1]).trim().is_empty()
                 {
                     blocks.push((*info, body.join("\n")));
                     open = None;
@@ -108,7 +109,8 @@ pub(crate) fn check(schema: &str, answer: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    const SCHEMA: &str = r#"{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}"#;
+    const SCHEMA: &str =
+        r#"{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}"#;
 
     #[test]
     fn the_last_result_block_wins_over_other_json() {
@@ -129,12 +131,21 @@ mod tests {
     #[test]
     fn a_mismatch_names_where_and_why() {
         let err = check(SCHEMA, "```json:result\n{\"n\": \"three\"}\n```").unwrap_err();
-        assert!(err.starts_with("the result does not match the schema: at /n: "), "{err}");
-        assert!(err.contains("\"three\" is not of type \"integer\""), "{err}");
+        assert!(
+            err.starts_with("the result does not match the schema: at /n: "),
+            "{err}"
+        );
+        assert!(
+            err.contains("\"three\" is not of type \"integer\""),
+            "{err}"
+        );
         let err = check(SCHEMA, "```json:result\n{\"m\": 1}\n```").unwrap_err();
         assert!(err.contains("\"n\" is a required property"), "{err}");
         let err = check(SCHEMA, "```json:result\n{n: 1}\n```").unwrap_err();
-        assert!(err.starts_with("the json:result block is not valid JSON"), "{err}");
+        assert!(
+            err.starts_with("the json:result block is not valid JSON"),
+            "{err}"
+        );
     }
 
     #[test]

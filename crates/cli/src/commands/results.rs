@@ -64,8 +64,17 @@ pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
         serde_json::to_writer_pretty(&mut out, &records)?;
         writeln!(out)?;
     } else {
-        let width = records.iter().map(|r| r.label.len()).max().unwrap_or(5).max(5);
-        writeln!(out, "{:<width$}  {:<10}  {:>9}  VALUE", "LABEL", "STATE", "COST")?;
+        let width = records
+            .iter()
+            .map(|r| r.label.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        writeln!(
+            out,
+            "{:<width$}  {:<10}  {:>10}  VALUE",
+            "LABEL", "STATE", "COST"
+        )?;
         for r in &records {
             let value = match (&r.value, &r.error) {
                 (Some(v), _) => v.to_string(),
@@ -74,7 +83,7 @@ pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
             };
             writeln!(
                 out,
-                "{:<width$}  {:<10}  {:>9}  {value}",
+                "{:<width$}  {:<10}  {:>10}  {value}",
                 r.label, r.state, r.cost
             )?;
         }

@@ -124,6 +124,8 @@ impl Agent for Claude {
         launch.prompt_on_stdin.then_some(Repair::Continue {
             argv: repair,
             session_in: None,
+            // Its usage is the session's running total, the first run's included.
+            cumulative: true,
         })
     }
 }

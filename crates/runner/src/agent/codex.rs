@@ -88,6 +88,8 @@ impl Agent for Codex {
         launch.prompt_on_stdin.then_some(Repair::Continue {
             argv: repair,
             session_in: None,
+            // Its usage is the session's running total, the first run's included.
+            cumulative: true,
         })
     }
 }

@@ -93,6 +93,9 @@ pub(crate) enum Repair {
         argv: Vec<String>,
         /// pi: the attempt's session directory.
         session_in: Option<PathBuf>,
+        /// The agent reports its session's running total, the first run's usage included
+        /// (Claude Code, Codex): the attempt's usage is the larger of the two, not their sum.
+        cumulative: bool,
     },
 }
 
@@ -527,5 +530,84 @@ mod plan_tests {
             "a command without a prompt reads /dev/null"
         );
         assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
+    }
+
+    // Issue 13: structured results.
+    #[test]
+    fn a_task_with_a_schema_keeps_its_agents_session_and_gets_its_repair_round() {
+        let plan_of = |agent: &str, permissions| {
+            let mut batch = one_off(agent);
+            batch.batch.tasks[0].output_schema = Some(r#"{"type":"object"}"#.into());
+            batch.batch.tasks[0].permissions = permissions;
+            let rec = record(vec![attempt(1, None)]);
+            plan(&batch, &rec, Path::new("/run"))
+        };
+        use sortie_core::Permissions::{Edit, ReadOnly};
+        let p = plan_of("claude", Edit);
+        let argv = p.argv.unwrap();
+        assert!(
+            !argv.iter().any(|a| a == "--no-session-persistence"),
+            "{argv:?}"
+        );
+        let Some(Repair::Continue {
+            argv: repair,
+            session_in: None,
+            cumulative: true,
+        }) = p.repair
+        else {
+            panic!("{:?}", p.repair)
+        };
+        assert_eq!(repair[..argv.len()], argv[..]);
+        assert_eq!(repair[argv.len()..], ["--continue".to_owned()]);
+
+        let p = plan_of("codex", ReadOnly);
+        let argv = p.argv.unwrap();
+        assert!(!argv.iter().any(|a| a == "--ephemeral"), "{argv:?}");
+        let Some(Repair::Continue { argv: repair, .. }) = p.repair else {
+            panic!("{:?}", p.repair)
+        };
+        let repair = repair.join(" ");
+        assert!(
+            repair.starts_with("codex exec resume --last --json --skip-git-repo-check -c sandbox_mode=\"read-only\" "),
+            "{repair}"
+        );
+        assert!(
+            repair.ends_with(" -") && !repair.contains("--sandbox"),
+            "{repair}"
+        );
+
+        let p = plan_of("pi", Edit);
+        let argv = p.argv.unwrap();
+        assert!(!argv.iter().any(|a| a == "--no-session"), "{argv:?}");
+        let dir = PathBuf::from("/run/runs/t/sessions/0.1");
+        let at = argv.iter().position(|a| a == "--session-dir").unwrap();
+        assert_eq!(argv[at + 1], dir.display().to_string());
+        assert_eq!(p.session_dir.as_deref(), Some(dir.as_path()));
+        assert!(
+            matches!(&p.repair, Some(Repair::Continue { session_in: Some(d), .. }) if *d == dir),
+            "{:?}",
+            p.repair
+        );
+
+        let p = plan_of("pi-rpc", Edit);
+        let Some(Repair::Steer(command)) = p.repair else {
+            panic!("{:?}", p.repair)
+        };
+        let line: serde_json::Value = serde_json::from_str(&command("fix it")).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"type": "prompt", "message": "fix it"})
+        );
+
+        // Without a schema nothing changes: no session kept, no repair.
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        assert!(
+            p.argv
+                .unwrap()
+                .iter()
+                .any(|a| a == "--no-session-persistence")
+        );
+        assert!(p.repair.is_none());
     }
 }

@@ -113,6 +113,8 @@ impl Agent for Pi {
                 Some(Repair::Continue {
                     argv: argv.clone(),
                     session_in: Some(dir),
+                    // pi's usage is per model call: the repair run's own.
+                    cumulative: false,
                 })
             }
             _ => None,

@@ -101,7 +101,10 @@ impl Driver<'_> {
                         .await
                         .is_ok()
                 {
-                    tracing::debug!("attempt {}: structured result repair: {why}", self.ctx.attempt);
+                    tracing::debug!(
+                        "attempt {}: structured result repair: {why}",
+                        self.ctx.attempt
+                    );
                     decisions.retain(|d| *d != Decision::CloseStdin);
                     self.watch.reopen_stdin();
                     self.steer_repair = SteerRepair::Sent { restarted: false };
@@ -136,12 +139,14 @@ pub(super) async fn structured(
         Err(why) => why,
     };
     let continued = match &ctx.launch.repair {
-        Some(Repair::Continue { argv, session_in }) if !steered && !on_slurm(ctx) => {
-            Some((argv, session_in))
-        }
+        Some(Repair::Continue {
+            argv,
+            session_in,
+            cumulative,
+        }) if !steered && !on_slurm(ctx) => Some((argv, session_in, *cumulative)),
         _ => None,
     };
-    let Some((argv, session_in)) = continued else {
+    let Some((argv, session_in, cumulative)) = continued else {
         let why = if steered {
             format!("{why} (after the repair round)")
         } else {
@@ -150,8 +155,18 @@ pub(super) async fn structured(
         return (outcome.judge_result(Err(why)), usage, output);
     };
     let request = repair_request(&why, schema);
-    let second = match repair_run(ctx, argv, session_in.as_deref(), &request, usage, tx, stop_rx, ctl_rx)
-        .await
+    let base = Offset::base(usage, cumulative);
+    let second = match repair_run(
+        ctx,
+        argv,
+        session_in.as_deref(),
+        &request,
+        base,
+        tx,
+        stop_rx,
+        ctl_rx,
+    )
+    .await
     {
         Ok(ended) => ended,
         Err(e) => {
@@ -171,8 +186,14 @@ pub(super) async fn structured(
         if again.status == AttemptStatus::Failed && is_stop(&again) {
             return (again, usage, repaired);
         }
-        let error = again.error.clone().unwrap_or_else(|| again.stop_reason.to_string());
-        let why = format!("{why}; the repair round ended {}: {error}", again.stop_reason);
+        let error = again
+            .error
+            .clone()
+            .unwrap_or_else(|| again.stop_reason.to_string());
+        let why = format!(
+            "{why}; the repair round ended {}: {error}",
+            again.stop_reason
+        );
         let mut first = outcome;
         first.side_effects = again.side_effects;
         first.denials = again.denials;
@@ -199,13 +220,16 @@ fn on_slurm(ctx: &AttemptCtx) -> bool {
 
 /// Runs the agent again to repair its result, continuing its session: the same attempt (its
 /// clocks, budgets, stop requests and marker), a direct child reading `request` on stdin.
-#[allow(clippy::too_many_arguments, reason = "one attempt's context, split by ownership")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one attempt's context, split by ownership"
+)]
 async fn repair_run(
     ctx: &AttemptCtx,
     argv: &[String],
     session_in: Option<&Path>,
     request: &str,
-    base: Usage,
+    base: Base,
     tx: &mpsc::UnboundedSender<Msg>,
     stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
     ctl_rx: &mut mpsc::UnboundedReceiver<Ctl>,
@@ -291,17 +315,43 @@ fn newest_session(dir: &Path) -> Option<String> {
         .map(|(_, p)| p.display().to_string())
 }
 
-/// A reader whose usage starts from the attempt's first run (the repair run's own counts are
-/// added onto it, so the attempt's usage never goes back and is counted once).
+/// The first run's usage, as the repair run's reader starts from it.
+#[derive(Debug, Clone, Copy)]
+struct Base {
+    usage: Usage,
+    /// The agent reports its session's running total (see `Repair::Continue`).
+    cumulative: bool,
+}
+
+impl Base {
+    /// The attempt's usage from a reading of the repair run: the first run's plus the repair
+    /// run's own, or, for an agent reporting its session's running total, the larger of the
+    /// two (field by field). Either way it never goes back and nothing is counted twice.
+    fn with(self, reading: &Usage) -> Usage {
+        if self.cumulative {
+            self.usage.max(reading)
+        } else {
+            self.usage.plus(reading)
+        }
+    }
+}
+
+/// A reader whose usage starts from the attempt's first run (see [`Base`]).
 struct Offset {
     inner: Box<dyn ProtocolReader>,
-    base: Usage,
+    base: Base,
+}
+
+impl Offset {
+    fn base(usage: Usage, cumulative: bool) -> Base {
+        Base { usage, cumulative }
+    }
 }
 
 impl ProtocolReader for Offset {
     fn line(&mut self, line: &str) -> Option<Progress> {
         self.inner.line(line).map(|mut p| {
-            p.usage = self.base.plus(&p.usage);
+            p.usage = self.base.with(&p.usage);
             p
         })
     }
@@ -309,7 +359,7 @@ impl ProtocolReader for Offset {
     fn finish(self: Box<Self>, exit: Exit, stderr_tail: &str) -> Finished {
         let base = self.base;
         let mut finished = self.inner.finish(exit, stderr_tail);
-        finished.usage = base.plus(&finished.usage);
+        finished.usage = base.with(&finished.usage);
         finished
     }
 
