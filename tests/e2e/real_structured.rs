@@ -214,6 +214,7 @@ fn real_claude_repairs_a_structured_result_once_in_its_session() {
     let home = s.path().join("home");
     std::fs::create_dir_all(s.path().join("work")).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir home");
+    std::fs::create_dir_all(s.path().join("schemas")).expect("mkdir");
     s.write("schemas/answer.json", SCHEMA);
     let batch = s.write(
         "batch.toml",

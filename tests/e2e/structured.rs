@@ -15,6 +15,7 @@ const SCHEMA: &str =
 #[test]
 fn plain_results_are_validated_without_repair_chained_as_json_and_listed_for_scoring() {
     let s = Scratch::new();
+    std::fs::create_dir_all(s.path().join("schemas")).expect("mkdir");
     s.write("schemas/answer.json", SCHEMA);
     let script = s.write(
         "good.sh",

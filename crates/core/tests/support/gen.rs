@@ -104,6 +104,11 @@ pub(crate) enum OutcomeKind {
     Cancelled,
     /// The protocol was incomplete.
     ProtocolError,
+    // Issue 13: structured results.
+    /// Completed with a validated structured result.
+    CompletedStructured,
+    /// Its structured result did not match, even after the repair round.
+    PartialStructured,
 }
 
 impl OutcomeKind {
@@ -137,6 +142,12 @@ impl OutcomeKind {
             OutcomeKind::Cancelled => AttemptOutcome::failed(StopReason::Cancelled, "cancelled"),
             OutcomeKind::ProtocolError => {
                 AttemptOutcome::failed(StopReason::ProtocolError, "no final message")
+            }
+            OutcomeKind::CompletedStructured => {
+                AttemptOutcome::completed().judge_result(Ok(r#"{"answer":42}"#.into()))
+            }
+            OutcomeKind::PartialStructured => {
+                AttemptOutcome::completed().judge_result(Err("at /answer: not an integer".into()))
             }
         };
         o.side_effects = side_effects;
@@ -317,6 +328,8 @@ fn outcome_kind() -> impl Strategy<Value = OutcomeKind> {
         1 => Just(OutcomeKind::TimeoutRunning),
         1 => Just(OutcomeKind::Cancelled),
         1 => Just(OutcomeKind::ProtocolError),
+        1 => Just(OutcomeKind::CompletedStructured),
+        1 => Just(OutcomeKind::PartialStructured),
     ]
 }
 
