@@ -25,6 +25,8 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
   --fail-attempts N:KIND       attempts 1..N fail with KIND (error = transient 5xx/429,
                                model_error = quota/auth, crash = exit 1 with no error line)
   --fail-model M:KIND          any attempt on model M fails with KIND
+                               (rate_limit = a 429 that asks to retry after --retry-after)
+  --retry-after WAIT           the wait a rate_limit failure asks for (default 200ms)
   --stall-attempts N           attempts 1..N print one line, then go silent forever
   --stall-at-turn T            with --stall-attempts: go silent after turn T instead (default 1;
                                0: before any output)
@@ -76,6 +78,7 @@ def main():
     p.add_argument("--garbage", type=int, default=0)
     p.add_argument("--big-line", type=int, default=0)
     p.add_argument("--stderr", default="")
+    p.add_argument("--retry-after", default="200ms")
     p.add_argument("prompt", nargs="*")
     a = p.parse_args()
     out = sys.stdout
@@ -148,6 +151,10 @@ def main():
 
     if fail == "crash":
         sys.stderr.write("fake agent crashed\n")
+        return 1
+    if fail == "rate_limit":
+        out.write(f"SORTIE_ERROR error 429 rate limit exceeded; try again in {a.retry_after}\n")
+        out.flush()
         return 1
     if fail in ("error", "model_error"):
         msg = {

@@ -20,6 +20,8 @@ mod detach;
 mod faults;
 mod graphs;
 mod mixed;
+// #14: shared rate limits.
+mod pools;
 mod real_claude;
 mod real_codex;
 mod real_pi;
@@ -29,6 +31,8 @@ mod supervised;
 // #11
 mod slurm;
 mod slurm_crash;
+// #11: ends Slurm causes, Ctrl-C, queue time
+mod slurm_stops;
 mod summary;
 mod support;
 mod torture;
@@ -36,3 +40,5 @@ mod worktree;
 // Issue 13: structured results.
 mod real_structured;
 mod structured;
+// #10: transcripts
+mod transcripts;

@@ -1,8 +1,13 @@
 //! End-to-end tests against a real Slurm cluster (`.ci/slurm/up.sh`; skipped with a printed
 //! reason when none answers, failed under CI): a 20-task batch of fake agents run as Slurm
-//! jobs, with every kind of attempt end, checked through what a user sees (the results in
-//! `status --json`, the ledger `audit` recomputes, the journal's usage against what each agent
-//! logged) and through Slurm's own accounting: exactly one job per attempt.
+//! jobs, with every kind of attempt end (a `sortie cancel --task` through the run's control
+//! socket, a task budget, a stall, a timeout, a cancel from outside), checked through what a
+//! user sees (the results in `status --json`, the ledger `audit` recomputes, the journal's usage
+//! against what each agent logged) and through Slurm's own accounting: exactly one job per
+//! attempt, and every stop sortie made a `CANCELLED` job. Then Slurm's own time limit
+//! (`TIMEOUT`) read as the attempt's timeout; Ctrl-C of a run with jobs running and queued
+//! (every job cancelled, none left in `squeue`); and a job held in the queue past its attempt
+//! timeout, through a crash and an adoption, that must not time out while it waits.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -108,7 +113,9 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     let dir = s.path().display().to_string();
     let log = |label: &str| format!("{dir}/{label}.usage");
     let mut tasks = String::new();
+    let mut order: Vec<String> = Vec::new();
     let mut add = |label: &str, args: &[&str], extra: &str| {
+        order.push(label.to_owned());
         let usage_log = log(label);
         let mut all: Vec<&str> = vec![
             "--attempt",
@@ -126,8 +133,8 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
             fake_command(&all)
         ));
     };
-    // Fourteen answers, each with its own usage.
-    let usages: Vec<String> = (0..14)
+    // Twelve answers, each with its own usage.
+    let usages: Vec<String> = (0..12)
         .map(|k| {
             format!(
                 "{},{},{:.6}",
@@ -192,6 +199,27 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     );
     // A real failure (exit 3): not retried.
     add("fails", &["--usage", "950,95,0.000950", "--exit", "3"], "");
+    // Cancelled by the user with `sortie cancel RUN --task cancelled` once its job runs:
+    // stopped through scancel, ends cancelled, not retried.
+    add(
+        "cancelled",
+        &["--usage", "300,30,0.000300", "--sleep", "600"],
+        "",
+    );
+    // Reports more tokens than its budget, then keeps working: stopped through scancel, its
+    // output so far kept (partial).
+    add(
+        "budget",
+        &[
+            "--usage",
+            "1000,100,0.001000",
+            "--stall-attempts",
+            "1",
+            "--stall-at-turn",
+            "1",
+        ],
+        "max_tokens = 500",
+    );
     let batch = s.write(
         "batch.toml",
         &format!(
@@ -200,19 +228,44 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
         ),
     );
     let run = unique_run("slurm20");
+    let _cleanup = slurm::CancelOnDrop(format!("sortie:{run}:"));
     let bg = Background::start(
         &s,
         &run,
         &["run", "--run-id", &run, batch.to_str().unwrap()],
     );
     // Cancel attempt 1 of `cancelled-outside` once its job runs.
-    let prefix = format!("sortie:{run}:17:1:");
+    let index = |label: &str| order.iter().position(|l| l == label).expect("a label");
+    let prefix = format!("sortie:{run}:{}:1:", index("cancelled-outside"));
     let job = poll("the job of cancelled-outside runs", 60, || {
         slurm::squeue_jobs(&prefix)
             .into_iter()
             .find(|j| j.state == "RUNNING")
     });
     slurm::scancel(job.id);
+    // Cancel `cancelled` through the run's control socket once its job runs.
+    let prefix = format!("sortie:{run}:{}:1:", index("cancelled"));
+    let mine = poll("the job of cancelled runs", 60, || {
+        slurm::squeue_jobs(&prefix)
+            .into_iter()
+            .find(|j| j.state == "RUNNING")
+    });
+    let reply = s.run_ok(&["cancel", &run, "--task", "cancelled"]);
+    assert!(
+        String::from_utf8_lossy(&reply.stdout).contains("cancelled"),
+        "{reply:?}"
+    );
+    // The job itself is over, in Slurm's own words (not scancel's silent exit 0).
+    let gone = poll(
+        "the cancelled task's job is cancelled in squeue",
+        60,
+        || {
+            slurm::squeue_jobs(&prefix)
+                .into_iter()
+                .find(|j| j.id == mine.id && !["RUNNING", "COMPLETING"].contains(&j.state.as_str()))
+        },
+    );
+    assert_eq!(gone.state, "CANCELLED");
     let out = bg.finish(240);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
@@ -228,7 +281,7 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
             .map(str::to_owned)
     };
     let attempts = |label: &str| task_view(&status, label)["attempts"].as_u64();
-    for k in 0..14 {
+    for k in 0..12 {
         let label = format!("answer-{k}");
         assert_eq!(state(&label).as_deref(), Some("completed"), "{label}");
         assert_eq!(attempts(&label), Some(1), "{label}");
@@ -243,6 +296,10 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     }
     assert_eq!(state("timeout").as_deref(), Some("timeout"));
     assert_eq!(state("fails").as_deref(), Some("failed"));
+    assert_eq!(state("cancelled").as_deref(), Some("cancelled"));
+    assert_eq!(attempts("cancelled"), Some(1), "a cancel is not retried");
+    assert_eq!(state("budget").as_deref(), Some("partial"), "{status}");
+    assert_eq!(attempts("budget"), Some(1));
 
     let j = journal(&s, &run);
     let labels: Vec<String> = crate::support::labels(j.events());
@@ -260,13 +317,42 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     for label in &labels {
         let count =
             std::fs::read_to_string(s.path().join(format!("{label}.count"))).unwrap_or_default();
-        let expected = usize::from(label != "timeout");
+        let expected = usize::from(!["timeout", "cancelled", "budget"].contains(&label.as_str()));
         assert_eq!(count.lines().count(), expected, "{label}: {count}");
     }
 
     // Slurm ran exactly one job per attempt; the stops went through scancel.
-    let jobs = one_job_per_attempt(&j, &run);
+    // The user's cancel is journaled as a control action, and the attempt says it.
     let task_of = |label: &str| labels.iter().position(|l| l == label).unwrap() as u64;
+    let controls: Vec<&Value> = j
+        .kinds()
+        .filter(|(k, _)| *k == "Control")
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(controls.len(), 1, "{controls:?}");
+    let action = controls[0]["action"].as_object().expect("an action");
+    let (name, body) = action.iter().next().expect("one action");
+    assert_eq!(
+        (name.as_str(), body["task"].as_u64()),
+        ("cancel", Some(task_of("cancelled")))
+    );
+    let stop_of = |label: &str| -> Vec<String> {
+        j.kinds()
+            .filter(|(k, b)| *k == "AttemptFinished" && b["task"] == task_of(label))
+            .map(|(_, b)| {
+                b["outcome"]["stop_reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(stop_of("cancelled"), ["cancelled"]);
+    assert_eq!(stop_of("budget"), ["budget"]);
+    assert_eq!(stop_of("stall")[0], "stalled");
+    assert_eq!(stop_of("timeout"), ["timeout"]);
+
+    let jobs = one_job_per_attempt(&j, &run);
     let job_state = |label: &str, attempt: u64| jobs[&(task_of(label), attempt)].state.clone();
     assert_eq!(job_state("stall", 1), "CANCELLED");
     assert_eq!(job_state("stall", 2), "COMPLETED");
@@ -275,5 +361,7 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     assert_eq!(job_state("retry-503", 1), "FAILED");
     assert_eq!(job_state("fails", 1), "FAILED");
     assert_eq!(job_state("answer-0", 1), "COMPLETED");
-    assert_eq!(jobs.len(), 14 + 2 * 4 + 2);
+    assert_eq!(job_state("cancelled", 1), "CANCELLED");
+    assert_eq!(job_state("budget", 1), "CANCELLED");
+    assert_eq!(jobs.len(), 12 + 2 * 4 + 4);
 }

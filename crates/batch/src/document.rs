@@ -25,6 +25,15 @@ pub(crate) struct RunDoc {
     pub(crate) budget: sortie_core::RunBudget,
     /// The line of each `[budget]` key given (`budget.max_cost`).
     pub(crate) budget_lines: std::collections::HashMap<String, Option<usize>>,
+    /// `[pools.NAME]` (issue 14), by name.
+    pub(crate) pools: std::collections::BTreeMap<String, RawPool>,
+}
+
+/// A `[pools.NAME]` table and where it was written.
+pub(crate) struct RawPool {
+    pub(crate) spec: sortie_core::PoolSpec,
+    /// The table's line.
+    pub(crate) line: Option<usize>,
 }
 
 impl RunDoc {
@@ -40,6 +49,7 @@ impl RunDoc {
             tasks: Vec::new(),
             budget: sortie_core::RunBudget::default(),
             budget_lines: std::collections::HashMap::new(),
+            pools: std::collections::BTreeMap::new(),
         }
     }
 
@@ -71,6 +81,7 @@ impl RunDoc {
                     Ok(())
                 }
                 "budget" => doc.parse_budget(e, issues),
+                "pools" => doc.parse_pools(e, issues),
                 "tasks" => match headers {
                     Some(headers) => doc.parse_tasks(e, headers, issues),
                     None => Err("tasks belong in the JSON Lines file, one per line".into()),
@@ -126,6 +137,54 @@ impl RunDoc {
             if let Err(message) = parsed {
                 issues.add(&self.file, sub.line, Some(&field), message);
             }
+        }
+        Ok(())
+    }
+
+    /// `[pools.NAME]`: `concurrency` (1 to the most a run allows) and `adaptive` (true by
+    /// default); each sub-field's problem is its own issue.
+    fn parse_pools(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
+        const KEYS: &[&str] = &["concurrency", "adaptive"];
+        let Val::Table(pools) = &e.val else {
+            return Err(expected(
+                "a table of pools ([pools.NAME] concurrency = N)",
+                &e.val,
+            ));
+        };
+        for pool in pools {
+            let field = format!("pools.{}", pool.key);
+            let Val::Table(entries) = &pool.val else {
+                let message = expected("a table { concurrency, adaptive }", &pool.val);
+                issues.add(&self.file, pool.line, Some(&field), message);
+                continue;
+            };
+            let line = pool
+                .line
+                .or_else(|| entries.iter().filter_map(|s| s.line).min());
+            let mut spec = sortie_core::PoolSpec::default();
+            for sub in entries {
+                if matches!(sub.val, Val::Null) {
+                    continue;
+                }
+                let max = sortie_core::spec::MAX_CONCURRENCY;
+                let parsed = match sub.key.as_str() {
+                    "concurrency" => uint::<u32>(&sub.val).and_then(|c| {
+                        if (1..=max).contains(&c) {
+                            spec.concurrency = Some(c);
+                            Ok(())
+                        } else {
+                            Err(format!("must be between 1 and {max} (found {c})"))
+                        }
+                    }),
+                    "adaptive" => boolean(&sub.val).map(|b| spec.adaptive = b),
+                    _ => Err(format!("unknown field{}", suggest(&sub.key, KEYS))),
+                };
+                if let Err(message) = parsed {
+                    let field = format!("{field}.{}", sub.key);
+                    issues.add(&self.file, sub.line, Some(&field), message);
+                }
+            }
+            self.pools.insert(pool.key.clone(), RawPool { spec, line });
         }
         Ok(())
     }

@@ -54,6 +54,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "system_prompt",
     "thinking",
     "transient_on",
+    // Shared rate limits (issue 14).
+    "pool",
+    "max_rate_limits",
     // Issue 13: structured results.
     "output_schema",
 ];
@@ -68,6 +71,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "tasks",
     // The whole run's budget (issue 14).
     "budget",
+    // Shared rate limits (issue 14).
+    "pools",
 ];
 
 /// The keys of an `[agents.NAME]` table.
@@ -140,6 +145,9 @@ pub(crate) struct RawTask {
     pub(crate) system_prompt: Option<String>,
     pub(crate) thinking: Option<String>,
     pub(crate) transient_on: Option<Vec<String>>,
+    // Shared rate limits (issue 14).
+    pub(crate) pool: Option<String>,
+    pub(crate) max_rate_limits: Option<u32>,
     // Issue 13: structured results.
     pub(crate) output_schema: Option<String>,
 }
@@ -309,6 +317,14 @@ impl RawTask {
                 }
                 self.transient_on = Some(patterns);
             }
+            "pool" => {
+                let name = string(v)?;
+                if name.trim().is_empty() {
+                    return Err("a pool's name must not be empty".into());
+                }
+                self.pool = Some(name);
+            }
+            "max_rate_limits" => self.max_rate_limits = Some(uint(v)?),
             "thinking" => {
                 let level = string(v)?;
                 if !sortie_core::spec::THINKING_LEVELS.contains(&level.as_str()) {

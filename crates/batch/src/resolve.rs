@@ -80,6 +80,11 @@ pub(crate) fn resolve_all(
             .or(run.fail_fast)
             .unwrap_or(defaults_config.fail_fast),
         budget: run.budget,
+        pools: run
+            .pools
+            .iter()
+            .map(|(k, p)| (k.clone(), p.spec.clone()))
+            .collect(),
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
@@ -93,6 +98,22 @@ pub(crate) fn resolve_all(
         config,
         source: input.source.clone(),
     };
+    // Issue 14: a pool no task uses is a mistake (a misspelt provider limits nothing).
+    let used = sortie_core::pool::pools_used(&batch);
+    for (name, pool) in &run.pools {
+        if !used.contains_key(name) {
+            issues.add(
+                &run.file,
+                pool.line,
+                Some(&format!("pools.{name}")),
+                format!(
+                    "no task uses pool {name:?} (a task's pool is its `pool`, else its model's \
+                     provider: {})",
+                    used_list(&used)
+                ),
+            );
+        }
+    }
     if let Err(errors) = validate_batch(&batch) {
         for e in &errors {
             if let Some(issue) = locate::issue(e, input, &batch, ov) {
@@ -108,6 +129,17 @@ pub(crate) fn resolve_all(
         digest: input.digest,
     };
     (Some(loaded), issues)
+}
+
+/// The pools the tasks use, for a message.
+fn used_list(used: &BTreeMap<String, Vec<usize>>) -> String {
+    if used.is_empty() {
+        return "none here".into();
+    }
+    used.keys()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn pick<T: Clone>(task: &Option<T>, defaults: &Option<T>) -> Option<T> {
@@ -228,8 +260,11 @@ fn resolve_task(
         transient_on,
         // #10: attempts that outlive sortie.
         max_orphans,
-        supervise
+        supervise,
+        // Shared rate limits (issue 14).
+        max_rate_limits
     );
+    s.pool = pick(&t.pool, &d.pool);
     s.deadline = pick(&t.deadline, &d.deadline);
     s.system_prompt = pick(&t.system_prompt, &d.system_prompt);
     s.thinking = pick(&t.thinking, &d.thinking);

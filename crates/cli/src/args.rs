@@ -77,8 +77,9 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Resume a run that crashed or was interrupted (default: the newest unfinished run).
     Resume(RunRef),
-    /// Show a run's state, live or not (default: the newest run).
-    Status(RunRef),
+    /// Show a run's state, live or not (default: the newest run). With `--task`, one task and
+    /// each attempt's transcript (path, size, what the cap cut).
+    Status(StatusArgs),
     /// List the runs in the state dir, newest first.
     List,
     /// Show a run's timeline, and its state as of a seq.
@@ -132,11 +133,45 @@ pub(crate) enum Command {
     Report(ReportArgs),
     /// Print a shell completion script: `sortie completions bash|zsh|fish`.
     Completions(CompletionsArgs),
+    // #10: transcripts.
+    /// Print an attempt's transcript: the agent's stdout as it wrote it (pi's, Claude's,
+    /// Codex's JSON Lines), by default of the task's last attempt; `--follow` tails a live
+    /// attempt until it ends.
+    Logs(LogsArgs),
     // Issue 13: structured results.
     /// Print one record per task for scoring scripts: label, state, its validated structured
     /// result (`value`, for a task with an `output_schema`), error and usage (a table; with
     /// `--json` an array, with `--jsonl` one object per line).
     Results(ResultsArgs),
+}
+
+/// `sortie status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The run's id (default: the newest run).
+    pub(crate) run: Option<String>,
+    /// Only this task, with its attempts' transcripts.
+    #[arg(long, value_name = "LABEL")]
+    pub(crate) task: Option<String>,
+}
+
+/// `sortie logs`.
+#[derive(Debug, Args)]
+pub(crate) struct LogsArgs {
+    /// The run's id.
+    pub(crate) run: String,
+    /// The task's label.
+    pub(crate) label: String,
+    /// This attempt (default: the last).
+    #[arg(long, value_name = "N")]
+    pub(crate) attempt: Option<u32>,
+    /// Keep printing what the attempt writes until it ends (from another terminal while the
+    /// run goes).
+    #[arg(short, long)]
+    pub(crate) follow: bool,
+    /// Its stderr instead of its stdout.
+    #[arg(long)]
+    pub(crate) stderr: bool,
 }
 
 /// `sortie results` (issue 13).

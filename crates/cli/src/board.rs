@@ -56,6 +56,8 @@ struct Model {
     header_bar: ProgressBar,
     rows: BTreeMap<TaskId, Row>,
     bars: Vec<ProgressBar>,
+    /// Tasks ready to launch that their pool holds back (issue 14), in task order.
+    waiting: Vec<Row>,
 }
 
 /// The live board; dropping it clears it from the terminal.
@@ -97,6 +99,7 @@ impl Board {
             header_bar,
             rows: BTreeMap::new(),
             bars: Vec::new(),
+            waiting: Vec::new(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
@@ -140,6 +143,7 @@ impl Board {
         for (task, row) in &mut m.rows {
             row.held = state.control.is_held(*task);
         }
+        m.waiting = waiting_rows(state, s.at);
         m.render(s.at.0);
     }
 
@@ -276,6 +280,9 @@ impl Model {
         if self.rows.len() > room {
             lines.push(format!("  … and {} more running", self.rows.len() - room));
         }
+        // Issue 14: the tasks their pool holds back, in the room left.
+        let left = room.saturating_sub(lines.len());
+        lines.extend(self.waiting.iter().take(left).map(|r| r.line(now)));
         while self.bars.len() < lines.len() {
             let bar = self.multi.add(line_bar());
             self.bars.push(bar);
@@ -290,6 +297,49 @@ impl Model {
             bar.set_message(line);
         }
     }
+}
+
+/// The rows of the tasks that are ready but held back by their pool (at most [`BOARD_TASKS`]);
+/// none, without a pass over the tasks, when no pool holds back.
+fn waiting_rows(state: &RunState, at: sortie_core::Timestamp) -> Vec<Row> {
+    let run = state.batch.as_ref().map_or(1, |b| {
+        state.control.concurrency.unwrap_or(b.config.concurrency)
+    });
+    if !state.pools.values().any(|p| p.holds(at, run, 0)) {
+        return Vec::new();
+    }
+    (0..state.tasks.len() as u32)
+        .map(TaskId)
+        .filter_map(|task| {
+            let pool = sortie_core::waiting_for_pool(state, task, at)?;
+            let rec = state.task(task)?;
+            let (attempt, model, since) = match &rec.state {
+                sortie_core::TaskState::Retrying {
+                    next,
+                    model,
+                    not_before,
+                } => (*next, model.clone(), not_before.0),
+                _ => {
+                    let next = Attempt(rec.attempts.len() as u32 + 1);
+                    let model = state
+                        .spec(task)
+                        .and_then(|s| sortie_core::model_for_attempt(s, next));
+                    (next, model, rec.ready_at.map_or(at.0, |t| t.0))
+                }
+            };
+            Some(Row {
+                label: state.label(task),
+                attempt,
+                model,
+                launched_at: since,
+                tokens: 0,
+                activity: Some(format!("waiting for pool {pool}")),
+                stalled: None,
+                held: state.control.is_held(task),
+            })
+        })
+        .take(BOARD_TASKS)
+        .collect()
 }
 
 impl Row {

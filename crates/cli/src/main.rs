@@ -9,6 +9,8 @@ mod board;
 mod commands;
 mod error;
 mod output;
+// #14: shared rate limits.
+mod pools;
 mod report;
 mod summary;
 

@@ -264,6 +264,9 @@ pub(crate) struct TaskView {
     pub(crate) carried: Option<Usage>,
     /// The tool calls its agent's permissions denied (tool, count), over its attempts.
     pub(crate) denials: Vec<sortie_core::Denial>,
+    /// The pool holding it back, when it is ready to launch but its pool is full or backing
+    /// off (issue 14).
+    pub(crate) waiting_for_pool: Option<String>,
     // Issue 13: structured results.
     /// Its validated structured result (a task with an `output_schema` that matched).
     pub(crate) result: Option<serde_json::Value>,
@@ -355,6 +358,12 @@ pub(crate) struct RunView {
     pub(crate) commands: Vec<String>,
     /// The run this one reruns.
     pub(crate) parent: Option<String>,
+    /// The pools (issue 14).
+    pub(crate) pools: Vec<crate::pools::PoolView>,
+    /// The time the view was made for (ms since the epoch; the last attempt's end for a run
+    /// no process owns).
+    #[serde(skip)]
+    pub(crate) now: u64,
 }
 
 /// Builds the view of a run.
@@ -411,6 +420,12 @@ pub(crate) fn view(
                 worktree: WorktreeView::of(rec),
                 carried: rec.carried,
                 denials: rec.denials(),
+                waiting_for_pool: sortie_core::waiting_for_pool(
+                    state,
+                    sortie_core::TaskId(i as u32),
+                    sortie_core::Timestamp(now),
+                )
+                .map(str::to_owned),
                 result: result.and_then(structured_value),
             }
         })
@@ -434,6 +449,8 @@ pub(crate) fn view(
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
         commands: Vec::new(),
         parent: state.parent.as_ref().map(ToString::to_string),
+        pools: crate::pools::views(state, now),
+        now,
     }
 }
 
@@ -582,6 +599,9 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         )?;
         if t.held {
             writeln!(out, "      held")?;
+        }
+        if let Some(p) = &t.waiting_for_pool {
+            writeln!(out, "      waiting for pool {p}")?;
         }
         if let Some(e) = &t.error {
             writeln!(out, "      {}", first_line(e))?;

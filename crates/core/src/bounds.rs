@@ -43,6 +43,8 @@ pub mod ranges {
     pub const MAX_OUTPUT_BYTES: u64 = 1 << 30;
     /// `max_output.lines`: 1 to 10,000,000.
     pub const MAX_OUTPUT_LINES: u64 = 10_000_000;
+    /// `max_rate_limits`: 0 (a rate limit spends a retry) to 1000 (issue 14).
+    pub const MAX_RATE_LIMITS: u32 = 1000;
 
     /// A duration as its largest whole unit when exact (`7d`, `90s`), else in milliseconds.
     pub fn format(d: Duration) -> String {
@@ -117,6 +119,12 @@ pub(crate) fn bounds_errors(t: &TaskSpec) -> Vec<(&'static [&'static str], Strin
         u64::from(t.grace_turns),
         0,
         u64::from(GRACE_TURNS),
+    );
+    count(
+        &["max_rate_limits"],
+        u64::from(t.max_rate_limits),
+        0,
+        u64::from(MAX_RATE_LIMITS),
     );
     if let Some(v) = t.max_turns {
         count(&["max_turns"], u64::from(v), 1, u64::from(MAX_TURNS));

@@ -127,8 +127,20 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         ));
         return give_up(&o);
     }
-    let used = rec.attempts.len() as u32 - orphans;
-    if !last.orphaned() && used >= spec.max_attempts() {
+    // A rate limit is the provider's, not the task's: it spends `max_rate_limits`.
+    let limited = rate_limited_attempts(spec, rec);
+    let last_limited = spec.max_rate_limits > 0 && outcome.rate_limited && !last.orphaned();
+    if last_limited && limited > spec.max_rate_limits {
+        let mut o = outcome.clone();
+        o.error = Some(format!(
+            "{}; not retried: rate limited {limited} times (max_rate_limits = {})",
+            o.error.as_deref().unwrap_or(o.stop_reason.as_str()),
+            spec.max_rate_limits
+        ));
+        return give_up(&o);
+    }
+    let used = rec.attempts.len() as u32 - orphans - limited;
+    if !last.orphaned() && !last_limited && used >= spec.max_attempts() {
         return give_up(&outcome);
     }
     let next = Attempt(rec.attempts.len() as u32 + 1);
@@ -144,7 +156,7 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         .collect();
     // An orphan's retry stays on its model; otherwise the fallbacks go by the attempts that
     // were not orphaned.
-    let first = if last.orphaned() {
+    let first = if last.orphaned() || last_limited {
         last.model.clone()
     } else {
         model_for_attempt(spec, Attempt(used + 1))
@@ -158,6 +170,18 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     // A crash or an interrupt of sortie says nothing about the provider: retry at once.
     let delay = if outcome.stop_reason == StopReason::Interrupted {
         Duration::ZERO
+    } else if last_limited {
+        // The provider's retry-after, else the backoff of the rate limits in a row.
+        let streak = rec
+            .attempts
+            .iter()
+            .rev()
+            .take_while(|a| a.outcome().is_some_and(|o| o.rate_limited))
+            .count() as u32;
+        outcome.retry_after_ms.map_or_else(
+            || backoff_delay(streak.saturating_sub(1), jitter),
+            Duration::from_millis,
+        )
     } else if model == last.model {
         let same = rec.attempts.iter().filter(|a| a.model == model).count() as u32;
         backoff_delay(same.saturating_sub(1), jitter)
@@ -170,8 +194,9 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         return NextStep::GiveUp(deadline_result(rec, Phase::Starting, output));
     }
     let reason = format!(
-        "attempt {} {}{}; retrying on {}",
+        "attempt {} {}{}{}; retrying on {}",
         last.attempt,
+        if last_limited { "rate limited, " } else { "" },
         outcome.stop_reason,
         outcome
             .error
@@ -180,12 +205,36 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
             .unwrap_or_default(),
         model.as_deref().unwrap_or("the default model")
     );
+    let reason = if last_limited {
+        format!(
+            "{reason} after {} (rate limit {limited} of max_rate_limits {}; no retry spent)",
+            crate::bounds::ranges::format(delay),
+            spec.max_rate_limits
+        )
+    } else {
+        reason
+    };
     NextStep::Retry {
         attempt: next,
         model,
         delay,
         reason,
     }
+}
+
+/// How many of a task's attempts ended rate limited and count against `max_rate_limits`
+/// (none when it is 0: then a rate limit spends a retry).
+pub fn rate_limited_attempts(spec: &TaskSpec, rec: &TaskRecord) -> u32 {
+    if spec.max_rate_limits == 0 {
+        return 0;
+    }
+    rec.attempts
+        .iter()
+        .filter(|a| {
+            matches!(&a.end, Some(crate::state::AttemptEnd::Finished { outcome, .. })
+                if outcome.rate_limited)
+        })
+        .count() as u32
 }
 
 fn first_line(s: &str) -> &str {

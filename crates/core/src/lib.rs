@@ -28,6 +28,8 @@ pub mod usage;
 pub mod view;
 // #11: where attempts run (Slurm).
 pub mod slurm;
+// #14: shared rate limits.
+pub mod pool;
 
 pub use decide::{
     NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,
@@ -54,3 +56,5 @@ pub use state::{
 pub use state::{Found, Placed};
 pub use summary::summary_text;
 pub use usage::{Cost, Usage};
+// #14: shared rate limits.
+pub use pool::{PoolSpec, PoolState, pool_of, provider_of, waiting_for_pool};

@@ -119,6 +119,12 @@ pub struct AttemptOutcome {
     pub side_effects: bool,
     /// The agent's tool calls that its permissions denied, per tool, in the order first seen.
     pub denials: Vec<Denial>,
+    // Shared rate limits (issue 14).
+    /// The provider refused the attempt for its rate limit (429, overloaded): retried apart
+    /// from `max_retries`, and its pool backs off.
+    pub rate_limited: bool,
+    /// The wait the provider asked for, when the agent printed it (milliseconds).
+    pub retry_after_ms: Option<u64>,
     // Issue 13: structured results.
     /// The structured result that matched the task's `output_schema`, as compact JSON text
     /// (None: the task has no schema, or its answer did not match).
@@ -223,6 +229,8 @@ impl AttemptOutcome {
             error: None,
             side_effects: false,
             denials: vec![],
+            rate_limited: false,
+            retry_after_ms: None,
             result: None,
         }
     }
@@ -238,6 +246,8 @@ impl AttemptOutcome {
             error: Some(error.into()),
             side_effects: false,
             denials: vec![],
+            rate_limited: false,
+            retry_after_ms: None,
             result: None,
         }
     }

@@ -325,6 +325,12 @@ pub struct TaskSpec {
     /// last output lines contain one of these (case-insensitive) is retried like a provider
     /// error.
     pub transient_on: Vec<String>,
+    // Shared rate limits (issue 14).
+    /// The pool its attempts belong to (a `[pools.NAME]` table); None: its model's provider.
+    pub pool: Option<String>,
+    /// How many of its attempts may end rate limited, retried apart from `max_retries` (0: a
+    /// rate limit spends a retry like any transient error).
+    pub max_rate_limits: u32,
     // Issue 13: structured results.
     /// The JSON Schema the task's result must match (compact JSON text, resolved from the
     /// batch's inline table or `.json` file): the prompt gets the contract, the result is taken
@@ -386,6 +392,8 @@ impl TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: crate::pool::DEFAULT_MAX_RATE_LIMITS,
             output_schema: None,
         }
     }
@@ -415,6 +423,8 @@ pub struct RunConfig {
     pub fail_fast: bool,
     /// The whole run's budget (`[budget]`; issue 14).
     pub budget: RunBudget,
+    /// The named pools (`[pools.NAME]`; issue 14).
+    pub pools: BTreeMap<String, crate::pool::PoolSpec>,
 }
 
 impl Default for RunConfig {
@@ -423,6 +433,7 @@ impl Default for RunConfig {
             concurrency: 4,
             fail_fast: false,
             budget: RunBudget::default(),
+            pools: BTreeMap::new(),
         }
     }
 }
@@ -577,6 +588,20 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         }
         for (field, message) in bounds_errors(t) {
             err(field, message);
+        }
+        // Issue 14: a task's `pool` names a `[pools.NAME]` table.
+        if let Some(p) = &t.pool
+            && !batch.config.pools.contains_key(p)
+        {
+            let known: Vec<&str> = batch.config.pools.keys().map(String::as_str).collect();
+            err(
+                &["pool"],
+                if known.is_empty() {
+                    format!("no pool {p:?}: the batch has no [pools.NAME] tables")
+                } else {
+                    format!("no pool {p:?} (pools: {})", known.join(", "))
+                },
+            );
         }
         let agent_fields = t.permissions != Permissions::Edit
             || !t.tools.is_empty()

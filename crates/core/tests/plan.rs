@@ -61,6 +61,7 @@ impl Run {
                     concurrency,
                     fail_fast,
                     budget,
+                    pools: Default::default(),
                 },
                 source: "plan.toml".into(),
             },

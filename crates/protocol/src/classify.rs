@@ -152,6 +152,8 @@ pub(crate) fn classify_agent(run: AgentSummary, exit: Exit, stderr_tail: &str) -
         error: (status != AttemptStatus::Completed).then_some(error),
         side_effects: run.side_effects,
         denials: run.denials,
+        rate_limited: false,
+        retry_after_ms: None,
         result: None,
     };
     let output = choose_output(run.answer, useful, &outcome, stderr_tail);

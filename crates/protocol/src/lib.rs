@@ -38,11 +38,15 @@ pub mod codex;
 mod exit;
 pub mod pi;
 mod plain;
+// #14: shared rate limits.
+pub mod rate_limit;
 mod shared;
 
 pub use classify::{classify_http_status, classify_provider_error};
 pub use exit::Exit;
 pub use shared::last_lines;
+// #14: shared rate limits.
+pub use rate_limit::{mark_rate_limit, rate_limit};
 
 /// The longest stdout line the runner delivers whole (its `process::MAX_LINE_BYTES`): a longer
 /// one reaches a reader cut to this many bytes.

@@ -25,4 +25,7 @@ pub mod slurm;
 // Issue 13: structured results.
 mod structured;
 
+// #10: the transcripts of a run's attempts.
+pub mod transcripts;
+
 pub use error::{Error, Result};

@@ -143,3 +143,26 @@ pub fn settled_sacct_jobs(prefix: &str, within: Duration) -> Vec<Job> {
 pub fn scancel(id: u64) {
     output(&["scancel", &id.to_string()]).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// `scontrol ARGS` (`release ID`, `hold ID`), from outside sortie.
+pub fn scontrol(args: &[&str]) {
+    let mut argv = vec!["scontrol"];
+    argv.extend_from_slice(args);
+    output(&argv).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Cancels, when dropped, every job slurmctld holds whose name starts with its prefix: a test
+/// that fails leaves no job of its run in the queue.
+#[derive(Debug)]
+pub struct CancelOnDrop(pub String);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Ok(out) = output(&["squeue", "--noheader", "--format=%i|%j|%T"]) else {
+            return;
+        };
+        for job in parse(&out, &self.0) {
+            let _ = output(&["scancel", &job.id.to_string()]);
+        }
+    }
+}

@@ -15,6 +15,8 @@ mod report;
 mod run;
 mod status;
 mod wait;
+// #10
+mod logs;
 // Issue 13: structured results.
 mod results;
 
@@ -39,7 +41,10 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
             None => run::cancel(g, &r.run),
             Some(task) => control::send(g, &r.run, Request::Cancel { task: Some(task) }),
         },
-        Command::Status(r) => status::status(g, r.run.as_deref()),
+        Command::Status(r) => match r.task {
+            None => status::status(g, r.run.as_deref()),
+            Some(label) => status::task(g, r.run.as_deref(), &label),
+        },
         Command::List => list::list(g),
         Command::Replay(args) => replay::replay(g, args),
         Command::Audit(r) => audit::audit(g, &r.run),
@@ -65,6 +70,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Rerun(args) => run::rerun(g, &args),
         Command::Report(r) => report::report(g, &r),
         Command::Completions(c) => completions(&c.shell),
+        Command::Logs(l) => logs::logs(g, &l),
         Command::Results(r) => results::results(g, &r),
     }
 }

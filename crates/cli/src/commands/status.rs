@@ -27,6 +27,7 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         writeln!(out)?;
     } else {
         output::print_status(&mut out, &view)?;
+        crate::pools::print(&mut out, &view.pools, view.now)?;
         output::print_kept(&mut out, &view)?;
         output::print_carried(&mut out, &state)?;
         if let Some(pool) = sortie_runner::slots::Pool::configured() {
@@ -40,4 +41,92 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         }
     }
     Ok(Code::Ok)
+}
+
+/// `sortie status RUN --task LABEL`: one task's line and each attempt's transcript.
+pub(crate) fn task(g: &Global, run: Option<&str>, label: &str) -> Result<Code> {
+    let run = match run {
+        Some(r) => super::find_run(g, r)?,
+        None => newest(&g.layout(), false)?,
+    };
+    let run_dir = g.layout().run(&run);
+    let live_pid = match run_dir.owner() {
+        Owner::Live { pid } => Some(pid.unwrap_or(0)),
+        Owner::Free => None,
+    };
+    let state = replay_all(&open_read(&g.layout(), &run)?)?;
+    let Some(id) = state.task_by_label(label) else {
+        return Err(crate::error::CliError::usage(format_args!(
+            "run {run} has no task {label:?}"
+        )));
+    };
+    let view = output::view(&run, &state, live_pid, false);
+    let Some(task) = view.tasks.into_iter().nth(id.0 as usize) else {
+        return Err(crate::error::CliError::usage(format_args!(
+            "run {run} has no task {label:?}"
+        )));
+    };
+    let transcripts = sortie_runner::transcripts::of_task(&state, &run_dir, id);
+    let mut out = std::io::stdout().lock();
+    if g.json {
+        let v = TaskStatus {
+            run_id: run.to_string(),
+            task,
+            transcripts,
+        };
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(Code::Ok);
+    }
+    writeln!(
+        out,
+        "run {run}, task {}: {}, {} attempt{}, {} tokens",
+        task.label,
+        task.state,
+        task.attempts,
+        if task.attempts == 1 { "" } else { "s" },
+        task.usage.tokens()
+    )?;
+    for t in &transcripts {
+        let what = if !t.exists {
+            "no transcript (never started, or removed by `sortie gc`)".to_owned()
+        } else {
+            let mut s = super::logs::size(t.bytes);
+            if let Some(cut) = t.cut {
+                s.push_str(&format!(
+                    ", cut {} (bytes {}..{}) to keep it under its cap; {} on disk",
+                    super::logs::size(cut.bytes()),
+                    cut.from,
+                    cut.to,
+                    super::logs::size(t.disk_bytes)
+                ));
+            }
+            s
+        };
+        writeln!(
+            out,
+            "attempt {} ({}, {}): {}  {what}",
+            t.attempt,
+            t.executor,
+            t.end,
+            t.path.display()
+        )?;
+    }
+    if let Some(last) = transcripts.last() {
+        writeln!(
+            out,
+            "print one with: sortie logs {run} {} --attempt {}",
+            task.label, last.attempt
+        )?;
+    }
+    Ok(Code::Ok)
+}
+
+/// What `status --task --json` prints: the task's line and its transcripts.
+#[derive(serde::Serialize)]
+struct TaskStatus {
+    run_id: String,
+    #[serde(flatten)]
+    task: output::TaskView,
+    transcripts: Vec<sortie_runner::transcripts::Transcript>,
 }

@@ -131,6 +131,9 @@ pub struct Planner {
     /// The run's budget ran out (journaled, or decided this round): nothing new starts, the
     /// waiting tasks end.
     budget_out: Option<String>,
+    /// Some task may launch an attempt that is in no pool (issue 14): a round whose pools
+    /// all hold back must still look for it.
+    unpooled: bool,
 }
 
 /// One round in the making.
@@ -194,6 +197,13 @@ impl Planner {
             isolated,
             fail_fast_tripped: fail_fast && failed,
             budget_out: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
+            unpooled: state.batch.as_ref().is_some_and(|b| {
+                b.tasks.iter().any(|t| {
+                    std::iter::once(t.model.as_deref())
+                        .chain(t.fallback_models.iter().map(|m| Some(m.as_str())))
+                        .any(|m| crate::pool::pool_of(b, t, m).is_none())
+                })
+            }),
         }
     }
 
@@ -234,7 +244,14 @@ impl Planner {
             .into_iter()
             .filter(|t| *t > now)
             .min();
-        [self.sched.next_wake(now), deadline]
+        // A pool backing off launches again when its retry-after passed (issue 14).
+        let pools = state
+            .pools
+            .values()
+            .filter_map(|p| p.backoff_until)
+            .filter(|t| *t > now)
+            .min();
+        [self.sched.next_wake(now), deadline, pools]
             .into_iter()
             .flatten()
             .min()
@@ -507,6 +524,9 @@ impl Planner {
         let facts = round.facts;
         let limit = concurrency(state);
         let mut free = limit.saturating_sub(facts.live + setup_jobs(&facts) + round.new_setups);
+        // Issue 14: each pool's launches this round, and the pools that hold back.
+        let mut planned: BTreeMap<String, u32> = BTreeMap::new();
+        let mut holding: BTreeSet<String> = BTreeSet::new();
         for task in self.sched.launchable(facts.now) {
             if free == 0 {
                 break;
@@ -528,6 +548,23 @@ impl Planner {
                 TaskState::Retrying { next, model, .. } => (*next, model.clone()),
                 _ => continue,
             };
+            if let Some(batch) = &state.batch
+                && let Some(name) = crate::pool::pool_of(batch, spec, model.as_deref())
+            {
+                let more = planned.get(&name).copied().unwrap_or(0);
+                let holds = state
+                    .pools
+                    .get(&name)
+                    .is_some_and(|p| p.holds(facts.now, limit as u32, more));
+                if holds {
+                    holding.insert(name);
+                    if !self.unpooled && holding.len() >= state.pools.len() {
+                        break; // every pool holds back: nothing further can launch
+                    }
+                    continue;
+                }
+                *planned.entry(name).or_insert(0) += 1;
+            }
             round.push(Action::Append(Event::AttemptLaunching {
                 task,
                 attempt,

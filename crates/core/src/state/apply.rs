@@ -57,6 +57,7 @@ impl RunState {
                     (true, false) => self.done = self.done.saturating_sub(1),
                     _ => {}
                 }
+                self.pool_follow(task, at, event);
             }
         }
     }
@@ -80,12 +81,56 @@ impl RunState {
             .enumerate()
             .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
             .collect();
+        self.pools = crate::pool::pools_used(&batch)
+            .into_keys()
+            .chain(batch.config.pools.keys().cloned())
+            .map(|name| {
+                let pool = crate::pool::PoolState::new(batch.config.pools.get(&name));
+                (name, pool)
+            })
+            .collect();
         self.batch = Some(batch);
         self.batch_digest = batch_digest;
         self.host = host;
         self.pid = pid;
         self.started_at = Some(at);
         self.status = RunStatus::Running;
+    }
+
+    /// Folds an attempt's launch and end into its pool (see `crate::pool`).
+    fn pool_follow(&mut self, task: TaskId, at: Timestamp, event: &Event) {
+        let ended = match event {
+            Event::AttemptLaunching { .. } => false,
+            Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. } => true,
+            _ => return,
+        };
+        let (Some(batch), Some(rec)) = (&self.batch, self.tasks.get(task.index())) else {
+            return;
+        };
+        let (Some(spec), Some(attempt)) = (batch.tasks.get(task.index()), rec.attempts.last())
+        else {
+            return;
+        };
+        let Some(name) = crate::pool::pool_of(batch, spec, attempt.model.as_deref()) else {
+            return;
+        };
+        let run = self.control.concurrency.unwrap_or(batch.config.concurrency);
+        let pool = self
+            .pools
+            .entry(name)
+            .or_insert_with_key(|n| crate::pool::PoolState::new(batch.config.pools.get(n)));
+        match (&attempt.end, ended) {
+            (_, false) => pool.launched(),
+            (Some(AttemptEnd::Finished { outcome, .. }), true) => {
+                // `max_rate_limits = 0`: a rate limit is an ordinary transient error, and
+                // the pool still learns from it.
+                let limited = outcome
+                    .rate_limited
+                    .then(|| outcome.retry_after_ms.map(std::time::Duration::from_millis));
+                pool.ended(at, attempt.launched_at, limited, run);
+            }
+            _ => pool.orphaned(),
+        }
     }
 
     fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event, resumes: u32) {
@@ -225,12 +270,18 @@ impl RunState {
                         dir: dir.clone(),
                         handle: None,
                         found: None,
+                        read: 0,
                     }));
                 }
             }
             Event::AttemptHandle { handle, .. } => {
                 if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
                     p.handle = Some(handle.clone());
+                }
+            }
+            Event::AttemptRead { offset, .. } => {
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.read = *offset;
                 }
             }
             Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. } => {

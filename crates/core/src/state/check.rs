@@ -94,7 +94,8 @@ impl RunState {
             Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. } => cx.placed_event(event),
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. } => cx.placed_event(event),
             _ => cx.task_event(event),
         }
     }
@@ -149,9 +150,12 @@ impl TaskCheck<'_> {
     /// `max_orphans` (a crash of sortie spends no retry).
     fn max(&self) -> u32 {
         let orphans = self.rec.attempts.iter().filter(|a| a.orphaned()).count() as u32;
-        self.run
-            .spec(self.task)
-            .map_or(1, |s| s.max_attempts_with(orphans))
+        self.run.spec(self.task).map_or(1, |s| {
+            // Issue 14: rate-limited attempts spend `max_rate_limits`, not a retry.
+            let limited = crate::decide::rate_limited_attempts(s, self.rec);
+            s.max_attempts_with(orphans)
+                .saturating_add(limited.min(s.max_rate_limits))
+        })
     }
 
     /// A new attempt must be the next one, within the spec's attempts.
@@ -254,7 +258,8 @@ impl TaskCheck<'_> {
         let (Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. }) = event
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. }) = event
         else {
             return Err(self.illegal());
         };
@@ -267,6 +272,7 @@ impl TaskCheck<'_> {
             (Event::AttemptPlaced { .. }, None) if a.pid.is_none() => Ok(()),
             (Event::AttemptHandle { .. }, Some(p)) if p.handle.is_some() => Err(self.duplicate()),
             (Event::AttemptHandle { .. }, Some(_)) => Ok(()),
+            (Event::AttemptRead { offset, .. }, Some(p)) if *offset >= p.read => Ok(()),
             // Only a resume finds an attempt, once.
             (Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. }, Some(p)) => {
                 match p.found {

@@ -156,6 +156,9 @@ pub struct Placed {
     /// What the last resume that found it alive or ended saw, and which resume that was (the
     /// run's `resumes` count then).
     pub found: Option<(u32, Found)>,
+    /// The offset in its stdout up to which the journal holds what it said (`AttemptRead`).
+    #[serde(default)]
+    pub read: u64,
 }
 
 /// What a resume found of a placed attempt that was live.
@@ -482,6 +485,8 @@ pub struct RunState {
     pub control: ControlState,
     /// The run this one reruns (`RunRerunOf`).
     pub parent: Option<RunId>,
+    /// The pools' state (issue 14), by name: a fold of their attempts (see `crate::pool`).
+    pub pools: std::collections::BTreeMap<String, crate::pool::PoolState>,
 }
 
 /// What `Event::Control` changed, as the planner and the runner need it.
@@ -535,6 +540,7 @@ impl RunState {
             budget_exceeded: None,
             control: ControlState::default(),
             parent: None,
+            pools: std::collections::BTreeMap::new(),
         }
     }
 

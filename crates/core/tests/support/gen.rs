@@ -16,7 +16,7 @@
 //! it from the backend, orphans the live attempts and plans on from there.
 //!
 //! The "fake agents" report usage that is unique per attempt: `reasoning` is the bit
-//! `1 << (8 * task + attempt - 1)` (up to 4 attempts by the policy and 3 more orphaned), so a
+//! `1 << (8 * task + attempt - 1)` (up to 4 attempts by the policy, 3 more orphaned and 1 rate limited), so a
 //! usage counted twice shows up as a carry.
 //!
 //! Supervised tasks (`supervise`) have their attempts placed (`AttemptPlaced`): their fake
@@ -104,6 +104,8 @@ pub(crate) enum OutcomeKind {
     Cancelled,
     /// The protocol was incomplete.
     ProtocolError,
+    /// A rate limit (429) with a retry-after (issue 14).
+    RateLimited,
     // Issue 13: structured results.
     /// Completed with a validated structured result.
     CompletedStructured,
@@ -142,6 +144,12 @@ impl OutcomeKind {
             OutcomeKind::Cancelled => AttemptOutcome::failed(StopReason::Cancelled, "cancelled"),
             OutcomeKind::ProtocolError => {
                 AttemptOutcome::failed(StopReason::ProtocolError, "no final message")
+            }
+            OutcomeKind::RateLimited => {
+                let mut o = AttemptOutcome::failed(StopReason::Error, "429 try again in 2s");
+                o.rate_limited = true;
+                o.retry_after_ms = Some(2000);
+                o
             }
             OutcomeKind::CompletedStructured => {
                 AttemptOutcome::completed().judge_result(Ok(r#"{"answer":42}"#.into()))
@@ -248,6 +256,7 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
         any::<bool>(),
         prop::collection::vec(any::<bool>(), i),
         (0u32..=3, prop::bool::weighted(0.7)),
+        (prop::bool::weighted(0.5), 0u32..=1),
     )
         .prop_map(
             move |(
@@ -260,6 +269,7 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 rase,
                 needs,
                 (orphans, supervise),
+                (pooled, rate_limits),
             )| {
                 let mut t = TaskSpec::new(format!("t{i}"), "/work");
                 t.prompt = Some(format!("do task {i}"));
@@ -276,6 +286,10 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 t.retry_after_side_effects = rase;
                 t.max_orphans = orphans;
                 t.supervise = supervise;
+                // Issue 14: half the tasks share the pool `p`; one rate limit at most spares
+                // a retry (the usage bits hold 8 attempts per task).
+                t.pool = pooled.then(|| "p".to_owned());
+                t.max_rate_limits = rate_limits;
                 t.needs = needs
                     .iter()
                     .enumerate()
@@ -294,26 +308,42 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
         prop::option::weighted(0.2, 1u64..2000),
         prop::option::weighted(0.1, 1u64..500),
     );
-    (1..=MAX_TASKS, 1u32..=3, prop::bool::weighted(0.3), budget).prop_flat_map(
-        |(n, concurrency, ff, (tokens, cost, deadline_ms))| {
-            let tasks: Vec<_> = (0..n).map(task_strategy).collect();
-            tasks.prop_map(move |tasks| Batch {
-                tasks,
-                agents: AgentProfile::builtins(),
-                config: RunConfig {
-                    concurrency,
-                    fail_fast: ff,
-                    budget: sortie_core::RunBudget {
-                        max_tokens: tokens,
-                        max_cost_nanos: cost,
-                        deadline: deadline_ms.map(Duration::from_millis),
-                        ..sortie_core::RunBudget::default()
-                    },
-                },
-                source: "model.toml".into(),
-            })
-        },
+    let pools = (1u32..=2, any::<bool>());
+    (
+        1..=MAX_TASKS,
+        1u32..=3,
+        prop::bool::weighted(0.3),
+        budget,
+        pools,
     )
+        .prop_flat_map(
+            |(n, concurrency, ff, (tokens, cost, deadline_ms), (pool_size, adaptive))| {
+                let tasks: Vec<_> = (0..n).map(task_strategy).collect();
+                tasks.prop_map(move |tasks| Batch {
+                    tasks,
+                    agents: AgentProfile::builtins(),
+                    config: RunConfig {
+                        concurrency,
+                        fail_fast: ff,
+                        budget: sortie_core::RunBudget {
+                            max_tokens: tokens,
+                            max_cost_nanos: cost,
+                            deadline: deadline_ms.map(Duration::from_millis),
+                            ..sortie_core::RunBudget::default()
+                        },
+                        pools: [(
+                            "p".to_owned(),
+                            sortie_core::PoolSpec {
+                                concurrency: Some(pool_size),
+                                adaptive,
+                            },
+                        )]
+                        .into(),
+                    },
+                    source: "model.toml".into(),
+                })
+            },
+        )
 }
 
 fn outcome_kind() -> impl Strategy<Value = OutcomeKind> {
@@ -328,6 +358,7 @@ fn outcome_kind() -> impl Strategy<Value = OutcomeKind> {
         1 => Just(OutcomeKind::TimeoutRunning),
         1 => Just(OutcomeKind::Cancelled),
         1 => Just(OutcomeKind::ProtocolError),
+        2 => Just(OutcomeKind::RateLimited),
         1 => Just(OutcomeKind::CompletedStructured),
         1 => Just(OutcomeKind::PartialStructured),
     ]
@@ -648,6 +679,18 @@ impl<B: Backend> Driver<B> {
                             attempt,
                             usage,
                         });
+                        // #10: a placed attempt's checkpoint says how far its stdout was read.
+                        let read = self.st().and_then(|s| {
+                            let a = s.tasks[t.index()].live_attempt()?;
+                            Some(a.placed.as_ref()?.read)
+                        });
+                        if let Some(read) = read {
+                            self.emit(Event::AttemptRead {
+                                task: t,
+                                attempt,
+                                offset: read + 1 + u64::from(*inc),
+                            });
+                        }
                     }
                 }
             }
@@ -1155,7 +1198,7 @@ impl<B: Backend> Driver<B> {
             let wake = self
                 .planner
                 .as_ref()
-                .and_then(|p| p.next_wake(Timestamp(self.now)));
+                .and_then(|p| p.next_wake_of(st, Timestamp(self.now)));
             match wake {
                 Some(t) => self.now = self.now.max(t.0),
                 None => {

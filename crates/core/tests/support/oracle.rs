@@ -174,7 +174,8 @@ fn step(g: G, e: &Event) -> Option<G> {
             Attempt { .. },
             Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. },
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. },
         ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
@@ -237,7 +238,8 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. } => Some(*attempt),
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -252,20 +254,28 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
     let mut last: Vec<u32> = vec![0; batch.tasks.len()];
     let mut scheduled: Vec<Option<(Attempt, Option<String>)>> = vec![None; batch.tasks.len()];
     let mut orphans: Vec<u32> = vec![0; batch.tasks.len()];
+    // Issue 14: the rate-limited attempts, which spend `max_rate_limits` (when it is not 0).
+    let mut limited: Vec<u32> = vec![0; batch.tasks.len()];
     for e in events {
         let Some(task) = e.event.task() else { continue };
         let i = task.index();
         let spec = &batch.tasks[i];
         // The next attempt is within the policy when the attempts before it that were not
         // orphaned leave a retry, and the orphans are within their budget.
-        let o = orphans[i];
+        let (o, l) = (orphans[i], limited[i]);
         let within = |next: u32| {
-            let not_orphaned = next.saturating_sub(1 + o);
-            not_orphaned < spec.max_attempts() && o <= spec.max_orphans
+            let spent = next.saturating_sub(1 + o + l);
+            spent < spec.max_attempts() && o <= spec.max_orphans && l <= spec.max_rate_limits
         };
-        let max = spec.max_attempts() + o;
+        let max = spec.max_attempts() + o + l;
         if let Event::AttemptOrphaned { .. } = &e.event {
             orphans[i] += 1;
+        }
+        if let Event::AttemptFinished { outcome, .. } = &e.event
+            && outcome.rate_limited
+            && spec.max_rate_limits > 0
+        {
+            limited[i] += 1;
         }
         match &e.event {
             Event::AttemptLaunching { attempt, model, .. } => {
@@ -687,6 +697,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 offset: 0,
             });
             out.push(Event::AttemptRecorded { task, attempt: a });
+            out.push(Event::AttemptRead {
+                task,
+                attempt: a,
+                offset: 7,
+            });
             out.push(Event::RetryScheduled {
                 task,
                 next_attempt: a,

@@ -354,6 +354,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: 0,
             output_schema: None,
         })
     }
@@ -381,6 +383,7 @@ impl From<RunConfigV1> for RunConfig {
             concurrency: c.concurrency,
             fail_fast: c.fail_fast,
             budget: sortie_core::RunBudget::default(),
+            pools: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -462,6 +465,8 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             error: o.error,
             side_effects: o.side_effects,
             denials: vec![],
+            rate_limited: false,
+            retry_after_ms: None,
             result: None,
         }
     }

@@ -45,6 +45,9 @@ pub(crate) struct TaskExtV2 {
     system_prompt: Option<String>,
     thinking: Option<String>,
     transient_on: Vec<String>,
+    // Issue 14: shared rate limits.
+    pool: Option<String>,
+    max_rate_limits: u32,
     // Issue 13: structured results.
     output_schema: Option<String>,
 }
@@ -61,6 +64,8 @@ impl TaskExtV2 {
             system_prompt: t.system_prompt.clone(),
             thinking: t.thinking.clone(),
             transient_on: t.transient_on.clone(),
+            pool: t.pool.clone(),
+            max_rate_limits: t.max_rate_limits,
             output_schema: t.output_schema.clone(),
         }
     }
@@ -74,6 +79,8 @@ impl TaskExtV2 {
         t.system_prompt = self.system_prompt;
         t.thinking = self.thinking;
         t.transient_on = self.transient_on;
+        t.pool = self.pool;
+        t.max_rate_limits = self.max_rate_limits;
         t.output_schema = self.output_schema;
         Ok(())
     }
@@ -192,6 +199,8 @@ impl AgentExtV2 {
 pub(crate) struct RunConfigExtV2 {
     /// `RunConfig::budget` (issue 14).
     budget: Grow<RunBudgetV2>,
+    /// `RunConfig::pools` (issue 14).
+    pools: BTreeMap<String, Grow<PoolSpecV2>>,
 }
 
 impl RunConfigExtV2 {
@@ -203,6 +212,17 @@ impl RunConfigExtV2 {
                 deadline: c.budget.deadline.map(Into::into),
                 warn_percent: c.budget.warn_percent,
             }),
+            pools: c
+                .pools
+                .iter()
+                .map(|(k, p)| {
+                    let pool = PoolSpecV2 {
+                        concurrency: p.concurrency,
+                        adaptive: p.adaptive,
+                    };
+                    (k.clone(), Grow(pool))
+                })
+                .collect(),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
@@ -213,6 +233,17 @@ impl RunConfigExtV2 {
             deadline: b.deadline.map(TryInto::try_into).transpose()?,
             warn_percent: b.warn_percent,
         };
+        c.pools = self
+            .pools
+            .into_iter()
+            .map(|(k, Grow(p))| {
+                let pool = sortie_core::PoolSpec {
+                    concurrency: p.concurrency,
+                    adaptive: p.adaptive,
+                };
+                (k, pool)
+            })
+            .collect();
         Ok(())
     }
 }
@@ -234,6 +265,23 @@ impl Default for RunBudgetV2 {
             max_tokens: None,
             deadline: None,
             warn_percent: sortie_core::RunBudget::default().warn_percent,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::PoolSpec` (issue 14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PoolSpecV2 {
+    concurrency: Option<u32>,
+    adaptive: bool,
+}
+
+impl Default for PoolSpecV2 {
+    fn default() -> Self {
+        PoolSpecV2 {
+            concurrency: None,
+            adaptive: true,
         }
     }
 }
@@ -289,6 +337,9 @@ impl BatchExtV2 {
 pub(crate) struct OutcomeExtV2 {
     // Issue 13: the tool calls the agent's permissions denied.
     denials: Vec<DenialV2>,
+    // Issue 14: shared rate limits.
+    rate_limited: bool,
+    retry_after_ms: Option<u64>,
     // Issue 13: structured results.
     result: Option<String>,
 }
@@ -304,6 +355,8 @@ impl OutcomeExtV2 {
                     count: d.count,
                 })
                 .collect(),
+            rate_limited: o.rate_limited,
+            retry_after_ms: o.retry_after_ms,
             result: o.result.clone(),
         }
     }
@@ -316,6 +369,8 @@ impl OutcomeExtV2 {
                 count: d.count,
             })
             .collect();
+        o.rate_limited = self.rate_limited;
+        o.retry_after_ms = self.retry_after_ms;
         o.result = self.result;
         Ok(())
     }

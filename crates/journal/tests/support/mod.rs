@@ -65,6 +65,8 @@ pub(crate) fn batch(n: u32) -> Batch {
             system_prompt: None,
             thinking: None,
             transient_on: vec![],
+            pool: None,
+            max_rate_limits: 0,
             output_schema: None,
         })
         .collect();
@@ -321,6 +323,8 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 error: Some("attempt timed out".into()),
                 side_effects: false,
                 denials: vec![],
+                rate_limited: false,
+                retry_after_ms: None,
                 result: None,
             },
             usage: usage(7),
@@ -396,6 +400,15 @@ pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
             Event::AttemptSideEffects {
                 task: TaskId(0),
                 attempt: Attempt(1),
+            },
+        ),
+        (
+            // #10: how far t0's attempt 1's stdout was journaled (its checkpoint's offset).
+            6,
+            Event::AttemptRead {
+                task: TaskId(0),
+                attempt: Attempt(1),
+                offset: 512,
             },
         ),
         (

@@ -317,6 +317,8 @@ pub(crate) fn every_variant_v2() -> Vec<(Timestamp, Event)> {
                 error: Some("no output for 5m".into()),
                 side_effects: false,
                 denials: vec![],
+                rate_limited: false,
+                retry_after_ms: None,
                 result: None,
             },
             usage: reported(4),

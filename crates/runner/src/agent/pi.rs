@@ -189,8 +189,9 @@ fn session_plan(
         .and_then(|i| rec.attempts.get(i));
     let continued = previous
         .filter(|p| {
+            // An interrupted attempt, or one the provider's rate limit cut short (issue 14).
             p.outcome()
-                .is_some_and(|o| o.stop_reason == StopReason::Interrupted)
+                .is_some_and(|o| o.stop_reason == StopReason::Interrupted || o.rate_limited)
         })
         .and_then(|p| {
             p.continues

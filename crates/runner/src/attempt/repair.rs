@@ -285,6 +285,8 @@ async fn repair_run(
         watch,
         stop_task: None,
         activity: None,
+        offset: 0,
+        replaying: false,
         steer_repair: SteerRepair::Off,
     };
     let exit = driver

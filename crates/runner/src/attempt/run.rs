@@ -61,18 +61,11 @@ pub(super) async fn run(
             handle,
         });
     }
-    let started = match child.started().await {
-        Ok(s) => s,
-        Err(e) => {
-            let msg = e.to_string();
-            return (
-                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
-                Usage::ZERO,
-                msg,
-            );
-        }
-    };
     let _ = control.set(child.control());
+    let started = match until_started(&ctx, child.as_mut(), &mut stop_rx).await {
+        Ok(s) => s,
+        Err(ended) => return ended,
+    };
     // An adopted attempt whose start was journaled is not reported started again.
     if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) {
         let _ = tx.send(Msg::Started {
@@ -100,21 +93,24 @@ pub(super) async fn run(
     // from it, not from the adoption.
     let anchor = Anchor::now();
     // #11: a batch job's clocks (stall, attempt timeout) start when it runs, not while it
-    // waits in the cluster's queue; the deadline is a time of day and is not moved.
-    let queued = ctx.executor.kind() == crate::executor::slurm::SLURM && ctx.adopt.is_none();
+    // waits in the cluster's queue, launched or adopted: from its real start, which the
+    // scheduler tells (its run time so far); the deadline is a time of day and is not moved.
+    let batch = ctx.executor.kind() == crate::executor::slurm::SLURM;
+    let began = match child.ran_before() {
+        Some(ran) => anchor.instant.checked_sub(ran).unwrap_or(anchor.instant),
+        None if batch => anchor.instant,
+        None => anchor.instant_of_past(ctx.launched_at),
+    };
     let mut watch = Watch::new(
         ctx.limits.clone(),
-        if queued {
-            Instant::now()
-        } else {
-            anchor.instant_of_past(ctx.launched_at)
-        },
+        began,
         anchor,
         steerable,
         stdin.is_some(),
     );
     if let Some((seen, last_output)) = ctx.resumed {
-        watch.resume_from(anchor.instant_of_past(last_output), seen);
+        // Silence before the job's start (its stdout's mtime predates it) is queue time too.
+        watch.resume_from(anchor.instant_of_past(last_output).max(began), seen);
     }
     let mut driver = Driver {
         ctx: &ctx,
@@ -124,6 +120,8 @@ pub(super) async fn run(
         watch,
         stop_task: None,
         activity: None,
+        offset: 0,
+        replaying: ctx.read_until > 0,
         steer_repair: super::repair::SteerRepair::of(&ctx),
     };
     let exit = driver
@@ -133,6 +131,59 @@ pub(super) async fn run(
     let ended = driver.finish(child, reader, exit).await;
     // Issue 13: a structured result is checked, and repaired once where the agent can be.
     super::repair::structured(&ctx, ended, steered, tx, &mut stop_rx, &mut ctl_rx).await
+}
+
+/// Waits until the attempt runs (at once for a local one; a batch job may wait in the
+/// cluster's queue). A stop request (Ctrl-C, a cancel, the run's budget) or the task's deadline
+/// while it waits stops it through its executor (a queued job is cancelled, never left behind),
+/// and that is the attempt's end, unless it ended by itself first.
+async fn until_started(
+    ctx: &AttemptCtx,
+    child: &mut dyn Execution,
+    stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
+) -> Result<crate::executor::Started, Ended> {
+    let deadline = ctx.limits.deadline_at.map(|t| Anchor::now().instant_of(t));
+    let mut open = true;
+    let req = loop {
+        tokio::select! {
+            started = child.started() => {
+                return started.map_err(|e| {
+                    let msg = e.to_string();
+                    (AttemptOutcome::failed(StopReason::SpawnError, msg.clone()), Usage::ZERO, msg)
+                });
+            }
+            req = stop_rx.recv(), if open => match req {
+                Some(req) => break req,
+                None => open = false,
+            },
+            () = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => break StopRequest {
+                reason: StopReason::Timeout,
+                phase: Some(sortie_core::Phase::Queued),
+                message: "deadline exceeded while waiting in the cluster's queue".into(),
+            },
+        }
+    };
+    let stopper = child.control();
+    stopper.stop(req.reason, ctx.kill_grace).await;
+    if stopper.sent_reason().is_none() {
+        // It ran (and ended) before the stop reached it: its own end stands.
+        return child.started().await.map_err(|e| {
+            let msg = e.to_string();
+            (
+                AttemptOutcome::failed(StopReason::SpawnError, msg.clone()),
+                Usage::ZERO,
+                msg,
+            )
+        });
+    }
+    let mut outcome = AttemptOutcome::failed(req.reason, req.message.clone());
+    outcome.phase = req.phase;
+    Err((outcome, Usage::ZERO, req.message))
 }
 
 /// Prepares the home and the session directory, then launches the attempt through its
@@ -266,6 +317,11 @@ pub(super) struct Driver<'a> {
     pub(super) stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
     pub(super) activity: Option<String>,
+    /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
+    pub(super) offset: u64,
+    /// #10: while an adopted attempt's lines before the journaled offset are read again: they
+    /// rebuild the reader's state and are not reported (the journal has what they said).
+    pub(super) replaying: bool,
     /// Issue 13: the repair request of a structured result, for an agent steered over stdin.
     pub(super) steer_repair: super::repair::SteerRepair,
 }
@@ -303,6 +359,13 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    if self.replaying {
+                        if child.stdout_offset() <= self.ctx.read_until {
+                            continue;
+                        }
+                        self.replaying = false;
+                    }
+                    self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
@@ -395,6 +458,15 @@ impl Driver<'_> {
                         attempt,
                         usage,
                     });
+                    // #10: how far the stream was read for it: adoption reads on from there.
+                    if self.ctx.executor.kind() == crate::executor::SUPERVISED {
+                        let offset = self.offset;
+                        let _ = self.tx.send(Msg::Read {
+                            task,
+                            attempt,
+                            offset,
+                        });
+                    }
                 }
                 Decision::Stalled => {
                     let _ = self.tx.send(Msg::Stalled { task, attempt });
@@ -448,17 +520,31 @@ impl Driver<'_> {
         keep_stderr(&self.ctx.stderr_log, &stderr);
         drop(self.stdin);
         let finished = reader.finish(exit, &stderr);
-        let finished = self.watch.conclude(finished, self.stopper.sent_reason());
+        let sent = self.stopper.sent_reason();
+        let mut finished = self.watch.conclude(finished, sent);
+        // #11: an end the executor caused (Slurm's time limit, a lost node, out of memory, a
+        // cancel from outside) is the outcome, with the output and usage read so far.
+        if sent.is_none()
+            && let Some(mut outcome) = child.executor_end()
+        {
+            outcome.side_effects = finished.outcome.side_effects;
+            if !finished.has_output {
+                finished.output = outcome.error.clone().unwrap_or_default();
+            }
+            finished.outcome = outcome;
+        }
         if let Exit::Signal(_) = exit {
             let (task, attempt) = (self.ctx.task, self.ctx.attempt);
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
         let mut outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
+        let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
+        let text = format!("{stderr}\n{tail}");
         if !self.ctx.transient_on.is_empty() {
-            let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
-            let text = format!("{stderr}\n{tail}");
             outcome = outcome.transient_on(&self.ctx.transient_on, &text);
         }
+        // Issue 14: a transient failure that is the provider's rate limit (its pool backs off).
+        sortie_protocol::mark_rate_limit(&mut outcome, &text);
         (outcome, finished.usage, finished.output)
     }
 }

@@ -1,5 +1,7 @@
 //! The direct executor: the attempt is a child of sortie in its own process group, its output
-//! read from pipes (`process::spawn`). It dies with sortie: after a crash it is never found
+//! read from pipes (`process::spawn_transcribed`) and written by sortie to the attempt dir's
+//! `stdout` and `stderr` (the transcript, under the same cap as a supervised attempt's), its
+//! exit to `exit` once they are complete. It dies with sortie: after a crash it is never found
 //! alive ([`Presence::Gone`]); resume kills what is left of it by its marker.
 
 use std::io;
@@ -25,13 +27,14 @@ impl Executor for Direct {
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
-            let child = if req.piped_stdin {
-                process::spawn_piped(&req.spawn).await?
-            } else if let Some(file) = &req.stdin_file {
-                process::spawn_stdin_file(&req.spawn, file).await?
-            } else {
-                process::spawn(&req.spawn).await?
-            };
+            // Sortie writes what it reads: the same transcript files as a supervised attempt.
+            let child = process::spawn_transcribed(
+                &req.spawn,
+                req.piped_stdin,
+                req.stdin_file.as_deref(),
+                &req.placement.dir,
+            )
+            .await?;
             Ok(Box::new(DirectExecution { child }) as Box<dyn Execution>)
         })
     }

@@ -189,7 +189,9 @@ pub trait Execution: Send {
     /// The end of its stderr so far (complete once [`Execution::wait`] returned).
     fn stderr_tail(&self) -> String;
 
-    /// How many bytes of stdout were read so far (the offset in the transcript).
+    /// How far stdout was read: for an executor that follows files, the offset in the
+    /// transcript just after the last line [`Execution::next_line`] gave (what `AttemptRead`
+    /// journals); for pipes, the bytes read so far.
     fn stdout_offset(&self) -> u64;
 
     /// The handle that stops and signals it.
@@ -197,6 +199,22 @@ pub trait Execution: Send {
 
     /// The write end of its stdin, for an agent driven over stdin (once).
     fn take_stdin(&mut self) -> Option<Stdin>;
+
+    /// #11: how long the attempt had already run when [`Execution::started`] resolved, when
+    /// the executor knows it (a batch job's run time, from the scheduler): its stall and
+    /// attempt clocks count from its real start, never from its submission or its adoption
+    /// (queue time is not run time). `None`: from the launch.
+    fn ran_before(&self) -> Option<Duration> {
+        None
+    }
+
+    /// #11: once [`Execution::wait`] returned, an end the executor itself caused, as the
+    /// attempt's outcome (a scheduler's time limit, a lost node, out of memory, a cancel from
+    /// outside): it stands instead of the reader's reading of the exit, unless sortie stopped
+    /// the attempt itself. `None` for an attempt that ended by itself.
+    fn executor_end(&self) -> Option<sortie_core::AttemptOutcome> {
+        None
+    }
 }
 
 /// What an executor may be asked to adopt: an attempt found again after a crash.

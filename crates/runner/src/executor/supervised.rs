@@ -51,7 +51,7 @@ impl Executor for Supervised {
             let stdin = req.stdin_file.as_deref();
             let child =
                 process::spawn_supervised(&self.supervisor, &req.spawn, &dir, stdin).await?;
-            let followed = Followed::new(&dir, child.started, Some(child.process));
+            let followed = Followed::new(&dir, 0, child.started, Some(child.process));
             Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
         })
     }
@@ -77,7 +77,7 @@ impl Executor for Supervised {
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
                 });
             };
-            let followed = Followed::new(&dir, started, None);
+            let followed = Followed::new(&dir, 0, started, None);
             Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
         })
     }
@@ -116,7 +116,8 @@ impl Execution for SupervisedExecution {
     }
 
     fn stdout_offset(&self) -> u64 {
-        self.followed.stdout_bytes()
+        // At a line's end: what the journal may record as read (`AttemptRead`).
+        self.followed.line_end()
     }
 
     fn control(&self) -> Arc<dyn Control> {

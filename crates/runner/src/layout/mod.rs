@@ -218,6 +218,11 @@ impl RunDir {
         self.path.join("attempts")
     }
 
+    /// Where the prompt files are (see [`RunDir::prompt_file`]).
+    pub fn prompts(&self) -> PathBuf {
+        self.path.join("prompts")
+    }
+
     /// A kept worktree's patch, by its safe name.
     pub fn patch(&self, name: &str) -> PathBuf {
         self.path.join("patches").join(format!("{name}.patch"))

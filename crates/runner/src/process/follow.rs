@@ -1,11 +1,13 @@
 //! Following a supervised attempt from its files (see `supervise`): its stdout as bounded
-//! lines, read from the start of the file as it grows, its exit from the exit file once the
+//! lines, read from the start of the file (or, adopted, from the journaled offset) as it
+//! grows, across the transcript's cut, its exit from the exit file once the
 //! supervisor recorded it, and a [`Stopper`] over its process group (behind the pid-reuse
 //! guard). The same follower serves an attempt this process launched (it waits on the
 //! supervisor, its child) and one adopted after a crash (it polls the files and `/proc`).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,7 @@ use super::child::Stopper;
 use super::lines::{LINE_QUEUE, LineSplitter, TailBuffer};
 use super::procfs::is_running;
 use super::supervise::{DirPresence, STDERR_FILE, STDOUT_FILE, StartedFile, presence, read_exit};
+use super::transcript::{Kept, KeptReader};
 use super::{ExitSlot, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES, WaitError, pid_of};
 
 /// How often a growing stdout file is read while the attempt runs.
@@ -34,16 +37,20 @@ pub struct Followed {
     pub started: StartedFile,
     dir: PathBuf,
     stopper: Stopper,
-    lines: mpsc::Receiver<Line>,
+    lines: mpsc::Receiver<(Line, u64)>,
     exit: watch::Receiver<ExitSlot>,
     stdout_bytes: Arc<AtomicU64>,
+    /// The end of the last line delivered (a line's end in the stdout file).
+    line_end: u64,
 }
 
 impl Followed {
-    /// Follows the attempt in `dir`; `supervisor` is the supervisor process when this process
-    /// started it (its end is then seen at once), None for an adopted attempt.
+    /// Follows the attempt in `dir`, its stdout from byte `from`; `supervisor` is the
+    /// supervisor process when this process started it (its end is then seen at once), None
+    /// for an adopted attempt.
     pub fn new(
         dir: &Path,
+        from: u64,
         started: StartedFile,
         supervisor: Option<tokio::process::Child>,
     ) -> Followed {
@@ -54,6 +61,7 @@ impl Followed {
         let stdout_bytes = Arc::new(AtomicU64::new(0));
         tokio::spawn(follow_stdout(
             dir.join(STDOUT_FILE),
+            from,
             line_tx,
             Arc::clone(&stdout_bytes),
             exit_rx.clone(),
@@ -65,12 +73,21 @@ impl Followed {
             lines,
             exit: exit_rx,
             stdout_bytes,
+            line_end: from,
         }
     }
 
     /// The next stdout line; None once the attempt ended and its file was read to its end.
     pub async fn next_line(&mut self) -> Option<Line> {
-        self.lines.recv().await
+        let (line, end) = self.lines.recv().await?;
+        self.line_end = end;
+        Some(line)
+    }
+
+    /// The offset just after the last line [`Followed::next_line`] gave (at a line's end:
+    /// where an adopted attempt's reader may read on from).
+    pub fn line_end(&self) -> u64 {
+        self.line_end
     }
 
     /// Waits for the attempt's end.
@@ -160,33 +177,44 @@ async fn watch_exit(
     tx.send_replace(Some(result));
 }
 
-/// Reads the stdout file from its start as it grows, until the attempt ended and the file is
-/// read to its end.
+/// Reads the stdout file from byte `from` as it grows, jumping over its cut (the transcript's
+/// cap: `transcript`), until the attempt ended and the file is read to its end. `bytes` is the
+/// offset reached.
 async fn follow_stdout(
     path: PathBuf,
-    tx: mpsc::Sender<Line>,
+    from: u64,
+    tx: mpsc::Sender<(Line, u64)>,
     bytes: Arc<AtomicU64>,
     mut exit: watch::Receiver<ExitSlot>,
 ) {
-    let mut file = None;
+    let mut reader = KeptReader::new(&path, from);
     let mut buf = vec![0u8; READ_CHUNK];
     let mut splitter = LineSplitter::new(MAX_LINE_BYTES);
+    if from > 0 {
+        // Read on from a line's start (the journaled offset of an adopted attempt is one).
+        bytes.store(from, Ordering::Relaxed);
+    }
     let mut ready = Vec::new();
     loop {
         let ended = exit.borrow().is_some();
-        if file.is_none() {
-            file = File::open(&path).ok();
-        }
-        let n = file.as_mut().map_or(0, |f| f.read(&mut buf).unwrap_or(0));
-        if n > 0 {
-            bytes.fetch_add(n as u64, Ordering::Relaxed);
-            splitter.push(&buf[..n], &mut ready);
-            for line in ready.drain(..) {
-                if tx.send(line).await.is_err() {
-                    return;
+        let base = reader.offset();
+        match reader.read(&mut buf).unwrap_or(Kept::Idle) {
+            Kept::Bytes(n) => {
+                splitter.push_at(&buf[..n], base, &mut ready);
+                bytes.store(reader.offset(), Ordering::Relaxed);
+                for line in ready.drain(..) {
+                    if tx.send(line).await.is_err() {
+                        return;
+                    }
                 }
+                continue;
             }
-            continue;
+            Kept::Cut(_) => {
+                splitter.cut();
+                bytes.store(reader.offset(), Ordering::Relaxed);
+                continue;
+            }
+            Kept::Idle => {}
         }
         if ended {
             break;
@@ -197,7 +225,7 @@ async fn follow_stdout(
         }
     }
     if let Some(line) = splitter.finish() {
-        let _ = tx.send(line).await;
+        let _ = tx.send((line, reader.offset())).await;
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::transcript::Trimmer;
 use super::{DRAIN_AFTER_EXIT, ExitSlot, MAX_LINE_BYTES, lock};
 
 /// Lines buffered between the stdout reader and the caller; beyond that the child blocks on
@@ -60,11 +61,14 @@ async fn read_some<R: AsyncRead + Unpin>(
     }
 }
 
+/// Reads a child's stdout into lines for `tx`, writing what it reads to `transcript` too (a
+/// direct attempt's transcript file: sortie writes what it reads).
 pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
     mut src: R,
     tx: mpsc::Sender<Line>,
     bytes: Arc<AtomicU64>,
     mut exit: watch::Receiver<ExitSlot>,
+    mut transcript: Option<Trimmer>,
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut splitter = LineSplitter::new(MAX_LINE_BYTES);
@@ -78,12 +82,16 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
             break;
         }
         bytes.fetch_add(n as u64, Ordering::Relaxed);
+        keep(&mut transcript, &buf[..n]);
         splitter.push(&buf[..n], &mut ready);
         for line in ready.drain(..) {
             if listening && tx.send(line).await.is_err() {
                 listening = false;
             }
         }
+    }
+    if let Some(t) = transcript.as_mut() {
+        let _ = t.check(true);
     }
     if let Some(line) = splitter.finish()
         && listening
@@ -92,10 +100,12 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
     }
 }
 
+/// Reads a child's stderr into its tail, writing what it reads to `transcript` too.
 pub(super) async fn read_stderr<R: AsyncRead + Unpin>(
     mut src: R,
     tail: Arc<Mutex<TailBuffer>>,
     mut exit: watch::Receiver<ExitSlot>,
+    mut transcript: Option<Trimmer>,
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut deadline = None;
@@ -104,7 +114,22 @@ pub(super) async fn read_stderr<R: AsyncRead + Unpin>(
         if n == 0 {
             break;
         }
+        keep(&mut transcript, &buf[..n]);
         lock(&tail).push(&buf[..n]);
+    }
+    if let Some(t) = transcript.as_mut() {
+        let _ = t.check(true);
+    }
+}
+
+/// Writes to a transcript; one that cannot be written is given up (the attempt goes on: the
+/// protocol reader has the lines).
+fn keep(transcript: &mut Option<Trimmer>, bytes: &[u8]) {
+    if let Some(t) = transcript
+        && let Err(e) = t.write(bytes)
+    {
+        tracing::warn!("cannot write a transcript: {e}; it stops here");
+        *transcript = None;
     }
 }
 
@@ -156,6 +181,29 @@ impl LineSplitter {
             out.push(line(std::mem::take(&mut self.current), true));
             self.skipping = true;
         }
+    }
+
+    /// Like [`LineSplitter::push`], with each line's end: the stream offset just after its
+    /// newline (`base` is the offset of the chunk's first byte; a line cut at the limit ends
+    /// at its newline, or at the chunk's end while its rest is still to come).
+    pub(super) fn push_at(&mut self, chunk: &[u8], base: u64, out: &mut Vec<(Line, u64)>) {
+        let mut lines = Vec::new();
+        let mut at = 0;
+        while let Some(i) = chunk[at..].iter().position(|&b| b == b'\n') {
+            self.push(&chunk[at..=at + i], &mut lines);
+            at += i + 1;
+            out.extend(lines.drain(..).map(|l| (l, base + at as u64)));
+        }
+        self.push(&chunk[at..], &mut lines);
+        let end = base + chunk.len() as u64;
+        out.extend(lines.drain(..).map(|l| (l, end)));
+    }
+
+    /// The stream jumps over a cut (a transcript's): the partial line goes, and so does the
+    /// rest of the line after the cut.
+    pub(super) fn cut(&mut self) {
+        self.current.clear();
+        self.skipping = true;
     }
 
     /// The last line when the stream ended without a newline.
@@ -263,6 +311,16 @@ mod tests {
         );
         // Exactly the limit is not a cut.
         assert_eq!(texts(&split(&[b"abcd\n"], 4)), [("abcd", false)]);
+    }
+
+    #[test]
+    fn splitter_gives_each_line_its_end_offset() {
+        let mut s = LineSplitter::new(4);
+        let mut out = Vec::new();
+        s.push_at(b"ab\ncdefgh\nx", 100, &mut out);
+        s.push_at(b"y\n", 111, &mut out);
+        let got: Vec<(&str, u64)> = out.iter().map(|(l, e)| (l.text.as_str(), *e)).collect();
+        assert_eq!(got, [("ab", 103), ("cdef", 110), ("xy", 113)]);
     }
 
     #[test]

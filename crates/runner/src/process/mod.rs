@@ -29,7 +29,8 @@
 //! (its monitor, `waitid` with `WNOWAIT`, and the [`Stopper`]: TERM, grace, KILL behind the
 //! pid-reuse guard); `lines.rs` reads its output (bounded lines, stderr tail); `procfs.rs`
 //! reads `/proc` (stat, environ, [`find_marked`]); `orphan.rs` kills what a crashed run left;
-//! `tool.rs` runs short-lived tools ([`run_tool`], for git).
+//! `tool.rs` runs short-lived tools ([`run_tool`], for git); `transcript.rs` keeps an
+//! attempt's output files under their cap and reads them back across the cut.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -51,6 +52,8 @@ mod procfs;
 mod spawn;
 mod supervise;
 mod tool;
+// #10: transcripts kept under a cap
+mod transcript;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
@@ -61,13 +64,18 @@ pub use lines::Line;
 pub use marker::{MARKER, kill_marked, marker};
 pub use orphan::{KillResult, kill_group_if_same, signal_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
-pub use spawn::{SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file};
+pub use spawn::{
+    SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file, spawn_transcribed,
+};
 pub use supervise::{
     DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, SUPERVISE_ARG,
     SUPERVISOR_MARKER, StartedFile, SupervisorChild, presence, read_exit, read_started,
     spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
+pub use transcript::{
+    CAP_VAR, Cap, Cut, DEFAULT_CAP, Kept, KeptReader, WholeLines, cut_file, read_cut,
+};
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.
 pub const MAX_LINE_BYTES: usize = sortie_protocol::LINE_LIMIT_BYTES;

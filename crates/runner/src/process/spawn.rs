@@ -16,6 +16,8 @@ use super::STDERR_TAIL_BYTES;
 use super::child::{Child, Shared, Stopper, monitor};
 use super::lines::{LINE_QUEUE, TailBuffer, read_stderr, read_stdout};
 use super::procfs::process_start_time;
+use super::supervise::{STDERR_FILE, STDOUT_FILE};
+use super::transcript::{Cap, Trimmer};
 /// What to start.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SpawnSpec {
@@ -123,29 +125,51 @@ impl SpawnError {
 ///
 /// Must be called within a tokio runtime: the child's monitor and output readers are tasks.
 pub async fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
-    spawn_child(spec, StdinFrom::Null).await
+    spawn_child(spec, StdinFrom::Null, None).await
 }
 
 /// Like [`spawn`], but the child's stdin is a pipe: [`Child::take_stdin`] gives the handle
 /// that writes to it, and dropping that handle closes it (EOF). For agents driven by commands
 /// on stdin (pi's RPC mode).
 pub async fn spawn_piped(spec: &SpawnSpec) -> Result<Child, SpawnError> {
-    spawn_child(spec, StdinFrom::Piped).await
+    spawn_child(spec, StdinFrom::Piped, None).await
 }
 
 /// Like [`spawn`], but the child reads its stdin from the file at `stdin`: how an agent gets a
 /// prompt of any size (no argv limit, no pipe to keep fed). A file that cannot be opened is a
 /// [`SpawnError::Io`].
 pub async fn spawn_stdin_file(spec: &SpawnSpec, stdin: &Path) -> Result<Child, SpawnError> {
+    spawn_child(spec, StdinFrom::File(open_stdin(spec, stdin)?), None).await
+}
+
+fn open_stdin(spec: &SpawnSpec, stdin: &Path) -> Result<std::fs::File, SpawnError> {
     let program = spec.argv.first().cloned().unwrap_or_default();
-    let file = std::fs::File::open(stdin).map_err(|error| SpawnError::Io {
+    std::fs::File::open(stdin).map_err(|error| SpawnError::Io {
         program,
         error: io::Error::new(
             error.kind(),
             format!("cannot open its stdin {}: {error}", stdin.display()),
         ),
-    })?;
-    spawn_child(spec, StdinFrom::File(file)).await
+    })
+}
+
+/// Like [`spawn`] (stdin a pipe when `piped`, else the file `stdin_file`, else `/dev/null`),
+/// and what is read from the child's stdout and stderr is written to the attempt dir `dir`'s
+/// `stdout` and `stderr` files too, under the transcript cap (see `transcript`), then its exit
+/// to `exit` once both are complete: a direct attempt keeps the same transcript as a
+/// supervised one.
+pub async fn spawn_transcribed(
+    spec: &SpawnSpec,
+    piped: bool,
+    stdin_file: Option<&Path>,
+    dir: &Path,
+) -> Result<Child, SpawnError> {
+    let stdin = match (piped, stdin_file) {
+        (true, _) => StdinFrom::Piped,
+        (false, Some(file)) => StdinFrom::File(open_stdin(spec, file)?),
+        (false, None) => StdinFrom::Null,
+    };
+    spawn_child(spec, stdin, Some(dir)).await
 }
 
 /// Where a child's stdin comes from.
@@ -156,11 +180,31 @@ enum StdinFrom {
 }
 
 #[allow(clippy::disallowed_methods, reason = "the one spawn function")]
-async fn spawn_child(spec: &SpawnSpec, stdin: StdinFrom) -> Result<Child, SpawnError> {
+async fn spawn_child(
+    spec: &SpawnSpec,
+    stdin: StdinFrom,
+    transcript: Option<&Path>,
+) -> Result<Child, SpawnError> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
     };
     check_cwd(program, &spec.cwd)?;
+    let (out_file, err_file) = match transcript {
+        Some(dir) => {
+            let cap = Cap::from_env();
+            let open = |name| {
+                Trimmer::create(&dir.join(name), cap).map_err(|error| SpawnError::Io {
+                    program: program.clone(),
+                    error: io::Error::new(
+                        error.kind(),
+                        format!("cannot create its transcript in {}: {error}", dir.display()),
+                    ),
+                })
+            };
+            (Some(open(STDOUT_FILE)?), Some(open(STDERR_FILE)?))
+        }
+        None => (None, None),
+    };
 
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&spec.argv[1..])
@@ -221,18 +265,31 @@ async fn spawn_child(spec: &SpawnSpec, stdin: StdinFrom) -> Result<Child, SpawnE
     let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);
     let stdout_bytes = Arc::new(AtomicU64::new(0));
     let stderr = Arc::new(Mutex::new(TailBuffer::new(STDERR_TAIL_BYTES)));
-    if let Some(out) = child.stdout.take() {
+    let stdout_task = child.stdout.take().map(|out| {
         tokio::spawn(read_stdout(
             out,
             line_tx,
             Arc::clone(&stdout_bytes),
             exit_rx.clone(),
+            out_file,
+        ))
+    });
+    let (err_done, err_done_rx) = tokio::sync::oneshot::channel::<()>();
+    let stderr_task = child.stderr.take().map(|err| {
+        let (tail, exit) = (Arc::clone(&stderr), exit_rx.clone());
+        tokio::spawn(async move {
+            read_stderr(err, tail, exit, err_file).await;
+            let _ = err_done.send(());
+        })
+    });
+    if let Some(dir) = transcript {
+        tokio::spawn(record_exit(
+            dir.to_path_buf(),
+            stdout_task,
+            err_done_rx,
+            exit_rx.clone(),
         ));
     }
-    let stderr_task = child
-        .stderr
-        .take()
-        .map(|err| tokio::spawn(read_stderr(err, Arc::clone(&stderr), exit_rx.clone())));
     let stdin = child.stdin.take().map(|inner| Stdin { inner });
     tokio::spawn(monitor(child, Arc::clone(&shared), sigchld, exit_tx));
 
@@ -247,6 +304,25 @@ async fn spawn_child(spec: &SpawnSpec, stdin: StdinFrom) -> Result<Child, SpawnE
         stdout_bytes,
         stdin,
     })
+}
+
+/// Writes a direct attempt's `exit` file once its transcript is complete and its leader reaped.
+async fn record_exit(
+    dir: PathBuf,
+    stdout: Option<tokio::task::JoinHandle<()>>,
+    stderr: tokio::sync::oneshot::Receiver<()>,
+    mut exit: watch::Receiver<super::ExitSlot>,
+) {
+    if let Some(t) = stdout {
+        let _ = t.await;
+    }
+    let _ = stderr.await;
+    let Ok(slot) = exit.wait_for(Option::is_some).await else {
+        return;
+    };
+    if let Some(Ok(status)) = slot.clone() {
+        let _ = super::transcript::write_exit(&dir, status);
+    }
 }
 
 /// Checked before a spawn: a missing cwd fails exec with the same ENOENT as a missing program.

@@ -287,6 +287,9 @@ pub fn supervise_main(args: &[String]) -> i32 {
     // Not fsynced: a reboot that loses it loses the processes too.
     let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes(), false);
     say(&format!("started {}", started.text().trim()));
+    // #10: the transcript's cap, kept by a thread beside the wait.
+    let files = [dir.join(STDOUT_FILE), dir.join(STDERR_FILE)];
+    let keeper = super::transcript::Keeper::start(&files, super::transcript::Cap::from_env());
     let exit = wait_leader(started.pid);
     // The leader is an unreaped zombie: its group id is still its own.
     let _ = killpg(pid_of(started.pid), Signal::SIGKILL);
@@ -300,6 +303,9 @@ pub fn supervise_main(args: &[String]) -> i32 {
         (None, Err(_)) => Exit::Code(-1),
     };
     reap_descendants(me);
+    if let Some(k) = keeper {
+        k.finish();
+    }
     let text = match exit {
         Exit::Code(c) => format!("code {c}\n"),
         Exit::Signal(s) => format!("signal {s}\n"),

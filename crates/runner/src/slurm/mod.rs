@@ -22,8 +22,9 @@ use sortie_core::{Attempt, RunId, SlurmOptions, TaskId};
 mod status;
 
 pub use status::{
-    Accounting, JobEnd, JobState, JobStatus, PollPace, decode_wait_status, job_end, parse_sacct,
-    parse_scontrol, parse_squeue, sacct_args, sacct_disabled, scontrol_args, squeue_args,
+    Accounting, JobEnd, JobState, JobStatus, Lookup, PollPace, decode_wait_status, job_end,
+    parse_elapsed, parse_sacct, parse_scontrol, parse_squeue, sacct_args, sacct_disabled,
+    scontrol_args, squeue_args,
 };
 
 /// The prefix of every job name sortie gives.

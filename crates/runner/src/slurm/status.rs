@@ -79,18 +79,22 @@ pub struct JobStatus {
     pub reason: Option<String>,
     /// How its script ended, when it ended and the query says.
     pub exit: Option<Exit>,
+    /// How long it has run (or ran), to the second, when the query says: `squeue`'s
+    /// `TimeUsed`, `sacct`'s `Elapsed`, `scontrol`'s `RunTime`. A job's clocks count from its
+    /// real start (now minus this), never from its submission: queue time is not run time.
+    pub ran: Option<Duration>,
 }
 
 /// `squeue`'s argv for every job of `names`, pending, running or recently ended (`-t all`: a
 /// job stays listed `MinJobAge` after its end). Unknown names print nothing and exit 0. One
-/// line per job: `id|name|state|reason|wait status|`.
+/// line per job: `id|name|state|reason|wait status|time used|`.
 pub fn squeue_args(names: &[String]) -> Vec<String> {
     vec![
         "squeue".to_owned(),
         "--noheader".to_owned(),
         "--states=all".to_owned(),
         format!("--name={}", names.join(",")),
-        "--Format=JobID:|,Name:|,State:|,Reason:|,exit_code:|".to_owned(),
+        "--Format=JobID:|,Name:|,State:|,Reason:|,exit_code:|,TimeUsed:|".to_owned(),
     ]
 }
 
@@ -99,7 +103,7 @@ pub fn parse_squeue(out: &str) -> Vec<JobStatus> {
     out.lines()
         .filter_map(|line| {
             let f: Vec<&str> = line.trim().split('|').map(str::trim).collect();
-            let [id, name, state, reason, status, ..] = f[..] else {
+            let [id, name, state, reason, status, ref rest @ ..] = f[..] else {
                 return None;
             };
             let state = JobState::parse(state);
@@ -110,12 +114,46 @@ pub fn parse_squeue(out: &str) -> Vec<JobStatus> {
             Some(JobStatus {
                 id: JobId(id.parse().ok()?),
                 name: name.to_owned(),
+                ran: ran_of(&state, rest.first().copied()),
                 state,
                 reason: known(reason),
                 exit,
             })
         })
         .collect()
+}
+
+/// How long a job ran, from a query's time field, unless it has not started (a pending job's
+/// `0:00` says nothing of when it will).
+fn ran_of(state: &JobState, field: Option<&str>) -> Option<Duration> {
+    if *state == JobState::Pending {
+        return None;
+    }
+    parse_elapsed(field?)
+}
+
+/// Slurm's elapsed time: `SS`, `M:SS`, `MM:SS`, `H:MM:SS` or `D-HH:MM:SS` (`squeue`'s
+/// `TimeUsed` drops leading zero fields, `sacct` and `scontrol` print `HH:MM:SS`).
+pub fn parse_elapsed(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (days, clock) = match s.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, s),
+    };
+    let parts: Vec<u64> = clock
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let (h, m, sec) = match parts[..] {
+        [sec] => (0, 0, sec),
+        [m, sec] => (0, m, sec),
+        [h, m, sec] => (h, m, sec),
+        _ => return None,
+    };
+    if m >= 60 || sec >= 60 {
+        return None;
+    }
+    Some(Duration::from_secs(((days * 24 + h) * 60 + m) * 60 + sec))
 }
 
 /// A wait status as `squeue`'s `exit_code` prints it (`1792` for exit 7, `9` for SIGKILL).
@@ -137,14 +175,14 @@ pub enum Accounting<'a> {
     Names(&'a [String], &'a str),
 }
 
-/// `sacct`'s argv: allocations only, parsable, no header; `id|name|state|code:signal`.
+/// `sacct`'s argv: allocations only, parsable, no header; `id|name|state|code:signal|elapsed`.
 pub fn sacct_args(which: Accounting<'_>) -> Vec<String> {
     let mut args = vec![
         "sacct".to_owned(),
         "--allocations".to_owned(),
         "--parsable2".to_owned(),
         "--noheader".to_owned(),
-        "--format=JobID,JobName,State,ExitCode".to_owned(),
+        "--format=JobID,JobName,State,ExitCode,Elapsed".to_owned(),
     ];
     match which {
         Accounting::Ids(ids) => {
@@ -165,13 +203,46 @@ pub fn sacct_disabled(stderr: &str) -> bool {
     stderr.contains("accounting storage is disabled")
 }
 
+/// Where a run asks about the jobs `squeue` no longer lists, decided at run time by the first
+/// `sacct` that answers: a cluster with accounting keeps asking `sacct` (one query for all
+/// such jobs); one without it (`sacct` exits 1, "accounting storage is disabled") asks
+/// `scontrol show job` instead, which knows a job until `MinJobAge` after its end, and stops
+/// calling `sacct` at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Not decided yet: ask `sacct`, and decide from how it answers.
+    Undecided,
+    /// The cluster keeps accounting: `sacct`.
+    Sacct,
+    /// It keeps none: `scontrol`.
+    Scontrol,
+}
+
+impl Lookup {
+    /// The lookup after an `sacct` call that exited `success` with `stderr`. Only the answer
+    /// "accounting storage is disabled" turns it to `scontrol`; any other failure (slurmdbd
+    /// away for a moment, a timeout) decides nothing, and a success decides `sacct` for good.
+    pub fn after_sacct(self, success: bool, stderr: &str) -> Lookup {
+        match self {
+            Lookup::Undecided if success => Lookup::Sacct,
+            Lookup::Undecided if sacct_disabled(stderr) => Lookup::Scontrol,
+            other => other,
+        }
+    }
+
+    /// Whether this lookup asks `sacct` (undecided or decided so).
+    pub fn asks_sacct(self) -> bool {
+        self != Lookup::Scontrol
+    }
+}
+
 /// Parses [`sacct_args`]'s output. Rows named `allocation` (sacct's placeholder right after a
 /// start or an end) and job steps are skipped; so is any row that does not parse.
 pub fn parse_sacct(out: &str) -> Vec<JobStatus> {
     out.lines()
         .filter_map(|line| {
             let f: Vec<&str> = line.trim().split('|').collect();
-            let [id, name, state, code, ..] = f[..] else {
+            let [id, name, state, code, ref rest @ ..] = f[..] else {
                 return None;
             };
             if name == "allocation" || id.contains('.') {
@@ -187,6 +258,7 @@ pub fn parse_sacct(out: &str) -> Vec<JobStatus> {
                 id: JobId(id.parse().ok()?),
                 name: name.to_owned(),
                 reason: None,
+                ran: ran_of(&state, rest.first().copied()),
                 state,
                 exit,
             })
@@ -216,11 +288,22 @@ pub fn scontrol_args(job: JobId) -> Vec<String> {
     ]
 }
 
-/// Parses `scontrol show job` output: one job per line with `--oneliner`, or blocks separated
-/// by blank lines without it.
+/// Parses `scontrol show job` output: one job per line with `--oneliner`, or blocks of lines
+/// without it (several jobs when asked for all).
 pub fn parse_scontrol(out: &str) -> Vec<JobStatus> {
+    // A record starts at each `JobId=` (each line with --oneliner; a block without it).
+    let mut records: Vec<String> = Vec::new();
+    for line in out.lines() {
+        match records.last_mut() {
+            Some(r) if !line.trim_start().starts_with("JobId=") => {
+                r.push(' ');
+                r.push_str(line);
+            }
+            _ => records.push(line.to_owned()),
+        }
+    }
     let mut jobs = Vec::new();
-    for block in out.split("\n\n") {
+    for block in &records {
         let field = |key: &str| {
             block
                 .split_whitespace()
@@ -240,6 +323,7 @@ pub fn parse_scontrol(out: &str) -> Vec<JobStatus> {
             id: JobId(id),
             name: field("JobName").unwrap_or("").to_owned(),
             reason: field("Reason").and_then(known),
+            ran: ran_of(&state, field("RunTime")),
             state,
             exit,
         });
@@ -256,8 +340,11 @@ fn known(s: &str) -> Option<String> {
 /// local process's; the ends that Slurm caused are the attempt's outcome as they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobEnd {
-    /// Its script ended with this exit (completed, failed, or out of memory).
+    /// Its script ended with this exit (completed or failed).
     Exited(Exit),
+    /// Slurm killed it for using more memory than it asked for (`OUT_OF_MEMORY`), with its
+    /// script's exit when known.
+    OutOfMemory(Option<Exit>),
     /// It never ran its script (`FAILED` with exit 0: a launch failure).
     NotLaunched(Option<String>),
     /// `scancel` ended it (sortie's stop, or someone else's).
@@ -278,10 +365,7 @@ pub fn job_end(job: &JobStatus) -> Option<JobEnd> {
             Some(Exit::Code(0)) | None => JobEnd::NotLaunched(job.reason.clone()),
             Some(e) => JobEnd::Exited(e),
         },
-        JobState::OutOfMemory => JobEnd::Exited(match exit {
-            Some(Exit::Code(0)) | None => Exit::Signal(9),
-            Some(e) => e,
-        }),
+        JobState::OutOfMemory => JobEnd::OutOfMemory(exit),
         JobState::Cancelled => JobEnd::Cancelled,
         JobState::Timeout => JobEnd::TimedOut,
         JobState::Lost(state) => JobEnd::Lost(state.clone()),
@@ -289,10 +373,26 @@ pub fn job_end(job: &JobStatus) -> Option<JobEnd> {
 }
 
 impl JobEnd {
+    /// The exit to hand the protocol reader (which reads the output so far): the script's own
+    /// when Slurm gave one, else SIGKILL (what a job Slurm ended without one went through).
+    pub fn exit(&self, job: &JobStatus) -> Exit {
+        match self {
+            JobEnd::Exited(exit) => *exit,
+            JobEnd::Cancelled => Exit::Signal(libc::SIGTERM),
+            _ => job.exit.unwrap_or(Exit::Signal(libc::SIGKILL)),
+        }
+    }
+
     /// The attempt's outcome for an end Slurm caused (not one the protocol reader classifies
-    /// from an exit, nor one sortie asked for): a lost job or one that never launched is
-    /// transient (retried); Slurm's time limit is the attempt's timeout; a cancel sortie did
-    /// not send is an unexpected signal (transient, as a kill from outside is locally).
+    /// from an exit, nor one sortie asked for), naming the job and its Slurm state:
+    /// - `TIMEOUT` (or `DEADLINE`): Slurm's time limit is the attempt's timeout, as a local
+    ///   attempt timeout reads (`timeout`, phase running; not retried);
+    /// - `NODE_FAIL`, `PREEMPTED`, `BOOT_FAIL`, `REVOKED`: the cluster lost it, which is not
+    ///   the task's fault: a transient error, retried;
+    /// - `FAILED` before its script ran: a launch failure, transient;
+    /// - `OUT_OF_MEMORY`: a failure of the task as specified (its memory), not retried;
+    /// - `CANCELLED` by someone else: an unexpected signal (transient, as a kill from outside is
+    ///   locally).
     pub fn outcome(&self, job: JobId) -> Option<AttemptOutcome> {
         match self {
             JobEnd::Exited(_) => None,
@@ -307,7 +407,7 @@ impl JobEnd {
                 signal: Some(15),
                 ..AttemptOutcome::failed(
                     StopReason::UnexpectedSignal,
-                    format!("Slurm job {job} was cancelled outside sortie"),
+                    format!("Slurm job {job} was cancelled outside sortie (CANCELLED)"),
                 )
             }),
             JobEnd::TimedOut => Some(AttemptOutcome {
@@ -315,13 +415,39 @@ impl JobEnd {
                 phase: Some(Phase::Running),
                 ..AttemptOutcome::failed(
                     StopReason::Timeout,
-                    format!("Slurm job {job} reached its time limit"),
+                    format!("Slurm job {job} reached its time limit (TIMEOUT)"),
                 )
             }),
-            JobEnd::Lost(state) => Some(AttemptOutcome::failed(
-                StopReason::Error,
-                format!("Slurm job {job} ended {state}: the cluster lost it"),
-            )),
+            JobEnd::OutOfMemory(exit) => Some(AttemptOutcome {
+                exit_code: match exit {
+                    Some(Exit::Code(c)) if *c != 0 => Some(*c),
+                    _ => None,
+                },
+                signal: match exit {
+                    Some(Exit::Signal(s)) => Some(*s),
+                    _ => Some(libc::SIGKILL),
+                },
+                ..AttemptOutcome::failed(
+                    StopReason::NonzeroExit,
+                    format!(
+                        "Slurm job {job} ran out of memory (OUT_OF_MEMORY): it used more than \
+                         it asked for; raise the task's `[slurm] mem`"
+                    ),
+                )
+            }),
+            JobEnd::Lost(state) => {
+                let why = match state.as_str() {
+                    "NODE_FAIL" => "its node failed",
+                    "PREEMPTED" => "it was preempted",
+                    "BOOT_FAIL" => "its node failed to boot",
+                    "REVOKED" => "it was revoked (it ran on another cluster)",
+                    _ => "the cluster lost it",
+                };
+                Some(AttemptOutcome::failed(
+                    StopReason::Error,
+                    format!("Slurm job {job} ended {state}: {why}"),
+                ))
+            }
         }
     }
 }
@@ -376,40 +502,71 @@ mod tests {
                 "--noheader",
                 "--states=all",
                 "--name=sortie:r:0:1:a,sortie:r:1:1:a",
-                "--Format=JobID:|,Name:|,State:|,Reason:|,exit_code:|",
+                "--Format=JobID:|,Name:|,State:|,Reason:|,exit_code:|,TimeUsed:|",
             ]
         );
     }
 
-    // Captured from slurm-wlm 22.05.8 (the project's CI cluster).
-    const SQUEUE: &str = "\
-4|sortie:r-1.x:3:2:18c0a|FAILED|NonZeroExitCode|1792|
-5|sortie:r-1.x:4:1:18c0a|RUNNING|None|0|
-6|sortie:r-1.x:5:1:18c0a|PENDING|Resources|0|
-7|sortie:r-1.x:6:1:18c0a|COMPLETED|None|0|
-8|sortie:r-1.x:7:1:18c0a|CANCELLED|None|15|
-garbage line
-";
+    // Recorded from slurm-wlm 22.05.8 (the project's CI cluster, `.ci/slurm/up.sh`): one job
+    // completed, one `exit 7`, one running, one submitted held (`-H`), one past its `-t 1`,
+    // one cancelled; `squeue_args`' format, `sacct_args`' format, and `scontrol show job`.
+    const SQUEUE: &str = include_str!("recorded/squeue-22.05.8.txt");
+    const SACCT: &str = include_str!("recorded/sacct-22.05.8.txt");
+    const SCONTROL: &str = include_str!("recorded/scontrol-oneliner-22.05.8.txt");
+    const SCONTROL_BLOCKS: &str = include_str!("recorded/scontrol-block-22.05.8.txt");
+
+    /// (id, state, exit, ran in seconds) of each job.
+    fn seen(jobs: &[JobStatus]) -> Vec<(u64, JobState, Option<Exit>, Option<u64>)> {
+        let mut v: Vec<_> = jobs
+            .iter()
+            .map(|j| (j.id.0, j.state.clone(), j.exit, j.ran.map(|d| d.as_secs())))
+            .collect();
+        v.sort_by_key(|t| t.0);
+        v
+    }
 
     #[test]
-    fn squeue_lines_give_state_reason_and_exit() {
-        let jobs = parse_squeue(SQUEUE);
-        assert_eq!(jobs.len(), 5);
+    fn squeue_lines_give_state_reason_exit_and_run_time() {
+        let mut out = SQUEUE.to_owned();
+        out.push_str("garbage line\n");
+        let jobs = parse_squeue(&out);
         assert_eq!(
-            jobs[0],
-            JobStatus {
-                id: JobId(4),
-                name: "sortie:r-1.x:3:2:18c0a".into(),
-                state: JobState::Failed,
-                reason: Some("NonZeroExitCode".into()),
-                exit: Some(Exit::Code(7)),
-            }
+            seen(&jobs),
+            [
+                (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
+                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
+                (1040, JobState::Running, None, Some(103)),
+                (1041, JobState::Pending, None, None),
+                (1042, JobState::Timeout, Some(Exit::Code(143)), Some(65)),
+                (1043, JobState::Cancelled, Some(Exit::Signal(15)), Some(17)),
+            ]
         );
-        assert_eq!(jobs[1].state, JobState::Running);
-        assert_eq!((jobs[1].reason.as_deref(), jobs[1].exit), (None, None));
-        assert_eq!(jobs[2].reason.as_deref(), Some("Resources"));
-        assert_eq!(jobs[3].exit, Some(Exit::Code(0)));
-        assert_eq!(jobs[4].exit, Some(Exit::Signal(15)));
+        let by = |id| jobs.iter().find(|j| j.id == JobId(id)).unwrap();
+        assert_eq!(by(1039).name, "rec-fail");
+        assert_eq!(by(1039).reason.as_deref(), Some("NonZeroExitCode"));
+        assert_eq!(by(1041).reason.as_deref(), Some("JobHeldUser"));
+        assert_eq!(by(1042).reason.as_deref(), Some("TimeLimit"));
+        assert_eq!(by(1040).reason, None);
+        // A format without the time field (an older sortie's query) still parses.
+        let old = parse_squeue("5|sortie:r:4:1:a|RUNNING|None|0|\n");
+        assert_eq!(
+            (old[0].state.clone(), old[0].ran),
+            (JobState::Running, None)
+        );
+    }
+
+    #[test]
+    fn elapsed_times_in_every_shape_slurm_prints() {
+        let s = |n| Some(Duration::from_secs(n));
+        assert_eq!(parse_elapsed("0:00"), s(0));
+        assert_eq!(parse_elapsed("1:05"), s(65));
+        assert_eq!(parse_elapsed("00:01:43"), s(103));
+        assert_eq!(parse_elapsed("2:03:04"), s(7384));
+        assert_eq!(parse_elapsed("1-02:03:04"), s(93_784));
+        assert_eq!(parse_elapsed("59"), s(59));
+        for bad in ["", "INVALID", "Unknown", "1:60", "a:00", "1:2:3:4", "-1:00"] {
+            assert_eq!(parse_elapsed(bad), None, "{bad}");
+        }
     }
 
     #[test]
@@ -434,26 +591,19 @@ garbage line
 
     #[test]
     fn sacct_rows_skip_placeholders_and_steps() {
-        let out = "\
-4|sortie:r-1.x:3:2:18c0a|FAILED|7:0
-4.batch|batch|FAILED|7:0
-5|sortie:r-1.x:4:1:18c0a|CANCELLED by 0|0:15
-6|allocation|PENDING|0:0
-7|sortie:r-1.x:6:1:18c0a|TIMEOUT|0:0
-8|sortie:r-1.x:7:1:18c0a|RUNNING|0:0
-";
-        let jobs = parse_sacct(out);
-        let seen: Vec<(u64, JobState, Option<Exit>)> = jobs
-            .iter()
-            .map(|j| (j.id.0, j.state.clone(), j.exit))
-            .collect();
+        let mut out = SACCT.to_owned();
+        out.push_str("1039.batch|batch|FAILED|7:0|00:00:01\n6|allocation|PENDING|0:0|00:00:00\n");
+        let jobs = parse_sacct(&out);
         assert_eq!(
-            seen,
+            seen(&jobs),
             [
-                (4, JobState::Failed, Some(Exit::Code(7))),
-                (5, JobState::Cancelled, Some(Exit::Signal(15))),
-                (7, JobState::Timeout, Some(Exit::Code(0))),
-                (8, JobState::Running, None),
+                (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
+                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
+                (1040, JobState::Running, None, Some(103)),
+                (1041, JobState::Pending, None, None),
+                (1042, JobState::Timeout, Some(Exit::Code(0)), Some(65)),
+                // sacct says `CANCELLED by 0`, and 0:0 where scontrol says 0:15.
+                (1043, JobState::Cancelled, Some(Exit::Code(0)), Some(17)),
             ]
         );
         assert!(sacct_disabled(
@@ -463,29 +613,50 @@ garbage line
     }
 
     #[test]
-    fn scontrol_gives_state_reason_exit_and_name() {
-        let one = "JobId=2 JobName=sortie:r:1:1:a UserId=root(0) JobState=FAILED \
-                   Reason=NonZeroExitCode Dependency=(null) ExitCode=3:0 Comment=x\n";
-        let blocks = "JobId=9 JobName=x\n   JobState=RUNNING Reason=None ExitCode=0:0\n\n\
-                      JobId=10 JobName=y\n   JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15\n";
-        let jobs = parse_scontrol(one);
+    fn the_lookup_turns_to_scontrol_only_when_accounting_is_disabled() {
+        let disabled = "sacct: error: Slurm accounting storage is disabled\n";
+        let down = "sacct: error: slurm_persist_conn_open_without_init: failed to open \
+                    persistent connection to host:localhost:6819: Connection refused\n";
+        let u = Lookup::Undecided;
+        assert_eq!(u.after_sacct(true, ""), Lookup::Sacct);
+        assert_eq!(u.after_sacct(false, disabled), Lookup::Scontrol);
+        // slurmdbd away for a moment decides nothing: the next poll asks sacct again.
+        assert_eq!(u.after_sacct(false, down), Lookup::Undecided);
+        assert!(u.asks_sacct());
+        // Decided for good.
+        assert_eq!(Lookup::Sacct.after_sacct(false, disabled), Lookup::Sacct);
+        assert_eq!(Lookup::Scontrol.after_sacct(true, ""), Lookup::Scontrol);
+        assert!(!Lookup::Scontrol.asks_sacct());
+    }
+
+    #[test]
+    fn scontrol_gives_state_reason_exit_name_and_run_time() {
+        let jobs = parse_scontrol(SCONTROL);
         assert_eq!(
-            jobs,
-            [JobStatus {
-                id: JobId(2),
-                name: "sortie:r:1:1:a".into(),
-                state: JobState::Failed,
-                reason: Some("NonZeroExitCode".into()),
-                exit: Some(Exit::Code(3)),
-            }]
+            seen(&jobs),
+            [
+                (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
+                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
+                (1040, JobState::Running, None, Some(103)),
+                (1041, JobState::Pending, None, None),
+                (1042, JobState::Timeout, Some(Exit::Code(143)), Some(65)),
+                (1043, JobState::Cancelled, Some(Exit::Signal(15)), Some(17)),
+            ]
         );
-        let jobs = parse_scontrol(blocks);
-        assert_eq!(jobs.len(), 2);
+        let by = |id| jobs.iter().find(|j| j.id == JobId(id)).unwrap();
+        assert_eq!(by(1042).name, "rec-timeout");
+        assert_eq!(by(1042).reason.as_deref(), Some("TimeLimit"));
+        assert_eq!(by(1041).reason.as_deref(), Some("JobHeldUser"));
+        assert_eq!(by(1038).reason, None);
+        // Without --oneliner: blocks separated by blank lines.
+        let blocks = parse_scontrol(SCONTROL_BLOCKS);
         assert_eq!(
-            (jobs[0].state.clone(), jobs[0].exit),
-            (JobState::Running, None)
+            seen(&blocks),
+            [
+                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
+                (1042, JobState::Timeout, Some(Exit::Code(143)), Some(65)),
+            ]
         );
-        assert_eq!(jobs[1].reason.as_deref(), Some("TimeLimit"));
         assert!(parse_scontrol("slurm_load_jobs error: Invalid job id specified\n").is_empty());
         assert_eq!(
             scontrol_args(JobId(2)),
@@ -500,6 +671,7 @@ garbage line
             state: JobState::parse(state),
             reason: reason.map(str::to_owned),
             exit,
+            ran: None,
         }
     }
 
@@ -524,7 +696,7 @@ garbage line
         );
         assert_eq!(
             end("OUT_OF_MEMORY", Some(Exit::Code(0)), None),
-            Some(JobEnd::Exited(Exit::Signal(9)))
+            Some(JobEnd::OutOfMemory(Some(Exit::Code(0))))
         );
         assert_eq!(end("CANCELLED by 0", None, None), Some(JobEnd::Cancelled));
         assert_eq!(end("TIMEOUT", None, None), Some(JobEnd::TimedOut));
@@ -535,26 +707,67 @@ garbage line
     }
 
     #[test]
-    fn ends_slurm_caused_are_transient_except_the_time_limit() {
+    fn each_end_slurm_caused_reads_as_the_user_expects() {
         use sortie_core::is_transient;
         let job = JobId(12);
         assert_eq!(JobEnd::Exited(Exit::Code(1)).outcome(job), None);
-        let lost = JobEnd::Lost("NODE_FAIL".into()).outcome(job).unwrap();
-        assert!(is_transient(&lost));
+        // Slurm's time limit reads as a local attempt timeout: timeout, running, not retried.
+        let timeout = JobEnd::TimedOut.outcome(job).unwrap();
         assert_eq!(
-            lost.error.as_deref(),
-            Some("Slurm job 12 ended NODE_FAIL: the cluster lost it")
+            (timeout.status, timeout.stop_reason, timeout.phase),
+            (
+                AttemptStatus::Failed,
+                StopReason::Timeout,
+                Some(Phase::Running)
+            )
         );
+        assert_eq!(
+            timeout.error.as_deref(),
+            Some("Slurm job 12 reached its time limit (TIMEOUT)")
+        );
+        assert!(!is_transient(&timeout));
+        // The cluster losing a job is transient, and the error names the state.
+        for (state, why) in [
+            ("NODE_FAIL", "its node failed"),
+            ("PREEMPTED", "it was preempted"),
+            ("BOOT_FAIL", "its node failed to boot"),
+        ] {
+            let lost = JobEnd::Lost(state.into()).outcome(job).unwrap();
+            assert!(is_transient(&lost), "{state}");
+            assert_eq!(lost.stop_reason, StopReason::Error);
+            assert_eq!(
+                lost.error.as_deref(),
+                Some(format!("Slurm job 12 ended {state}: {why}").as_str())
+            );
+        }
+        // Out of memory says so, and is not retried (the next attempt asks for as little).
+        let oom = JobEnd::OutOfMemory(Some(Exit::Code(0)))
+            .outcome(job)
+            .unwrap();
+        assert!(!is_transient(&oom));
+        assert_eq!(oom.signal, Some(9));
+        assert!(
+            oom.error
+                .as_deref()
+                .unwrap()
+                .starts_with("Slurm job 12 ran out of memory (OUT_OF_MEMORY)"),
+            "{oom:?}"
+        );
+        let oom = JobEnd::OutOfMemory(Some(Exit::Code(137)))
+            .outcome(job)
+            .unwrap();
+        assert_eq!(oom.exit_code, Some(137));
         assert!(is_transient(
             &JobEnd::NotLaunched(None).outcome(job).unwrap()
         ));
-        assert!(is_transient(&JobEnd::Cancelled.outcome(job).unwrap()));
-        let timeout = JobEnd::TimedOut.outcome(job).unwrap();
-        assert_eq!(
-            (timeout.stop_reason, timeout.phase),
-            (StopReason::Timeout, Some(Phase::Running))
-        );
-        assert!(!is_transient(&timeout));
+        let outside = JobEnd::Cancelled.outcome(job).unwrap();
+        assert!(is_transient(&outside));
+        assert_eq!(outside.stop_reason, StopReason::UnexpectedSignal);
+        // The reader is handed the script's exit when Slurm gave one, else SIGKILL.
+        let st = status("TIMEOUT", Some(Exit::Code(143)), Some("TimeLimit"));
+        assert_eq!(JobEnd::TimedOut.exit(&st), Exit::Code(143));
+        let st = status("NODE_FAIL", None, None);
+        assert_eq!(JobEnd::Lost("NODE_FAIL".into()).exit(&st), Exit::Signal(9));
     }
 
     #[test]

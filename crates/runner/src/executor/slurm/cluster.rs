@@ -16,8 +16,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::process::{self, ToolOutput};
 use crate::slurm::{
-    Accounting, JobId, JobKey, JobStatus, PollPace, parse_sacct, parse_scontrol, parse_squeue,
-    sacct_args, sacct_disabled, scontrol_args, squeue_args,
+    Accounting, JobId, JobKey, JobStatus, Lookup, PollPace, parse_sacct, parse_scontrol,
+    parse_squeue, sacct_args, scontrol_args, squeue_args,
 };
 
 /// The bound on one Slurm command (a slurmctld that does not answer is an error, not a hang).
@@ -65,6 +65,9 @@ pub struct Cluster {
     inner: Mutex<HashMap<String, TrackedCell>>,
     wake: Notify,
     polls: AtomicU64,
+    /// `sacct` or `scontrol` for the jobs `squeue` no longer lists: decided by the first
+    /// `sacct` that answers ([`Lookup::after_sacct`]).
+    lookup: Mutex<Lookup>,
 }
 
 /// [`Tracked`] behind a `Debug` that shows the id only.
@@ -86,6 +89,7 @@ impl Cluster {
             inner: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             polls: AtomicU64::new(0),
+            lookup: Mutex::new(Lookup::Undecided),
         })
     }
 
@@ -106,6 +110,30 @@ impl Cluster {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TrackedCell>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How the jobs `squeue` no longer lists are looked up (so far).
+    pub fn lookup(&self) -> Lookup {
+        *self.lookup.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `sacct ARGS`, when the cluster is not known to keep no accounting; the lookup is
+    /// decided from its answer. `None`: no accounting (or it failed): ask `scontrol`.
+    async fn sacct(&self, which: Accounting<'_>) -> Result<Option<String>, String> {
+        if !self.lookup().asks_sacct() {
+            return Ok(None);
+        }
+        let out = call(&sacct_args(which)).await?;
+        let mut lookup = self.lookup.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = *lookup;
+        *lookup = lookup.after_sacct(out.success(), &out.stderr);
+        if *lookup != before {
+            tracing::info!(
+                "Slurm jobs that squeue no longer lists: asking {:?}",
+                *lookup
+            );
+        }
+        Ok(out.success().then(|| out.text()))
     }
 
     /// Follows job `id` named `name`: its statuses arrive on the returned channel.
@@ -154,12 +182,12 @@ impl Cluster {
             .filter(|n| !found.contains_key(*n))
             .cloned()
             .collect();
-        if !missing.is_empty() {
-            let out = call(&sacct_args(Accounting::Names(&missing, since))).await?;
-            if out.success() {
-                for s in parse_sacct(&out.text()) {
-                    keep_newest(&mut found, s, names);
-                }
+        // Without accounting nothing else finds a job by name: squeue's `--states=all` was it.
+        if !missing.is_empty()
+            && let Some(out) = self.sacct(Accounting::Names(&missing, since)).await?
+        {
+            for s in parse_sacct(&out) {
+                keep_newest(&mut found, s, names);
             }
         }
         Ok(found)
@@ -276,17 +304,19 @@ async fn poll_once(c: &Cluster, live: &[(String, JobId)]) -> Result<bool, String
         .filter(|id| !by_id.contains_key(id))
         .collect();
     if !missing.is_empty() {
-        let out = call(&sacct_args(Accounting::Ids(&missing))).await?;
-        if out.success() {
-            by_id.extend(parse_sacct(&out.text()).into_iter().map(|s| (s.id, s)));
-        } else if sacct_disabled(&out.stderr) {
-            // No accounting: slurmctld alone knows jobs, until MinJobAge after their end.
-            for id in &missing {
-                let out = call(&scontrol_args(*id)).await?;
-                if out.success() {
-                    by_id.extend(parse_scontrol(&out.text()).into_iter().map(|s| (s.id, s)));
+        match c.sacct(Accounting::Ids(&missing)).await? {
+            Some(out) => by_id.extend(parse_sacct(&out).into_iter().map(|s| (s.id, s))),
+            None if c.lookup() == Lookup::Scontrol => {
+                // No accounting: slurmctld alone knows jobs, until MinJobAge after their end
+                // (squeue missed them only in a race with its end, or once it is purged).
+                for id in &missing {
+                    let out = call(&scontrol_args(*id)).await?;
+                    if out.success() {
+                        by_id.extend(parse_scontrol(&out.text()).into_iter().map(|s| (s.id, s)));
+                    }
                 }
             }
+            None => {}
         }
     }
     let mut changed = false;

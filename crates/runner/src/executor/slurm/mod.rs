@@ -35,7 +35,7 @@ use super::{
     Started,
 };
 use crate::process::{Line, SpawnError, Stdin, WaitError};
-use crate::slurm::{JobEnd, JobId, JobState, JobStatus, Submission, job_end, sbatch_args};
+use crate::slurm::{JobId, JobState, JobStatus, Submission, job_end, sbatch_args};
 
 mod cluster;
 mod follow;
@@ -197,14 +197,12 @@ impl Slurm {
     }
 }
 
-/// A job's status as a presence.
+/// A job's status as a presence: a job that ended while sortie was down is recorded, whatever
+/// ended it (its follower reads Slurm's end, a time limit or a lost node, as the outcome).
 fn presence_of(s: &JobStatus) -> Presence {
     match job_end(s) {
         None => Presence::Alive,
-        Some(JobEnd::Exited(exit)) => Presence::Ended(exit),
-        Some(JobEnd::Cancelled) => Presence::Ended(Exit::Signal(libc::SIGTERM)),
-        // Slurm's own ends carry no exit of the script: the attempt is retried as an orphan.
-        Some(JobEnd::TimedOut | JobEnd::Lost(_) | JobEnd::NotLaunched(_)) => Presence::Gone,
+        Some(end) => Presence::Ended(end.exit(s)),
     }
 }
 
@@ -375,14 +373,9 @@ impl Execution for JobExecution {
                 Err(_) => return Err(lost(format!("stopped following Slurm job {job}"))),
             };
             match seen {
+                // Slurm's own ends (a time limit, a lost node) are `executor_end`'s.
                 Seen::Status(s) => match job_end(&s) {
-                    Some(JobEnd::Exited(exit)) => Ok(exit),
-                    Some(JobEnd::Cancelled) => Ok(Exit::Signal(libc::SIGTERM)),
-                    Some(end) => Err(lost(
-                        end.outcome(job)
-                            .and_then(|o| o.error)
-                            .unwrap_or_else(|| format!("Slurm job {job} ended")),
-                    )),
+                    Some(end) => Ok(end.exit(&s)),
                     None => Err(lost(format!("Slurm job {job} has no end"))),
                 },
                 _ => Err(lost(format!(
@@ -406,6 +399,20 @@ impl Execution for JobExecution {
 
     fn take_stdin(&mut self) -> Option<Stdin> {
         None
+    }
+
+    fn ran_before(&self) -> Option<Duration> {
+        match &*self.status.borrow() {
+            Seen::Status(s) => s.ran,
+            _ => None,
+        }
+    }
+
+    fn executor_end(&self) -> Option<sortie_core::AttemptOutcome> {
+        match &*self.status.borrow() {
+            Seen::Status(s) => job_end(s)?.outcome(self.job),
+            _ => None,
+        }
     }
 }
 

@@ -1,0 +1,116 @@
+//! `sortie logs RUN LABEL [--attempt N] [--follow] [--stderr]`: prints an attempt's transcript,
+//! the agent's stdout as it wrote it (raw: for pi, Claude Code and Codex, their JSON Lines, for
+//! `jq`), jumping over what the transcript cap cut (said on stderr). `--follow` prints what a
+//! live attempt writes until it ends; it reads the files only, so it works from any terminal
+//! while the run goes, and never touches the run.
+
+use std::io::Write;
+use std::time::Duration;
+
+use sortie_runner::process::{self, Kept, KeptReader, WholeLines};
+use sortie_runner::transcripts::{self, Transcript};
+
+use super::{Code, open_read, replay_all};
+use crate::args::{Global, LogsArgs};
+use crate::error::{CliError, Result};
+
+/// How often `--follow` looks for more.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// Prints the transcript.
+pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
+    let run = super::find_run(g, &args.run)?;
+    let layout = g.layout();
+    let state = replay_all(&open_read(&layout, &run)?)?;
+    let label = &args.label;
+    let task = state.task_by_label(label).ok_or_else(|| {
+        CliError::usage(format_args!(
+            "run {run} has no task {label:?} (see `sortie status {run}`)"
+        ))
+    })?;
+    let run_dir = layout.run(&run);
+    let all = transcripts::of_task(&state, &run_dir, task);
+    let t = pick(&all, args.attempt)
+        .map_err(|why| CliError::usage(format_args!("task {label} of run {run} {why}")))?;
+    let path = if args.stderr { &t.stderr } else { &t.path };
+    let growing = || transcripts::may_grow(t, &run_dir);
+    let waits = args.follow && growing();
+    if !path.exists() && !waits {
+        return Err(CliError::usage(format_args!(
+            "attempt {} of task {label} in run {run} has no transcript at {} (it never started, \
+             or `sortie gc` removed it)",
+            t.attempt,
+            path.display()
+        )));
+    }
+    let mut reader = KeptReader::new(path, 0);
+    let mut lines = WholeLines::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut out = std::io::stdout().lock();
+    let mut last_look = false;
+    loop {
+        match reader.read(&mut buf)? {
+            Kept::Bytes(n) => lines.push(&buf[..n], &mut out)?,
+            Kept::Cut(cut) => {
+                lines.cut();
+                eprintln!(
+                    "sortie: bytes {}..{} ({}) of this transcript were cut to keep it under its \
+                     cap ({}); the lines at the cut's edges are left out",
+                    cut.from,
+                    cut.to,
+                    size(cut.bytes()),
+                    process::CAP_VAR
+                );
+            }
+            Kept::Idle if !args.follow || last_look => break,
+            Kept::Idle => {
+                out.flush()?;
+                // Once nothing can write anymore, one more look reads what was written last.
+                last_look = !growing();
+                if !last_look {
+                    std::thread::sleep(FOLLOW_POLL);
+                }
+            }
+        }
+    }
+    lines.finish(&mut out)?;
+    out.flush()?;
+    if args.follow
+        && let Some(exit) = t.path.parent().and_then(process::read_exit)
+    {
+        eprintln!(
+            "sortie: attempt {} of task {label} ended ({exit:?})",
+            t.attempt
+        );
+    }
+    Ok(Code::Ok)
+}
+
+/// The attempt asked for (default: the last), or why there is none.
+fn pick(all: &[Transcript], attempt: Option<u32>) -> std::result::Result<&Transcript, String> {
+    match (attempt, all.last()) {
+        (_, None) => Err("has not started an attempt yet".into()),
+        (None, Some(last)) => Ok(last),
+        (Some(n), Some(last)) => all.iter().find(|t| t.attempt == n).ok_or_else(|| {
+            format!(
+                "has no attempt {n} (its attempts: {}..={})",
+                all[0].attempt, last.attempt
+            )
+        }),
+    }
+}
+
+/// A size for people: `812 B`, `12.3 KiB`, `80.0 MiB`.
+pub(crate) fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
