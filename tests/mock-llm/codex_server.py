@@ -38,6 +38,9 @@ Scenarios (a list of steps, one per `POST /v1/responses`; the last step repeats)
     stream_cut    headers, `response.created`, part of the answer, then the connection is
                   closed without `response.completed`
     failed        a stream that ends with `response.failed` (a server error in the stream)
+    hang_once     headers and `response.created`, then nothing for two minutes (the first
+                  request); then the plain answer (for a crash mid-attempt: the retry's request
+                  answers)
     structured    a structured result wrong first and right after a repair round that
                   continues the conversation with the validation error (`repair.py`; the
                   log's `checks` says what it found)
@@ -109,6 +112,7 @@ SCENARIOS = {
     "flaky500": ["500", "answer"],
     "stream_cut": ["cut"],
     "failed": ["failed"],
+    "hang_once": ["hang", "answer"],
     "structured": ["structured"],
 }
 
@@ -321,6 +325,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.event({"type": "response.custom_tool_call_input.delta",
                             "item_id": "ctc_mock_1", "output_index": 0, "delta": PATCH})
                 self.event({"type": "response.output_item.done", "output_index": 0, "item": ct})
+            elif step == "hang":
+                self.wfile.flush()
+                time.sleep(120)
+                return
             elif step == "failed":
                 self.event({"type": "response.failed", "response": dict(
                     created, status="failed",

@@ -48,6 +48,12 @@ pub(crate) struct TaskExtV2 {
     // Issue 14: shared rate limits.
     pool: Option<String>,
     max_rate_limits: u32,
+    // #15
+    on_task_end: Option<String>,
+
+    // #13: roles and sessions.
+    role: Option<String>,
+    session: Option<String>,
     // Issue 13: structured results.
     output_schema: Option<String>,
 }
@@ -66,6 +72,10 @@ impl TaskExtV2 {
             transient_on: t.transient_on.clone(),
             pool: t.pool.clone(),
             max_rate_limits: t.max_rate_limits,
+            on_task_end: t.on_task_end.clone(),
+
+            role: t.role.clone(),
+            session: t.session.clone(),
             output_schema: t.output_schema.clone(),
         }
     }
@@ -81,6 +91,10 @@ impl TaskExtV2 {
         t.transient_on = self.transient_on;
         t.pool = self.pool;
         t.max_rate_limits = self.max_rate_limits;
+        t.on_task_end = self.on_task_end;
+
+        t.role = self.role;
+        t.session = self.session;
         t.output_schema = self.output_schema;
         Ok(())
     }
@@ -201,6 +215,8 @@ pub(crate) struct RunConfigExtV2 {
     budget: Grow<RunBudgetV2>,
     /// `RunConfig::pools` (issue 14).
     pools: BTreeMap<String, Grow<PoolSpecV2>>,
+    // #15
+    on_task_end: Option<String>,
 }
 
 impl RunConfigExtV2 {
@@ -223,6 +239,7 @@ impl RunConfigExtV2 {
                     (k.clone(), Grow(pool))
                 })
                 .collect(),
+            on_task_end: c.on_task_end.clone(),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
@@ -244,6 +261,7 @@ impl RunConfigExtV2 {
                 (k, pool)
             })
             .collect();
+        c.on_task_end = self.on_task_end;
         Ok(())
     }
 }

@@ -273,10 +273,12 @@ async fn repair_run(
         false,
         false,
     );
-    let mut reader: Box<dyn ProtocolReader> = Box::new(Offset {
-        inner: protocol::reader_for(ctx.launch.protocol),
-        base,
-    });
+    let mut inner = protocol::reader_for(ctx.launch.protocol);
+    // #13 sessions: a resumed session's readings count only this attempt's part.
+    if let Some(session_base) = ctx.launch.usage_base {
+        inner = protocol::rebased(inner, session_base);
+    }
+    let mut reader: Box<dyn ProtocolReader> = Box::new(Offset { inner, base });
     let mut driver = Driver {
         ctx,
         tx,
@@ -287,6 +289,7 @@ async fn repair_run(
         activity: None,
         offset: 0,
         replaying: false,
+        session_sent: false,
         steer_repair: SteerRepair::Off,
     };
     let exit = driver
