@@ -39,6 +39,9 @@ mod summary;
 mod support;
 mod torture;
 mod worktree;
+// Issue 13: structured results.
+mod real_structured;
+mod structured;
 // #10: transcripts
 mod transcripts;
 // #14: isolation = "copy"

@@ -24,10 +24,11 @@ The scenario is chosen by the request's `model`: from `--model ID=KIND` (repeata
                 an hour), then the connection is closed
     hang_once   the first request for the model hangs as `hang` does; every later one answers
                 (for a crash mid-attempt: the retry's request answers)
-    structured  a structured result in a fenced `json:result` block: while the conversation
-                has no earlier assistant turn, `{"answer": "forty-two"}` (a string where the
-                test's schema wants an integer); once it has one (a repair round that
-                continues the session), `{"answer": 42}`
+    structured  a structured result in a fenced `json:result` block (`repair.py`): first
+                `{"answer": "forty-two"}` (a string where the test's schema wants an
+                integer); `{"answer": 42}` only for a request that continues the same
+                conversation and carries the validation error (logged: `continues`,
+                `has_error`), else the wrong one again (`unrepaired`)
 
 Fixed usage: input_tokens 100, cache_read_input_tokens 50, output_tokens 12 (answers) or 20
 (tool calls).
@@ -54,10 +55,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import repair
+
 KINDS = ("answer", "tool", "error500", "hang", "structured", "hang_once")
 COMMAND = "echo hi > out.txt"
-BAD_RESULT = '```json:result\n{"answer": "forty-two"}\n```'
-GOOD_RESULT = '```json:result\n{"answer": 42}\n```'
 ZERO = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
 
 
@@ -205,12 +206,13 @@ def make_handler(mock):
                 return
             text = mock.answer
             served = "answer"
+            checks = {}
             if kind == "structured":
-                good = assistant_turns > 0
-                text = "Here is the result.\n\n" + (GOOD_RESULT if good else BAD_RESULT)
-                served = "good_result" if good else "bad_result"
+                said = [texts(m.get("content")) for m in messages if m.get("role") == "assistant"]
+                last = texts(users[-1].get("content")) if users else ""
+                text, served, checks = repair.judge(said, last)
             self.reply(model, stream, {"type": "text", "text": text}, "end_turn", 12)
-            mock.log(dict(entry, status=200, served=served, tokens=tokens(12)))
+            mock.log(dict(entry, status=200, served=served, tokens=tokens(12), **checks))
 
         def reply(self, model, stream, block, stop_reason, output):
             mid = mock.next_id("msg")

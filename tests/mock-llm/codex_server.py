@@ -41,6 +41,9 @@ Scenarios (a list of steps, one per `POST /v1/responses`; the last step repeats)
     hang_once     headers and `response.created`, then nothing for two minutes (the first
                   request); then the plain answer (for a crash mid-attempt: the retry's request
                   answers)
+    structured    a structured result wrong first and right after a repair round that
+                  continues the conversation with the validation error (`repair.py`; the
+                  log's `checks` says what it found)
 
 The numbers: the first response of a run reports input 150 (50 cached), output 12 (4 of them
 reasoning); the second reports input 250 (150 cached), output 20 (0 reasoning).
@@ -53,6 +56,8 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import repair
 
 HELLO = "Hello from the mock LLM. Task complete."
 DONE = "Done: I ran the command and wrote out.txt."
@@ -108,6 +113,7 @@ SCENARIOS = {
     "stream_cut": ["cut"],
     "failed": ["failed"],
     "hang_once": ["hang", "answer"],
+    "structured": ["structured"],
 }
 
 
@@ -141,7 +147,7 @@ def served_usage(step):
     """The usage a step's `response.completed` reports (None: no such event)."""
     if step in ("answer_after_tool", "answer_after_patch"):
         return USAGE[1]
-    if step in ("answer", "tool_call", "patch_call"):
+    if step in ("answer", "tool_call", "patch_call", "structured"):
         return USAGE[0]
     return None
 
@@ -161,6 +167,25 @@ def shell_call(tools):
         return "shell", {"command": ["bash", "-lc", COMMAND]}
     # Unknown tool set: the most likely shape; the request log tells what was offered.
     return "exec_command", {"cmd": COMMAND}
+
+
+def structured_answer(body):
+    """The structured scenario's answer to a Responses request (see `repair.py`): the texts
+    of the assistant messages of its `input`, and of its last user message."""
+    said, last_user = [], ""
+    for item in body.get("input") or []:
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            continue
+        content = item.get("content")
+        if isinstance(content, list):
+            text = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        else:
+            text = str(content or "")
+        if item.get("role") == "assistant":
+            said.append(text)
+        elif item.get("role") == "user":
+            last_user = text
+    return repair.judge(said, last_user)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -228,8 +253,13 @@ class Handler(BaseHTTPRequestHandler):
             headers = [("retry-after", "1")] if step.endswith("_after") else []
             self.send_json(status, obj, headers)
             return
-        state.log(self.entry(200, body, step, index))
-        self.stream(step, body or {}, index)
+        text = None
+        entry = self.entry(200, body, step, index)
+        if step == "structured":
+            text, served, checks = structured_answer(body or {})
+            entry = dict(entry, served=served, checks=checks)
+        state.log(entry)
+        self.stream(step, body or {}, index, text)
 
     # -- server-sent events ------------------------------------------------------------------
 
@@ -246,7 +276,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data.encode())
         self.wfile.flush()
 
-    def stream(self, step, body, index):
+    def stream(self, step, body, index, text=None):
         rid = "resp_mock_{}".format(index + 1)
         usage = served_usage(step)
         created = {"id": rid, "object": "response", "status": "in_progress",
@@ -254,8 +284,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.start_stream()
             self.event({"type": "response.created", "response": created})
-            if step in ("answer", "answer_after_tool", "answer_after_patch", "cut"):
-                text = {"answer_after_tool": DONE, "answer_after_patch": PATCHED}.get(step, HELLO)
+            if step in ("answer", "answer_after_tool", "answer_after_patch", "cut", "structured"):
+                if text is None:
+                    text = {"answer_after_tool": DONE, "answer_after_patch": PATCHED}.get(step, HELLO)
                 mid = "msg_mock_{}".format(index + 1)
                 item = {"type": "message", "role": "assistant", "id": mid, "status": "in_progress",
                         "content": []}

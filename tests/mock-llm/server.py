@@ -23,6 +23,10 @@ else `--default` (`answer`). Kinds:
     error500  HTTP 500 with {"error": {"message": "mock: internal server error"}} every time
     hang      HTTP 200 and event-stream headers, then nothing (for `--hang-seconds`, default
               an hour), then the connection is closed
+    structured  a structured result wrong first and right after a repair round that
+              continues the conversation with the validation error (`repair.py`; logged:
+              `served`, `continues`, `has_error`)
+    stubborn  the same, but the wrong result every time (a repair round that does not help)
 
 Fixed usage, in OpenAI terms (pi turns `prompt_tokens` into input = prompt - cached and
 cacheRead = cached):
@@ -54,7 +58,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-KINDS = ("answer", "tool", "error500", "hang")
+import repair
+
+KINDS = ("answer", "tool", "error500", "hang", "structured", "stubborn")
 COMMAND = "echo hi > out.txt"
 ANSWER_USAGE = {"prompt_tokens": 150, "completion_tokens": 12, "cached_tokens": 50}
 TOOL_USAGE = {"prompt_tokens": 220, "completion_tokens": 20, "cached_tokens": 100}
@@ -71,6 +77,13 @@ def tokens_of(usage):
         "cache_read": cached,
         "cache_write": 0,
     }
+
+
+def text_of(content):
+    """The text of a message's content (a string or a list of parts)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content or ""
 
 
 class Mock:
@@ -199,6 +212,18 @@ def make_handler(mock):
             if kind == "tool" and not has_tool_result:
                 self.stream_tool_call(model)
                 mock.log(model, kind, 200, TOOL_USAGE, prompt_chars, conversation)
+            elif kind in ("structured", "stubborn"):
+                said = [
+                    text_of(m.get("content"))
+                    for m in messages
+                    if isinstance(m, dict) and m.get("role") == "assistant"
+                ]
+                text, served, checks = repair.judge(said, content, kind == "stubborn")
+                self.stream_answer(model, text)
+                mock.log(
+                    model, kind, 200, ANSWER_USAGE, prompt_chars,
+                    dict(conversation or {}, served=served, **checks),
+                )
             else:
                 self.stream_answer(model)
                 mock.log(model, kind, 200, ANSWER_USAGE, prompt_chars, conversation)
@@ -241,11 +266,11 @@ def make_handler(mock):
                 },
             }
 
-        def stream_answer(self, model):
+        def stream_answer(self, model, text=None):
             cid = mock.next_id()
             self.start_stream()
             self.event(self.chunk(cid, model, {"role": "assistant", "content": ""}))
-            words = mock.answer.split(" ")
+            words = (mock.answer if text is None else text).split(" ")
             for i, word in enumerate(words):
                 piece = word if i == 0 else " " + word
                 self.event(self.chunk(cid, model, {"content": piece}))

@@ -62,6 +62,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // #13: roles and sessions.
     "role",
     "session",
+    // Issue 13: structured results.
+    "output_schema",
 ];
 
 /// The top-level keys of a batch file.
@@ -159,6 +161,8 @@ pub(crate) struct RawTask {
     // #13: roles and sessions.
     pub(crate) role: Option<String>,
     pub(crate) session: Option<String>,
+    // Issue 13: structured results.
+    pub(crate) output_schema: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -366,6 +370,15 @@ impl RawTask {
                 }
                 self.session = Some(name);
             }
+            // Issue 13: structured results (its own lines: a problem inside an inline
+            // schema is placed at the line of the key it is about).
+            "output_schema" => match crate::schema::parse(e, &self.file) {
+                Ok(schema) => self.output_schema = Some(schema),
+                Err(err) => {
+                    issues.add(&self.file, err.line, Some(name), err.message);
+                    self.failed.insert(name);
+                }
+            },
             _ => return Err("unknown field".into()),
         }
         Ok(())

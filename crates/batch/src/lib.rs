@@ -39,6 +39,7 @@ mod fields;
 mod load;
 mod locate;
 mod resolve;
+mod schema;
 mod value;
 // #13: roles.
 mod roles;

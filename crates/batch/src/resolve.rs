@@ -319,6 +319,8 @@ fn resolve_task(
         apply_role(&mut s, role, t);
     }
     s.session = t.session.clone();
+    // Issue 13: structured results.
+    s.output_schema = pick(&t.output_schema, &d.output_schema);
     (s, env.into_iter().collect())
 }
 

@@ -816,3 +816,5 @@ fn batch_on_task_end_is_batch_wide_and_per_task() {
 
 // #13: roles and sessions.
 mod roles;
+// Issue 13: structured results.
+mod schema;

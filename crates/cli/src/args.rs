@@ -138,6 +138,11 @@ pub(crate) enum Command {
     /// Codex's JSON Lines), by default of the task's last attempt; `--follow` tails a live
     /// attempt until it ends.
     Logs(LogsArgs),
+    // Issue 13: structured results.
+    /// Print one record per task for scoring scripts: label, state, its validated structured
+    /// result (`value`, for a task with an `output_schema`), error and usage (a table; with
+    /// `--json` an array, with `--jsonl` one object per line).
+    Results(ResultsArgs),
 }
 
 /// `sortie status`.
@@ -167,6 +172,16 @@ pub(crate) struct LogsArgs {
     /// Its stderr instead of its stdout.
     #[arg(long)]
     pub(crate) stderr: bool,
+}
+
+/// `sortie results` (issue 13).
+#[derive(Debug, Args)]
+pub(crate) struct ResultsArgs {
+    /// The run's id (or a unique prefix); the newest run by default.
+    pub(crate) run: Option<String>,
+    /// One JSON object per line (JSON Lines) instead of a table.
+    #[arg(long)]
+    pub(crate) jsonl: bool,
 }
 
 /// `sortie completions`.

@@ -299,6 +299,9 @@ pub(crate) struct TaskView {
     pub(crate) role: Option<String>,
     /// The session (conversation) it belongs to.
     pub(crate) session: Option<String>,
+    // Issue 13: structured results.
+    /// Its validated structured result (a task with an `output_schema` that matched).
+    pub(crate) result: Option<serde_json::Value>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -396,6 +399,13 @@ pub(crate) struct RunView {
 }
 
 /// Builds the view of a run.
+/// Issue 13: a task's validated structured result as JSON (journaled as compact JSON text).
+pub(crate) fn structured_value(r: &sortie_core::TaskResult) -> Option<serde_json::Value> {
+    r.result
+        .as_deref()
+        .and_then(|t| serde_json::from_str(t).ok())
+}
+
 pub(crate) fn view(
     run: &RunId,
     state: &RunState,
@@ -451,6 +461,7 @@ pub(crate) fn view(
                 .map(str::to_owned),
                 role: spec_of(i).and_then(|s| s.role.clone()),
                 session: spec_of(i).and_then(|s| s.session.clone()),
+                result: result.and_then(structured_value),
             }
         })
         .collect();

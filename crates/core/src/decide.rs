@@ -304,6 +304,7 @@ pub fn finish_result(rec: &TaskRecord, outcome: &AttemptOutcome, output: &str) -
         phase: outcome.phase,
         error,
         text,
+        result: outcome.result.clone(),
     }
 }
 
@@ -320,6 +321,7 @@ pub fn result_without_attempt(
         phase,
         error: Some(error.to_owned()),
         text: error.to_owned(),
+        result: None,
     }
 }
 

@@ -125,6 +125,10 @@ pub struct AttemptOutcome {
     pub rate_limited: bool,
     /// The wait the provider asked for, when the agent printed it (milliseconds).
     pub retry_after_ms: Option<u64>,
+    // Issue 13: structured results.
+    /// The structured result that matched the task's `output_schema`, as compact JSON text
+    /// (None: the task has no schema, or its answer did not match).
+    pub result: Option<String>,
 }
 
 /// Tool calls of one tool that an agent's permissions denied during an attempt.
@@ -177,6 +181,24 @@ impl AttemptOutcome {
         self
     }
 
+    /// Judges a completed attempt of a task with an `output_schema` by its structured result:
+    /// `Ok(value)` (the result matched; compact JSON) is kept as the attempt's result; `Err`
+    /// (no result, or one that did not match even after the repair round, if any) makes it
+    /// `partial` with the validation error. Any other attempt is left as it is.
+    pub fn judge_result(mut self, checked: Result<String, String>) -> Self {
+        if self.status != AttemptStatus::Completed {
+            return self;
+        }
+        match checked {
+            Ok(value) => self.result = Some(value),
+            Err(why) => {
+                self.status = AttemptStatus::Partial;
+                self.error = Some(format!("structured result: {why}"));
+            }
+        }
+        self
+    }
+
     /// A plain command that failed with a nonzero exit whose `text` (the stderr tail and the
     /// last output lines) contains one of `patterns` (case-insensitive) failed with `error`: a
     /// transient failure, retried (the task's `transient_on`).
@@ -209,6 +231,7 @@ impl AttemptOutcome {
             denials: vec![],
             rate_limited: false,
             retry_after_ms: None,
+            result: None,
         }
     }
 
@@ -225,6 +248,7 @@ impl AttemptOutcome {
             denials: vec![],
             rate_limited: false,
             retry_after_ms: None,
+            result: None,
         }
     }
 }
@@ -280,6 +304,10 @@ pub struct TaskResult {
     pub error: Option<String>,
     /// The task's text: final agent message, else the error, else stderr, else `(no output)`.
     pub text: String,
+    // Issue 13: structured results.
+    /// The validated structured result of its last attempt, as compact JSON text (see
+    /// [`AttemptOutcome::result`]).
+    pub result: Option<String>,
 }
 
 /// The aggregate end of a run.
@@ -403,5 +431,25 @@ mod tests {
         assert!(!crate::is_transient(&miss));
         let done = AttemptOutcome::completed();
         assert_eq!(done.clone().transient_on(&patterns, "429"), done);
+    }
+
+    // Issue 13: structured results.
+    #[test]
+    fn a_structured_result_is_kept_or_makes_a_completed_attempt_partial() {
+        let ok = AttemptOutcome::completed().judge_result(Ok(r#"{"n":1}"#.into()));
+        assert_eq!(
+            (ok.status, ok.result.as_deref()),
+            (AttemptStatus::Completed, Some(r#"{"n":1}"#))
+        );
+        let bad = AttemptOutcome::completed().judge_result(Err("at /n: not an integer".into()));
+        assert_eq!(bad.status, AttemptStatus::Partial);
+        assert_eq!(
+            bad.error.as_deref(),
+            Some("structured result: at /n: not an integer")
+        );
+        assert_eq!(bad.result, None);
+        assert!(!crate::is_transient(&bad), "a wrong result is not retried");
+        let failed = AttemptOutcome::failed(StopReason::Error, "500");
+        assert_eq!(failed.clone().judge_result(Err("none".into())), failed);
     }
 }

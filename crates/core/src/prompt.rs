@@ -11,7 +11,11 @@
 //! - when the task needs tasks but its prompt names none of their outputs (no `{previous}`,
 //!   no `{outputs.LABEL}`), their outputs are appended as a `Context:` block, each under a
 //!   `--- label ---` header when there are several;
-//! - `[Read from: a, b]` goes before it all when the task lists `reads`.
+//! - `[Read from: a, b]` goes before it all when the task lists `reads`;
+//! - `{outputs.LABEL.json}`: the validated structured result of needed task `LABEL` (one
+//!   with an `output_schema`), as compact JSON (`null` when it has none);
+//! - a task with an `output_schema` gets the contract ([`contract`]) after it all: the
+//!   schema and how to answer (a fenced `json:result` block).
 //!
 //! Substitution is one pass: a substituted output is never scanned for placeholders again.
 
@@ -34,6 +38,14 @@ pub fn render(state: &RunState, task: TaskId) -> String {
             .and_then(|r| r.result())
             .map(|r| r.text.clone())
             .unwrap_or_default()
+    };
+    let result_of = |label: &str| -> String {
+        state
+            .task_by_label(label)
+            .and_then(|id| state.task(id))
+            .and_then(|r| r.result())
+            .and_then(|r| r.result.clone())
+            .unwrap_or_else(|| "null".to_owned())
     };
     let i = task.index();
     let root_prompt = || -> String {
@@ -65,6 +77,12 @@ pub fn render(state: &RunState, task: TaskId) -> String {
                 }
             }
             PromptPart::Task => text.push_str(&root_prompt()),
+            PromptPart::OutputJson(label) => {
+                names_an_output = true;
+                if spec.needs.iter().any(|n| n == label) {
+                    text.push_str(&result_of(label));
+                }
+            }
         }
     }
     if !names_an_output && !spec.needs.is_empty() {
@@ -75,7 +93,35 @@ pub fn render(state: &RunState, task: TaskId) -> String {
     if !spec.reads.is_empty() {
         text = format!("[Read from: {}]\n\n{text}", spec.reads.join(", "));
     }
+    if let Some(schema) = &spec.output_schema {
+        text.push_str(&contract(schema));
+    }
     text
+}
+
+/// The fence tag of a structured result block: ```` ```json:result ````.
+pub const RESULT_FENCE: &str = "json:result";
+
+/// The contract appended to the prompt of a task with an `output_schema` (compact JSON text):
+/// what the result must match and how to give it.
+pub fn contract(schema: &str) -> String {
+    format!(
+        "\n\n---\nStructured result: when you are done, end your final answer with your result \
+         as one JSON value in a fenced block tagged `{RESULT_FENCE}`, like this:\n\n\
+         ```{RESULT_FENCE}\n{{ ... }}\n```\n\n\
+         The value must match this JSON Schema:\n\n```json\n{schema}\n```\n\
+         Only the last `{RESULT_FENCE}` block of your final answer is read."
+    )
+}
+
+/// What an agent is told in the repair round when its structured result did not match: the
+/// validation error, and the contract again.
+pub fn repair_request(error: &str, schema: &str) -> String {
+    format!(
+        "Your structured result was not accepted: {error}\n\nAnswer again with the corrected \
+         result: one JSON value matching the schema, in a fenced block tagged \
+         `{RESULT_FENCE}`:\n\n```json\n{schema}\n```"
+    )
 }
 
 /// The `Context:` block appended to a prompt that names no output of the tasks it needs: the
@@ -96,6 +142,32 @@ fn context_block<'a>(outputs: impl ExactSizeIterator<Item = (&'a str, String)>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_contract_gives_the_schema_and_the_fence_and_the_repair_request_the_error() {
+        let schema = r#"{"type":"object"}"#;
+        let c = contract(schema);
+        assert!(c.contains("```json:result\n"), "{c}");
+        assert!(c.contains(&format!("```json\n{schema}\n```")), "{c}");
+        let r = repair_request("at /n: \"x\" is not of type \"integer\"", schema);
+        assert!(r.contains("at /n: \"x\" is not of type \"integer\""), "{r}");
+        assert!(r.contains("`json:result`") && r.contains(schema), "{r}");
+    }
+
+    #[test]
+    fn outputs_label_json_is_its_own_placeholder() {
+        use crate::spec::{PromptPart, prompt_parts};
+        assert_eq!(
+            prompt_parts("{outputs.a.json} {outputs.a} {outputs..json}"),
+            [
+                PromptPart::OutputJson("a"),
+                PromptPart::Text(" "),
+                PromptPart::Output("a"),
+                PromptPart::Text(" "),
+                PromptPart::Output(".json"),
+            ]
+        );
+    }
 
     #[test]
     fn context_block_names_each_output_when_there_are_several() {

@@ -354,6 +354,11 @@ pub struct TaskSpec {
     /// one after another in batch order, each continuing the agent conversation of the one
     /// before (see [`crate::session`]).
     pub session: Option<String>,
+    // Issue 13: structured results.
+    /// The JSON Schema the task's result must match (compact JSON text, resolved from the
+    /// batch's inline table or `.json` file): the prompt gets the contract, the result is taken
+    /// from the answer's last `json:result` block and validated, with one repair round.
+    pub output_schema: Option<String>,
 }
 
 impl TaskSpec {
@@ -416,6 +421,7 @@ impl TaskSpec {
 
             role: None,
             session: None,
+            output_schema: None,
         }
     }
 
@@ -763,6 +769,9 @@ pub enum PromptPart<'a> {
     Task,
     /// `{outputs.LABEL}`: the output of a needed task.
     Output(&'a str),
+    /// `{outputs.LABEL.json}`: the validated structured result of a needed task that has an
+    /// `output_schema` (issue 13), as compact JSON.
+    OutputJson(&'a str),
 }
 
 /// Splits a prompt into literal text and placeholders, in order, in one pass. Only
@@ -783,7 +792,10 @@ pub fn prompt_parts(text: &str) -> Vec<PromptPart<'_>> {
                 _ => name
                     .strip_prefix("outputs.")
                     .filter(|l| !l.is_empty())
-                    .map(PromptPart::Output),
+                    .map(|l| match l.strip_suffix(".json") {
+                        Some(label) if !label.is_empty() => PromptPart::OutputJson(label),
+                        _ => PromptPart::Output(l),
+                    }),
             }?;
             Some((part, end))
         });
@@ -892,6 +904,21 @@ fn prompt_errors(batch: &Batch, i: usize) -> Vec<String> {
                 ));
             }
             PromptPart::Output(_) => {}
+            PromptPart::OutputJson(label) if !spec.needs.iter().any(|n| n == label) => {
+                out.push(format!(
+                    "`{{outputs.{label}.json}}` names task {label:?}, which this task does not \
+                     need; add it to `needs`"
+                ));
+            }
+            PromptPart::OutputJson(label) => {
+                let named = batch.tasks.iter().find(|t| t.label == label);
+                if named.is_some_and(|t| t.output_schema.is_none()) {
+                    out.push(format!(
+                        "`{{outputs.{label}.json}}` is the structured result of task {label:?}, \
+                         which has no `output_schema`"
+                    ));
+                }
+            }
         }
     }
     out

@@ -640,6 +640,7 @@ fn summary_lists_each_task_with_its_state_and_text() {
                 phase: None,
                 error: None,
                 text: "hello\nworld".into(),
+                result: None,
             },
         },
         Event::TaskFinished {

@@ -839,6 +839,7 @@ fn a_carried_task_is_never_planned_and_its_dependents_see_its_result() {
         phase: None,
         error: None,
         text: "from the parent".into(),
+        result: None,
     };
     run.push(Event::RunRerunOf {
         parent: RunId::new("parent-run").expect("id"),

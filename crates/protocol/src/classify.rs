@@ -154,6 +154,7 @@ pub(crate) fn classify_agent(run: AgentSummary, exit: Exit, stderr_tail: &str) -
         denials: run.denials,
         rate_limited: false,
         retry_after_ms: None,
+        result: None,
     };
     let output = choose_output(run.answer, useful, &outcome, stderr_tail);
     Finished {

@@ -149,6 +149,13 @@ pub trait ProtocolReader: Send {
     fn session(&self) -> Option<&str> {
         None
     }
+
+    // Issue 13: structured results.
+    /// The agent's last final answer so far, when the reader can tell (an agent driven over
+    /// stdin has its answer checked before its stdin is closed).
+    fn answer(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Where an agent's run stands (see [`ProtocolReader::run_phase`]).

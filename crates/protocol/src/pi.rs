@@ -535,6 +535,14 @@ impl ProtocolReader for PiReader {
             _ => RunPhase::Working,
         }
     }
+
+    // Issue 13: structured results.
+    fn answer(&self) -> Option<String> {
+        self.last
+            .as_ref()
+            .filter(|l| !matches!(l.stop_reason.as_str(), "error" | "aborted" | "toolUse"))
+            .map(|l| l.text.clone())
+    }
 }
 
 #[cfg(test)]

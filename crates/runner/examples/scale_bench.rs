@@ -229,6 +229,7 @@ fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
                     phase: None,
                     error: None,
                     text: "(no output)".into(),
+                    result: None,
                 },
             });
         }

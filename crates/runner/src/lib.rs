@@ -22,6 +22,8 @@ pub mod slots;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;
+// Issue 13: structured results.
+mod structured;
 
 // #10: the transcripts of a run's attempts.
 pub mod transcripts;

@@ -17,6 +17,8 @@ mod status;
 mod wait;
 // #10
 mod logs;
+// Issue 13: structured results.
+mod results;
 
 use sortie_core::{RunId, RunState};
 use sortie_journal::Journal;
@@ -69,6 +71,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Report(r) => report::report(g, &r),
         Command::Completions(c) => completions(&c.shell),
         Command::Logs(l) => logs::logs(g, &l),
+        Command::Results(r) => results::results(g, &r),
     }
 }
 

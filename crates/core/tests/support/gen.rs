@@ -106,6 +106,11 @@ pub(crate) enum OutcomeKind {
     ProtocolError,
     /// A rate limit (429) with a retry-after (issue 14).
     RateLimited,
+    // Issue 13: structured results.
+    /// Completed with a validated structured result.
+    CompletedStructured,
+    /// Its structured result did not match, even after the repair round.
+    PartialStructured,
 }
 
 impl OutcomeKind {
@@ -145,6 +150,12 @@ impl OutcomeKind {
                 o.rate_limited = true;
                 o.retry_after_ms = Some(2000);
                 o
+            }
+            OutcomeKind::CompletedStructured => {
+                AttemptOutcome::completed().judge_result(Ok(r#"{"answer":42}"#.into()))
+            }
+            OutcomeKind::PartialStructured => {
+                AttemptOutcome::completed().judge_result(Err("at /answer: not an integer".into()))
             }
         };
         o.side_effects = side_effects;
@@ -351,6 +362,8 @@ fn outcome_kind() -> impl Strategy<Value = OutcomeKind> {
         1 => Just(OutcomeKind::Cancelled),
         1 => Just(OutcomeKind::ProtocolError),
         2 => Just(OutcomeKind::RateLimited),
+        1 => Just(OutcomeKind::CompletedStructured),
+        1 => Just(OutcomeKind::PartialStructured),
     ]
 }
 
@@ -1008,6 +1021,7 @@ impl<B: Backend> Driver<B> {
                 phase: None,
                 error: None,
                 text: format!("carried t{}", task.0),
+                result: None,
             };
             self.emit(Event::TaskCarried {
                 task,

@@ -621,6 +621,7 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 phase: None,
                 error: None,
                 text: String::new(),
+                result: None,
             },
         });
         let mut attempts: Vec<u32> = vec![0, 1, n, n + 1, n + 2];

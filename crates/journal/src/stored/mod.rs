@@ -361,6 +361,7 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
 
             role: None,
             session: None,
+            output_schema: None,
         })
     }
 }
@@ -472,6 +473,7 @@ impl From<AttemptOutcomeV1> for AttemptOutcome {
             denials: vec![],
             rate_limited: false,
             retry_after_ms: None,
+            result: None,
         }
     }
 }
@@ -506,6 +508,7 @@ impl From<TaskResultV1> for TaskResult {
             phase: r.phase.map(Into::into),
             error: r.error,
             text: r.text,
+            result: None,
         }
     }
 }

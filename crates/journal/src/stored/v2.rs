@@ -54,6 +54,8 @@ pub(crate) struct TaskExtV2 {
     // #13: roles and sessions.
     role: Option<String>,
     session: Option<String>,
+    // Issue 13: structured results.
+    output_schema: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -74,6 +76,7 @@ impl TaskExtV2 {
 
             role: t.role.clone(),
             session: t.session.clone(),
+            output_schema: t.output_schema.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -92,6 +95,7 @@ impl TaskExtV2 {
 
         t.role = self.role;
         t.session = self.session;
+        t.output_schema = self.output_schema;
         Ok(())
     }
 }
@@ -354,6 +358,8 @@ pub(crate) struct OutcomeExtV2 {
     // Issue 14: shared rate limits.
     rate_limited: bool,
     retry_after_ms: Option<u64>,
+    // Issue 13: structured results.
+    result: Option<String>,
 }
 
 impl OutcomeExtV2 {
@@ -369,6 +375,7 @@ impl OutcomeExtV2 {
                 .collect(),
             rate_limited: o.rate_limited,
             retry_after_ms: o.retry_after_ms,
+            result: o.result.clone(),
         }
     }
     pub(crate) fn apply(self, o: &mut AttemptOutcome) -> Result<(), String> {
@@ -382,6 +389,7 @@ impl OutcomeExtV2 {
             .collect();
         o.rate_limited = self.rate_limited;
         o.retry_after_ms = self.retry_after_ms;
+        o.result = self.result;
         Ok(())
     }
 }
@@ -389,13 +397,19 @@ impl OutcomeExtV2 {
 /// The fields of `TaskResult` added since v1.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub(crate) struct ResultExtV2 {}
+pub(crate) struct ResultExtV2 {
+    // Issue 13: structured results.
+    result: Option<String>,
+}
 
 impl ResultExtV2 {
-    pub(crate) fn of(_r: &TaskResult) -> Self {
-        ResultExtV2 {}
+    pub(crate) fn of(r: &TaskResult) -> Self {
+        ResultExtV2 {
+            result: r.result.clone(),
+        }
     }
-    pub(crate) fn apply(self, _r: &mut TaskResult) -> Result<(), String> {
+    pub(crate) fn apply(self, r: &mut TaskResult) -> Result<(), String> {
+        r.result = self.result;
         Ok(())
     }
 }

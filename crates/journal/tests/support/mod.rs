@@ -71,6 +71,7 @@ pub(crate) fn batch(n: u32) -> Batch {
 
             role: None,
             session: None,
+            output_schema: None,
         })
         .collect();
     Batch {
@@ -306,6 +307,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 phase: None,
                 error: None,
                 text: "done: ünïcödé ✓".into(),
+                result: None,
             },
         },
         Event::AttemptLaunching {
@@ -327,6 +329,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 denials: vec![],
                 rate_limited: false,
                 retry_after_ms: None,
+                result: None,
             },
             usage: usage(7),
             output: String::new(),
@@ -339,6 +342,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 phase: Some(Phase::Running),
                 error: Some("attempt timed out".into()),
                 text: "attempt timed out".into(),
+                result: None,
             },
         },
         Event::TaskFinished {
@@ -349,6 +353,7 @@ pub(crate) fn every_variant() -> Vec<(Timestamp, Event)> {
                 phase: None,
                 error: Some("t1 did not complete".into()),
                 text: "(no output)".into(),
+                result: None,
             },
         },
         Event::RunFinished {
@@ -512,6 +517,7 @@ pub(crate) fn realistic(tasks: u32, progress: u32) -> impl Iterator<Item = (Time
                 phase: None,
                 error: None,
                 text: format!("task {t} finished: all good"),
+                result: None,
             },
         });
         v

@@ -69,6 +69,7 @@ fn result(state: TerminalState, stop: StopReason, error: Option<&str>, text: &st
         phase: None,
         error: error.map(Into::into),
         text: text.into(),
+        result: None,
     }
 }
 
@@ -318,6 +319,7 @@ pub(crate) fn every_variant_v2() -> Vec<(Timestamp, Event)> {
                 denials: vec![],
                 rate_limited: false,
                 retry_after_ms: None,
+                result: None,
             },
             usage: reported(4),
             output: String::new(),

@@ -11,7 +11,7 @@ use sortie_core::Protocol;
 use sortie_core::Permissions;
 
 use super::home::{HomeError, Rules, UserEnv, copy_if_present};
-use super::{Agent, Launch, LaunchInput};
+use super::{Agent, Launch, LaunchInput, Repair};
 
 /// The tools Claude Code may use unasked under `read-only`.
 const READ_TOOLS: &str = "Read,Glob,Grep";
@@ -120,6 +120,27 @@ impl Agent for Claude {
             copy_if_present(&global, &dir.join(".claude.json"))?;
         }
         Ok(())
+    }
+
+    // Issue 13: structured results.
+    /// The session is kept (`--no-session-persistence` is dropped: it is written in the
+    /// attempt's own `CLAUDE_CONFIG_DIR`, where it is the only one), and the repair run
+    /// continues it with `--continue`, the request on stdin.
+    fn structured(
+        &self,
+        _input: &LaunchInput<'_>,
+        launch: &mut Launch,
+        argv: &mut Vec<String>,
+    ) -> Option<Repair> {
+        super::drop_switch(argv, "--no-session-persistence");
+        let mut repair = argv.clone();
+        repair.push("--continue".into());
+        launch.prompt_on_stdin.then_some(Repair::Continue {
+            argv: repair,
+            session_in: None,
+            // Its usage is the session's running total, the first run's included.
+            cumulative: true,
+        })
     }
 }
 

@@ -13,7 +13,7 @@ use sortie_core::Protocol;
 use sortie_core::Permissions;
 
 use super::home::{HomeError, Rules, UserEnv, io_err};
-use super::{Agent, Launch, LaunchInput};
+use super::{Agent, Launch, LaunchInput, Repair};
 
 /// Codex.
 #[derive(Debug)]
@@ -94,6 +94,63 @@ impl Agent for Codex {
         let from = user.map(|u| u.join("config.toml"));
         write_codex_config(from.as_deref(), &dir.join("config.toml"), true)
     }
+
+    // Issue 13: structured results.
+    /// The session is kept (`--ephemeral` is dropped: it is written in the attempt's own
+    /// `CODEX_HOME`, where it is the only one), and the repair run is `codex exec resume
+    /// --last` with the request on stdin (see [`resume_argv`]).
+    fn structured(
+        &self,
+        _input: &LaunchInput<'_>,
+        launch: &mut Launch,
+        argv: &mut Vec<String>,
+    ) -> Option<Repair> {
+        super::drop_switch(argv, "--ephemeral");
+        let repair = resume_argv(argv)?;
+        launch.prompt_on_stdin.then_some(Repair::Continue {
+            argv: repair,
+            session_in: None,
+            // Its usage is the session's running total, the first run's included.
+            cumulative: true,
+        })
+    }
+}
+
+/// The argv of `codex exec resume --last` from an attempt's `codex exec` argv: `exec`'s own
+/// options that `resume` does not take become config overrides (`--sandbox X`:
+/// `-c sandbox_mode="X"`, `--profile X`: `-c profile="X"`) or are left out (`--color`,
+/// `--cd`: the cwd is the same, `--add-dir`). `None` when the argv has no `exec`.
+fn resume_argv(argv: &[String]) -> Option<Vec<String>> {
+    let exec = argv.iter().position(|a| a == "exec")?;
+    let mut out: Vec<String> = argv[..=exec].to_vec();
+    out.push("resume".into());
+    out.push("--last".into());
+    let toml_string = |s: &str| serde_json::Value::from(s).to_string();
+    let mut rest = argv[exec + 1..].iter();
+    while let Some(a) = rest.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (a.as_str(), None),
+        };
+        let key = match flag {
+            "-s" | "--sandbox" => Some("sandbox_mode"),
+            "-p" | "--profile" => Some("profile"),
+            "--color" | "-C" | "--cd" | "--add-dir" => None,
+            _ => {
+                out.push(a.clone());
+                continue;
+            }
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => rest.next()?.clone(),
+        };
+        if let Some(key) = key {
+            out.push("-c".into());
+            out.push(format!("{key}={}", toml_string(&value)));
+        }
+    }
+    Some(out)
 }
 
 /// Where codex finds its credentials (for `sortie check`): a credential file or a provider

@@ -210,6 +210,21 @@ pub(crate) fn prepare(
     })
 }
 
+/// Issue 13: the home `agent` already has in `dir` (prepared for this attempt's first run),
+/// touching no file: a structured result's repair run continues the session kept there.
+pub(crate) fn existing(agent: &dyn Agent, dir: &Path) -> Option<AgentHome> {
+    let rules = agent.home()?;
+    Some(AgentHome {
+        dir: dir.to_path_buf(),
+        defaults: rules
+            .env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        pointer: (rules.env_var.to_owned(), dir.display().to_string()),
+    })
+}
+
 /// A relative user dir (a relative variable value) is taken against sortie's cwd, so that a
 /// symlink made inside the home points where the agent would have looked.
 fn absolute(p: &Path) -> PathBuf {

@@ -61,6 +61,49 @@ pub(crate) trait Agent: fmt::Debug + Sync {
     fn credentials(&self) -> Option<&'static Credentials> {
         None
     }
+
+    // Issue 13: structured results.
+    /// For a task with an `output_schema`: keeps the agent's session (drops from the rendered
+    /// `argv` the flags that turn it off; the session lives in the attempt's own home or
+    /// session directory) and says how the repair round continues the attempt's conversation.
+    /// `None`: no repair round (a mismatch ends the attempt partial at once).
+    fn structured(
+        &self,
+        input: &LaunchInput<'_>,
+        launch: &mut Launch,
+        argv: &mut Vec<String>,
+    ) -> Option<Repair> {
+        let _ = (input, launch, argv);
+        None
+    }
+}
+
+/// How the repair round of a structured result reaches the agent (issue 13): it is told the
+/// validation error in the same conversation, once.
+#[derive(Debug, Clone)]
+pub(crate) enum Repair {
+    /// The agent is still running, driven over stdin: this command line carries the request
+    /// (pi's RPC `prompt`), sent instead of closing its stdin.
+    Steer(fn(&str) -> String),
+    /// The agent is run again, continuing the attempt's session: this argv, with the request
+    /// on stdin; with `session_in`, the newest session file of that directory is appended as
+    /// `--session FILE` (pi).
+    Continue {
+        /// The argv of the repair run.
+        argv: Vec<String>,
+        /// pi: the attempt's session directory.
+        session_in: Option<PathBuf>,
+        /// The agent reports its session's running total, the first run's usage included
+        /// (Claude Code, Codex): the attempt's usage is the larger of the two, not their sum.
+        cumulative: bool,
+    },
+}
+
+/// Drops every `flag` (a switch without a value) from `argv`; whether one was there.
+pub(crate) fn drop_switch(argv: &mut Vec<String>, flag: &str) -> bool {
+    let before = argv.len();
+    argv.retain(|a| a != flag);
+    argv.len() != before
 }
 
 /// Where an agent finds its credentials: any one of these files in its config directory, or
@@ -196,6 +239,9 @@ pub(crate) struct LaunchPlan {
     pub(crate) stdin_prompt: Option<(PathBuf, String)>,
     /// #13: the usage taken off the reader's readings (see [`Launch::usage_base`]).
     pub(crate) usage_base: Option<Usage>,
+    // Issue 13: structured results.
+    /// How a structured result's repair round reaches the agent (see [`Agent::structured`]).
+    pub(crate) repair: Option<Repair>,
 }
 
 /// Whether an argv template places the prompt (any element mentions `{prompt}`).
@@ -236,15 +282,23 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         (file, std::mem::take(&mut launch.prompt))
     });
     let vars = Vars {
-        prompt: launch.prompt,
+        prompt: std::mem::take(&mut launch.prompt),
         model: input.live.model.clone(),
         cwd: input.cwd.display().to_string(),
         attempt: input.live.attempt.0,
         label: input.spec.label.clone(),
     };
-    let argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
+    let mut argv = process::render_argv(input.profile, input.spec.command.as_deref(), &vars)
         .map(|argv| process::expand_element(argv, process::SESSION_ARGS, &launch.session_args))
         .map(|argv| process::expand_element(argv, AGENT_ARGS, &launch.agent_args));
+    // Issue 13: a task with an output_schema keeps its agent's session for the repair round.
+    let repair = match (agent, &mut argv) {
+        (Some(agent), Ok(argv)) if input.spec.output_schema.is_some() => {
+            launch.prompt_on_stdin = prompt_on_stdin;
+            agent.structured(input, &mut launch, argv)
+        }
+        _ => None,
+    };
     let home = agent.filter(|a| a.home().is_some()).map(|agent| HomePlan {
         agent,
         dir: input.run_dir.agent_home(input.task.0, input.live.attempt.0),
@@ -260,6 +314,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         home,
         stdin_prompt,
         usage_base: launch.usage_base,
+        repair,
     }
 }
 
@@ -605,5 +660,84 @@ mod plan_tests {
             "a command without a prompt reads /dev/null"
         );
         assert!(p.home.is_none() && p.drive.is_none() && p.session_dir.is_none());
+    }
+
+    // Issue 13: structured results.
+    #[test]
+    fn a_task_with_a_schema_keeps_its_agents_session_and_gets_its_repair_round() {
+        let plan_of = |agent: &str, permissions| {
+            let mut batch = one_off(agent);
+            batch.batch.tasks[0].output_schema = Some(r#"{"type":"object"}"#.into());
+            batch.batch.tasks[0].permissions = permissions;
+            let rec = record(vec![attempt(1, None)]);
+            plan(&batch, &rec, Path::new("/run"))
+        };
+        use sortie_core::Permissions::{Edit, ReadOnly};
+        let p = plan_of("claude", Edit);
+        let argv = p.argv.unwrap();
+        assert!(
+            !argv.iter().any(|a| a == "--no-session-persistence"),
+            "{argv:?}"
+        );
+        let Some(Repair::Continue {
+            argv: repair,
+            session_in: None,
+            cumulative: true,
+        }) = p.repair
+        else {
+            panic!("{:?}", p.repair)
+        };
+        assert_eq!(repair[..argv.len()], argv[..]);
+        assert_eq!(repair[argv.len()..], ["--continue".to_owned()]);
+
+        let p = plan_of("codex", ReadOnly);
+        let argv = p.argv.unwrap();
+        assert!(!argv.iter().any(|a| a == "--ephemeral"), "{argv:?}");
+        let Some(Repair::Continue { argv: repair, .. }) = p.repair else {
+            panic!("{:?}", p.repair)
+        };
+        let repair = repair.join(" ");
+        assert!(
+            repair.starts_with("codex exec resume --last --json --skip-git-repo-check -c sandbox_mode=\"read-only\" "),
+            "{repair}"
+        );
+        assert!(
+            repair.ends_with(" -") && !repair.contains("--sandbox"),
+            "{repair}"
+        );
+
+        let p = plan_of("pi", Edit);
+        let argv = p.argv.unwrap();
+        assert!(!argv.iter().any(|a| a == "--no-session"), "{argv:?}");
+        let dir = PathBuf::from("/run/runs/t/sessions/0.1");
+        let at = argv.iter().position(|a| a == "--session-dir").unwrap();
+        assert_eq!(argv[at + 1], dir.display().to_string());
+        assert_eq!(p.session_dir.as_deref(), Some(dir.as_path()));
+        assert!(
+            matches!(&p.repair, Some(Repair::Continue { session_in: Some(d), .. }) if *d == dir),
+            "{:?}",
+            p.repair
+        );
+
+        let p = plan_of("pi-rpc", Edit);
+        let Some(Repair::Steer(command)) = p.repair else {
+            panic!("{:?}", p.repair)
+        };
+        let line: serde_json::Value = serde_json::from_str(&command("fix it")).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"type": "prompt", "message": "fix it"})
+        );
+
+        // Without a schema nothing changes: no session kept, no repair.
+        let rec = record(vec![attempt(1, None)]);
+        let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        assert!(
+            p.argv
+                .unwrap()
+                .iter()
+                .any(|a| a == "--no-session-persistence")
+        );
+        assert!(p.repair.is_none());
     }
 }

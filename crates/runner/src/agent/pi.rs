@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use sortie_core::{Attempt, AttemptRecord, Permissions, Protocol, TaskId};
 
 use super::home::{HomeError, Rules, UserEnv, io_err};
-use super::{Agent, Drive, Launch, LaunchInput, WRAP_UP};
+use super::{Agent, Drive, Launch, LaunchInput, Repair, WRAP_UP};
 use crate::layout::RunDir;
 
 /// Makes a prompt safe as pi's last argument. pi's argument parser has no `--`: an argument
@@ -88,6 +88,48 @@ impl Agent for Pi {
             launch.continues = continues;
         }
     }
+
+    // Issue 13: structured results.
+    /// `pi-rpc` is still running when its answer is checked: the request is a new `prompt`
+    /// command in the same session. `pi-json` keeps a session file (`--no-session` is dropped;
+    /// `--session-dir <run-dir>/sessions/<task>.<attempt>` unless the template gives one) and
+    /// the repair run continues it (`--session FILE`, the request on stdin).
+    fn structured(
+        &self,
+        input: &LaunchInput<'_>,
+        launch: &mut Launch,
+        argv: &mut Vec<String>,
+    ) -> Option<Repair> {
+        match input.profile.protocol {
+            Protocol::PiRpc => Some(Repair::Steer(prompt_command)),
+            Protocol::PiJson if launch.prompt_on_stdin => {
+                super::drop_switch(argv, "--no-session");
+                let dir = match argv.iter().position(|a| a == "--session-dir") {
+                    Some(at) => PathBuf::from(argv.get(at + 1)?),
+                    None => {
+                        let dir = input.run_dir.sessions(input.task.0, input.live.attempt.0);
+                        argv.push("--session-dir".into());
+                        argv.push(dir.display().to_string());
+                        dir
+                    }
+                };
+                launch.session_dir.get_or_insert_with(|| dir.clone());
+                Some(Repair::Continue {
+                    argv: argv.clone(),
+                    session_in: Some(dir),
+                    // pi's usage is per model call: the repair run's own.
+                    cumulative: false,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// pi's RPC `prompt` command: a new turn of the same session (the structured result's repair
+/// request, issue 13).
+fn prompt_command(message: &str) -> String {
+    serde_json::json!({ "type": "prompt", "message": message }).to_string()
 }
 
 /// pi's tools that only read.

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use crate::agent::LaunchPlan;
 use crate::executor::{Adoption, Control, Executor, Placement, Sig};
 
+mod repair;
 mod run;
 mod watch;
 
@@ -68,6 +69,12 @@ pub(crate) struct AttemptCtx {
     /// #14: for `isolation = "copy"`: the original directory (copied into `cwd` before the
     /// spawn, unless the copy is there), and the state dir, left out of the copy.
     pub(crate) copy_from: Option<(PathBuf, PathBuf)>,
+
+    // Issue 13: structured results.
+    /// The task's `output_schema` (compact JSON): the answer's result is checked against it.
+    pub(crate) output_schema: Option<String>,
+    /// `<run-dir>/prompts/<task>.<attempt>.repair`: the repair round's request, on stdin.
+    pub(crate) repair_prompt: PathBuf,
 }
 
 /// A report from an attempt to the run loop.

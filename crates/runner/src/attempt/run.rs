@@ -21,7 +21,7 @@ use crate::process::{self, SpawnSpec, Stdin};
 use sortie_protocol::{self as protocol, Exit, ProtocolReader, RunPhase};
 
 /// What an attempt reports at its end: its outcome, usage and output.
-type Ended = (AttemptOutcome, Usage, String);
+pub(super) type Ended = (AttemptOutcome, Usage, String);
 
 enum Step {
     Line(Option<process::Line>),
@@ -36,7 +36,7 @@ pub(super) async fn run(
     ctx: AttemptCtx,
     tx: &mpsc::UnboundedSender<Msg>,
     mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
-    ctl_rx: mpsc::UnboundedReceiver<Ctl>,
+    mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     control: &OnceLock<Arc<dyn Control>>,
 ) -> Ended {
     // The machine-wide cap: held from before the spawn to the attempt's end.
@@ -129,13 +129,16 @@ pub(super) async fn run(
         activity: None,
         offset: 0,
         replaying: ctx.read_until > 0,
-
         session_sent: false,
+        steer_repair: super::repair::SteerRepair::of(&ctx),
     };
     let exit = driver
-        .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
+        .watch_child(child.as_mut(), reader.as_mut(), &mut stop_rx, &mut ctl_rx)
         .await;
-    driver.finish(child, reader, exit).await
+    let steered = driver.steer_repair.was_sent();
+    let ended = driver.finish(child, reader, exit).await;
+    // Issue 13: a structured result is checked, and repaired once where the agent can be.
+    super::repair::structured(&ctx, ended, steered, tx, &mut stop_rx, &mut ctl_rx).await
 }
 
 /// Waits until the attempt runs (at once for a local one; a batch job may wait in the
@@ -337,33 +340,34 @@ fn write_prompt(file: &std::path::Path, prompt: &str) -> std::io::Result<()> {
 }
 
 /// A live attempt's state beside its child: the watchdog and what carries out its decisions.
-struct Driver<'a> {
-    ctx: &'a AttemptCtx,
-    tx: &'a mpsc::UnboundedSender<Msg>,
-    stopper: Arc<dyn Control>,
-    stdin: Option<Stdin>,
-    watch: Watch,
-    stop_task: Option<JoinHandle<StopReason>>,
+pub(super) struct Driver<'a> {
+    pub(super) ctx: &'a AttemptCtx,
+    pub(super) tx: &'a mpsc::UnboundedSender<Msg>,
+    pub(super) stopper: Arc<dyn Control>,
+    pub(super) stdin: Option<Stdin>,
+    pub(super) watch: Watch,
+    pub(super) stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
-    activity: Option<String>,
+    pub(super) activity: Option<String>,
     /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
-    offset: u64,
+    pub(super) offset: u64,
     /// #10: while an adopted attempt's lines before the journaled offset are read again: they
     /// rebuild the reader's state and are not reported (the journal has what they said).
-    replaying: bool,
-
+    pub(super) replaying: bool,
     /// #13: whether the agent's session id was sent.
-    session_sent: bool,
+    pub(super) session_sent: bool,
+    /// Issue 13: the repair request of a structured result, for an agent steered over stdin.
+    pub(super) steer_repair: super::repair::SteerRepair,
 }
 
 impl Driver<'_> {
     /// Reads the child's lines and follows the clocks until the leader exited.
-    async fn watch_child(
+    pub(super) async fn watch_child(
         &mut self,
         child: &mut dyn Execution,
         reader: &mut dyn ProtocolReader,
-        mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
-        mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
+        stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
+        ctl_rx: &mut mpsc::UnboundedReceiver<Ctl>,
     ) -> Result<Exit, process::WaitError> {
         let mut stdout_open = true;
         let mut stop_open = true;
@@ -425,6 +429,14 @@ impl Driver<'_> {
                     continue;
                 }
             };
+            // Issue 13: a structured result's repair request instead of the end of the run.
+            let phase = reader.run_phase();
+            let answer = self
+                .steer_repair
+                .checks(&decisions)
+                .then(|| reader.answer())
+                .flatten();
+            let decisions = self.steer_repair(decisions, phase, answer).await;
             self.carry_out(decisions).await;
         }
     }
@@ -538,7 +550,7 @@ impl Driver<'_> {
 
     /// The leader exited: waits for the stop to finish, keeps the stderr tail, and classifies
     /// the attempt.
-    async fn finish(
+    pub(super) async fn finish(
         self,
         child: Box<dyn Execution>,
         reader: Box<dyn ProtocolReader>,

@@ -181,6 +181,12 @@ impl Watch {
         self.usage
     }
 
+    /// Issue 13: the agent driven over stdin was given one more prompt (a structured result's
+    /// repair request) instead of having its stdin closed: it is closed at the end of that run.
+    pub(super) fn reopen_stdin(&mut self) {
+        self.stdin_open = true;
+    }
+
     /// The stop decided, if any.
     pub(super) fn stopping(&self) -> Option<&StopRequest> {
         self.stop.as_ref()

@@ -142,6 +142,9 @@ impl Engine {
                         self.state_dir.root().to_path_buf(),
                     )
                 }),
+
+                output_schema: spec.output_schema.clone(),
+                repair_prompt: self.run_dir.repair_prompt_file(task.0, live.attempt.0),
             },
             continues,
         ))

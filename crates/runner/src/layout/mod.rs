@@ -334,6 +334,15 @@ impl RunDir {
         env.resize(tasks, Vec::new());
         Ok(env)
     }
+
+    // Issue 13: structured results.
+    /// The file the repair round's request of an attempt is written to (the agent reads it on
+    /// stdin).
+    pub fn repair_prompt_file(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path
+            .join("prompts")
+            .join(format!("{task}.{attempt}.repair"))
+    }
 }
 
 /// Creates a directory and its missing parents, private to the user (0700).

@@ -1,0 +1,92 @@
+//! `sortie results [RUN] [--jsonl]` (issue 13): one record per task, for scoring scripts:
+//! its label, state, validated structured result (`value`), error and usage, in batch order.
+//! A table by default; `--json` prints an array, `--jsonl` one object per line.
+
+use std::io::Write;
+
+use serde::Serialize;
+use sortie_core::{TaskId, Usage};
+
+use super::{Code, newest, open_read, replay_all};
+use crate::args::{Global, ResultsArgs};
+use crate::error::Result;
+use crate::output::structured_value;
+
+/// One task's record.
+#[derive(Debug, Serialize)]
+struct Record {
+    /// Its label.
+    label: String,
+    /// Its state (`completed`, `partial`, ..., or a live state while the run goes on).
+    state: String,
+    /// Its validated structured result; `null` without an `output_schema`, before its end,
+    /// or when its answer did not match.
+    value: Option<serde_json::Value>,
+    /// Its error (a mismatch says why).
+    error: Option<String>,
+    /// Its usage over its attempts.
+    usage: Usage,
+    /// Its cost, for people.
+    cost: String,
+}
+
+/// Prints the records of a run (the newest by default).
+pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
+    let run = match &args.run {
+        Some(r) => super::find_run(g, r)?,
+        None => newest(&g.layout(), false)?,
+    };
+    let state = replay_all(&open_read(&g.layout(), &run)?)?;
+    let records: Vec<Record> = state
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, rec)| {
+            let result = rec.result();
+            let usage = rec.usage();
+            Record {
+                label: state.label(TaskId(i as u32)),
+                state: rec.display_state().to_owned(),
+                value: result.and_then(structured_value),
+                error: result.and_then(|r| r.error.clone()),
+                cost: usage.cost.to_string(),
+                usage,
+            }
+        })
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if args.jsonl {
+        for r in &records {
+            serde_json::to_writer(&mut out, r)?;
+            writeln!(out)?;
+        }
+    } else if g.json {
+        serde_json::to_writer_pretty(&mut out, &records)?;
+        writeln!(out)?;
+    } else {
+        let width = records
+            .iter()
+            .map(|r| r.label.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        writeln!(
+            out,
+            "{:<width$}  {:<10}  {:>10}  VALUE",
+            "LABEL", "STATE", "COST"
+        )?;
+        for r in &records {
+            let value = match (&r.value, &r.error) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(e)) => format!("({e})"),
+                (None, None) => "-".to_owned(),
+            };
+            writeln!(
+                out,
+                "{:<width$}  {:<10}  {:>10}  {value}",
+                r.label, r.state, r.cost
+            )?;
+        }
+    }
+    Ok(Code::Ok)
+}
