@@ -155,7 +155,14 @@ fn a_flipped_byte_in_any_written_record_is_never_silent() {
 fn a_truncated_log_or_zeroed_pages_are_never_silent() {
     let original = finished_run();
     let end = written(&db(&original));
-    for cut in [end / 10, end / 3, end / 2, end * 9 / 10, end - 20] {
+    // Into the last record where it was first written: the log may end with sled's own
+    // rewrites of tree pages (copies of records written before), whose loss loses nothing.
+    let log = db(&original);
+    let last_record = records(&original)
+        .last()
+        .and_then(|r| find_all(&log, r).first().map(|at| at + r.len()))
+        .unwrap_or(end);
+    for cut in [end / 10, end / 3, end / 2, end * 9 / 10, last_record - 20] {
         let copy = damaged(&original, |dir| {
             let f = std::fs::OpenOptions::new()
                 .write(true)
