@@ -85,6 +85,7 @@ pub(crate) fn resolve_all(
             .iter()
             .map(|(k, p)| (k.clone(), p.spec.clone()))
             .collect(),
+        on_task_end: run.on_task_end.clone(),
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
@@ -289,6 +290,7 @@ fn resolve_task(
     }
     s.env_keys = env.keys().cloned().collect();
     s.executor = resolve_executor(t, d, ov);
+    s.on_task_end = pick(&t.on_task_end, &d.on_task_end);
     (s, env.into_iter().collect())
 }
 

@@ -54,9 +54,34 @@ struct LogLines {
     on_task_end: Option<String>,
 }
 
-/// Runs `--on-task-end CMD` for a task that just ended, with what a hook wants to know in its
-/// environment.
-fn task_end_hook(cmd: &str, state: &RunState, task: TaskId, result: &sortie_core::TaskResult) {
+/// The hook to run when `task` ends, and where: `--on-task-end CMD` (in sortie's cwd) wins;
+/// else the task's own `on_task_end`, else the run's (#15: batch fields, journaled with the
+/// batch, so a resume runs them too), in the task's `cwd`.
+fn hook_for<'a>(
+    flag: Option<&'a str>,
+    state: &'a RunState,
+    task: TaskId,
+) -> Option<(&'a str, Option<&'a std::path::Path>)> {
+    if let Some(cmd) = flag {
+        return Some((cmd, None));
+    }
+    let spec = state.spec(task)?;
+    let run = state
+        .batch
+        .as_ref()
+        .and_then(|b| b.config.on_task_end.as_deref());
+    let cmd = spec.on_task_end.as_deref().or(run)?;
+    Some((cmd, Some(std::path::Path::new(&spec.cwd))))
+}
+
+/// Runs `--on-task-end CMD` (or the batch's `on_task_end`) for a task that just ended, with
+/// what a hook wants to know in its environment.
+fn task_end_hook(
+    (cmd, cwd): (&str, Option<&std::path::Path>),
+    state: &RunState,
+    task: TaskId,
+    result: &sortie_core::TaskResult,
+) {
     let rec = state.task(task);
     let usage = rec.map(|r| r.usage()).unwrap_or_default();
     let artifact = rec
@@ -89,7 +114,7 @@ fn task_end_hook(cmd: &str, state: &RunState, task: TaskId, result: &sortie_core
                 .to_owned(),
         ),
     ];
-    sortie_runner::process::run_hook(cmd, &env);
+    sortie_runner::process::run_hook_in(cmd, &env, cwd);
 }
 
 /// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
@@ -99,8 +124,10 @@ fn colour() -> bool {
 
 impl Observer for LogLines {
     fn event(&mut self, state: &RunState, s: &Stamped) {
-        if let (Some(cmd), Event::TaskFinished { task, result }) = (&self.on_task_end, &s.event) {
-            task_end_hook(cmd, state, *task, result);
+        if let Event::TaskFinished { task, result } = &s.event
+            && let Some(hook) = hook_for(self.on_task_end.as_deref(), state, *task)
+        {
+            task_end_hook(hook, state, *task, result);
         }
         if self.quiet {
             return;

@@ -331,6 +331,11 @@ pub struct TaskSpec {
     /// How many of its attempts may end rate limited, retried apart from `max_retries` (0: a
     /// rate limit spends a retry like any transient error).
     pub max_rate_limits: u32,
+    // #15: the task-end hook as a batch field.
+    /// A command run through `sh -c`, in the task's `cwd`, when the task ends (with its label,
+    /// state, cost and artifact in the environment); over the run's own `on_task_end`. The
+    /// `--on-task-end` flag of the process running the run wins over both.
+    pub on_task_end: Option<String>,
 }
 
 impl TaskSpec {
@@ -389,6 +394,7 @@ impl TaskSpec {
             transient_on: vec![],
             pool: None,
             max_rate_limits: crate::pool::DEFAULT_MAX_RATE_LIMITS,
+            on_task_end: None,
         }
     }
 
@@ -419,6 +425,10 @@ pub struct RunConfig {
     pub budget: RunBudget,
     /// The named pools (`[pools.NAME]`; issue 14).
     pub pools: BTreeMap<String, crate::pool::PoolSpec>,
+    // #15
+    /// The run's task-end hook (`on_task_end` at the top of a batch file), for every task
+    /// without its own.
+    pub on_task_end: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -428,6 +438,7 @@ impl Default for RunConfig {
             fail_fast: false,
             budget: RunBudget::default(),
             pools: BTreeMap::new(),
+            on_task_end: None,
         }
     }
 }

@@ -62,6 +62,7 @@ impl Run {
                     fail_fast,
                     budget,
                     pools: Default::default(),
+                    on_task_end: None,
                 },
                 source: "plan.toml".into(),
             },

@@ -328,6 +328,7 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
                             },
                         )]
                         .into(),
+                        on_task_end: None,
                     },
                     source: "model.toml".into(),
                 })
