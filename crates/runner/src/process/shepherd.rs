@@ -94,6 +94,8 @@ struct Watched {
     marker: (String, String),
     child: std::process::Child,
     forgotten: bool,
+    /// #10: its stdout and stderr kept under the transcript cap (see `transcript`).
+    trimmers: Vec<super::transcript::Trimmer>,
 }
 
 #[derive(Default)]
@@ -146,7 +148,12 @@ pub fn shepherd_main() -> i32 {
     let swept = std::thread::Builder::new()
         .name("sweep".into())
         .spawn(move || sweep_loop(&sweeper, me));
-    if spawned.is_err() || swept.is_err() {
+    // #10: the transcripts' cap, kept for every live attempt a few times a second.
+    let keeper = Arc::clone(&shared);
+    let kept = std::thread::Builder::new()
+        .name("trim".into())
+        .spawn(move || trim_loop(&keeper));
+    if spawned.is_err() || swept.is_err() || kept.is_err() {
         return 1;
     }
     wait_loop(&shared, me);
@@ -186,6 +193,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                             supervisor_start: me.1,
                         };
                         let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes());
+                        let trimmers = super::transcript::Trimmer::for_attempt(&dir);
                         st.ids.insert(id, pid);
                         st.live.insert(
                             pid,
@@ -195,6 +203,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                                 marker,
                                 child,
                                 forgotten: false,
+                                trimmers,
                             },
                         );
                         // Said under the lock: before its `exit` line.
@@ -368,6 +377,10 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     } else {
         st.sweep_due = true;
     }
+    // #10: cut to the cap once more, now that the files are complete.
+    for t in &mut w.trimmers {
+        let _ = t.check(true);
+    }
     if w.forgotten {
         return;
     }
@@ -378,6 +391,23 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     // Renamed into place, not fsynced: like the supervisor's (see `supervise.rs`).
     if write_file(&w.dir, EXIT_FILE, text.as_bytes()).is_ok() {
         say(&format!("exit {}", w.id));
+    }
+}
+
+/// Keeps every live attempt's transcript under its cap (see `transcript`), until no request
+/// can come and no attempt is left.
+fn trim_loop(shared: &Shared) {
+    loop {
+        std::thread::sleep(super::transcript::CHECK_EVERY);
+        let mut st = shared.lock();
+        if st.closed && st.live.is_empty() {
+            return;
+        }
+        for w in st.live.values_mut() {
+            for t in &mut w.trimmers {
+                let _ = t.check(false);
+            }
+        }
     }
 }
 

@@ -180,6 +180,19 @@ impl Trimmer {
         Ok(Trimmer::with(path, file, cap))
     }
 
+    /// The trimmers of an attempt dir's `stdout` and `stderr` (already created by the agent's
+    /// spawn), under this process's cap; none when the cap is off.
+    pub(super) fn for_attempt(dir: &Path) -> Vec<Trimmer> {
+        let cap = Cap::from_env();
+        if cap.is_unbounded() {
+            return Vec::new();
+        }
+        [super::STDOUT_FILE, super::STDERR_FILE]
+            .iter()
+            .filter_map(|name| Trimmer::open(&dir.join(name), cap).ok())
+            .collect()
+    }
+
     /// Creates (truncates) the file at `path`, for a writer that writes through
     /// [`Trimmer::write`].
     pub(super) fn create(path: &Path, cap: Cap) -> io::Result<Trimmer> {
@@ -264,7 +277,7 @@ impl Trimmer {
 }
 
 /// How often the supervisor looks at its attempt's files.
-const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+pub(super) const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Writes `dir/exit` (`code <n>` or `signal <n>`, the supervisor's format, which
 /// `supervise::read_exit` reads) for a direct attempt, renamed into place.
