@@ -305,6 +305,18 @@ pub enum Event {
         /// Its usage in the parent run.
         usage: Usage,
     },
+    // #10: adoption reads on from the journaled offset.
+    /// The journal holds what the placed attempt's stdout said (usage, side effects) up to
+    /// byte `offset` of its transcript: journaled after the `AttemptProgress` it goes with, so
+    /// that an adopted attempt's reader reports only what comes after it. Never decreases.
+    AttemptRead {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The byte offset in its stdout, at a line's end.
+        offset: u64,
+    },
 }
 
 /// One limit of a run's budget.
@@ -417,7 +429,8 @@ impl Event {
             | Event::AttemptHandle { task, .. }
             | Event::AttemptAdopted { task, .. }
             | Event::AttemptRecorded { task, .. }
-            | Event::TaskCarried { task, .. } => Some(*task),
+            | Event::TaskCarried { task, .. }
+            | Event::AttemptRead { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -453,6 +466,7 @@ impl Event {
             Event::Control { .. } => "Control",
             Event::RunRerunOf { .. } => "RunRerunOf",
             Event::TaskCarried { .. } => "TaskCarried",
+            Event::AttemptRead { .. } => "AttemptRead",
         }
     }
 }

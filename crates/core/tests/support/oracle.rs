@@ -174,7 +174,8 @@ fn step(g: G, e: &Event) -> Option<G> {
             Attempt { .. },
             Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. },
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. },
         ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
@@ -237,7 +238,8 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. } => Some(*attempt),
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -694,6 +696,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 offset: 0,
             });
             out.push(Event::AttemptRecorded { task, attempt: a });
+            out.push(Event::AttemptRead {
+                task,
+                attempt: a,
+                offset: 7,
+            });
             out.push(Event::RetryScheduled {
                 task,
                 next_attempt: a,
