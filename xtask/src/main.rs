@@ -380,8 +380,8 @@ fn slurm_bench(root: &Path) -> Result<()> {
 }
 
 /// `cargo xtask bench pools` (#14): `bench/pools.sh` with the release build: 200 tasks (one
-/// request each, through curl) against a loopback mock provider that answers 429 above 16
-/// requests at once, at concurrency 64 with a fixed pool and with the adaptive one, 3 rounds
+/// request each, through curl, held 6 s) against a loopback mock provider that answers 429
+/// above 16 requests at once, at concurrency 64 with a fixed pool and with the adaptive one, 3 rounds
 /// (429s drawn, share of the provider's capacity used, tasks not completed).
 fn pools_bench(root: &Path) -> Result<()> {
     let mut build = cargo(root);

@@ -15,7 +15,9 @@
 //! old limit) brings the limit down to what is still in flight. So a burst of 64 against a
 //! provider that serves 16 ends at 16, not at 64 / 2^k. Every attempt that ends otherwise earns
 //! a credit, and a limit of L grows by one after L credits (additive increase), back to its
-//! maximum.
+//! maximum; a limit that a window's refusals brought below half of what it was (the refusals
+//! were seen late, after the served attempts ended) grows by one per success up to that half
+//! (TCP's slow start).
 //!
 //! The pool's state is a fold of the journaled attempts (`AttemptLaunching`, `AttemptFinished`,
 //! `AttemptOrphaned`, in `RunState::apply`): nothing about pools is journaled apart, and
@@ -155,6 +157,9 @@ pub struct PoolState {
     pub limit: Option<u32>,
     /// Credits towards the next increase.
     pub credit: u32,
+    /// Half the limit at the last decrease: below it, the limit grows by one per success
+    /// (TCP's slow start), at or above it by one per `limit` successes.
+    pub threshold: u32,
     /// Its attempts in flight.
     pub in_flight: u32,
     /// No launch before this time (a rate limit's retry-after).
@@ -224,7 +229,7 @@ impl PoolState {
             self.streak = 0;
             if let Some(l) = self.limit {
                 self.credit += 1;
-                if self.credit >= l {
+                if l < self.threshold || self.credit >= l {
                     self.credit = 0;
                     let l = l + 1;
                     self.limit = (l < self.max(run)).then_some(l);
@@ -243,7 +248,8 @@ impl PoolState {
         let served = self.in_flight.clamp(1, l);
         let fresh = self.decreased_at.is_none_or(|d| launched_at >= d);
         if fresh {
-            self.limit = Some((l * DECREASE.0 / DECREASE.1).max(served));
+            self.threshold = (l * DECREASE.0 / DECREASE.1).max(1);
+            self.limit = Some(self.threshold.max(served));
             self.credit = 0;
             self.decreased_at = Some(at);
             self.streak = self.streak.saturating_add(1);
@@ -340,13 +346,15 @@ mod tests {
         }
         assert!(p.holds(t(2000), 64, 0), "backing off");
         assert_eq!(p.in_flight, 3);
-        // Launched after the decrease: 2 successes earn no step of 3 yet.
+        // Launched after the decrease: below half the limit of before (4), +1 per success;
+        // from there, +1 per `limit` successes.
         p.ended(t(3000), t(2500), None, 64);
+        assert_eq!(p.limit(64), 4);
         p.ended(t(3000), t(2500), None, 64);
-        assert_eq!(p.limit(64), 3);
-        // A new window halves (3 / 2), nothing being left in flight.
+        assert_eq!(p.limit(64), 4);
+        // A new window halves (4 / 2), nothing being left in flight.
         p.ended(t(3000), t(2500), Some(None), 64);
-        assert_eq!(p.limit(64), 1);
+        assert_eq!(p.limit(64), 2);
         assert_eq!(
             p.backoff_until,
             Some(t(4000)),
@@ -359,6 +367,7 @@ mod tests {
         p.ended(t(6000), t(5500), None, 64);
         assert_eq!(p.limit(64), 2);
         p.ended(t(6000), t(5500), None, 64);
+        assert_eq!(p.limit(64), 3);
         p.ended(t(6000), t(5500), None, 64);
         assert_eq!(p.limit(64), 3);
         assert_eq!((p.rate_limited, p.succeeded), (6, 5));
