@@ -17,7 +17,11 @@ fn files(dir: &Path) -> BTreeMap<String, String> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                let rel = p.strip_prefix(dir).expect("under dir").display().to_string();
+                let rel = p
+                    .strip_prefix(dir)
+                    .expect("under dir")
+                    .display()
+                    .to_string();
                 out.insert(rel, std::fs::read_to_string(&p).expect("a text file"));
             }
         }
