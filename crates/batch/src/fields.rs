@@ -59,6 +59,9 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "max_rate_limits",
     // #15: the task-end hook.
     "on_task_end",
+    // #13: roles and sessions.
+    "role",
+    "session",
 ];
 
 /// The top-level keys of a batch file.
@@ -152,6 +155,10 @@ pub(crate) struct RawTask {
     pub(crate) max_rate_limits: Option<u32>,
     // #15
     pub(crate) on_task_end: Option<String>,
+
+    // #13: roles and sessions.
+    pub(crate) role: Option<String>,
+    pub(crate) session: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -339,6 +346,25 @@ impl RawTask {
                     ));
                 }
                 self.thinking = Some(level);
+            }
+            // #13: roles and sessions.
+            "role" => {
+                let name = string(v)?;
+                crate::roles::check_name(&name)?;
+                self.role = Some(name);
+            }
+            "session" if scope == Scope::Defaults => {
+                return Err(
+                    "a session is a conversation of the tasks that name it; it cannot be a default"
+                        .into(),
+                );
+            }
+            "session" => {
+                let name = string(v)?;
+                if name.trim().is_empty() {
+                    return Err("a session name must not be empty".into());
+                }
+                self.session = Some(name);
             }
             _ => return Err("unknown field".into()),
         }

@@ -813,3 +813,6 @@ fn batch_on_task_end_is_batch_wide_and_per_task() {
         "the command must not be empty",
     );
 }
+
+// #13: roles and sessions.
+mod roles;

@@ -294,6 +294,11 @@ pub(crate) struct TaskView {
     /// The pool holding it back, when it is ready to launch but its pool is full or backing
     /// off (issue 14).
     pub(crate) waiting_for_pool: Option<String>,
+    // #13: roles and sessions.
+    /// The role its agent fields came from.
+    pub(crate) role: Option<String>,
+    /// The session (conversation) it belongs to.
+    pub(crate) session: Option<String>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -406,6 +411,7 @@ pub(crate) fn view(
         .max()
         .unwrap_or(0)
         .max(if live_pid.is_some() { now_ms() } else { 0 });
+    let spec_of = |i: usize| state.spec(sortie_core::TaskId(i as u32));
     let tasks: Vec<TaskView> = state
         .tasks
         .iter()
@@ -443,6 +449,8 @@ pub(crate) fn view(
                     sortie_core::Timestamp(now),
                 )
                 .map(str::to_owned),
+                role: spec_of(i).and_then(|s| s.role.clone()),
+                session: spec_of(i).and_then(|s| s.session.clone()),
             }
         })
         .collect();
@@ -625,6 +633,13 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         if !t.denials.is_empty() {
             let denied = sortie_core::Denial::describe(&t.denials);
             writeln!(out, "      denied tool calls: {denied}")?;
+        }
+        let agent_setup: Vec<String> = [("role", &t.role), ("session", &t.session)]
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} {v}")))
+            .collect();
+        if !agent_setup.is_empty() {
+            writeln!(out, "      {}", agent_setup.join(", "))?;
         }
     }
     Ok(())

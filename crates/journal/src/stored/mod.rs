@@ -358,6 +358,9 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             pool: None,
             max_rate_limits: 0,
             on_task_end: None,
+
+            role: None,
+            session: None,
         })
     }
 }

@@ -50,6 +50,10 @@ pub(crate) struct TaskExtV2 {
     max_rate_limits: u32,
     // #15
     on_task_end: Option<String>,
+
+    // #13: roles and sessions.
+    role: Option<String>,
+    session: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -67,6 +71,9 @@ impl TaskExtV2 {
             pool: t.pool.clone(),
             max_rate_limits: t.max_rate_limits,
             on_task_end: t.on_task_end.clone(),
+
+            role: t.role.clone(),
+            session: t.session.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -82,6 +89,9 @@ impl TaskExtV2 {
         t.pool = self.pool;
         t.max_rate_limits = self.max_rate_limits;
         t.on_task_end = self.on_task_end;
+
+        t.role = self.role;
+        t.session = self.session;
         Ok(())
     }
 }

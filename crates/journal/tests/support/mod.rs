@@ -68,6 +68,9 @@ pub(crate) fn batch(n: u32) -> Batch {
             pool: None,
             max_rate_limits: 0,
             on_task_end: None,
+
+            role: None,
+            session: None,
         })
         .collect();
     Batch {
