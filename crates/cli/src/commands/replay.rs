@@ -126,6 +126,7 @@ fn is_attempt_event(e: &Event) -> bool {
             | Event::AttemptOrphaned { .. }
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
+            | Event::AttemptSession { .. }
     )
 }
 
@@ -202,6 +203,9 @@ fn details(e: &Event) -> String {
         Event::AttemptContinues {
             attempt, session, ..
         } => format!("attempt {attempt} continues {session}"),
+        Event::AttemptSession {
+            attempt, session, ..
+        } => format!("attempt {attempt} is in session {session}"),
         Event::RunBudgetWarned { limit, used, of } => {
             format!(
                 "{} at {}% ({used} of {of})",
@@ -244,6 +248,9 @@ fn details(e: &Event) -> String {
             format!("attempt {attempt} ended while sortie was down: recorded from its files")
         }
         Event::Control { by, action } => format!("{} by {by}", control_text(action)),
+        Event::AttemptRead {
+            attempt, offset, ..
+        } => format!("attempt {attempt}: journaled up to byte {offset} of its stdout"),
     }
 }
 

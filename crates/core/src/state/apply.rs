@@ -170,6 +170,7 @@ impl RunState {
                     continues: None,
                     end: None,
                     placed: None,
+                    session: None,
                 });
                 rec.state = TaskState::Running { attempt: *attempt };
             }
@@ -263,6 +264,11 @@ impl RunState {
                     a.continues = Some(session.clone());
                 }
             }
+            Event::AttemptSession { session, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.session = Some(session.clone());
+                }
+            }
             Event::AttemptPlaced { executor, dir, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.placed = Some(Box::new(Placed {
@@ -270,12 +276,18 @@ impl RunState {
                         dir: dir.clone(),
                         handle: None,
                         found: None,
+                        read: 0,
                     }));
                 }
             }
             Event::AttemptHandle { handle, .. } => {
                 if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
                     p.handle = Some(handle.clone());
+                }
+            }
+            Event::AttemptRead { offset, .. } => {
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.read = *offset;
                 }
             }
             Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. } => {

@@ -90,11 +90,13 @@ impl RunState {
             | Event::AttemptStalled { .. }
             | Event::AttemptOrphaned { .. }
             | Event::AttemptSideEffects { .. }
-            | Event::AttemptContinues { .. } => cx.attempt_event(event),
+            | Event::AttemptContinues { .. }
+            | Event::AttemptSession { .. } => cx.attempt_event(event),
             Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. } => cx.placed_event(event),
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. } => cx.placed_event(event),
             _ => cx.task_event(event),
         }
     }
@@ -247,6 +249,17 @@ impl TaskCheck<'_> {
                     _ => Err(self.illegal()),
                 }
             }
+            Event::AttemptSession {
+                attempt, session, ..
+            } => {
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
+                    Some(a) if a.session.is_some() => Err(self.duplicate()),
+                    Some(_) if session.is_empty() => Err(self.illegal()),
+                    Some(_) => Ok(()),
+                    None => Err(self.illegal()),
+                }
+            }
             _ => Err(self.illegal()),
         }
     }
@@ -257,7 +270,8 @@ impl TaskCheck<'_> {
         let (Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. }) = event
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. }) = event
         else {
             return Err(self.illegal());
         };
@@ -270,6 +284,7 @@ impl TaskCheck<'_> {
             (Event::AttemptPlaced { .. }, None) if a.pid.is_none() => Ok(()),
             (Event::AttemptHandle { .. }, Some(p)) if p.handle.is_some() => Err(self.duplicate()),
             (Event::AttemptHandle { .. }, Some(_)) => Ok(()),
+            (Event::AttemptRead { offset, .. }, Some(p)) if *offset >= p.read => Ok(()),
             // Only a resume finds an attempt, once.
             (Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. }, Some(p)) => {
                 match p.found {

@@ -141,6 +141,9 @@ pub struct AttemptRecord {
     /// Where it runs (`AttemptPlaced`), and what resume found of it; boxed: a big run's
     /// records stay small.
     pub placed: Option<Box<Placed>>,
+    /// #13: the agent's own id of the conversation it is in (`AttemptSession`), once its
+    /// stream named it: what a later attempt resumes.
+    pub session: Option<String>,
 }
 
 /// Where an attempt runs and how it is found again (`AttemptPlaced`, `AttemptHandle`), and
@@ -156,6 +159,9 @@ pub struct Placed {
     /// What the last resume that found it alive or ended saw, and which resume that was (the
     /// run's `resumes` count then).
     pub found: Option<(u32, Found)>,
+    /// The offset in its stdout up to which the journal holds what it said (`AttemptRead`).
+    #[serde(default)]
+    pub read: u64,
 }
 
 /// What a resume found of a placed attempt that was live.

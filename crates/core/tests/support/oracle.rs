@@ -174,7 +174,10 @@ fn step(g: G, e: &Event) -> Option<G> {
             Attempt { .. },
             Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. },
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. }
+            // #13: at most once per attempt (core's check), any time while it lives.
+            | Event::AttemptSession { .. },
         ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
@@ -237,7 +240,9 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. } => Some(*attempt),
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. }
+        | Event::AttemptSession { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -658,6 +663,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 attempt: a,
                 session: "/s".into(),
             });
+            out.push(Event::AttemptSession {
+                task,
+                attempt: a,
+                session: "s".into(),
+            });
             out.push(Event::AttemptFinished {
                 task,
                 attempt: a,
@@ -694,6 +704,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 offset: 0,
             });
             out.push(Event::AttemptRecorded { task, attempt: a });
+            out.push(Event::AttemptRead {
+                task,
+                attempt: a,
+                offset: 7,
+            });
             out.push(Event::RetryScheduled {
                 task,
                 next_attempt: a,

@@ -177,6 +177,18 @@ pub(crate) enum StoredEvent {
         result: TaskResultV2,
         usage: UsageV1,
     },
+    /// `Event::AttemptRead` (#10: adoption reads on from the journaled offset).
+    AttemptRead {
+        task: u32,
+        attempt: u32,
+        offset: u64,
+    },
+    /// `Event::AttemptSession` (#13: sessions).
+    AttemptSession {
+        task: u32,
+        attempt: u32,
+        session: String,
+    },
 }
 
 /// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
@@ -440,6 +452,24 @@ impl From<&Event> for StoredEvent {
                 result: result.into(),
                 usage: usage.into(),
             },
+            Event::AttemptRead {
+                task,
+                attempt,
+                offset,
+            } => StoredEvent::AttemptRead {
+                task: task.0,
+                attempt: attempt.0,
+                offset: *offset,
+            },
+            Event::AttemptSession {
+                task,
+                attempt,
+                session,
+            } => StoredEvent::AttemptSession {
+                task: task.0,
+                attempt: attempt.0,
+                session: session.clone(),
+            },
         }
     }
 }
@@ -680,6 +710,24 @@ impl TryFrom<StoredEvent> for Event {
                 task: TaskId(task),
                 result: result.try_into()?,
                 usage: usage.into(),
+            },
+            StoredEvent::AttemptRead {
+                task,
+                attempt,
+                offset,
+            } => Event::AttemptRead {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                offset,
+            },
+            StoredEvent::AttemptSession {
+                task,
+                attempt,
+                session,
+            } => Event::AttemptSession {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                session,
             },
         })
     }

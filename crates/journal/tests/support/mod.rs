@@ -67,6 +67,10 @@ pub(crate) fn batch(n: u32) -> Batch {
             transient_on: vec![],
             pool: None,
             max_rate_limits: 0,
+            on_task_end: None,
+
+            role: None,
+            session: None,
         })
         .collect();
     Batch {
@@ -395,6 +399,15 @@ pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
             Event::AttemptSideEffects {
                 task: TaskId(0),
                 attempt: Attempt(1),
+            },
+        ),
+        (
+            // #10: how far t0's attempt 1's stdout was journaled (its checkpoint's offset).
+            6,
+            Event::AttemptRead {
+                task: TaskId(0),
+                attempt: Attempt(1),
+                offset: 512,
             },
         ),
         (

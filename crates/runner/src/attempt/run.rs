@@ -18,7 +18,7 @@ use crate::agent::{self, HomePlan, home};
 use crate::clock::Anchor;
 use crate::executor::{Control, Execution, LaunchRequest, Sig};
 use crate::process::{self, SpawnSpec, Stdin};
-use sortie_protocol::{self as protocol, Exit, ProtocolReader};
+use sortie_protocol::{self as protocol, Exit, ProtocolReader, RunPhase};
 
 /// What an attempt reports at its end: its outcome, usage and output.
 type Ended = (AttemptOutcome, Usage, String);
@@ -76,8 +76,15 @@ pub(super) async fn run(
         });
     }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
+    // #13: an agent that reports a resumed session's usage over the whole session counts
+    // only this attempt's part.
+    if let Some(base) = ctx.launch.usage_base {
+        reader = protocol::rebased(reader, base);
+    }
     let mut stdin = child.take_stdin();
-    if let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
+    // An adopted agent got its prompt from the sortie that launched it.
+    if ctx.adopt.is_none()
+        && let (Some(drive), Some(w)) = (&ctx.launch.drive, stdin.as_mut())
         && let Err(e) = w.send_line(&drive.prompt_command).await
     {
         // It exited at once; its exit and stderr say why.
@@ -120,6 +127,10 @@ pub(super) async fn run(
         watch,
         stop_task: None,
         activity: None,
+        offset: 0,
+        replaying: ctx.read_until > 0,
+
+        session_sent: false,
     };
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
@@ -311,6 +322,14 @@ struct Driver<'a> {
     stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
     activity: Option<String>,
+    /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
+    offset: u64,
+    /// #10: while an adopted attempt's lines before the journaled offset are read again: they
+    /// rebuild the reader's state and are not reported (the journal has what they said).
+    replaying: bool,
+
+    /// #13: whether the agent's session id was sent.
+    session_sent: bool,
 }
 
 impl Driver<'_> {
@@ -346,7 +365,19 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    if self.replaying {
+                        if child.stdout_offset() <= self.ctx.read_until {
+                            // A run that ended before the crash: its stdin is closed now.
+                            if matches!(reader.run_phase(), RunPhase::Ended { failed: false }) {
+                                self.stdin = None;
+                            }
+                            continue;
+                        }
+                        self.replaying = false;
+                    }
+                    self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
+                    self.report_session(reader.session());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
@@ -402,6 +433,21 @@ impl Driver<'_> {
         }
     }
 
+    /// #13: sends the agent's session id on once its stream named it (journaled at once, so
+    /// that a crash cannot lose what a later attempt resumes).
+    fn report_session(&mut self, session: Option<&str>) {
+        let Some(id) = session else { return };
+        if self.session_sent {
+            return;
+        }
+        self.session_sent = true;
+        let _ = self.tx.send(Msg::Session {
+            task: self.ctx.task,
+            attempt: self.ctx.attempt,
+            session: id.to_owned(),
+        });
+    }
+
     /// Sends the reader's activity on when it changed (the board shows it; it is not state).
     fn report_activity(&mut self, progress: Option<&protocol::Progress>) {
         let Some(text) = progress.and_then(|p| p.activity.as_ref()) else {
@@ -430,6 +476,15 @@ impl Driver<'_> {
                         attempt,
                         usage,
                     });
+                    // #10: how far the stream was read for it: adoption reads on from there.
+                    if self.ctx.executor.kind() == crate::executor::SUPERVISED {
+                        let offset = self.offset;
+                        let _ = self.tx.send(Msg::Read {
+                            task,
+                            attempt,
+                            offset,
+                        });
+                    }
                 }
                 Decision::Stalled => {
                     let _ = self.tx.send(Msg::Stalled { task, attempt });
@@ -530,12 +585,18 @@ fn keep_stderr(path: &Path, stderr: &str) {
 /// Prepares an agent home off the async threads (it copies files).
 async fn prepare_home(plan: HomePlan) -> Result<home::AgentHome, agent::HomeError> {
     let dir = plan.dir.clone();
-    tokio::task::spawn_blocking(move || home::prepare(plan.agent, &plan.dir, &plan.user))
-        .await
-        .unwrap_or_else(|e| {
-            Err(agent::HomeError::Io {
-                path: dir,
-                source: std::io::Error::other(e.to_string()),
-            })
+    tokio::task::spawn_blocking(move || {
+        let home = home::prepare(plan.agent, &plan.dir, &plan.user)?;
+        if let Some((name, store)) = &plan.session_store {
+            home::link_store(&plan.dir, name, store)?;
+        }
+        Ok(home)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(agent::HomeError::Io {
+            path: dir,
+            source: std::io::Error::other(e.to_string()),
         })
+    })
 }

@@ -35,6 +35,13 @@ impl Engine {
             .get(profile_name)
             .or_else(|| batch.agents.get(&spec.agent))?;
         let env = self.env.get(task.index()).cloned().unwrap_or_default();
+        // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
+        // its session's).
+        let links = self
+            .session_links
+            .get_or_init(|| sortie_core::session::session_links(batch));
+        let (conversation_root, conversation) =
+            sortie_core::session::conversation(&self.state, links, task);
         // The agent the profile speaks (none for a task's own command) shapes the launch: its
         // prompt, session, stdin drive and per-attempt home (see `agent`).
         let plan = agent::launch_plan(
@@ -47,6 +54,8 @@ impl Engine {
                 run_dir: &self.run_dir,
                 cwd: &cwd,
                 env: &env,
+                conversation: &conversation,
+                conversation_root,
             },
             prompt_text,
         );
@@ -61,7 +70,8 @@ impl Engine {
         };
         let continues = plan.continues.clone();
         // A placed attempt keeps its executor and dir (resume follows it there); a new one
-        // is supervised unless its task or profile says not, or it is driven over stdin.
+        // is supervised unless its task or profile says not (one driven over stdin too: its
+        // supervisor forwards a FIFO to its stdin).
         let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
             Some(p) => {
                 let executor = self.executor_of(&p.executor, task)?;
@@ -85,10 +95,7 @@ impl Engine {
                 let executor: Arc<dyn Executor> = match executor::supervisor() {
                     // The dir is journaled as text: a path that is not UTF-8 runs direct.
                     Some(program)
-                        if spec.supervise
-                            && profile.supervise
-                            && plan.drive.is_none()
-                            && dir.to_str().is_some() =>
+                        if spec.supervise && profile.supervise && dir.to_str().is_some() =>
                     {
                         Arc::new(Supervised::new(program.to_path_buf()))
                     }
@@ -125,6 +132,7 @@ impl Engine {
                 adopt: None,
                 allow_denials: spec.allow_denials,
                 resumed: None,
+                read_until: 0,
                 transient_on: spec.transient_on.clone(),
             },
             continues,

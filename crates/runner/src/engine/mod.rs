@@ -312,6 +312,9 @@ struct Engine {
     slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
     /// The records the last snapshot holds (or the state this process started from).
     snapshotted: u64,
+    /// #13: each task's session predecessor (`sortie_core::session::session_links`), computed
+    /// once: the batch of a run never changes.
+    session_links: std::sync::OnceLock<Vec<Option<usize>>>,
 }
 
 impl Engine {
@@ -346,6 +349,7 @@ impl Engine {
             marked: (0, std::time::Instant::now()),
             slurm: std::sync::OnceLock::new(),
             snapshotted: state_seq,
+            session_links: std::sync::OnceLock::new(),
         }
     }
 

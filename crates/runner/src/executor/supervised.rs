@@ -55,24 +55,38 @@ impl Executor for Supervised {
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
-            if req.piped_stdin {
-                return Err(SpawnError::Io {
-                    program: req.spawn.argv.first().cloned().unwrap_or_default(),
-                    error: io::Error::other("a supervised attempt's stdin cannot be a pipe"),
-                });
-            }
             let dir = req.placement.dir.clone();
-            let stdin = req.stdin_file.as_deref();
-            let followed = if per_attempt() {
-                let child =
-                    process::spawn_supervised(&self.supervisor, &req.spawn, &dir, stdin).await?;
+            let file = if req.piped_stdin {
+                None
+            } else {
+                req.stdin_file.as_deref()
+            };
+            // An agent driven over stdin needs its own supervisor (the FIFO's forwarder); the
+            // others start through the run's shepherd unless SORTIE_SUPERVISION=attempt.
+            let followed = if per_attempt() || req.piped_stdin {
+                let child = process::spawn_supervised(
+                    &self.supervisor,
+                    &req.spawn,
+                    &dir,
+                    file,
+                    req.piped_stdin,
+                )
+                .await?;
                 Followed::new(&dir, 0, child.started, Watcher::Supervisor(child.process))
             } else {
-                let s =
-                    process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, stdin).await?;
+                let s = process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, file).await?;
                 Followed::new(&dir, 0, s.started, Watcher::Shepherd(s))
             };
-            Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
+            // #10: an agent driven over stdin is written to through its supervisor's FIFO.
+            let stdin = if req.piped_stdin {
+                Some(Stdin::fifo(&dir).map_err(|error| SpawnError::Io {
+                    program: req.spawn.argv.first().cloned().unwrap_or_default(),
+                    error,
+                })?)
+            } else {
+                None
+            };
+            Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
         })
     }
 
@@ -98,7 +112,13 @@ impl Executor for Supervised {
                 });
             };
             let followed = Followed::new(&dir, 0, started, Watcher::Files);
-            Ok(Box::new(SupervisedExecution { followed }) as Box<dyn Execution>)
+            // An agent driven over stdin is steered on through its FIFO, if it still runs.
+            let stdin = dir
+                .join(process::STDIN_FIFO)
+                .exists()
+                .then(|| Stdin::fifo(&dir).ok())
+                .flatten();
+            Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
         })
     }
 
@@ -112,6 +132,7 @@ impl Executor for Supervised {
 
 struct SupervisedExecution {
     followed: Followed,
+    stdin: Option<Stdin>,
 }
 
 impl Execution for SupervisedExecution {
@@ -136,7 +157,8 @@ impl Execution for SupervisedExecution {
     }
 
     fn stdout_offset(&self) -> u64 {
-        self.followed.stdout_bytes()
+        // At a line's end: what the journal may record as read (`AttemptRead`).
+        self.followed.line_end()
     }
 
     fn control(&self) -> Arc<dyn Control> {
@@ -144,6 +166,6 @@ impl Execution for SupervisedExecution {
     }
 
     fn take_stdin(&mut self) -> Option<Stdin> {
-        None
+        self.stdin.take()
     }
 }

@@ -60,7 +60,7 @@ mod transcript;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
-pub use detach::{run_hook, spawn_detached_with};
+pub use detach::{run_hook, run_hook_in, spawn_detached_with};
 pub use follow::{Followed, Watcher};
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
@@ -71,9 +71,9 @@ pub use spawn::{
     SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file, spawn_transcribed,
 };
 pub use supervise::{
-    DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, SUPERVISE_ARG,
-    SUPERVISOR_MARKER, StartedFile, SupervisorChild, presence, read_exit, read_started,
-    spawn_supervised, supervise_main,
+    DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDIN_CLOSE, STDIN_FIFO, STDOUT_FILE,
+    SUPERVISE_ARG, SUPERVISOR_MARKER, StartedFile, SupervisorChild, presence, read_exit,
+    read_started, spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
 // #10: the per-run shepherd.

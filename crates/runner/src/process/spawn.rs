@@ -290,7 +290,7 @@ async fn spawn_child(
             exit_rx.clone(),
         ));
     }
-    let stdin = child.stdin.take().map(|inner| Stdin { inner });
+    let stdin = child.stdin.take().map(Stdin::child);
     tokio::spawn(monitor(child, Arc::clone(&shared), sigchld, exit_tx));
 
     tracing::debug!(pid, program = %program, "spawned");
@@ -344,13 +344,37 @@ pub(super) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), Spaw
     })
 }
 
-/// The write end of a child's stdin (see [`spawn_piped`]). Dropping it closes the pipe.
+/// The write end of a child's stdin (see [`spawn_piped`]), or of a supervised agent's stdin
+/// FIFO (see `supervise::STDIN_FIFO`). Dropping it closes the agent's stdin.
 #[derive(Debug)]
 pub struct Stdin {
-    inner: tokio::process::ChildStdin,
+    inner: StdinEnd,
+}
+
+#[derive(Debug)]
+enum StdinEnd {
+    Child(tokio::process::ChildStdin),
+    /// Its supervisor forwards what is written here; a close line closes the agent's stdin.
+    Fifo(tokio::net::unix::pipe::Sender),
 }
 
 impl Stdin {
+    pub(super) fn child(inner: tokio::process::ChildStdin) -> Stdin {
+        Stdin {
+            inner: StdinEnd::Child(inner),
+        }
+    }
+
+    /// The stdin of the supervised attempt in `dir` (its supervisor holds the FIFO open: this
+    /// never waits).
+    pub fn fifo(dir: &Path) -> io::Result<Stdin> {
+        let tx = tokio::net::unix::pipe::OpenOptions::new()
+            .open_sender(dir.join(super::supervise::STDIN_FIFO))?;
+        Ok(Stdin {
+            inner: StdinEnd::Fifo(tx),
+        })
+    }
+
     /// Writes one line (a newline is added) and flushes it. Fails when the child closed its
     /// end (it exited).
     pub async fn send_line(&mut self, line: &str) -> io::Result<()> {
@@ -358,7 +382,24 @@ impl Stdin {
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
-        self.inner.write_all(&bytes).await?;
-        self.inner.flush().await
+        match &mut self.inner {
+            StdinEnd::Child(w) => {
+                w.write_all(&bytes).await?;
+                w.flush().await
+            }
+            StdinEnd::Fifo(w) => {
+                w.write_all(&bytes).await?;
+                w.flush().await
+            }
+        }
+    }
+}
+
+impl Drop for Stdin {
+    /// A FIFO stays open in the supervisor: the agent's stdin is closed by the close line.
+    fn drop(&mut self) {
+        if let StdinEnd::Fifo(w) = &self.inner {
+            let _ = w.try_write(super::supervise::STDIN_CLOSE);
+        }
     }
 }

@@ -52,6 +52,16 @@ pub const STARTED_FILE: &str = "started";
 /// See [`STDOUT_FILE`].
 pub const EXIT_FILE: &str = "exit";
 
+/// #10: an attempt driven over stdin (pi's RPC mode) gets, in its attempt dir, a FIFO of this
+/// name that its supervisor forwards to the agent's stdin: sortie writes commands into it (and
+/// a resumed sortie again), and the supervisor holds it open, so that a crash of sortie does
+/// not close the agent's stdin. A line holding only [`STDIN_CLOSE`] closes it.
+pub const STDIN_FIFO: &str = "stdin";
+/// See [`STDIN_FIFO`]: the line that closes the agent's stdin (never in a JSON command).
+pub const STDIN_CLOSE: &[u8] = b"\0\n";
+/// Set (to `fifo`) in the supervisor's environment when the agent is driven over stdin.
+pub(super) const STDIN_VAR: &str = "SORTIE_SUPERVISE_STDIN";
+
 /// What `started` records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartedFile {
@@ -141,13 +151,15 @@ pub struct SupervisorChild {
 /// Starts a supervisor (the program `supervisor`, run as `supervisor __supervise <dir>
 /// <argv...>`) for `spec` with its files in `dir`, and waits until it started the agent.
 /// `stdin`: a file the agent reads as its stdin (its prompt), else `/dev/null` (the supervisor
-/// is given it and hands it on).
+/// is given it and hands it on); `fifo`: the agent is driven over stdin, through the attempt
+/// dir's [`STDIN_FIFO`].
 #[allow(clippy::disallowed_methods, reason = "the supervisor's spawn")]
 pub async fn spawn_supervised(
     supervisor: &Path,
     spec: &SpawnSpec,
     dir: &Path,
     stdin: Option<&Path>,
+    fifo: bool,
 ) -> Result<SupervisorChild, SpawnError> {
     let Some(program) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
@@ -181,6 +193,9 @@ pub async fn spawn_supervised(
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(false);
+    if fifo {
+        cmd.env(STDIN_VAR, "fifo");
+    }
     let mut process = cmd.spawn().map_err(io_err)?;
     let Some(out) = process.stdout.take() else {
         return Err(io_err(io::Error::other("the supervisor has no stdout")));
@@ -257,10 +272,31 @@ pub fn supervise_main(args: &[String]) -> i32 {
             cmd.env(name, value);
         }
     }
+    // #10: an agent driven over stdin reads what the supervisor forwards from the FIFO.
+    let fifo = match std::env::var_os(STDIN_VAR) {
+        Some(_) => {
+            cmd.env_remove(STDIN_VAR);
+            match open_fifo(&dir) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    say(&format!(
+                        "error io cannot make its stdin in {}: {e}",
+                        dir.display()
+                    ));
+                    return 1;
+                }
+            }
+        }
+        None => None,
+    };
     let mut child = match cmd
         .args(&args[2..])
         // The supervisor's own stdin: /dev/null, or the attempt's prompt file.
-        .stdin(Stdio::inherit())
+        .stdin(if fifo.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
         .stdout(out)
         .stderr(err)
         .process_group(0)
@@ -277,6 +313,13 @@ pub fn supervise_main(args: &[String]) -> i32 {
             return 1;
         }
     };
+    if let (Some(fifo), Some(to)) = (fifo, child.stdin.take()) {
+        // Never joined: it waits on the FIFO, which we hold open, until the agent's stdin is
+        // closed (or we exit).
+        let _ = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || forward_stdin(fifo, to));
+    }
     let me = std::process::id();
     let started = StartedFile {
         pid: child.id(),
@@ -368,4 +411,34 @@ fn write_file(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> io::Result
         File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// Makes the attempt dir's [`STDIN_FIFO`] and opens it for reading and writing: the open
+/// does not wait for a writer, and the FIFO never reads as ended while we hold it.
+fn open_fifo(dir: &Path) -> io::Result<File> {
+    let path = dir.join(STDIN_FIFO);
+    let _ = fs::remove_file(&path);
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(io::Error::from)?;
+    OpenOptions::new().read(true).write(true).open(&path)
+}
+
+/// Forwards the FIFO's lines to the agent's stdin until a [`STDIN_CLOSE`] line (or the agent
+/// closed its end); then the agent's stdin is closed.
+fn forward_stdin(fifo: File, mut to: std::process::ChildStdin) {
+    use std::io::BufRead;
+    let mut from = io::BufReader::new(fifo);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match from.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if line == STDIN_CLOSE => return,
+            Ok(_) => {
+                if to.write_all(&line).and_then(|()| to.flush()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
