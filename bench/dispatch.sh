@@ -47,60 +47,71 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 : > "$work/attempt.times"
 : > "$work/xargs.times"
 : > "$work/parallel.times"
+# CPU seconds (user + sys, the contender and its children) beside the wall time: on a loaded
+# machine the wall time says how the scheduler treated each contender, the CPU what it cost.
+TIME=$(command -v /usr/bin/time || true)
+# `timed NAME CMD...`: runs CMD (its stdin the script's), appends its wall and CPU seconds.
+timed() {
+  local name=$1
+  shift
+  local t0 t1
+  t0=$(now)
+  if [ -n "$TIME" ]; then
+    "$TIME" -f "%U %S" -o "$work/$name.cpu1" "$@"
+    awk '{print $1 + $2}' "$work/$name.cpu1" >> "$work/$name.cpu"
+  else
+    "$@"
+  fi
+  t1=$(now)
+  awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/$name.times"
+}
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 for r in $(seq "$ROUNDS"); do
-  t0=$(now)
-  seq "$N" | xargs -P "$P" -I{} true
-  t1=$(now)
-  awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/xargs.times"
+  seq "$N" | timed xargs xargs -P "$P" -I{} true
 
   if [ "$PARALLEL" = 1 ]; then
-    t0=$(now)
-    seq "$N" | parallel --will-cite -j "$P" true
-    t1=$(now)
-    awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/parallel.times"
+    seq "$N" | timed parallel parallel --will-cite -j "$P" true
   fi
 
-  rm -rf "$work/state"
-  t0=$(now)
-  "$SORTIE" --state-dir "$work/state" run "$work/tasks.jsonl" --concurrency "$P" >/dev/null 2>"$work/sortie.log"
-  t1=$(now)
-  awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/sortie.times"
-  "$SORTIE" --state-dir "$work/state" audit "$(ls "$work/state/runs")" >/dev/null
+  # A state dir per round, all removed at the end: deleting 25,000 files just before a
+  # contender runs would charge it for the deletion (ext4 without a journal skips recently
+  # deleted inodes when it allocates new ones).
+  timed sortie "$SORTIE" --state-dir "$work/state$r" run "$work/tasks.jsonl" --concurrency "$P" >/dev/null 2>"$work/sortie.log"
+  "$SORTIE" --state-dir "$work/state$r" audit "$(ls "$work/state$r/runs")" >/dev/null
 
-  rm -rf "$work/astate"
-  t0=$(now)
-  SORTIE_SUPERVISION=attempt "$SORTIE" --state-dir "$work/astate" run "$work/tasks.jsonl" --concurrency "$P" >/dev/null 2>"$work/attempt.log"
-  t1=$(now)
-  awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/attempt.times"
+  timed attempt env SORTIE_SUPERVISION=attempt "$SORTIE" --state-dir "$work/astate$r" run "$work/tasks.jsonl" --concurrency "$P" >/dev/null 2>"$work/attempt.log"
 
-  rm -rf "$work/dstate"
-  t0=$(now)
-  "$SORTIE" --state-dir "$work/dstate" run "$work/direct.jsonl" --concurrency "$P" >/dev/null 2>"$work/direct.log"
-  t1=$(now)
-  awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/direct.times"
+  timed direct "$SORTIE" --state-dir "$work/dstate$r" run "$work/direct.jsonl" --concurrency "$P" >/dev/null 2>"$work/direct.log"
 done
 
+cpu() { if [ -s "$work/$1.cpu" ]; then median < "$work/$1.cpu"; else echo nan; fi; }
 xargs_t=$(median < "$work/xargs.times")
 sortie_t=$(median < "$work/sortie.times")
 direct_t=$(median < "$work/direct.times")
 attempt_t=$(median < "$work/attempt.times")
-events=$("$SORTIE" --state-dir "$work/state" export "$(ls "$work/state/runs")" | wc -l)
+events=$("$SORTIE" --state-dir "$work/state1" export "$(ls "$work/state1/runs")" | wc -l)
 load_after=$(cut -d' ' -f1 /proc/loadavg)
-printf '\n%-34s %10s %12s\n' "dispatch: $N x true, -P $P" "median s" "tasks/s"
+printf '\n%-34s %10s %10s %12s\n' "dispatch: $N x true, -P $P" "median s" "cpu s" "tasks/s"
 calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
-printf '%-34s %10.3f %12.0f\n' "xargs -P $P" "$xargs_t" "$(calc "$N / $xargs_t")"
+line() { printf '%-34s %10.3f %10s %12.0f\n' "$1" "$2" "$3" "$(calc "$N / $2")"; }
+xargs_c=$(cpu xargs)
+sortie_c=$(cpu sortie)
+attempt_c=$(cpu attempt)
+direct_c=$(cpu direct)
+line "xargs -P $P" "$xargs_t" "$xargs_c"
 parallel_t=nan
 parallel_ratio=nan
 if [ "$PARALLEL" = 1 ]; then
   parallel_t=$(median < "$work/parallel.times")
   parallel_ratio=$(calc "$parallel_t / $sortie_t")
-  printf '%-34s %10.3f %12.0f\n' "GNU parallel -j $P" "$parallel_t" "$(calc "$N / $parallel_t")"
+  line "GNU parallel -j $P" "$parallel_t" "$(cpu parallel)"
 fi
-printf '%-34s %10.3f %12.0f\n' "sortie supervised ($events events)" "$sortie_t" "$(calc "$N / $sortie_t")"
-printf '%-34s %10.3f %12.0f\n' "sortie, a supervisor per attempt" "$attempt_t" "$(calc "$N / $attempt_t")"
-printf '%-34s %10.3f %12.0f\n' "sortie supervise = false" "$direct_t" "$(calc "$N / $direct_t")"
+line "sortie supervised ($events events)" "$sortie_t" "$sortie_c"
+line "sortie, a supervisor per attempt" "$attempt_t" "$attempt_c"
+line "sortie supervise = false" "$direct_t" "$direct_c"
+ratio() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo nan; else calc "$1 / $2"; fi; }
 printf 'ratio sortie/xargs throughput: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(calc "$xargs_t / $sortie_t")" "$(calc "$xargs_t / $attempt_t")" "$(calc "$xargs_t / $direct_t")"
+printf 'ratio xargs/sortie CPU: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(ratio "$xargs_c" "$sortie_c")" "$(ratio "$xargs_c" "$attempt_c")" "$(ratio "$xargs_c" "$direct_c")"
 printf 'ratio sortie/parallel throughput: %s\n' "$parallel_ratio"
 printf 'load average before %s, after %s (%s cores)\n' "$load_before" "$load_after" "$(nproc)"
-echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio load=$load_after"
+echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c")"
