@@ -244,3 +244,75 @@ fn check_names_the_pool_mistakes() {
         assert!(text.contains(says), "{says}: {text}");
     }
 }
+
+#[test]
+fn the_live_board_says_waiting_for_pool_for_a_task_its_pool_holds_back() {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+
+    let s = Scratch::new();
+    let work = fake_command(&["--quiet", "--sleep", "2"]);
+    let mut toml = String::from("concurrency = 4\n\n[pools.one]\nconcurrency = 1\n");
+    for l in ["first", "second"] {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"{l}\"\npool = \"one\"\ncommand = {work}\n"
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 24,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("open a pty");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
+    cmd.cwd(s.path());
+    cmd.env_remove("SORTIE_DIR");
+    cmd.env_remove("RUST_LOG");
+    cmd.env("TERM", "xterm-256color");
+    cmd.args(["--state-dir", &s.state_dir().display().to_string()]);
+    cmd.args(["run", &batch.display().to_string(), "--run-id", "poolboard"]);
+    let mut child = pty.slave.spawn_command(cmd).expect("spawn sortie");
+    drop(pty.slave);
+    let seen: Arc<Mutex<(vt100::Parser, Vec<String>)>> =
+        Arc::new(Mutex::new((vt100::Parser::new(24, 80, 0), Vec::new())));
+    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let feeder = {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut g = seen.lock().expect("screen");
+                g.0.process(&buf[..n]);
+                let rows: Vec<String> = g.0.screen().rows(0, 80).collect();
+                g.1.extend(rows);
+            }
+        })
+    };
+    let status = child.wait().expect("wait for sortie");
+    drop(pty.master);
+    let _ = feeder.join();
+    assert!(status.success(), "sortie exited {status:?}");
+    let g = seen.lock().expect("screen");
+    // One screen showed the second task held back by its pool while the first ran.
+    let waiting =
+        g.1.iter()
+            .find(|r| r.starts_with("  second") && r.trim_end().ends_with("waiting for pool one"));
+    assert!(
+        waiting.is_some(),
+        "no board line `second ... waiting for pool one`; rows seen: {:?}",
+        g.1.iter()
+            .filter(|r| r.starts_with("  "))
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    assert!(
+        g.1.iter().any(|r| r.starts_with("  first")),
+        "the running task's line"
+    );
+}

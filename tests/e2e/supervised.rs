@@ -235,7 +235,11 @@ fn a_reboot_orphans_and_retries_within_max_orphans() {
     wait_started(&s, run, 3);
     assert!(kill9(&mut sortie), "sortie was still running");
     for m in supervisors_of(run).into_iter().chain(marked_processes(run)) {
-        send_signal(m.pid, Signal::SIGKILL);
+        // One already gone (ESRCH) is what a reboot wants: none is left, checked below.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(m.pid).expect("a pid")),
+            Signal::SIGKILL,
+        );
     }
     wait_none_left(run, "after the reboot");
 
@@ -344,4 +348,184 @@ fn ctrl_c_and_cancel_leave_no_supervised_process() {
         "every task ends cancelled: {states:?}"
     );
     s.audit_clean(run);
+}
+
+/// `sortie cancel RUN --task` reaches one supervised task through its process group: its agent
+/// (which ignores SIGTERM and leaves a grandchild in its group) and its supervisor are gone
+/// from `/proc`, the other task goes on and completes, and once the run ended normally no
+/// process of it is left, not even for a moment (sortie waits for its supervisors).
+#[test]
+fn cancel_of_one_supervised_task_leaves_nothing_of_it() {
+    let s = Scratch::new();
+    let run = &unique_run("sv-cancel-task");
+    let tasks = [
+        T {
+            label: "stubborn",
+            sleep: "60",
+            turns: 3,
+            extra: "",
+        },
+        T {
+            label: "other",
+            sleep: "6",
+            turns: 2,
+            extra: "",
+        },
+    ];
+    let b = batch(&s, "max_retries = 1", &tasks);
+    let toml = std::fs::read_to_string(&b).expect("batch");
+    let toml = toml.replacen(
+        "\"--answer\", \"stubborn finished\"",
+        "\"--answer\", \"stubborn finished\", \"--ignore-term\", \"--grandchild\"",
+        1,
+    );
+    std::fs::write(&b, toml).expect("batch");
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    wait_started(&s, run, 2);
+    let of_stubborn = |m: &sortie_testkit::Marked| m.attempt.is_some_and(|(t, _)| t == 0);
+    poll("the grandchild", PATIENCE, || {
+        (marked_processes(run)
+            .iter()
+            .filter(|m| of_stubborn(m))
+            .count()
+            >= 2)
+            .then_some(())
+    });
+    assert_eq!(supervisors_of(run).len(), 2, "both run supervised");
+    s.run_ok(&["cancel", run, "--task", "stubborn"]);
+    poll("nothing of the cancelled task left", PATIENCE, || {
+        let left = marked_processes(run)
+            .into_iter()
+            .chain(supervisors_of(run))
+            .filter(|m| of_stubborn(m))
+            .count();
+        (left == 0).then_some(())
+    });
+    let out = sortie.finish(PATIENCE);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a cancelled task: not completed"
+    );
+    assert_eq!(
+        all_processes_of(run),
+        Vec::<u32>::new(),
+        "no process of the run outlives it"
+    );
+    let j = journal(&s, run);
+    let state = |l: &str| j.of(index_of(&j, l), "TaskFinished")[0]["result"]["state"].clone();
+    assert_eq!(state("stubborn"), "cancelled");
+    assert_eq!(state("other"), "completed");
+    assert_eq!(j.of(index_of(&j, "stubborn"), "AttemptLaunching").len(), 1);
+    assert_eq!(counter(&s, "other"), 1);
+    assert_eq!(counter(&s, "stubborn"), 0);
+    s.audit_clean(run);
+}
+
+/// An adopted attempt reads on from the offset journaled with its usage checkpoints
+/// (`AttemptRead`): a pi agent (whose reader adds up each message's usage) is SIGKILLed out of
+/// its sortie after a few checkpoints; resume adopts it; the lines before the offset only
+/// rebuild the reader, so nothing journaled before the crash is reported again (every
+/// checkpoint and every offset is new), and the attempt's usage is its agent's whole stream,
+/// counted once: not twice (the lines read again), not short (the lines before the offset).
+#[test]
+fn an_adopted_attempt_reads_on_from_the_journaled_offset() {
+    let s = Scratch::new();
+    let run = &unique_run("read-on");
+    let stream = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/agents/fake-stream.py")
+        .display()
+        .to_string();
+    let b = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nmax_retries = 0\n\n[agents.slowpi]\ncommand = [\"python3\", {stream:?}, \
+             \"--attempt\", \"{{attempt}}\", \"--sample\", \"ok\", \"--turns\", \"6\", \
+             \"--turn-delay\", \"1.5\", \"{{model_args}}\", \"{{prompt}}\"]\n\
+             model_args = [\"--model\", \"{{model}}\"]\nprotocol = \"pi-json\"\nmay_write = false\n\n\
+             [[tasks]]\nlabel = \"pi\"\nagent = \"slowpi\"\nprompt = \"say hello\"\n"
+        ),
+    );
+    let mut sortie = s.spawn(&["run", "--run-id", run, b.to_str().expect("utf-8")]);
+    poll("two checkpoints with their offsets", PATIENCE, || {
+        (try_journal(&s, run)?.of(0, "AttemptRead").len() >= 2).then_some(())
+    });
+    assert!(kill9(&mut sortie), "sortie was still running");
+    let out = finish(
+        s.sortie().args(["resume", run]).spawn().expect("resume"),
+        120,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let j = journal(&s, run);
+    assert_eq!(j.of(0, "AttemptAdopted").len(), 1, "it was adopted");
+    let resumed = j
+        .events()
+        .iter()
+        .position(|e| e["event"].get("RunResumed").is_some())
+        .expect("resumed");
+    let of_task = |kind: &str, after: bool| -> Vec<Value> {
+        j.events()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (*i > resumed) == after)
+            .filter_map(|(_, e)| e["event"].get(kind).cloned())
+            .filter(|b| b["task"] == 0)
+            .collect()
+    };
+    let input = |b: &Value| b["usage"]["input"].as_u64().expect("input");
+    let offset = |b: &Value| b["offset"].as_u64().expect("offset");
+    let (before, after) = (
+        of_task("AttemptProgress", false),
+        of_task("AttemptProgress", true),
+    );
+    let (reads_before, reads_after) = (of_task("AttemptRead", false), of_task("AttemptRead", true));
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "{before:?} {after:?}"
+    );
+    let inputs: Vec<u64> = before.iter().chain(&after).map(input).collect();
+    assert!(
+        inputs.windows(2).all(|w| w[0] < w[1]),
+        "no checkpoint is reported twice: {inputs:?}"
+    );
+    let offsets: Vec<u64> = reads_before
+        .iter()
+        .chain(&reads_after)
+        .map(offset)
+        .collect();
+    assert!(
+        !reads_after.is_empty() && offsets.windows(2).all(|w| w[0] < w[1]),
+        "the reader went on from the journaled offset: {offsets:?}"
+    );
+    let transcript = s
+        .state_dir()
+        .join("runs")
+        .join(run)
+        .join("attempts/0.1/stdout");
+    let len = std::fs::metadata(&transcript).expect("transcript").len();
+    assert!(
+        offsets.last().is_some_and(|o| *o <= len),
+        "{offsets:?} {len}"
+    );
+    // The `ok` sample's call (100 in, 12 out, 50 cache read) and six more turns like it.
+    let finished = &j.of(0, "AttemptFinished")[0]["usage"];
+    assert_eq!(
+        (
+            finished["input"].as_u64(),
+            finished["output"].as_u64(),
+            finished["cache_read"].as_u64(),
+            finished["turns"].as_u64()
+        ),
+        (Some(700), Some(84), Some(350), Some(7)),
+        "the whole stream's usage, once: {finished}"
+    );
+    assert_eq!(j.of(0, "AttemptLaunching").len(), 1, "it ran once");
+    assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
+    s.audit_clean(run);
+    wait_none_left(run, "after the resume");
 }

@@ -8,6 +8,7 @@
 //!   (default 10000), then how many cases each property ran;
 //! - `bench [journal|dispatch|scale|all|slurm]`: the journal, dispatch and scale benchmarks, then one
 //!   table of every figure against its target (see `bench.rs`).
+//!   `bench pools` (#14): shared rate limits against a loopback mock provider (`bench/pools.sh`).
 //! - `fuzz [--seconds N] [--rss-mb M] [TARGET...]`: every cargo-fuzz target for N seconds,
 //!   one after another, then the executions of each (see `fuzz.rs`).
 //! - `fixture`: rewrites the journal's committed format-v1 fixture (only with a format change,
@@ -35,7 +36,7 @@ tasks:
                             SIGKILL a run N times (default 200) at random moments, resume,
                             check every invariant after each crash (release build)
   proptest [--cases N]      model-based property tests in release mode (default 10000 cases)
-  bench [journal|dispatch|scale|all|slurm]
+  bench [journal|dispatch|scale|all|slurm|pools]
                             journal append/replay, dispatch against xargs and GNU parallel,
                             resume of a 100k-task run and a 100k-task batch's memory; then
                             one table with the targets (default all); slurm: 200 x `true`
@@ -279,7 +280,11 @@ fn bench(root: &Path, which: &str) -> Result<()> {
         // #11: needs root and a Slurm cluster (started by the script when none answers), and
         // installs Snakemake from PyPI into a venv: never part of `all`.
         "slurm" => return slurm_bench(root),
-        other => bail!("unknown benchmark {other:?}: journal, dispatch, scale, all or slurm"),
+        // #14: a loopback mock provider and 200 × 3 × 2 runs of curl: not part of `all`.
+        "pools" => return pools_bench(root),
+        other => {
+            bail!("unknown benchmark {other:?}: journal, dispatch, scale, all, slurm or pools")
+        }
     };
     let mut figures = bench::Figures::default();
     let mut build = cargo(root);
@@ -372,4 +377,19 @@ fn slurm_bench(root: &Path) -> Result<()> {
         .arg(root.join("target/release/sortie"))
         .current_dir(root);
     keyed_output(cmd, "Slurm benchmark (bench/slurm.sh)", "slurm ").map(|_| ())
+}
+
+/// `cargo xtask bench pools` (#14): `bench/pools.sh` with the release build: 200 tasks (one
+/// request each, through curl) against a loopback mock provider that answers 429 above 16
+/// requests at once, at concurrency 64 with a fixed pool and with the adaptive one, 3 rounds
+/// (429s drawn, share of the provider's capacity used, tasks not completed).
+fn pools_bench(root: &Path) -> Result<()> {
+    let mut build = cargo(root);
+    build.args(["build", "--release", "-q", "-p", "sortie-cli", "--bins"]);
+    step(build, "cargo build --release (sortie)")?;
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("bench/pools.sh"))
+        .arg(root.join("target/release/sortie"))
+        .current_dir(root);
+    keyed_output(cmd, "pools benchmark (bench/pools.sh)", "pools ").map(|_| ())
 }

@@ -305,6 +305,18 @@ pub enum Event {
         /// Its usage in the parent run.
         usage: Usage,
     },
+    // #10: adoption reads on from the journaled offset.
+    /// The journal holds what the placed attempt's stdout said (usage, side effects) up to
+    /// byte `offset` of its transcript: journaled after the `AttemptProgress` it goes with, so
+    /// that an adopted attempt's reader reports only what comes after it. Never decreases.
+    AttemptRead {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The byte offset in its stdout, at a line's end.
+        offset: u64,
+    },
     // #13: sessions.
     /// The live attempt's agent named the conversation it is in (Claude Code's `session_id`,
     /// Codex's `thread_id`): journaled as soon as its stream shows it, so that a later attempt
@@ -431,6 +443,7 @@ impl Event {
             | Event::AttemptAdopted { task, .. }
             | Event::AttemptRecorded { task, .. }
             | Event::TaskCarried { task, .. }
+            | Event::AttemptRead { task, .. }
             | Event::AttemptSession { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
@@ -467,6 +480,7 @@ impl Event {
             Event::Control { .. } => "Control",
             Event::RunRerunOf { .. } => "RunRerunOf",
             Event::TaskCarried { .. } => "TaskCarried",
+            Event::AttemptRead { .. } => "AttemptRead",
             Event::AttemptSession { .. } => "AttemptSession",
         }
     }

@@ -7,11 +7,15 @@
 //! its `concurrency` when configured, else the run's.
 //!
 //! An adaptive pool (the default) follows the provider's limit (AIMD, like TCP's congestion
-//! window): an attempt that ends rate limited halves the pool's limit (multiplicative decrease;
-//! once per window: an attempt launched before the last decrease does not decrease it again,
-//! it was sent under the old limit) and stops the pool's launches until the retry-after the
-//! agent reported (else [`default_backoff`]); every attempt that ends otherwise earns a credit,
-//! and a limit of L grows by one after L credits (additive increase), back to its maximum.
+//! window). An attempt that ends rate limited shrinks the pool's limit (multiplicative
+//! decrease) and stops the pool's launches until the retry-after the agent reported (else
+//! [`default_backoff`]). The first refusal of a window halves the limit, but not below the
+//! pool's attempts still in flight (the provider has not refused them: they are what it
+//! serves); a refusal of an attempt launched before that decrease (same window, sent under the
+//! old limit) brings the limit down to what is still in flight. So a burst of 64 against a
+//! provider that serves 16 ends at 16, not at 64 / 2^k. Every attempt that ends otherwise earns
+//! a credit, and a limit of L grows by one after L credits (additive increase), back to its
+//! maximum.
 //!
 //! The pool's state is a fold of the journaled attempts (`AttemptLaunching`, `AttemptFinished`,
 //! `AttemptOrphaned`, in `RunState::apply`): nothing about pools is journaled apart, and
@@ -232,13 +236,19 @@ impl PoolState {
         if !self.adaptive {
             return;
         }
+        // The pool's attempts still in flight are those the provider has not refused (so
+        // far): the limit comes down to them, by half at most per window; a later refusal of
+        // the same window brings it down to what is still in flight.
+        let l = self.limit(run);
+        let served = self.in_flight.clamp(1, l);
         let fresh = self.decreased_at.is_none_or(|d| launched_at >= d);
         if fresh {
-            let l = self.limit(run);
-            self.limit = Some((l * DECREASE.0 / DECREASE.1).max(1));
+            self.limit = Some((l * DECREASE.0 / DECREASE.1).max(served));
             self.credit = 0;
             self.decreased_at = Some(at);
             self.streak = self.streak.saturating_add(1);
+        } else {
+            self.limit = Some(served);
         }
         let pause = retry_after.unwrap_or_else(|| default_backoff(self.streak.max(1)));
         let until = at.plus(pause);
@@ -310,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_limit_halves_once_per_window_and_successes_grow_it_back() {
+    fn a_rate_limit_shrinks_the_limit_to_what_is_served_and_successes_grow_it_back() {
         let mut p = PoolState::new(Some(&PoolSpec {
             concurrency: Some(8),
             adaptive: true,
@@ -319,32 +329,39 @@ mod tests {
             p.launched();
         }
         let t = |ms| Timestamp(ms);
-        // The first 429 halves; the others of the same window (launched before) do not.
+        // The first 429: halved, but not below the 7 still in flight.
         p.ended(t(100), t(0), Some(Some(Duration::from_secs(2))), 64);
-        assert_eq!(p.limit(64), 4);
+        assert_eq!(p.limit(64), 7);
         assert_eq!(p.backoff_until, Some(t(2100)));
-        p.ended(t(150), t(0), Some(None), 64);
-        assert_eq!(p.limit(64), 4, "same window");
+        // More refusals of the same window: down to what is still in flight.
+        for left in [6, 5, 4, 3] {
+            p.ended(t(150), t(0), Some(None), 64);
+            assert_eq!(p.limit(64), left, "same window");
+        }
         assert!(p.holds(t(2000), 64, 0), "backing off");
-        assert_eq!(p.in_flight, 6);
-        // Launched after the decrease: a new window.
+        assert_eq!(p.in_flight, 3);
+        // Launched after the decrease: 2 successes earn no step of 3 yet.
+        p.ended(t(3000), t(2500), None, 64);
+        p.ended(t(3000), t(2500), None, 64);
+        assert_eq!(p.limit(64), 3);
+        // A new window halves (3 / 2), nothing being left in flight.
         p.ended(t(3000), t(2500), Some(None), 64);
-        assert_eq!(p.limit(64), 2);
+        assert_eq!(p.limit(64), 1);
         assert_eq!(
             p.backoff_until,
-            Some(t(5000)),
-            "1 s doubled: the second in a row"
+            Some(t(4000)),
+            "1 s: successes came between the two windows"
         );
         // Successes: +1 per `limit` of them.
-        for _ in 0..2 {
-            p.ended(t(6000), t(5500), None, 64);
-        }
-        assert_eq!(p.limit(64), 3);
         for _ in 0..3 {
-            p.ended(t(6000), t(5500), None, 64);
+            p.launched();
         }
-        assert_eq!(p.limit(64), 4);
-        assert_eq!((p.rate_limited, p.succeeded), (3, 5));
+        p.ended(t(6000), t(5500), None, 64);
+        assert_eq!(p.limit(64), 2);
+        p.ended(t(6000), t(5500), None, 64);
+        p.ended(t(6000), t(5500), None, 64);
+        assert_eq!(p.limit(64), 3);
+        assert_eq!((p.rate_limited, p.succeeded), (6, 5));
     }
 
     #[test]

@@ -161,7 +161,7 @@ fn a_rate_limit_backs_the_pool_off_and_its_retry_spends_no_retry() {
     run.round(0);
     assert_eq!(run.round(0).len(), 4);
     run.finish(0, rate_limited(Some(5_000)));
-    assert_eq!(run.pool("p").limit(8), 2, "halved");
+    assert_eq!(run.pool("p").limit(8), 3, "down to the 3 still in flight");
     let until = run.pool("p").backoff_until.expect("backing off");
     // The retry is scheduled though max_retries = 0, after the retry-after.
     run.round(0);
@@ -175,7 +175,7 @@ fn a_rate_limit_backs_the_pool_off_and_its_retry_spends_no_retry() {
         }
         other => panic!("not retrying: {other:?}"),
     };
-    // Two more end: the pool is at 2 with 1 in flight, but it backs off: nothing launches.
+    // Two more end: the pool is at 3 with 1 in flight, but it backs off: nothing launches.
     run.finish(1, AttemptOutcome::completed());
     run.finish(2, AttemptOutcome::completed());
     run.round(0);

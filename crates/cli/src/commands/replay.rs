@@ -248,6 +248,9 @@ fn details(e: &Event) -> String {
             format!("attempt {attempt} ended while sortie was down: recorded from its files")
         }
         Event::Control { by, action } => format!("{} by {by}", control_text(action)),
+        Event::AttemptRead {
+            attempt, offset, ..
+        } => format!("attempt {attempt}: journaled up to byte {offset} of its stdout"),
     }
 }
 

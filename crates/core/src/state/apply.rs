@@ -276,12 +276,18 @@ impl RunState {
                         dir: dir.clone(),
                         handle: None,
                         found: None,
+                        read: 0,
                     }));
                 }
             }
             Event::AttemptHandle { handle, .. } => {
                 if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
                     p.handle = Some(handle.clone());
+                }
+            }
+            Event::AttemptRead { offset, .. } => {
+                if let Some(p) = rec.attempts.last_mut().and_then(|a| a.placed.as_mut()) {
+                    p.read = *offset;
                 }
             }
             Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. } => {

@@ -95,7 +95,8 @@ impl RunState {
             Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. } => cx.placed_event(event),
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. } => cx.placed_event(event),
             _ => cx.task_event(event),
         }
     }
@@ -269,7 +270,8 @@ impl TaskCheck<'_> {
         let (Event::AttemptPlaced { attempt, .. }
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
-        | Event::AttemptRecorded { attempt, .. }) = event
+        | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. }) = event
         else {
             return Err(self.illegal());
         };
@@ -282,6 +284,7 @@ impl TaskCheck<'_> {
             (Event::AttemptPlaced { .. }, None) if a.pid.is_none() => Ok(()),
             (Event::AttemptHandle { .. }, Some(p)) if p.handle.is_some() => Err(self.duplicate()),
             (Event::AttemptHandle { .. }, Some(_)) => Ok(()),
+            (Event::AttemptRead { offset, .. }, Some(p)) if *offset >= p.read => Ok(()),
             // Only a resume finds an attempt, once.
             (Event::AttemptAdopted { .. } | Event::AttemptRecorded { .. }, Some(p)) => {
                 match p.found {

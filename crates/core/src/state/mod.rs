@@ -159,6 +159,9 @@ pub struct Placed {
     /// What the last resume that found it alive or ended saw, and which resume that was (the
     /// run's `resumes` count then).
     pub found: Option<(u32, Found)>,
+    /// The offset in its stdout up to which the journal holds what it said (`AttemptRead`).
+    #[serde(default)]
+    pub read: u64,
 }
 
 /// What a resume found of a placed attempt that was live.

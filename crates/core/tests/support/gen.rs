@@ -669,6 +669,18 @@ impl<B: Backend> Driver<B> {
                             attempt,
                             usage,
                         });
+                        // #10: a placed attempt's checkpoint says how far its stdout was read.
+                        let read = self.st().and_then(|s| {
+                            let a = s.tasks[t.index()].live_attempt()?;
+                            Some(a.placed.as_ref()?.read)
+                        });
+                        if let Some(read) = read {
+                            self.emit(Event::AttemptRead {
+                                task: t,
+                                attempt,
+                                offset: read + 1 + u64::from(*inc),
+                            });
+                        }
                     }
                 }
             }

@@ -175,6 +175,7 @@ fn step(g: G, e: &Event) -> Option<G> {
             Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
             | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. }
             // #13: at most once per attempt (core's check), any time while it lives.
             | Event::AttemptSession { .. },
         ) => g,
@@ -240,6 +241,7 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
         | Event::AttemptRecorded { attempt, .. }
+        | Event::AttemptRead { attempt, .. }
         | Event::AttemptSession { attempt, .. } => Some(*attempt),
         _ => None,
     }
@@ -661,11 +663,6 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 attempt: a,
                 session: "/s".into(),
             });
-            out.push(Event::AttemptSession {
-                task,
-                attempt: a,
-                session: "s".into(),
-            });
             out.push(Event::AttemptFinished {
                 task,
                 attempt: a,
@@ -702,6 +699,16 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 offset: 0,
             });
             out.push(Event::AttemptRecorded { task, attempt: a });
+            out.push(Event::AttemptRead {
+                task,
+                attempt: a,
+                offset: 7,
+            });
+            out.push(Event::AttemptSession {
+                task,
+                attempt: a,
+                session: "s".into(),
+            });
             out.push(Event::RetryScheduled {
                 task,
                 next_attempt: a,

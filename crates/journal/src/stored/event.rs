@@ -177,6 +177,12 @@ pub(crate) enum StoredEvent {
         result: TaskResultV2,
         usage: UsageV1,
     },
+    /// `Event::AttemptRead` (#10: adoption reads on from the journaled offset).
+    AttemptRead {
+        task: u32,
+        attempt: u32,
+        offset: u64,
+    },
     /// `Event::AttemptSession` (#13: sessions).
     AttemptSession {
         task: u32,
@@ -446,6 +452,15 @@ impl From<&Event> for StoredEvent {
                 result: result.into(),
                 usage: usage.into(),
             },
+            Event::AttemptRead {
+                task,
+                attempt,
+                offset,
+            } => StoredEvent::AttemptRead {
+                task: task.0,
+                attempt: attempt.0,
+                offset: *offset,
+            },
             Event::AttemptSession {
                 task,
                 attempt,
@@ -695,6 +710,15 @@ impl TryFrom<StoredEvent> for Event {
                 task: TaskId(task),
                 result: result.try_into()?,
                 usage: usage.into(),
+            },
+            StoredEvent::AttemptRead {
+                task,
+                attempt,
+                offset,
+            } => Event::AttemptRead {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                offset,
             },
             StoredEvent::AttemptSession {
                 task,

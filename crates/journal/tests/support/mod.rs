@@ -400,6 +400,15 @@ pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
             },
         ),
         (
+            // #10: how far t0's attempt 1's stdout was journaled (its checkpoint's offset).
+            6,
+            Event::AttemptRead {
+                task: TaskId(0),
+                attempt: Attempt(1),
+                offset: 512,
+            },
+        ),
+        (
             // Right after the AttemptLaunching of t0's attempt 2 (record 10).
             11,
             Event::AttemptPlaced {

@@ -61,6 +61,10 @@ pub(crate) struct AttemptCtx {
     pub(crate) resumed: Option<(Usage, Timestamp)>,
     /// A plain command's transient failures (the task's `transient_on`).
     pub(crate) transient_on: Vec<String>,
+    /// #10: for an adopted (or recorded) attempt, the offset in its stdout up to which the
+    /// journal holds what it said (`AttemptRead`): the lines before it are read again only to
+    /// rebuild the protocol reader, never reported again.
+    pub(crate) read_until: u64,
 }
 
 /// A report from an attempt to the run loop.
@@ -106,6 +110,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         handle: String,
     },
+    /// #10: how far its stdout was read when it sent its last `Progress` (a line's end).
+    Read {
+        task: TaskId,
+        attempt: Attempt,
+        offset: u64,
+    },
     /// #13: the agent's own id of the conversation it is in (sent once).
     Session {
         task: TaskId,
@@ -124,6 +134,7 @@ impl Msg {
             | Msg::Finished { task, .. }
             | Msg::Activity { task, .. }
             | Msg::Handle { task, .. }
+            | Msg::Read { task, .. }
             | Msg::Session { task, .. } => *task,
         }
     }
@@ -137,6 +148,7 @@ impl Msg {
             | Msg::Finished { attempt, .. }
             | Msg::Activity { attempt, .. }
             | Msg::Handle { attempt, .. }
+            | Msg::Read { attempt, .. }
             | Msg::Session { attempt, .. } => *attempt,
         }
     }

@@ -125,6 +125,8 @@ pub(super) async fn run(
         watch,
         stop_task: None,
         activity: None,
+        offset: 0,
+        replaying: ctx.read_until > 0,
         session_sent: false,
     };
     let exit = driver
@@ -317,6 +319,11 @@ struct Driver<'a> {
     stop_task: Option<JoinHandle<StopReason>>,
     /// The last activity reported, so that only changes are sent.
     activity: Option<String>,
+    /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
+    offset: u64,
+    /// #10: while an adopted attempt's lines before the journaled offset are read again: they
+    /// rebuild the reader's state and are not reported (the journal has what they said).
+    replaying: bool,
     /// #13: whether the agent's session id was sent.
     session_sent: bool,
 }
@@ -354,8 +361,16 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
-                    self.report_activity(progress.as_ref());
+                    // #13: also while replaying (the engine journals it once).
                     self.report_session(reader.session());
+                    if self.replaying {
+                        if child.stdout_offset() <= self.ctx.read_until {
+                            continue;
+                        }
+                        self.replaying = false;
+                    }
+                    self.offset = child.stdout_offset();
+                    self.report_activity(progress.as_ref());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
@@ -454,6 +469,15 @@ impl Driver<'_> {
                         attempt,
                         usage,
                     });
+                    // #10: how far the stream was read for it: adoption reads on from there.
+                    if self.ctx.executor.kind() == crate::executor::SUPERVISED {
+                        let offset = self.offset;
+                        let _ = self.tx.send(Msg::Read {
+                            task,
+                            attempt,
+                            offset,
+                        });
+                    }
                 }
                 Decision::Stalled => {
                     let _ = self.tx.send(Msg::Stalled { task, attempt });

@@ -134,6 +134,7 @@ impl Engine {
                 adopt: None,
                 allow_denials: spec.allow_denials,
                 resumed: None,
+                read_until: 0,
                 transient_on: spec.transient_on.clone(),
             },
             continues,

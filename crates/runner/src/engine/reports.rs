@@ -114,6 +114,21 @@ impl Engine {
                 attempt,
                 handle,
             },
+            Msg::Read {
+                task,
+                attempt,
+                offset,
+            } => {
+                let placed = self.state.task(task)?.live_attempt()?.placed.as_deref()?;
+                if offset <= placed.read {
+                    return None;
+                }
+                Event::AttemptRead {
+                    task,
+                    attempt,
+                    offset,
+                }
+            }
             // #13: once per attempt (an adopted attempt's reader names it again).
             Msg::Session {
                 task,

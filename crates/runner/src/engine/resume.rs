@@ -170,19 +170,20 @@ impl Engine {
     }
 
     /// Follows an adopted (or, `ended`, recorded) attempt with the ordinary driver: its
-    /// stdout is read again from its start (the reader rebuilds its state: usage is
-    /// cumulative), its usage never below the journaled checkpoint, its stall clock from its
+    /// stdout is read again from its start, but only the lines after the journaled offset
+    /// (`AttemptRead`) are reported (the ones before rebuild the protocol reader's state: its
+    /// usage, output and phase, so nothing is counted twice nor lost), its usage never below
+    /// the journaled checkpoint, its stall clock from its
     /// stdout's last write. A recorded attempt's clocks are off: it ended by itself, its exit
     /// file says how.
     fn follow(&mut self, task: TaskId, adoption: Adoption, ended: bool) {
         let Some((mut ctx, _)) = self.attempt_ctx(task) else {
             return;
         };
-        let seen = self
-            .state
-            .task(task)
-            .and_then(|r| r.live_attempt())
-            .map_or(sortie_core::Usage::ZERO, |a| a.usage);
+        let live = self.state.task(task).and_then(|r| r.live_attempt());
+        let seen = live.map_or(sortie_core::Usage::ZERO, |a| a.usage);
+        // #10: the lines before the journaled offset only rebuild the reader.
+        ctx.read_until = live.and_then(|a| a.placed.as_deref()).map_or(0, |p| p.read);
         let last_output = std::fs::metadata(adoption.placement.stdout())
             .and_then(|m| m.modified())
             .ok()

@@ -189,7 +189,9 @@ pub trait Execution: Send {
     /// The end of its stderr so far (complete once [`Execution::wait`] returned).
     fn stderr_tail(&self) -> String;
 
-    /// How many bytes of stdout were read so far (the offset in the transcript).
+    /// How far stdout was read: for an executor that follows files, the offset in the
+    /// transcript just after the last line [`Execution::next_line`] gave (what `AttemptRead`
+    /// journals); for pipes, the bytes read so far.
     fn stdout_offset(&self) -> u64;
 
     /// The handle that stops and signals it.

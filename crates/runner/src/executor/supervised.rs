@@ -116,7 +116,8 @@ impl Execution for SupervisedExecution {
     }
 
     fn stdout_offset(&self) -> u64 {
-        self.followed.stdout_bytes()
+        // At a line's end: what the journal may record as read (`AttemptRead`).
+        self.followed.line_end()
     }
 
     fn control(&self) -> Arc<dyn Control> {

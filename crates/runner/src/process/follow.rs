@@ -37,9 +37,11 @@ pub struct Followed {
     pub started: StartedFile,
     dir: PathBuf,
     stopper: Stopper,
-    lines: mpsc::Receiver<Line>,
+    lines: mpsc::Receiver<(Line, u64)>,
     exit: watch::Receiver<ExitSlot>,
     stdout_bytes: Arc<AtomicU64>,
+    /// The end of the last line delivered (a line's end in the stdout file).
+    line_end: u64,
 }
 
 impl Followed {
@@ -71,12 +73,21 @@ impl Followed {
             lines,
             exit: exit_rx,
             stdout_bytes,
+            line_end: from,
         }
     }
 
     /// The next stdout line; None once the attempt ended and its file was read to its end.
     pub async fn next_line(&mut self) -> Option<Line> {
-        self.lines.recv().await
+        let (line, end) = self.lines.recv().await?;
+        self.line_end = end;
+        Some(line)
+    }
+
+    /// The offset just after the last line [`Followed::next_line`] gave (at a line's end:
+    /// where an adopted attempt's reader may read on from).
+    pub fn line_end(&self) -> u64 {
+        self.line_end
     }
 
     /// Waits for the attempt's end.
@@ -172,7 +183,7 @@ async fn watch_exit(
 async fn follow_stdout(
     path: PathBuf,
     from: u64,
-    tx: mpsc::Sender<Line>,
+    tx: mpsc::Sender<(Line, u64)>,
     bytes: Arc<AtomicU64>,
     mut exit: watch::Receiver<ExitSlot>,
 ) {
@@ -186,9 +197,10 @@ async fn follow_stdout(
     let mut ready = Vec::new();
     loop {
         let ended = exit.borrow().is_some();
+        let base = reader.offset();
         match reader.read(&mut buf).unwrap_or(Kept::Idle) {
             Kept::Bytes(n) => {
-                splitter.push(&buf[..n], &mut ready);
+                splitter.push_at(&buf[..n], base, &mut ready);
                 bytes.store(reader.offset(), Ordering::Relaxed);
                 for line in ready.drain(..) {
                     if tx.send(line).await.is_err() {
@@ -213,7 +225,7 @@ async fn follow_stdout(
         }
     }
     if let Some(line) = splitter.finish() {
-        let _ = tx.send(line).await;
+        let _ = tx.send((line, reader.offset())).await;
     }
 }
 

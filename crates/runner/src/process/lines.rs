@@ -183,6 +183,22 @@ impl LineSplitter {
         }
     }
 
+    /// Like [`LineSplitter::push`], with each line's end: the stream offset just after its
+    /// newline (`base` is the offset of the chunk's first byte; a line cut at the limit ends
+    /// at its newline, or at the chunk's end while its rest is still to come).
+    pub(super) fn push_at(&mut self, chunk: &[u8], base: u64, out: &mut Vec<(Line, u64)>) {
+        let mut lines = Vec::new();
+        let mut at = 0;
+        while let Some(i) = chunk[at..].iter().position(|&b| b == b'\n') {
+            self.push(&chunk[at..=at + i], &mut lines);
+            at += i + 1;
+            out.extend(lines.drain(..).map(|l| (l, base + at as u64)));
+        }
+        self.push(&chunk[at..], &mut lines);
+        let end = base + chunk.len() as u64;
+        out.extend(lines.drain(..).map(|l| (l, end)));
+    }
+
     /// The stream jumps over a cut (a transcript's): the partial line goes, and so does the
     /// rest of the line after the cut.
     pub(super) fn cut(&mut self) {
@@ -295,6 +311,16 @@ mod tests {
         );
         // Exactly the limit is not a cut.
         assert_eq!(texts(&split(&[b"abcd\n"], 4)), [("abcd", false)]);
+    }
+
+    #[test]
+    fn splitter_gives_each_line_its_end_offset() {
+        let mut s = LineSplitter::new(4);
+        let mut out = Vec::new();
+        s.push_at(b"ab\ncdefgh\nx", 100, &mut out);
+        s.push_at(b"y\n", 111, &mut out);
+        let got: Vec<(&str, u64)> = out.iter().map(|(l, e)| (l.text.as_str(), *e)).collect();
+        assert_eq!(got, [("ab", 103), ("cdef", 110), ("xy", 113)]);
     }
 
     #[test]
