@@ -503,7 +503,8 @@ fn render_argv_substitutes_placeholders_and_model_args() {
         "pi",
         "--mode",
         "json",
-        "--no-session",
+        // `{session_args}` is the agent's launch plan's to expand (#13).
+        "{session_args}",
         "--offline",
         "--no-extensions",
         "--no-skills",

@@ -664,11 +664,6 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 attempt: a,
                 session: "/s".into(),
             });
-            out.push(Event::AttemptSession {
-                task,
-                attempt: a,
-                session: "s".into(),
-            });
             out.push(Event::AttemptFinished {
                 task,
                 attempt: a,
@@ -709,6 +704,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 task,
                 attempt: a,
                 offset: 7,
+            });
+            out.push(Event::AttemptSession {
+                task,
+                attempt: a,
+                session: "s".into(),
             });
             out.push(Event::RetryScheduled {
                 task,

@@ -393,6 +393,8 @@ impl Driver<'_> {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
                     let progress = reader.line(&line.text);
+                    // #13: also while replaying (the engine journals it once).
+                    self.report_session(reader.session());
                     if self.replaying {
                         if child.stdout_offset() <= self.ctx.read_until {
                             // A run that ended before the crash: its stdin is closed now.
@@ -405,7 +407,6 @@ impl Driver<'_> {
                     }
                     self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
-                    self.report_session(reader.session());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
