@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dispatch overhead: N tasks of `true` at concurrency 16, durably journaled by sortie (supervised,
-# the default: each attempt under its own supervisor that outlives sortie; and unsupervised,
-# `supervise = false`: children of sortie), against
+# the default: every attempt started by the run's shepherd, which outlives sortie; supervised
+# with a supervisor per attempt, SORTIE_SUPERVISION=attempt, the alternative the shepherd was
+# chosen over; and unsupervised, `supervise = false`: children of sortie), against
 # `xargs -P 16` and GNU `parallel -j 16` running the same N processes, on the same machine in
 # the same script. Each contender runs ROUNDS times, interleaved; the median wall time is
 # reported, and the ratios are sortie's throughput over each peer's (1.0 = as fast).
@@ -43,6 +44,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 : > "$work/sortie.times"
 : > "$work/direct.times"
+: > "$work/attempt.times"
 : > "$work/xargs.times"
 : > "$work/parallel.times"
 load_before=$(cut -d' ' -f1 /proc/loadavg)
@@ -66,6 +68,12 @@ for r in $(seq "$ROUNDS"); do
   awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/sortie.times"
   "$SORTIE" --state-dir "$work/state" audit "$(ls "$work/state/runs")" >/dev/null
 
+  rm -rf "$work/astate"
+  t0=$(now)
+  SORTIE_SUPERVISION=attempt "$SORTIE" --state-dir "$work/astate" run "$work/tasks.jsonl" --concurrency "$P" >/dev/null 2>"$work/attempt.log"
+  t1=$(now)
+  awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}' >> "$work/attempt.times"
+
   rm -rf "$work/dstate"
   t0=$(now)
   "$SORTIE" --state-dir "$work/dstate" run "$work/direct.jsonl" --concurrency "$P" >/dev/null 2>"$work/direct.log"
@@ -76,6 +84,7 @@ done
 xargs_t=$(median < "$work/xargs.times")
 sortie_t=$(median < "$work/sortie.times")
 direct_t=$(median < "$work/direct.times")
+attempt_t=$(median < "$work/attempt.times")
 events=$("$SORTIE" --state-dir "$work/state" export "$(ls "$work/state/runs")" | wc -l)
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 printf '\n%-34s %10s %12s\n' "dispatch: $N x true, -P $P" "median s" "tasks/s"
@@ -89,8 +98,9 @@ if [ "$PARALLEL" = 1 ]; then
   printf '%-34s %10.3f %12.0f\n' "GNU parallel -j $P" "$parallel_t" "$(calc "$N / $parallel_t")"
 fi
 printf '%-34s %10.3f %12.0f\n' "sortie supervised ($events events)" "$sortie_t" "$(calc "$N / $sortie_t")"
+printf '%-34s %10.3f %12.0f\n' "sortie, a supervisor per attempt" "$attempt_t" "$(calc "$N / $attempt_t")"
 printf '%-34s %10.3f %12.0f\n' "sortie supervise = false" "$direct_t" "$(calc "$N / $direct_t")"
-printf 'ratio sortie/xargs throughput: %s (supervised), %s (supervise = false)\n' "$(calc "$xargs_t / $sortie_t")" "$(calc "$xargs_t / $direct_t")"
+printf 'ratio sortie/xargs throughput: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(calc "$xargs_t / $sortie_t")" "$(calc "$xargs_t / $attempt_t")" "$(calc "$xargs_t / $direct_t")"
 printf 'ratio sortie/parallel throughput: %s\n' "$parallel_ratio"
 printf 'load average before %s, after %s (%s cores)\n' "$load_before" "$load_after" "$(nproc)"
-echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") parallel_ratio=$parallel_ratio load=$load_after"
+echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio load=$load_after"

@@ -128,3 +128,86 @@ fn on_task_end_runs_a_command_with_the_tasks_label_state_cost_and_artifact() {
         lines[1]
     );
 }
+
+// #15: `on_task_end` as a batch field, batch-wide and per task; the flag wins.
+#[test]
+fn on_task_end_in_the_batch_runs_per_task_or_batch_wide_and_the_flag_wins() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.path().join("sub")).unwrap();
+    let line = |tag: &str| {
+        format!(
+            "echo \"{tag}|$SORTIE_RUN|$SORTIE_TASK|$SORTIE_STATE|$SORTIE_COST_USD|$SORTIE_ARTIFACT|$SORTIE_ERROR\" >> hooks.log"
+        )
+    };
+    let toml_str = |s: &str| toml_string(s);
+    let b = s.write(
+        "b.toml",
+        &format!(
+            "on_task_end = {}\n\n\
+             [[tasks]]\nlabel = \"one\"\nmax_retries = 0\ncommand = {}\noutput = \"out/one.md\"\n\n\
+             [[tasks]]\nlabel = \"two\"\ncommand = {}\n\n\
+             [[tasks]]\nlabel = \"three\"\ncwd = \"sub\"\non_task_end = {}\ncommand = {}\n",
+            toml_str(&line("batch")),
+            fake_command(&["--usage", "10,5,0.25", "--answer", "one done"]),
+            fake_command(&["--exit", "3", "--answer", "two done"]),
+            toml_str(&line("own")),
+            fake_command(&["--usage", "1,1,0.5", "--answer", "three done"]),
+        ),
+    );
+    let out = s.run(&["run", &b.display().to_string(), "--run-id", "inbatch"]);
+    assert_eq!(out.status.code(), Some(1));
+    let read_lines = |path: &std::path::Path, n: usize| {
+        poll("the hooks to have run", 10, || {
+            let text = std::fs::read_to_string(path).ok()?;
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            lines.sort();
+            (lines.len() == n).then_some(lines)
+        })
+    };
+    // The batch-wide hook, for the tasks without their own, in each task's cwd.
+    let lines = read_lines(&s.path().join("hooks.log"), 2);
+    let artifact = s.path().join("out/one.md");
+    assert_eq!(
+        lines[0],
+        format!(
+            "batch|inbatch|one|completed|0.250000|{}|",
+            artifact.display()
+        )
+    );
+    assert!(
+        lines[1].starts_with("batch|inbatch|two|failed|0.000000||exited with code 3"),
+        "{}",
+        lines[1]
+    );
+    // The task's own, in its cwd, instead of the batch-wide one.
+    let own = read_lines(&s.path().join("sub/hooks.log"), 1);
+    assert_eq!(own, ["own|inbatch|three|completed|0.500000||"]);
+    // Journaled with the run's batch: the run config and the task's spec.
+    let events = s.events("inbatch");
+    let batch = &events[0]["event"]["RunStarted"]["batch"];
+    assert_eq!(batch["config"]["on_task_end"], line("batch"), "{batch}");
+    assert_eq!(batch["tasks"][2]["on_task_end"], line("own"));
+    assert!(batch["tasks"][0]["on_task_end"].is_null());
+
+    // `--on-task-end` wins over both.
+    let flag = "echo \"flag|$SORTIE_TASK\" >> flag.log";
+    let out = s.run(&[
+        "--on-task-end",
+        flag,
+        "run",
+        &b.display().to_string(),
+        "--run-id",
+        "flagged",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines = read_lines(&s.path().join("flag.log"), 3);
+    assert_eq!(lines, ["flag|one", "flag|three", "flag|two"]);
+    let batch_lines = std::fs::read_to_string(s.path().join("hooks.log")).unwrap();
+    assert!(!batch_lines.contains("flagged"), "{batch_lines}");
+    assert!(!s.path().join("sub/flag.log").exists());
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}

@@ -25,6 +25,8 @@ mod pools;
 mod real_claude;
 mod real_codex;
 mod real_pi;
+// #13: roles and sessions with the real CLIs.
+mod real_sessions;
 mod report;
 mod signals;
 mod supervised;

@@ -37,7 +37,7 @@ const ANSWER: &str = "Hello from the mock model.";
 const MIB: usize = 1 << 20;
 
 /// Whether the real Claude Code 2.1.332 (and the mock's python3) are here; if not, why.
-fn claude_found() -> Result<(), String> {
+pub(crate) fn claude_found() -> Result<(), String> {
     let version = output_of("claude", &["--version"], &[("DISABLE_AUTOUPDATER", "1")])
         .map(|(out, _)| out)
         .unwrap_or_else(|e| e);

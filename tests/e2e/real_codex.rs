@@ -36,7 +36,7 @@ const DONE: &str = "Done: I ran the command and wrote out.txt.";
 
 /// Whether the real Codex 0.171.0 (and the mock's python3) are here; if not, why, and how
 /// to install Codex.
-fn codex_found() -> Result<(), String> {
+pub(crate) fn codex_found() -> Result<(), String> {
     let version = output_of("codex", &["--version"], &[])
         .map(|(out, _)| out)
         .unwrap_or_else(|e| e);
@@ -51,14 +51,14 @@ fn codex_found() -> Result<(), String> {
 }
 
 /// `tests/mock-llm/codex_server.py`, running until dropped.
-struct MockServer {
+pub(crate) struct MockServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
 }
 
 impl MockServer {
-    fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
+    pub(crate) fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/codex_server.py");
         let log = dir.join("served.jsonl");
@@ -86,7 +86,7 @@ impl MockServer {
     }
 
     /// Every request the mock logged.
-    fn served(&self) -> Vec<Value> {
+    pub(crate) fn served(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -121,7 +121,7 @@ fn served_tokens(u: &Value) -> [u64; 3] {
 }
 
 /// A fake user whose `~/.codex/config.toml` points Codex at the mock, retries left on.
-fn fake_user(home: &Path, port: u16) -> PathBuf {
+pub(crate) fn fake_user(home: &Path, port: u16) -> PathBuf {
     let codex = home.join(".codex");
     std::fs::create_dir_all(codex.join("sessions/2026")).expect("mkdir");
     std::fs::write(
@@ -248,7 +248,9 @@ fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_serve
     assert_eq!(requests("good"), 2);
 
     // Each attempt had its own CODEX_HOME: the user's config with retries off and sortie's
-    // defaults, no session carried over, none written (--ephemeral).
+    // defaults, no session of the user's carried over; its own session files are kept in its
+    // conversation's store under the run dir (`sessions` links there), so that a retry after
+    // a crash, or a session's next task, resumes them.
     let agents = s.state_dir().join("runs").join(&run).join("agents");
     let mut homes: Vec<String> = std::fs::read_dir(&agents)
         .expect("the run has agent homes")
@@ -275,8 +277,26 @@ fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_serve
         }
         assert!(!config.contains("request_max_retries = 4"), "{h}");
         let sessions = dir.join("sessions");
+        let task = h.split('.').next().expect("<task>.<attempt>");
+        let store = s
+            .state_dir()
+            .join("runs")
+            .join(&run)
+            .join("conversations")
+            .join(task);
+        assert_eq!(
+            std::fs::read_link(&sessions).expect("sessions is a link"),
+            store,
+            "{h}"
+        );
         let session_files = walk_files(&sessions);
-        assert!(session_files.is_empty(), "{h}: {session_files:?}");
+        assert!(!session_files.is_empty(), "{h}: the attempt's own rollout");
+        assert!(
+            session_files
+                .iter()
+                .all(|f| f.to_string_lossy().contains("rollout-")),
+            "{h}: only Codex's own rollouts, none of the user's: {session_files:?}"
+        );
     }
     assert_eq!(
         std::fs::read_to_string(user_codex.join("config.toml")).expect("config"),

@@ -37,7 +37,7 @@ const ANSWER: &str = "Hello from the mock model.";
 
 /// Whether the real pi 0.73.1 (and the mock's python3) are here; if not, why, and how to
 /// install pi.
-fn pi_found() -> Result<(), String> {
+pub(crate) fn pi_found() -> Result<(), String> {
     // pi prints its version on stderr.
     let version = output_of("pi", &["--version"], &[("PI_OFFLINE", "1")])
         .map(|(out, err)| format!("{out}{err}"))
@@ -52,14 +52,14 @@ fn pi_found() -> Result<(), String> {
 }
 
 /// `tests/mock-llm/server.py`, running until dropped.
-struct MockServer {
+pub(crate) struct MockServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
 }
 
 impl MockServer {
-    fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
+    pub(crate) fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/server.py");
         let log = dir.join("served.jsonl");
         let mut cmd = Command::new("python3");
@@ -87,7 +87,7 @@ impl MockServer {
     }
 
     /// Every response the mock logged.
-    fn served(&self) -> Vec<Value> {
+    pub(crate) fn served(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -161,7 +161,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
 }
 
 /// A fake user whose `~/.pi/agent` points pi at the mock, with pi's retries on.
-fn fake_user(home: &Path, port: u16) -> PathBuf {
+pub(crate) fn fake_user(home: &Path, port: u16) -> PathBuf {
     let agent = home.join(".pi/agent");
     std::fs::create_dir_all(agent.join("sessions")).expect("mkdir");
     let model = |id: &str| {

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use sortie_testkit::{Journal, Usage, all_processes_of, kill9, marked_processes, supervisors_of};
+use sortie_testkit::{
+    Journal, Usage, all_processes_of, kill9, marked_processes, shepherds_of, supervisors_of,
+};
 
 use crate::support::{Background, Scratch, fake_command, finish, poll, send_signal, unique_run};
 
@@ -97,6 +99,16 @@ fn index_of(j: &Journal, label: &str) -> u64 {
         .expect("the label is a task") as u64
 }
 
+/// How many attempts of `run` have their exit recorded (an `exit` file in their dir).
+fn exits_recorded(s: &Scratch, run: &str) -> usize {
+    let dir = s.state_dir().join("runs").join(run).join("attempts");
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.path().join("exit").exists())
+            .count()
+    })
+}
+
 /// Waits until no process of `run` (agent or supervisor) is alive.
 fn wait_none_left(run: &str, when: &str) {
     poll(
@@ -136,11 +148,12 @@ fn a_killed_sortie_costs_no_agent_work() {
         let mut sortie = s.spawn(&["run", "--run-id", run, b.to_str().expect("utf-8")]);
         wait_started(&s, run, 8);
         assert!(kill9(&mut sortie), "sortie was still running");
-        // The short ones end while sortie is down (their supervisors record it and exit).
+        // The short ones end while sortie is down (the run's shepherd records it).
         poll("the short tasks to end", PATIENCE, || {
-            (short.iter().all(|l| counter(&s, l) == 1) && supervisors_of(run).len() == long.len())
+            (short.iter().all(|l| counter(&s, l) == 1) && exits_recorded(&s, run) == short.len())
                 .then_some(())
         });
+        assert_eq!(shepherds_of(run).len(), 1, "one shepherd serves the run");
         assert!(
             long.iter().all(|l| counter(&s, l) == 0),
             "the long ones still run"
@@ -329,7 +342,7 @@ fn ctrl_c_and_cancel_leave_no_supervised_process() {
     let resume = Background::start(&s, run, &["resume", run]);
     poll("the resumed attempts to start", PATIENCE, || {
         let j = try_journal(&s, run)?;
-        (j.count("AttemptStarted") >= 4 && supervisors_of(run).len() == 2).then_some(())
+        (j.count("AttemptStarted") >= 4 && shepherds_of(run).len() == 1).then_some(())
     });
     let out = s.run(&["cancel", run]);
     assert!(
@@ -395,7 +408,11 @@ fn cancel_of_one_supervised_task_leaves_nothing_of_it() {
             >= 2)
             .then_some(())
     });
-    assert_eq!(supervisors_of(run).len(), 2, "both run supervised");
+    assert_eq!(
+        journal(&s, run).count("AttemptPlaced"),
+        2,
+        "both run supervised (placed with an executor that outlives sortie)"
+    );
     s.run_ok(&["cancel", run, "--task", "stubborn"]);
     poll("nothing of the cancelled task left", PATIENCE, || {
         let left = marked_processes(run)
@@ -597,4 +614,53 @@ fn a_steerable_agent_outlives_sortie_and_is_steered_after_resume() {
     assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
     s.audit_clean(run);
     wait_none_left(run, "after the resume");
+}
+
+/// #10, the shepherd: a supervised agent's descendant that left its process group (`setsid`)
+/// and outlived it is killed once its attempt ended, while the run's other attempts run on
+/// under the same shepherd; the shepherd itself is gone when the run ends.
+#[test]
+fn an_escaped_descendant_dies_with_its_attempt_not_with_the_run() {
+    let s = Scratch::new();
+    let run = &unique_run("escape");
+    let b = s.write(
+        "batch.toml",
+        "concurrency = 2\n\n[defaults]\nkill_grace = \"1s\"\n\n\
+         [[tasks]]\nlabel = \"daemon\"\n\
+         command = [\"sh\", \"-c\", \"setsid sleep 300 & echo left a daemon\"]\n\n\
+         [[tasks]]\nlabel = \"slow\"\ncommand = [\"sleep\", \"120\"]\n",
+    );
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    let of_task = |t: u64| {
+        marked_processes(run)
+            .into_iter()
+            .filter(|m| m.attempt.is_some_and(|(task, _)| task == t))
+            .count()
+    };
+    poll("the daemon's attempt to end", PATIENCE, || {
+        try_journal(&s, run)?
+            .of(0, "TaskFinished")
+            .first()
+            .map(|_| ())
+    });
+    poll("the escaped daemon to be killed", PATIENCE, || {
+        (of_task(0) == 0).then_some(())
+    });
+    assert_eq!(of_task(1), 1, "the other attempt runs on");
+    assert_eq!(shepherds_of(run).len(), 1, "under the same shepherd");
+    let out = s.run(&["cancel", run]);
+    assert!(out.status.code().is_some(), "{out:?}");
+    let out = sortie.finish(PATIENCE);
+    assert!(out.status.code().is_some(), "the run ended");
+    assert!(
+        all_processes_of(run).is_empty(),
+        "nothing of the run is left once sortie exited: {:?}",
+        all_processes_of(run)
+    );
+    let j = journal(&s, run);
+    assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
 }

@@ -22,6 +22,8 @@ The scenario is chosen by the request's `model`: from `--model ID=KIND` (repeata
     error500    HTTP 500 with an `api_error` body every time
     hang        HTTP 200 and event-stream headers, then nothing (for `--hang-seconds`, default
                 an hour), then the connection is closed
+    hang_once   the first request for the model hangs as `hang` does; every later one answers
+                (for a crash mid-attempt: the retry's request answers)
     structured  a structured result in a fenced `json:result` block: while the conversation
                 has no earlier assistant turn, `{"answer": "forty-two"}` (a string where the
                 test's schema wants an integer); once it has one (a repair round that
@@ -38,7 +40,9 @@ sent (for `hang`: when its headers have):
      "tokens": {"input": 100, "output": 12, "cache_read": 50, "cache_write": 0}}
 
 `prompt_chars` is the length of the last user message's text (so a test can check that a long
-prompt arrived whole); `system_tail` the last 300 characters of the system prompt (where an
+prompt arrived whole); `user_texts` the first 200 characters of every text block of the user
+messages (so a test can check that a resumed session carried the earlier conversation);
+`system_tail` the last 300 characters of the system prompt (where an
 appended system prompt lands). A response that served no tokens (error500, hang) has all-zero `tokens`.
 Python 3 standard library only.
 """
@@ -50,7 +54,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-KINDS = ("answer", "tool", "error500", "hang", "structured")
+KINDS = ("answer", "tool", "error500", "hang", "structured", "hang_once")
 COMMAND = "echo hi > out.txt"
 BAD_RESULT = '```json:result\n{"answer": "forty-two"}\n```'
 GOOD_RESULT = '```json:result\n{"answer": 42}\n```'
@@ -81,6 +85,14 @@ class Mock:
         self.hang_seconds = hang_seconds
         self.lock = threading.Lock()
         self.counter = 0
+        self.seen = set()
+
+    def first_request(self, model):
+        """Whether this is the first request for `model` (counted once per model)."""
+        with self.lock:
+            first = model not in self.seen
+            self.seen.add(model)
+            return first
 
     def kind_for(self, model):
         return self.scenarios.get(model, self.default)
@@ -156,7 +168,19 @@ def make_handler(mock):
                 "prompt_chars": prompt_chars,
                 "assistant_turns": assistant_turns,
                 "system_tail": texts(body.get("system"))[-300:],
+                "user_texts": [
+                    str(b.get("text", ""))[:200]
+                    for m in users
+                    for b in (
+                        m.get("content")
+                        if isinstance(m.get("content"), list)
+                        else [{"type": "text", "text": m.get("content")}]
+                    )
+                    if isinstance(b, dict) and b.get("type") == "text"
+                ],
             }
+            if kind == "hang_once":
+                kind = "hang" if mock.first_request(model) else "answer"
             if kind == "error500":
                 self.send_json(500, error_body("api_error", "mock: internal server error"))
                 mock.log(dict(entry, status=500, served="error", tokens=ZERO))

@@ -38,6 +38,9 @@ Scenarios (a list of steps, one per `POST /v1/responses`; the last step repeats)
     stream_cut    headers, `response.created`, part of the answer, then the connection is
                   closed without `response.completed`
     failed        a stream that ends with `response.failed` (a server error in the stream)
+    hang_once     headers and `response.created`, then nothing for two minutes (the first
+                  request); then the plain answer (for a crash mid-attempt: the retry's request
+                  answers)
 
 The numbers: the first response of a run reports input 150 (50 cached), output 12 (4 of them
 reasoning); the second reports input 250 (150 cached), output 20 (0 reasoning).
@@ -104,6 +107,7 @@ SCENARIOS = {
     "flaky500": ["500", "answer"],
     "stream_cut": ["cut"],
     "failed": ["failed"],
+    "hang_once": ["hang", "answer"],
 }
 
 
@@ -290,6 +294,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.event({"type": "response.custom_tool_call_input.delta",
                             "item_id": "ctc_mock_1", "output_index": 0, "delta": PATCH})
                 self.event({"type": "response.output_item.done", "output_index": 0, "item": ct})
+            elif step == "hang":
+                self.wfile.flush()
+                time.sleep(120)
+                return
             elif step == "failed":
                 self.event({"type": "response.failed", "response": dict(
                     created, status="failed",

@@ -39,7 +39,11 @@ sent (for `hang`: when its headers have), so a test can sum what was served:
 
 A response that served no tokens (error500, hang) has `"usage": null` and all-zero `tokens`.
 `prompt_chars` is the length of the last user message's text (0 for error500 and hang), so a
-test can check that a long prompt arrived whole.
+test can check that a long prompt arrived whole. Answers and tool calls also log the
+conversation they were asked in: `assistant_turns` (earlier assistant messages), `user_texts`
+(the first 200 characters of each user message), `system` (the last 300 characters of the
+system message) and `tools` (the names of the tools offered), so a test can check that a
+session was continued and what the agent was given.
 Python 3 standard library only.
 """
 
@@ -87,23 +91,46 @@ class Mock:
             self.counter += 1
             return "chatcmpl-mock-%d" % self.counter
 
-    def log(self, model, kind, status, usage, prompt_chars=0):
+    def log(self, model, kind, status, usage, prompt_chars=0, conversation=None):
         if not self.log_path:
             return
-        line = json.dumps(
-            {
-                "model": model,
-                "kind": kind,
-                "status": status,
-                "usage": usage,
-                "tokens": tokens_of(usage),
-                "prompt_chars": prompt_chars,
-            }
-        )
+        entry = {
+            "model": model,
+            "kind": kind,
+            "status": status,
+            "usage": usage,
+            "tokens": tokens_of(usage),
+            "prompt_chars": prompt_chars,
+        }
+        entry.update(conversation or {})
+        line = json.dumps(entry)
         with self.lock:
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
                 f.flush()
+
+
+def text_of(content):
+    """The text of a message's content (a string or a list of parts)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def shape(messages, tools):
+    """What a request's conversation looks like, for the log."""
+    messages = [m for m in messages if isinstance(m, dict)]
+    system = [text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer")]
+    return {
+        "assistant_turns": sum(1 for m in messages if m.get("role") == "assistant"),
+        "user_texts": [text_of(m.get("content"))[:200] for m in messages if m.get("role") == "user"],
+        "system": "".join(system)[-300:],
+        "tools": [
+            (t.get("function") or {}).get("name") or t.get("name")
+            for t in tools or []
+            if isinstance(t, dict)
+        ],
+    }
 
 
 def make_handler(mock):
@@ -168,12 +195,13 @@ def make_handler(mock):
                     str(p.get("text", "")) for p in content if isinstance(p, dict)
                 )
             prompt_chars = len(content or "")
+            conversation = shape(messages, body.get("tools"))
             if kind == "tool" and not has_tool_result:
                 self.stream_tool_call(model)
-                mock.log(model, kind, 200, TOOL_USAGE, prompt_chars)
+                mock.log(model, kind, 200, TOOL_USAGE, prompt_chars, conversation)
             else:
                 self.stream_answer(model)
-                mock.log(model, kind, 200, ANSWER_USAGE, prompt_chars)
+                mock.log(model, kind, 200, ANSWER_USAGE, prompt_chars, conversation)
 
         def start_stream(self):
             self.send_response(200)

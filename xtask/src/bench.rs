@@ -96,6 +96,23 @@ pub(crate) fn table(f: &Figures, command: &str) -> String {
             Target::AtLeast(3.0),
             "≥ 3×",
         );
+        // #10: the alternatives the shepherd is measured against, in the same run.
+        for (key, secs, what) in [
+            ("attempt_ratio", "attempt_s", "a supervisor per attempt"),
+            ("direct_ratio", "direct_s", "`supervise = false`"),
+        ] {
+            let (r, t) = (num(d, key), num(d, secs));
+            row(
+                format!("dispatch, {what}: sortie ÷ `xargs -P {p}`"),
+                r,
+                match (r, t) {
+                    (Some(r), Some(t)) => format!("{r:.2}× (sortie {t:.2} s)"),
+                    _ => "not measured".into(),
+                },
+                Target::None,
+                "",
+            );
+        }
         loads.push(format!(
             "dispatch {}",
             d.get("load").map_or("?", String::as_str)

@@ -124,9 +124,10 @@ pub(crate) fn shared_writes(batch: &Batch) -> Vec<SharedWrite> {
     if writers.len() < 2 {
         return Vec::new();
     }
+    let links = sortie_core::session::session_links(batch);
     let needed: Vec<HashSet<usize>> = writers
         .iter()
-        .map(|&(i, _)| transitive_needs(batch, i))
+        .map(|&(i, _)| transitive_needs(batch, &links, i))
         .collect();
     let mut out = Vec::new();
     for (b, (second, root_b)) in writers.iter().enumerate() {
@@ -150,18 +151,21 @@ pub(crate) fn shared_writes(batch: &Batch) -> Vec<SharedWrite> {
     out
 }
 
-/// Every task that task `i` needs, directly or not.
-fn transitive_needs(batch: &Batch, i: usize) -> HashSet<usize> {
+/// Every task that task `i` needs, directly or not (a session task needs the task of its
+/// session listed before it, #13).
+fn transitive_needs(batch: &Batch, links: &[Option<usize>], i: usize) -> HashSet<usize> {
     let mut seen = HashSet::new();
     let mut stack = vec![i];
     while let Some(t) = stack.pop() {
         let Some(spec) = batch.tasks.get(t) else {
             continue;
         };
-        for need in &spec.needs {
-            if let Some(dep) = batch.tasks.iter().position(|o| &o.label == need)
-                && seen.insert(dep)
-            {
+        let needs = spec
+            .needs
+            .iter()
+            .filter_map(|need| batch.tasks.iter().position(|o| &o.label == need));
+        for dep in needs.chain(links.get(t).copied().flatten()) {
+            if seen.insert(dep) {
                 stack.push(dep);
             }
         }

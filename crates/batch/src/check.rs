@@ -19,6 +19,8 @@ pub struct Checked {
     issues: Vec<BatchIssue>,
     sites: Vec<Sites>,
     order: Vec<PathBuf>,
+    /// #13: the roles the tasks use and where each came from.
+    roles: Vec<crate::RoleUse>,
 }
 
 /// Where a task's fields were written.
@@ -62,15 +64,17 @@ pub fn load_for_check(
             issues: issues.0,
             sites: Vec::new(),
             order,
+            roles: Vec::new(),
         });
     };
     let sites = sites(&input);
-    let (loaded, issues) = resolve_all(&input, overrides, issues);
+    let (loaded, issues, roles) = resolve_all(&input, overrides, issues);
     Ok(Checked {
         loaded,
         issues: issues.0,
         sites,
         order,
+        roles,
     })
 }
 
@@ -113,6 +117,11 @@ impl Checked {
             field: Some(field.to_owned()),
             message: format!("task `{label}`: {message}"),
         }
+    }
+
+    /// The roles the tasks use (#13): each with its file (None: built in) and its tasks.
+    pub fn roles(&self) -> &[crate::RoleUse] {
+        &self.roles
     }
 
     /// Adds an issue found beyond the file.

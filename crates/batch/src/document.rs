@@ -27,6 +27,8 @@ pub(crate) struct RunDoc {
     pub(crate) budget_lines: std::collections::HashMap<String, Option<usize>>,
     /// `[pools.NAME]` (issue 14), by name.
     pub(crate) pools: std::collections::BTreeMap<String, RawPool>,
+    /// #15: the run's `on_task_end`.
+    pub(crate) on_task_end: Option<String>,
 }
 
 /// A `[pools.NAME]` table and where it was written.
@@ -50,6 +52,7 @@ impl RunDoc {
             budget: sortie_core::RunBudget::default(),
             budget_lines: std::collections::HashMap::new(),
             pools: std::collections::BTreeMap::new(),
+            on_task_end: None,
         }
     }
 
@@ -82,6 +85,9 @@ impl RunDoc {
                 }
                 "budget" => doc.parse_budget(e, issues),
                 "pools" => doc.parse_pools(e, issues),
+                "on_task_end" => {
+                    crate::fields::hook_command(&e.val).map(|c| doc.on_task_end = Some(c))
+                }
                 "tasks" => match headers {
                     Some(headers) => doc.parse_tasks(e, headers, issues),
                     None => Err("tasks belong in the JSON Lines file, one per line".into()),

@@ -57,6 +57,11 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // Shared rate limits (issue 14).
     "pool",
     "max_rate_limits",
+    // #15: the task-end hook.
+    "on_task_end",
+    // #13: roles and sessions.
+    "role",
+    "session",
 ];
 
 /// The top-level keys of a batch file.
@@ -71,6 +76,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "budget",
     // Shared rate limits (issue 14).
     "pools",
+    // #15: the run's task-end hook.
+    "on_task_end",
 ];
 
 /// The keys of an `[agents.NAME]` table.
@@ -146,6 +153,12 @@ pub(crate) struct RawTask {
     // Shared rate limits (issue 14).
     pub(crate) pool: Option<String>,
     pub(crate) max_rate_limits: Option<u32>,
+    // #15
+    pub(crate) on_task_end: Option<String>,
+
+    // #13: roles and sessions.
+    pub(crate) role: Option<String>,
+    pub(crate) session: Option<String>,
 }
 
 /// The keys of a `slurm` table (#11).
@@ -306,6 +319,7 @@ impl RawTask {
             }
             "allow_denials" => self.allow_denials = Some(boolean(v)?),
             "system_prompt" => self.system_prompt = Some(string(v)?),
+            "on_task_end" => self.on_task_end = Some(hook_command(v)?),
             "transient_on" => {
                 let patterns = strings(v)?;
                 if patterns.iter().any(|p| p.trim().is_empty()) {
@@ -330,6 +344,25 @@ impl RawTask {
                     ));
                 }
                 self.thinking = Some(level);
+            }
+            // #13: roles and sessions.
+            "role" => {
+                let name = string(v)?;
+                crate::roles::check_name(&name)?;
+                self.role = Some(name);
+            }
+            "session" if scope == Scope::Defaults => {
+                return Err(
+                    "a session is a conversation of the tasks that name it; it cannot be a default"
+                        .into(),
+                );
+            }
+            "session" => {
+                let name = string(v)?;
+                if name.trim().is_empty() {
+                    return Err("a session name must not be empty".into());
+                }
+                self.session = Some(name);
             }
             _ => return Err("unknown field".into()),
         }
@@ -584,4 +617,13 @@ pub(crate) fn suggest(key: &str, known: &[&str]) -> String {
         .min()
         .map(|(_, k)| format!("; did you mean `{k}`?"))
         .unwrap_or_default()
+}
+
+/// A task-end hook's command (`on_task_end`, #15): a non-empty string, run through `sh -c`.
+pub(crate) fn hook_command(v: &Val) -> Result<String, String> {
+    let cmd = string(v)?;
+    if cmd.trim().is_empty() {
+        return Err("the command must not be empty (leave the field out for no hook)".into());
+    }
+    Ok(cmd)
 }

@@ -40,6 +40,8 @@ mod load;
 mod locate;
 mod resolve;
 mod value;
+// #13: roles.
+mod roles;
 
 #[cfg(test)]
 mod tests;
@@ -52,6 +54,7 @@ use sortie_core::Batch;
 pub use check::{Checked, load_for_check};
 pub use error::{BatchError, BatchIssue};
 pub use load::{load, load_jsonl, load_toml, one_off_command, one_off_prompt};
+pub use roles::RoleUse;
 
 /// The name that issues about a one-off (flags, no file) carry as their file.
 pub const COMMAND_LINE: &str = "<command line>";

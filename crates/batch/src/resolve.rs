@@ -13,6 +13,7 @@ use crate::document::RunDoc;
 use crate::error::{BatchError, Issues};
 use crate::fields::RawTask;
 use crate::load::clean;
+use crate::roles::{Role, RoleUse};
 use crate::{LoadedBatch, Overrides};
 use crate::{admission, locate};
 
@@ -38,7 +39,7 @@ pub(crate) fn resolve(
     issues: Issues,
 ) -> Result<LoadedBatch, BatchError> {
     let order = input.order();
-    let (loaded, issues) = resolve_all(&input, ov, issues);
+    let (loaded, issues, _) = resolve_all(&input, ov, issues);
     match loaded {
         Some(loaded) if issues.0.is_empty() => Ok(loaded),
         _ => Err(issues.into_error(&order)),
@@ -53,12 +54,13 @@ impl Input<'_> {
 }
 
 /// Resolves, validates and admits, keeping the batch even when it has issues (`sortie check`
-/// looks further at what did resolve). None: not even the base directory could be named.
+/// looks further at what did resolve), with the roles its tasks use. None: not even the base
+/// directory could be named.
 pub(crate) fn resolve_all(
     input: &Input<'_>,
     ov: &Overrides,
     mut issues: Issues,
-) -> (Option<LoadedBatch>, Issues) {
+) -> (Option<LoadedBatch>, Issues, Vec<RoleUse>) {
     let Some(base) = input.base.to_str() else {
         issues.add(
             input.file,
@@ -66,8 +68,10 @@ pub(crate) fn resolve_all(
             None,
             format!("the directory {} is not valid UTF-8", input.base.display()),
         );
-        return (None, issues);
+        return (None, issues, Vec::new());
     };
+    // #13: the roles the tasks name, each looked up once.
+    let roles = crate::roles::lookup(&input.tasks, &input.run.defaults, &input.base, &mut issues);
     let run = &input.run;
     let defaults_config = RunConfig::default();
     let config = RunConfig {
@@ -85,13 +89,15 @@ pub(crate) fn resolve_all(
             .iter()
             .map(|(k, p)| (k.clone(), p.spec.clone()))
             .collect(),
+        on_task_end: run.on_task_end.clone(),
     };
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
         .iter()
         .enumerate()
-        .map(|(i, t)| resolve_task(i, t, &run.defaults, ov, base, &run.agents))
+        .map(|(i, t)| resolve_task(i, t, &run.defaults, ov, base, &run.agents, &roles))
         .unzip();
+    let uses = role_uses(&tasks, &roles);
     let batch = Batch {
         tasks,
         agents: run.agents.profiles.clone(),
@@ -128,7 +134,23 @@ pub(crate) fn resolve_all(
         env,
         digest: input.digest,
     };
-    (Some(loaded), issues)
+    (Some(loaded), issues, uses)
+}
+
+/// The roles the resolved tasks use, by name, each with its tasks.
+fn role_uses(tasks: &[TaskSpec], roles: &BTreeMap<String, Role>) -> Vec<RoleUse> {
+    roles
+        .values()
+        .map(|r| RoleUse {
+            name: r.name.clone(),
+            file: r.file.clone(),
+            tasks: tasks
+                .iter()
+                .filter(|t| t.role.as_deref() == Some(r.name.as_str()))
+                .map(|t| t.label.clone())
+                .collect(),
+        })
+        .collect()
 }
 
 /// The pools the tasks use, for a message.
@@ -219,6 +241,7 @@ fn resolve_task(
     ov: &Overrides,
     base: &str,
     agents: &Agents,
+    roles: &BTreeMap<String, Role>,
 ) -> (TaskSpec, Vec<(String, String)>) {
     let label = t
         .label
@@ -289,7 +312,48 @@ fn resolve_task(
     }
     s.env_keys = env.keys().cloned().collect();
     s.executor = resolve_executor(t, d, ov);
+    s.on_task_end = pick(&t.on_task_end, &d.on_task_end);
+
+    // #13: a role gives what the task itself does not (its own fields win), over `[defaults]`.
+    if let Some(role) = pick(&t.role, &d.role).and_then(|n| roles.get(&n)) {
+        apply_role(&mut s, role, t);
+    }
+    s.session = t.session.clone();
     (s, env.into_iter().collect())
+}
+
+/// Applies `role` to a task resolved without it: each field the task does not give itself
+/// comes from the role when the role gives it (over `[defaults]`, and over `--model`: a role
+/// is part of the task). The role's system prompt comes first, the task's own after it (as the
+/// seeds append an agent file's body and the task's prompt).
+fn apply_role(s: &mut TaskSpec, role: &Role, t: &RawTask) {
+    s.role = Some(role.name.clone());
+    if t.model.is_none()
+        && let Some(m) = &role.model
+    {
+        s.model = Some(m.clone());
+    }
+    if t.permissions.is_none()
+        && let Some(p) = role.permissions
+    {
+        s.permissions = p;
+    }
+    if t.tools.is_none()
+        && let Some(tools) = &role.tools
+    {
+        s.tools = tools.clone();
+    }
+    if t.thinking.is_none()
+        && let Some(level) = &role.thinking
+    {
+        s.thinking = Some(level.clone());
+    }
+    if let Some(body) = &role.system_prompt {
+        s.system_prompt = Some(match &t.system_prompt {
+            Some(own) => format!("{body}\n\n{own}"),
+            None => body.clone(),
+        });
+    }
 }
 
 /// The task's executor (#11): its own `executor`, else `--executor`, else `[defaults]`'; a

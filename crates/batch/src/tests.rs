@@ -789,3 +789,30 @@ fn batch_error_a_check_that_read_a_field_that_did_not_parse_is_left_out() {
 
 // The limits of values, the executor's options and the run's budget.
 mod limits;
+
+// #15
+#[test]
+fn batch_on_task_end_is_batch_wide_and_per_task() {
+    let b = load(&fixture("on-task-end.toml"), None, &Overrides::default())
+        .unwrap()
+        .batch;
+    assert_eq!(
+        b.config.on_task_end.as_deref(),
+        Some("notify-send \"$SORTIE_TASK $SORTIE_STATE\"")
+    );
+    // A task without its own leaves it to the run's; a task's own is its spec's.
+    assert_eq!(b.tasks[0].on_task_end, None);
+    assert_eq!(
+        b.tasks[1].on_task_end.as_deref(),
+        Some("echo $SORTIE_TASK >> done.log")
+    );
+    check_one(
+        "bad-on-task-end.toml",
+        6,
+        Some("on_task_end"),
+        "the command must not be empty",
+    );
+}
+
+// #13: roles and sessions.
+mod roles;

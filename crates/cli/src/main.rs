@@ -28,6 +28,11 @@ fn main() -> ExitCode {
         let code = sortie_runner::process::supervise_main(&raw[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // #10: the run's shepherd (`sortie_runner::process::shepherd_main`), the same way.
+    if raw.get(1).map(String::as_str) == Some(sortie_runner::process::SHEPHERD_ARG) {
+        let code = sortie_runner::process::shepherd_main();
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     // Attempts run under a supervisor that outlives this process: this very binary.
     if let Ok(exe) = std::env::current_exe() {
         sortie_runner::executor::use_supervisor(exe);

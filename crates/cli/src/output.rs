@@ -54,9 +54,34 @@ struct LogLines {
     on_task_end: Option<String>,
 }
 
-/// Runs `--on-task-end CMD` for a task that just ended, with what a hook wants to know in its
-/// environment.
-fn task_end_hook(cmd: &str, state: &RunState, task: TaskId, result: &sortie_core::TaskResult) {
+/// The hook to run when `task` ends, and where: `--on-task-end CMD` (in sortie's cwd) wins;
+/// else the task's own `on_task_end`, else the run's (#15: batch fields, journaled with the
+/// batch, so a resume runs them too), in the task's `cwd`.
+fn hook_for<'a>(
+    flag: Option<&'a str>,
+    state: &'a RunState,
+    task: TaskId,
+) -> Option<(&'a str, Option<&'a std::path::Path>)> {
+    if let Some(cmd) = flag {
+        return Some((cmd, None));
+    }
+    let spec = state.spec(task)?;
+    let run = state
+        .batch
+        .as_ref()
+        .and_then(|b| b.config.on_task_end.as_deref());
+    let cmd = spec.on_task_end.as_deref().or(run)?;
+    Some((cmd, Some(std::path::Path::new(&spec.cwd))))
+}
+
+/// Runs `--on-task-end CMD` (or the batch's `on_task_end`) for a task that just ended, with
+/// what a hook wants to know in its environment.
+fn task_end_hook(
+    (cmd, cwd): (&str, Option<&std::path::Path>),
+    state: &RunState,
+    task: TaskId,
+    result: &sortie_core::TaskResult,
+) {
     let rec = state.task(task);
     let usage = rec.map(|r| r.usage()).unwrap_or_default();
     let artifact = rec
@@ -89,7 +114,7 @@ fn task_end_hook(cmd: &str, state: &RunState, task: TaskId, result: &sortie_core
                 .to_owned(),
         ),
     ];
-    sortie_runner::process::run_hook(cmd, &env);
+    sortie_runner::process::run_hook_in(cmd, &env, cwd);
 }
 
 /// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
@@ -99,8 +124,10 @@ fn colour() -> bool {
 
 impl Observer for LogLines {
     fn event(&mut self, state: &RunState, s: &Stamped) {
-        if let (Some(cmd), Event::TaskFinished { task, result }) = (&self.on_task_end, &s.event) {
-            task_end_hook(cmd, state, *task, result);
+        if let Event::TaskFinished { task, result } = &s.event
+            && let Some(hook) = hook_for(self.on_task_end.as_deref(), state, *task)
+        {
+            task_end_hook(hook, state, *task, result);
         }
         if self.quiet {
             return;
@@ -267,6 +294,11 @@ pub(crate) struct TaskView {
     /// The pool holding it back, when it is ready to launch but its pool is full or backing
     /// off (issue 14).
     pub(crate) waiting_for_pool: Option<String>,
+    // #13: roles and sessions.
+    /// The role its agent fields came from.
+    pub(crate) role: Option<String>,
+    /// The session (conversation) it belongs to.
+    pub(crate) session: Option<String>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -379,6 +411,7 @@ pub(crate) fn view(
         .max()
         .unwrap_or(0)
         .max(if live_pid.is_some() { now_ms() } else { 0 });
+    let spec_of = |i: usize| state.spec(sortie_core::TaskId(i as u32));
     let tasks: Vec<TaskView> = state
         .tasks
         .iter()
@@ -416,6 +449,8 @@ pub(crate) fn view(
                     sortie_core::Timestamp(now),
                 )
                 .map(str::to_owned),
+                role: spec_of(i).and_then(|s| s.role.clone()),
+                session: spec_of(i).and_then(|s| s.session.clone()),
             }
         })
         .collect();
@@ -598,6 +633,13 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         if !t.denials.is_empty() {
             let denied = sortie_core::Denial::describe(&t.denials);
             writeln!(out, "      denied tool calls: {denied}")?;
+        }
+        let agent_setup: Vec<String> = [("role", &t.role), ("session", &t.session)]
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} {v}")))
+            .collect();
+        if !agent_setup.is_empty() {
+            writeln!(out, "      {}", agent_setup.join(", "))?;
         }
     }
     Ok(())

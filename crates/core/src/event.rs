@@ -317,6 +317,19 @@ pub enum Event {
         /// The byte offset in its stdout, at a line's end.
         offset: u64,
     },
+    // #13: sessions.
+    /// The live attempt's agent named the conversation it is in (Claude Code's `session_id`,
+    /// Codex's `thread_id`): journaled as soon as its stream shows it, so that a later attempt
+    /// (the retry of an interrupted one, or the next task of its `session`) resumes it, even
+    /// after a crash. At most once per attempt.
+    AttemptSession {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// The agent's session id.
+        session: String,
+    },
 }
 
 /// One limit of a run's budget.
@@ -430,7 +443,8 @@ impl Event {
             | Event::AttemptAdopted { task, .. }
             | Event::AttemptRecorded { task, .. }
             | Event::TaskCarried { task, .. }
-            | Event::AttemptRead { task, .. } => Some(*task),
+            | Event::AttemptRead { task, .. }
+            | Event::AttemptSession { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -467,6 +481,7 @@ impl Event {
             Event::RunRerunOf { .. } => "RunRerunOf",
             Event::TaskCarried { .. } => "TaskCarried",
             Event::AttemptRead { .. } => "AttemptRead",
+            Event::AttemptSession { .. } => "AttemptSession",
         }
     }
 }

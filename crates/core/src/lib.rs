@@ -21,6 +21,7 @@ pub mod outcome;
 pub mod plan;
 pub mod prompt;
 pub mod run_budget;
+pub mod session;
 pub mod spec;
 pub mod state;
 pub mod summary;

@@ -135,15 +135,17 @@ impl AgentProfile {
         let profiles = [
             AgentProfile {
                 name: "pi".into(),
-                // Headless: JSON events, no session file, no start-up network traffic, none
-                // of the user's extensions, skills, prompt templates or themes (context files
-                // such as AGENTS.md still load). No `{prompt}`: the runner gives the prompt on
-                // stdin (pi reads it to EOF), so its size has no argv limit.
+                // Headless: JSON events, no start-up network traffic, none of the user's
+                // extensions, skills, prompt templates or themes (context files such as
+                // AGENTS.md still load). No `{prompt}`: the runner gives the prompt on stdin
+                // (pi reads it to EOF), so its size has no argv limit. `{session_args}`: its
+                // session is kept under the run dir, and continued by a session's next task
+                // or the retry of an interrupted attempt.
                 command: s(&[
                     "pi",
                     "--mode",
                     "json",
-                    "--no-session",
+                    "{session_args}",
                     "--offline",
                     "--no-extensions",
                     "--no-skills",
@@ -156,21 +158,23 @@ impl AgentProfile {
                 protocol: Protocol::PiJson,
                 env_keys: vec![],
                 can_steer: false,
-                can_continue: false,
+                can_continue: true,
                 may_write: true,
                 supervise: true,
             },
             AgentProfile {
                 name: "claude".into(),
                 // The prompt on stdin (`claude -p` reads it there when no prompt argument is
-                // given): no argv limit.
+                // given): no argv limit. `{session_args}`: `--resume ID` when it continues a
+                // conversation (its sessions are kept in the attempt's home, under the run
+                // dir).
                 command: s(&[
                     "claude",
                     "-p",
                     "--output-format",
                     "stream-json",
                     "--verbose",
-                    "--no-session-persistence",
+                    "{session_args}",
                     "{agent_args}",
                     "{model_args}",
                 ]),
@@ -178,7 +182,7 @@ impl AgentProfile {
                 protocol: Protocol::ClaudeStreamJson,
                 env_keys: vec![],
                 can_steer: false,
-                can_continue: false,
+                can_continue: true,
                 may_write: true,
                 supervise: true,
             },
@@ -186,14 +190,15 @@ impl AgentProfile {
                 name: "codex".into(),
                 // Headless: JSONL events; runs outside a git repository too (codex exec
                 // refuses to start in a directory that is neither a git repository nor
-                // trusted in its config); no session files; the prompt read from stdin (`-`),
-                // so its size has no argv limit.
+                // trusted in its config); the prompt read from stdin (`-`), so its size has no
+                // argv limit. `{session_args}`: `resume ID` when it continues a conversation
+                // (its session files are kept in the attempt's home, under the run dir).
                 command: s(&[
                     "codex",
                     "exec",
+                    "{session_args}",
                     "--json",
                     "--skip-git-repo-check",
-                    "--ephemeral",
                     "{agent_args}",
                     "{model_args}",
                     "-",
@@ -202,7 +207,7 @@ impl AgentProfile {
                 protocol: Protocol::CodexJson,
                 env_keys: vec![],
                 can_steer: false,
-                can_continue: false,
+                can_continue: true,
                 may_write: true,
                 supervise: true,
             },
@@ -331,6 +336,20 @@ pub struct TaskSpec {
     /// How many of its attempts may end rate limited, retried apart from `max_retries` (0: a
     /// rate limit spends a retry like any transient error).
     pub max_rate_limits: u32,
+    // #15: the task-end hook as a batch field.
+    /// A command run through `sh -c`, in the task's `cwd`, when the task ends (with its label,
+    /// state, cost and artifact in the environment); over the run's own `on_task_end`. The
+    /// `--on-task-end` flag of the process running the run wins over both.
+    pub on_task_end: Option<String>,
+
+    // #13: roles and sessions.
+    /// The role the task's agent fields came from (`role = "reviewer"`), for people: what it
+    /// gave (model, permissions, tools, thinking, system prompt) is already in this spec.
+    pub role: Option<String>,
+    /// The conversation the task belongs to (`session = "NAME"`): the tasks of one session run
+    /// one after another in batch order, each continuing the agent conversation of the one
+    /// before (see [`crate::session`]).
+    pub session: Option<String>,
 }
 
 impl TaskSpec {
@@ -389,6 +408,10 @@ impl TaskSpec {
             transient_on: vec![],
             pool: None,
             max_rate_limits: crate::pool::DEFAULT_MAX_RATE_LIMITS,
+            on_task_end: None,
+
+            role: None,
+            session: None,
         }
     }
 
@@ -419,6 +442,10 @@ pub struct RunConfig {
     pub budget: RunBudget,
     /// The named pools (`[pools.NAME]`; issue 14).
     pub pools: BTreeMap<String, crate::pool::PoolSpec>,
+    // #15
+    /// The run's task-end hook (`on_task_end` at the top of a batch file), for every task
+    /// without its own.
+    pub on_task_end: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -428,6 +455,7 @@ impl Default for RunConfig {
             fail_fast: false,
             budget: RunBudget::default(),
             pools: BTreeMap::new(),
+            on_task_end: None,
         }
     }
 }
@@ -684,16 +712,31 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
             err(&["prompt", "needs"], message);
         }
     }
-    if let Some(cycle) = find_cycle(batch) {
+    // #13: sessions (their implicit order is part of the dependency graph).
+    let links = crate::session::session_links(batch);
+    errors.extend(crate::session::session_errors(batch, &links));
+    if let Some(cycle) = find_cycle(batch, &links) {
         let names: Vec<&str> = cycle
             .iter()
             .map(|&i| batch.tasks[i].label.as_str())
             .collect();
-        err(
-            Some(cycle[0]),
-            &["needs"],
-            format!("dependency cycle: {}", names.join(" → ")),
-        );
+        let through_session = cycle
+            .windows(2)
+            .any(|w| links.get(w[0]).copied().flatten() == Some(w[1]));
+        errors.push(SpecError {
+            task: Some(cycle[0]),
+            field: "needs",
+            reads: &["needs"],
+            message: format!(
+                "dependency cycle: {}{}",
+                names.join(" → "),
+                if through_session {
+                    " (the tasks of a session run in batch order)"
+                } else {
+                    ""
+                }
+            ),
+        });
     }
     if errors.is_empty() {
         Ok(())
@@ -850,8 +893,9 @@ fn prompt_errors(batch: &Batch, i: usize) -> Vec<String> {
     out
 }
 
-/// Finds a `needs` cycle, returned as task indices with the first repeated at the end.
-fn find_cycle(batch: &Batch) -> Option<Vec<usize>> {
+/// Finds a dependency cycle (`needs`, and each session task's implicit dependency on the one
+/// before it, `links`), returned as task indices with the first repeated at the end.
+fn find_cycle(batch: &Batch, links: &[Option<usize>]) -> Option<Vec<usize>> {
     let index: HashMap<&str, usize> = batch
         .tasks
         .iter()
@@ -861,10 +905,12 @@ fn find_cycle(batch: &Batch) -> Option<Vec<usize>> {
     let deps: Vec<Vec<usize>> = batch
         .tasks
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(i, t)| {
             t.needs
                 .iter()
                 .filter_map(|n| index.get(n.as_str()).copied())
+                .chain(links.get(i).copied().flatten())
                 .collect()
         })
         .collect();

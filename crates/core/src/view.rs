@@ -66,6 +66,7 @@ mod tests {
             continues: None,
             end,
             placed: None,
+            session: None,
         }
     }
 

@@ -62,6 +62,7 @@ impl Run {
                     fail_fast,
                     budget,
                     pools: Default::default(),
+                    on_task_end: None,
                 },
                 source: "plan.toml".into(),
             },
@@ -387,6 +388,56 @@ fn a_pending_task_is_queued_when_its_needs_completed_and_skipped_when_one_did_no
             "queue c",
             "finish d skipped: skipped: dependency \"b\" did not complete (failed)"
         ])
+    );
+}
+
+/// #13: the tasks of one session run in batch order: each waits for the one of its session
+/// listed before it, as for a need, and is skipped when that one did not complete.
+#[test]
+fn a_session_task_waits_for_the_one_before_it_and_is_skipped_when_it_failed() {
+    let in_session = |label: &str, session: &str| {
+        let mut t = task(label);
+        t.session = Some(session.into());
+        t
+    };
+    let mut run = Run::new(
+        4,
+        false,
+        vec![
+            in_session("a1", "a"),
+            in_session("b1", "b"),
+            in_session("a2", "a"),
+            in_session("b2", "b"),
+            in_session("a3", "a"),
+        ],
+    );
+    assert_eq!(
+        run.plan(0, &World::default())[..2],
+        lines(&["queue a1", "queue b1"])[..],
+        "the later tasks of each session wait"
+    );
+    run.attempt(0, AttemptOutcome::completed())
+        .attempt(1, failed(StopReason::NonzeroExit));
+    for (t, result) in [(0, "completed"), (1, "failed")] {
+        let rec = &run.state.tasks[t];
+        let res = sortie_core::finish_result(
+            rec,
+            &rec.attempts[0].outcome().expect("ended"),
+            rec.attempts[0].output().unwrap_or_default(),
+        );
+        assert_eq!(res.state.as_str(), result);
+        run.push(Event::TaskFinished {
+            task: TaskId(t as u32),
+            result: res,
+        });
+    }
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&[
+            "queue a2",
+            "finish b2 skipped: skipped: dependency \"b1\" did not complete (failed)"
+        ]),
+        "a3 still waits for a2"
     );
 }
 

@@ -52,6 +52,15 @@ pub struct ClaudeReader {
     /// The `result` line.
     result: Option<ResultLine>,
     parse_errors: u64,
+    /// #13: the session id of the `system`/`init` line.
+    session: Option<String>,
+}
+
+/// The `session_id` of the `system`/`init` line (#13).
+#[derive(Deserialize)]
+struct InitLine {
+    #[serde(default)]
+    session_id: Option<String>,
 }
 
 /// The `type` of a line, without reading the rest.
@@ -484,7 +493,16 @@ impl ProtocolReader for ClaudeReader {
         };
         self.started = true;
         match (kind.as_str(), subtype.as_deref()) {
-            ("system", Some("init")) => self.activity = Some("starting".into()),
+            ("system", Some("init")) => {
+                self.activity = Some("starting".into());
+                if let Ok(InitLine {
+                    session_id: Some(id),
+                }) = serde_json::from_str(line)
+                    && !id.is_empty()
+                {
+                    self.session = Some(id);
+                }
+            }
             ("system", Some("api_retry")) => self.api_retry(line),
             ("assistant", _) => self.assistant(line),
             ("user", _) => self.activity = Some("waiting for the model".into()),
@@ -494,6 +512,10 @@ impl ProtocolReader for ClaudeReader {
             _ => {}
         }
         self.progress()
+    }
+
+    fn session(&self) -> Option<&str> {
+        self.session.as_deref()
     }
 
     fn finish(self: Box<Self>, exit: Exit, stderr_tail: &str) -> Finished {

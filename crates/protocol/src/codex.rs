@@ -66,6 +66,8 @@ pub struct CodexReader {
     /// from a new model call.
     after_tools: bool,
     parse_errors: u64,
+    /// #13: the thread id of `thread.started`.
+    session: Option<String>,
 }
 
 impl Default for CodexReader {
@@ -86,6 +88,7 @@ impl Default for CodexReader {
             items: HashSet::new(),
             after_tools: false,
             parse_errors: 0,
+            session: None,
         }
     }
 }
@@ -464,7 +467,18 @@ impl CodexReader {
     }
 }
 
+/// `thread.started`: the thread (session) id (#13).
+#[derive(Deserialize)]
+struct ThreadStarted {
+    #[serde(default)]
+    thread_id: Option<String>,
+}
+
 impl ProtocolReader for CodexReader {
+    fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
     fn line(&mut self, line: &str) -> Option<Progress> {
         let line = line.trim();
         if line.is_empty() {
@@ -480,7 +494,16 @@ impl ProtocolReader for CodexReader {
         };
         self.started = true;
         match kind.as_str() {
-            "thread.started" => self.activity = Some("starting".into()),
+            "thread.started" => {
+                self.activity = Some("starting".into());
+                if let Some(ThreadStarted {
+                    thread_id: Some(id),
+                }) = self.parse::<ThreadStarted>(line)
+                    && !id.is_empty()
+                {
+                    self.session = Some(id);
+                }
+            }
             "turn.started" => self.turn_started(),
             "turn.completed" => {
                 if let Some(t) = self.parse::<TurnCompleted>(line) {

@@ -41,9 +41,12 @@ mod plain;
 // #14: shared rate limits.
 pub mod rate_limit;
 mod shared;
+// #13: sessions.
+mod rebased;
 
 pub use classify::{classify_http_status, classify_provider_error};
 pub use exit::Exit;
+pub use rebased::rebased;
 pub use shared::last_lines;
 // #14: shared rate limits.
 pub use rate_limit::{mark_rate_limit, rate_limit};
@@ -138,6 +141,13 @@ pub trait ProtocolReader: Send {
     /// readers that cannot tell say [`RunPhase::Unknown`].
     fn run_phase(&self) -> RunPhase {
         RunPhase::Unknown
+    }
+
+    /// The agent's own id of the conversation the attempt is in, once the stream named it
+    /// (#13: Claude Code's `session_id`, Codex's `thread_id`), so that a later attempt can
+    /// resume it. None: not named (yet), or the agent names none on stdout.
+    fn session(&self) -> Option<&str> {
+        None
     }
 }
 

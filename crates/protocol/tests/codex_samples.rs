@@ -379,3 +379,40 @@ fn codex_killed_while_it_retries_is_failed_with_its_error() {
         f.outcome.error
     );
 }
+
+/// #13: the recorded streams name the agent's session on their first line (Claude Code's
+/// `session_id` of `system`/`init`, Codex's `thread_id` of `thread.started`), which a later
+/// attempt resumes; pi's JSON stream names none a resume takes (its session is a file).
+#[test]
+fn the_recorded_streams_name_their_session() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents");
+    for (protocol, file, want) in [
+        (
+            sortie_core::Protocol::ClaudeStreamJson,
+            "claude_ok.jsonl",
+            Some("2aeb74c4-0d55-4785-87a3-a477ba3dd3a3"),
+        ),
+        (
+            sortie_core::Protocol::CodexJson,
+            "codex_ok.jsonl",
+            Some("01a22c56-9341-7eb0-8e43-e4c1bf7ac9a6"),
+        ),
+        (sortie_core::Protocol::PiJson, "ok.jsonl", None),
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("fixture");
+        let mut reader = sortie_protocol::reader_for(protocol);
+        let mut first = None;
+        for line in text.lines() {
+            reader.line(line);
+            if first.is_none() {
+                first = Some(reader.session().map(str::to_owned));
+            }
+        }
+        assert_eq!(
+            first.flatten().as_deref(),
+            want,
+            "{file}: named on its first line"
+        );
+        assert_eq!(reader.session(), want, "{file}");
+    }
+}

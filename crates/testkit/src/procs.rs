@@ -25,9 +25,24 @@ pub fn marked_processes(run: &str) -> Vec<Marked> {
 /// value is the attempt's own marker, `SORTIE_ATTEMPT=<run>/<task>/<attempt>/...`.
 pub const SUPERVISOR_MARKER: &str = "SORTIE_SUPERVISOR";
 
-/// Live supervisors of `run`'s attempts (see [`SUPERVISOR_MARKER`]).
+/// Live supervisors of `run`'s attempts (see [`SUPERVISOR_MARKER`]), and its shepherds (see
+/// [`SHEPHERD_MARKER`]; their `attempt` is None).
 pub fn supervisors_of(run: &str) -> Vec<Marked> {
-    scan(&format!("{SUPERVISOR_MARKER}={MARKER}={run}/"))
+    let mut found = scan(&format!("{SUPERVISOR_MARKER}={MARKER}={run}/"));
+    found.extend(shepherds_of(run));
+    found
+}
+
+/// The variable that marks a run's shepherd (the runner's `SHEPHERD_MARKER`): its value is
+/// `<run>/<incarnation>`.
+pub const SHEPHERD_MARKER: &str = "SORTIE_SHEPHERD";
+
+/// Live shepherds of `run` (see [`SHEPHERD_MARKER`]).
+pub fn shepherds_of(run: &str) -> Vec<Marked> {
+    scan(&format!("{SHEPHERD_MARKER}={run}/"))
+        .into_iter()
+        .map(|m| Marked { attempt: None, ..m })
+        .collect()
 }
 
 /// Every live process of `run`: its attempts' processes and their supervisors.

@@ -56,10 +56,23 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
                 })
             })
             .collect();
-        let v = serde_json::json!({ "ok": list.is_empty(), "tasks": tasks, "problems": list });
+        let mut v = serde_json::json!({ "ok": list.is_empty(), "tasks": tasks, "problems": list });
+        // #13: where each role came from.
+        v["roles"] = checked
+            .roles()
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "name": r.name,
+                    "file": r.file.as_ref().map(|f| f.display().to_string()),
+                    "tasks": r.tasks,
+                })
+            })
+            .collect();
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else if problems.is_empty() {
+        write_roles(&mut out, checked.roles())?;
         writeln!(
             out,
             "{file}: {tasks} task{} ready to run; no problem found",
@@ -69,6 +82,7 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
         for (i, _) in &problems {
             writeln!(out, "{i}")?;
         }
+        write_roles(&mut out, checked.roles())?;
         writeln!(
             out,
             "{file}: {} problem{}; nothing was run",
@@ -81,6 +95,25 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
     } else {
         Code::Usage
     })
+}
+
+/// One line per role the tasks use (#13): `role reviewer: .claude/agents/reviewer.md (tasks a,
+/// b)`, or `built-in` for a built-in role.
+fn write_roles(out: &mut impl Write, roles: &[sortie_batch::RoleUse]) -> std::io::Result<()> {
+    for r in roles {
+        let from = r
+            .file
+            .as_ref()
+            .map_or_else(|| "built-in".to_owned(), |f| f.display().to_string());
+        let tasks = match r.tasks.len() {
+            0 => String::new(),
+            1 => format!(" (task {})", r.tasks[0]),
+            n if n <= 5 => format!(" (tasks {})", r.tasks.join(", ")),
+            n => format!(" (tasks {}, and {} more)", r.tasks[..5].join(", "), n - 5),
+        };
+        writeln!(out, "role {}: {from}{tasks}", r.name)?;
+    }
+    Ok(())
 }
 
 /// The issues, those that differ only by the task they name (`task `x`: ...`) made one that

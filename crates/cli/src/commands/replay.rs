@@ -126,6 +126,7 @@ fn is_attempt_event(e: &Event) -> bool {
             | Event::AttemptOrphaned { .. }
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
+            | Event::AttemptSession { .. }
     )
 }
 
@@ -202,6 +203,9 @@ fn details(e: &Event) -> String {
         Event::AttemptContinues {
             attempt, session, ..
         } => format!("attempt {attempt} continues {session}"),
+        Event::AttemptSession {
+            attempt, session, ..
+        } => format!("attempt {attempt} is in session {session}"),
         Event::RunBudgetWarned { limit, used, of } => {
             format!(
                 "{} at {}% ({used} of {of})",

@@ -464,10 +464,19 @@ impl Planner {
             }
             let mut blocked = None;
             let mut waiting = false;
-            for need in &spec.needs {
-                let Some(dep) = state.task_by_label(need) else {
-                    continue;
-                };
+            // #13: a session task waits for the task of its session listed before it.
+            let session_prev = self
+                .sched
+                .session_prev
+                .get(task.index())
+                .copied()
+                .flatten()
+                .and_then(|p| state.spec(p).map(|s| (p, &s.label)));
+            let needs = spec
+                .needs
+                .iter()
+                .filter_map(|n| state.task_by_label(n).map(|d| (d, n)));
+            for (dep, need) in needs.chain(session_prev) {
                 match state.task(dep).map(|r| &r.state) {
                     Some(TaskState::Finished(r)) if r.state == TerminalState::Completed => {}
                     Some(TaskState::Finished(r)) => blocked = Some((need, r.state)),

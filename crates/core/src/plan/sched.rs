@@ -27,6 +27,8 @@ pub(crate) struct Sched {
     dependents: Vec<Vec<TaskId>>,
     /// Deadlines of unfinished tasks that have one, by (deadline, id).
     deadlines: BTreeSet<(Timestamp, TaskId)>,
+    /// #13: the task of each task's session listed just before it (an implicit dependency).
+    pub(crate) session_prev: Vec<Option<TaskId>>,
 }
 
 impl Sched {
@@ -40,6 +42,15 @@ impl Sched {
                 if let Some(dep) = state.task_by_label(need) {
                     s.dependents[dep.index()].push(TaskId(i as u32));
                 }
+            }
+        }
+        s.session_prev = crate::session::session_links(batch)
+            .into_iter()
+            .map(|p| p.map(|p| TaskId(p as u32)))
+            .collect();
+        for (i, prev) in s.session_prev.iter().enumerate() {
+            if let Some(prev) = prev {
+                s.dependents[prev.index()].push(TaskId(i as u32));
             }
         }
         for i in 0..state.tasks.len() {

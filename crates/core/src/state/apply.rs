@@ -170,6 +170,7 @@ impl RunState {
                     continues: None,
                     end: None,
                     placed: None,
+                    session: None,
                 });
                 rec.state = TaskState::Running { attempt: *attempt };
             }
@@ -261,6 +262,11 @@ impl RunState {
             Event::AttemptContinues { session, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.continues = Some(session.clone());
+                }
+            }
+            Event::AttemptSession { session, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.session = Some(session.clone());
                 }
             }
             Event::AttemptPlaced { executor, dir, .. } => {

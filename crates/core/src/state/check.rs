@@ -90,7 +90,8 @@ impl RunState {
             | Event::AttemptStalled { .. }
             | Event::AttemptOrphaned { .. }
             | Event::AttemptSideEffects { .. }
-            | Event::AttemptContinues { .. } => cx.attempt_event(event),
+            | Event::AttemptContinues { .. }
+            | Event::AttemptSession { .. } => cx.attempt_event(event),
             Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
@@ -246,6 +247,17 @@ impl TaskCheck<'_> {
                     // Only before the process exists: it is how the process is started.
                     Some(a) if a.pid.is_none() => Ok(()),
                     _ => Err(self.illegal()),
+                }
+            }
+            Event::AttemptSession {
+                attempt, session, ..
+            } => {
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
+                    Some(a) if a.session.is_some() => Err(self.duplicate()),
+                    Some(_) if session.is_empty() => Err(self.illegal()),
+                    Some(_) => Ok(()),
+                    None => Err(self.illegal()),
                 }
             }
             _ => Err(self.illegal()),

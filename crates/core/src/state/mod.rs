@@ -142,6 +142,9 @@ pub struct AttemptRecord {
     /// Where it runs (`AttemptPlaced`), and what resume found of it; boxed: a big run's
     /// records stay small.
     pub placed: Option<Box<Placed>>,
+    /// #13: the agent's own id of the conversation it is in (`AttemptSession`), once its
+    /// stream named it: what a later attempt resumes.
+    pub session: Option<String>,
 }
 
 /// Where an attempt runs and how it is found again (`AttemptPlaced`, `AttemptHandle`), and

@@ -188,6 +188,8 @@ pub(crate) enum Op {
     /// (picked by the second), hold or release the run, or set the concurrency; a cancelled live
     /// attempt then ends cancelled, as the runner stops it.
     Control(u8, u8),
+    /// #13: a running attempt's agent names its session (`AttemptSession`, once).
+    Session(u8),
 }
 
 /// A batch and what happens to it.
@@ -328,6 +330,7 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
                             },
                         )]
                         .into(),
+                        on_task_end: None,
                     },
                     source: "model.toml".into(),
                 })
@@ -371,6 +374,7 @@ pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
         20 => any::<u8>().prop_map(Op::Resume),
         1 => Just(Op::Cancel),
         4 => (any::<u8>(), any::<u8>()).prop_map(|(k, sel)| Op::Control(k, sel)),
+        4 => any::<u8>().prop_map(Op::Session),
     ]
 }
 
@@ -696,6 +700,19 @@ impl<B: Backend> Driver<B> {
                 }) {
                     let attempt = self.live_attempt(t);
                     self.emit(Event::AttemptSideEffects { task: t, attempt });
+                }
+            }
+            Op::Session(sel) => {
+                if let Some(t) = self.pick(*sel, |r| {
+                    r.live_attempt()
+                        .is_some_and(|a| a.pid.is_some() && a.session.is_none())
+                }) {
+                    let attempt = self.live_attempt(t);
+                    self.emit(Event::AttemptSession {
+                        task: t,
+                        attempt,
+                        session: format!("session-{}-{}", t.0, attempt.0),
+                    });
                 }
             }
             Op::Continue(sel) => {

@@ -175,7 +175,9 @@ fn step(g: G, e: &Event) -> Option<G> {
             Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
             | Event::AttemptRecorded { .. }
-            | Event::AttemptRead { .. },
+            | Event::AttemptRead { .. }
+            // #13: at most once per attempt (core's check), any time while it lives.
+            | Event::AttemptSession { .. },
         ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
@@ -239,7 +241,8 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptHandle { attempt, .. }
         | Event::AttemptAdopted { attempt, .. }
         | Event::AttemptRecorded { attempt, .. }
-        | Event::AttemptRead { attempt, .. } => Some(*attempt),
+        | Event::AttemptRead { attempt, .. }
+        | Event::AttemptSession { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -659,6 +662,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 task,
                 attempt: a,
                 session: "/s".into(),
+            });
+            out.push(Event::AttemptSession {
+                task,
+                attempt: a,
+                session: "s".into(),
             });
             out.push(Event::AttemptFinished {
                 task,

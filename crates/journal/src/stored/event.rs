@@ -183,6 +183,12 @@ pub(crate) enum StoredEvent {
         attempt: u32,
         offset: u64,
     },
+    /// `Event::AttemptSession` (#13: sessions).
+    AttemptSession {
+        task: u32,
+        attempt: u32,
+        session: String,
+    },
 }
 
 /// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
@@ -455,6 +461,15 @@ impl From<&Event> for StoredEvent {
                 attempt: attempt.0,
                 offset: *offset,
             },
+            Event::AttemptSession {
+                task,
+                attempt,
+                session,
+            } => StoredEvent::AttemptSession {
+                task: task.0,
+                attempt: attempt.0,
+                session: session.clone(),
+            },
         }
     }
 }
@@ -704,6 +719,15 @@ impl TryFrom<StoredEvent> for Event {
                 task: TaskId(task),
                 attempt: Attempt(attempt),
                 offset,
+            },
+            StoredEvent::AttemptSession {
+                task,
+                attempt,
+                session,
+            } => Event::AttemptSession {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                session,
             },
         })
     }

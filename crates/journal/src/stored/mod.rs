@@ -356,6 +356,10 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             transient_on: vec![],
             pool: None,
             max_rate_limits: 0,
+            on_task_end: None,
+
+            role: None,
+            session: None,
         })
     }
 }
@@ -383,6 +387,7 @@ impl From<RunConfigV1> for RunConfig {
             fail_fast: c.fail_fast,
             budget: sortie_core::RunBudget::default(),
             pools: std::collections::BTreeMap::new(),
+            on_task_end: None,
         }
     }
 }

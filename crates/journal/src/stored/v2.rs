@@ -48,6 +48,12 @@ pub(crate) struct TaskExtV2 {
     // Issue 14: shared rate limits.
     pool: Option<String>,
     max_rate_limits: u32,
+    // #15
+    on_task_end: Option<String>,
+
+    // #13: roles and sessions.
+    role: Option<String>,
+    session: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -64,6 +70,10 @@ impl TaskExtV2 {
             transient_on: t.transient_on.clone(),
             pool: t.pool.clone(),
             max_rate_limits: t.max_rate_limits,
+            on_task_end: t.on_task_end.clone(),
+
+            role: t.role.clone(),
+            session: t.session.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -78,6 +88,10 @@ impl TaskExtV2 {
         t.transient_on = self.transient_on;
         t.pool = self.pool;
         t.max_rate_limits = self.max_rate_limits;
+        t.on_task_end = self.on_task_end;
+
+        t.role = self.role;
+        t.session = self.session;
         Ok(())
     }
 }
@@ -197,6 +211,8 @@ pub(crate) struct RunConfigExtV2 {
     budget: Grow<RunBudgetV2>,
     /// `RunConfig::pools` (issue 14).
     pools: BTreeMap<String, Grow<PoolSpecV2>>,
+    // #15
+    on_task_end: Option<String>,
 }
 
 impl RunConfigExtV2 {
@@ -219,6 +235,7 @@ impl RunConfigExtV2 {
                     (k.clone(), Grow(pool))
                 })
                 .collect(),
+            on_task_end: c.on_task_end.clone(),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
@@ -240,6 +257,7 @@ impl RunConfigExtV2 {
                 (k, pool)
             })
             .collect();
+        c.on_task_end = self.on_task_end;
         Ok(())
     }
 }

@@ -67,6 +67,10 @@ pub(crate) fn batch(n: u32) -> Batch {
             transient_on: vec![],
             pool: None,
             max_rate_limits: 0,
+            on_task_end: None,
+
+            role: None,
+            session: None,
         })
         .collect();
     Batch {

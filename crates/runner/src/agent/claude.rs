@@ -88,6 +88,20 @@ impl Agent for Claude {
             launch.agent_args.push("--effort".into());
             launch.agent_args.push(effort(level).into());
         }
+        // #13: its sessions (`projects/` of its config dir) are kept in the conversation's
+        // store; an attempt that continues a conversation resumes its session by id (Claude
+        // Code finds it whatever the cwd, and appends to it). A resumed session's
+        // `modelUsage` and cost cover the whole session: the earlier attempts' part is taken
+        // off.
+        if input.profile.can_continue {
+            let store = input.run_dir.conversation(input.conversation_root.0);
+            launch.session_store = Some(("projects", store));
+            if let Some((id, base)) = super::resumable(input) {
+                launch.session_args = vec!["--resume".into(), id.clone()];
+                launch.continues = Some(id);
+                launch.usage_base = Some(base);
+            }
+        }
     }
 
     fn credentials(&self) -> Option<&'static super::Credentials> {

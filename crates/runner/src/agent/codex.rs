@@ -40,9 +40,31 @@ impl Agent for Codex {
             Permissions::Edit => "workspace-write",
             Permissions::Full => "danger-full-access",
         };
-        launch.agent_args = vec!["--sandbox".into(), sandbox.into()];
         // `-c key=value` takes a TOML value: a JSON string is a TOML basic string.
         let toml_string = |s: &str| serde_json::Value::from(s).to_string();
+        // #13: its session files (`sessions/` of its home) are kept in the conversation's
+        // store; an attempt that continues a conversation is `codex exec resume ID` (which
+        // takes no `--sandbox`: the sandbox is then its config value). A resumed thread's
+        // usage covers the whole thread: the earlier attempts' part is taken off.
+        let resume = if input.profile.can_continue {
+            let store = input.run_dir.conversation(input.conversation_root.0);
+            launch.session_store = Some(("sessions", store));
+            super::resumable(input)
+        } else {
+            None
+        };
+        launch.agent_args = match &resume {
+            None => vec!["--sandbox".into(), sandbox.into()],
+            Some(_) => vec![
+                "-c".into(),
+                format!("sandbox_mode={}", toml_string(sandbox)),
+            ],
+        };
+        if let Some((id, base)) = resume {
+            launch.session_args = vec!["resume".into(), id.clone()];
+            launch.continues = Some(id);
+            launch.usage_base = Some(base);
+        }
         if let Some(text) = &input.spec.system_prompt {
             launch.agent_args.push("-c".into());
             launch

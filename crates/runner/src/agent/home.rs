@@ -252,6 +252,15 @@ fn link_if_present(from: &Path, to: &Path) -> Result<(), HomeError> {
     }
 }
 
+/// #13: links `name` in a prepared home to a conversation's session store (created private),
+/// so that the agent keeps its sessions there and the next attempt of the conversation, in its
+/// own home, finds them. The attempts of one conversation run one after another, never at once.
+pub(crate) fn link_store(home: &Path, name: &str, store: &Path) -> Result<(), HomeError> {
+    create_private_dir(store)?;
+    let link = home.join(name);
+    std::os::unix::fs::symlink(store, &link).map_err(io_err(&link))
+}
+
 /// Helpers for the agents' home tests.
 #[cfg(test)]
 pub(crate) mod testing {

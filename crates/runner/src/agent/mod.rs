@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use sortie_core::spec::AGENT_ARGS;
-use sortie_core::{AgentProfile, AttemptRecord, Protocol, TaskId, TaskRecord, TaskSpec};
+use sortie_core::{AgentProfile, AttemptRecord, Protocol, TaskId, TaskRecord, TaskSpec, Usage};
 
 use crate::layout::RunDir;
 use crate::process::{self, RenderError, Vars};
@@ -108,6 +108,9 @@ pub(crate) struct HomePlan {
     pub(crate) dir: PathBuf,
     /// Where the user's own config is looked for.
     pub(crate) user: UserEnv,
+    /// #13: a name in the home linked to the conversation's session store (see
+    /// [`Launch::session_store`]).
+    pub(crate) session_store: Option<(&'static str, PathBuf)>,
 }
 
 /// What the engine knows when it launches an attempt.
@@ -118,6 +121,10 @@ pub(crate) struct LaunchInput<'a> {
     /// The task.
     pub(crate) spec: &'a TaskSpec,
     /// The task's record; its last attempt is the one being launched.
+    #[allow(
+        dead_code,
+        reason = "what an agent's launch may read; the continued conversation is `conversation`"
+    )]
     pub(crate) rec: &'a TaskRecord,
     /// The task's id.
     pub(crate) task: TaskId,
@@ -129,6 +136,13 @@ pub(crate) struct LaunchInput<'a> {
     pub(crate) cwd: &'a Path,
     /// The task's extra environment (the values).
     pub(crate) env: &'a [(String, String)],
+    // #13: sessions.
+    /// The earlier attempts whose conversation this attempt continues, newest first (core's
+    /// `session::conversation`: the retry of an interrupted attempt, or a `session`'s task).
+    pub(crate) conversation: &'a [(TaskId, &'a AttemptRecord)],
+    /// The conversation's first task: its id keys the session store the agent homes of the
+    /// conversation's attempts share (`RunDir::conversation`).
+    pub(crate) conversation_root: TaskId,
 }
 
 /// The parts of a launch an agent may shape (see [`Agent::launch`]).
@@ -152,6 +166,13 @@ pub(crate) struct Launch {
     /// [`sortie_core::spec::AGENT_ARGS`] expands to (a template without it gets none; the
     /// batch is refused when it asks for permissions such a profile cannot get).
     pub(crate) agent_args: Vec<String>,
+    // #13: sessions.
+    /// The usage the continued session was journaled with, for an agent that reports a
+    /// resumed session's usage cumulatively: taken off every reading (`protocol::rebased`).
+    pub(crate) usage_base: Option<Usage>,
+    /// Where the agent keeps its sessions in its home (a name in it), and the conversation's
+    /// store that name is linked to, so that the next attempt of the conversation finds them.
+    pub(crate) session_store: Option<(&'static str, PathBuf)>,
 }
 
 /// How an attempt is launched: what [`launch_plan`] returns.
@@ -173,6 +194,8 @@ pub(crate) struct LaunchPlan {
     /// The prompt the child reads on stdin, and the file it is written to right before the
     /// spawn (`<run-dir>/prompts/<task>.<attempt>`): no argv limit applies to it.
     pub(crate) stdin_prompt: Option<(PathBuf, String)>,
+    /// #13: the usage taken off the reader's readings (see [`Launch::usage_base`]).
+    pub(crate) usage_base: Option<Usage>,
 }
 
 /// Whether an argv template places the prompt (any element mentions `{prompt}`).
@@ -226,6 +249,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         agent,
         dir: input.run_dir.agent_home(input.task.0, input.live.attempt.0),
         user: UserEnv::inherited(input.env),
+        session_store: launch.session_store.take(),
     });
     LaunchPlan {
         argv,
@@ -235,7 +259,26 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         continues: launch.continues,
         home,
         stdin_prompt,
+        usage_base: launch.usage_base,
     }
+}
+
+/// The newest attempt of the conversation that named its agent's session (`AttemptSession`),
+/// and the usage journaled by the attempts that ran in that session (what an agent reporting
+/// a resumed session's usage cumulatively counts again). For Claude Code and Codex.
+pub(crate) fn resumable(input: &LaunchInput<'_>) -> Option<(String, Usage)> {
+    let id = input
+        .conversation
+        .iter()
+        .find_map(|(_, a)| a.session.clone())?;
+    let base = Usage::sum(
+        input
+            .conversation
+            .iter()
+            .filter(|(_, a)| a.session.as_deref() == Some(id.as_str()))
+            .map(|(_, a)| &a.usage),
+    );
+    Some((id, base))
 }
 
 #[cfg(test)]
@@ -274,6 +317,7 @@ mod plan_tests {
             continues: None,
             end,
             placed: None,
+            session: None,
         }
     }
 
@@ -302,6 +346,17 @@ mod plan_tests {
         } else {
             &spec.agent
         };
+        // The conversation core gives a retry of an interrupted attempt: its earlier attempts.
+        let earlier = &rec.attempts[..rec.attempts.len() - 1];
+        let interrupted = earlier.last().is_some_and(|a| {
+            a.outcome()
+                .is_some_and(|o| o.stop_reason == StopReason::Interrupted)
+        });
+        let conversation: Vec<(TaskId, &AttemptRecord)> = if interrupted {
+            earlier.iter().rev().map(|a| (TaskId(0), a)).collect()
+        } else {
+            Vec::new()
+        };
         let input = LaunchInput {
             profile: &batch.batch.agents[name],
             spec,
@@ -311,6 +366,8 @@ mod plan_tests {
             run_dir,
             cwd: Path::new("/w"),
             env: &[],
+            conversation: &conversation,
+            conversation_root: TaskId(0),
         };
         launch_plan(&input, "-p, a prompt".into())
     }
@@ -321,7 +378,7 @@ mod plan_tests {
     }
 
     #[test]
-    fn pi_json_gets_its_prompt_on_stdin_a_home_but_no_session() {
+    fn pi_json_gets_its_prompt_on_stdin_a_home_and_a_session_dir() {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("pi"), &rec, Path::new("/run"));
         let argv = p.argv.unwrap();
@@ -330,7 +387,13 @@ mod plan_tests {
         assert_eq!(file, PathBuf::from("/run/runs/t/prompts/0.1"));
         assert_eq!(prompt, "-p, a prompt", "unguarded: stdin is no argument");
         assert_eq!(p.protocol, Protocol::PiJson);
-        assert!(p.drive.is_none() && p.session_dir.is_none() && p.continues.is_none());
+        assert!(p.drive.is_none() && p.continues.is_none());
+        let dir = PathBuf::from("/run/runs/t/sessions/0.1");
+        assert_eq!(p.session_dir.as_deref(), Some(dir.as_path()));
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--session-dir", "/run/runs/t/sessions/0.1"])
+        );
         let home = p.home.unwrap();
         assert_eq!(
             (home.agent.name(), home.dir),
@@ -450,6 +513,68 @@ mod plan_tests {
     }
 
     #[test]
+    fn claude_and_codex_resume_the_session_an_interrupted_attempt_named() {
+        let interrupted = AttemptEnd::Finished {
+            outcome: AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
+            output: String::new(),
+            at: Timestamp(1),
+        };
+        let mut first = attempt(1, Some(interrupted));
+        first.session = Some("sess-1".into());
+        first.usage = sortie_core::Usage {
+            input: 100,
+            output: 12,
+            ..sortie_core::Usage::ZERO
+        };
+        let rec = record(vec![first, attempt(2, None)]);
+        let has = |argv: &[String], pair: [&str; 2]| argv.windows(2).any(|w| w == pair);
+
+        let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        let argv = p.argv.unwrap();
+        assert!(has(&argv, ["--resume", "sess-1"]), "{argv:?}");
+        assert_eq!(p.continues.as_deref(), Some("sess-1"));
+        let base = p.usage_base.unwrap();
+        assert_eq!((base.input, base.output), (100, 12));
+
+        let p = plan(&one_off("codex"), &rec, Path::new("/run"));
+        let argv = p.argv.unwrap();
+        assert_eq!(
+            &argv[..4],
+            ["codex", "exec", "resume", "sess-1"],
+            "{argv:?}"
+        );
+        assert!(
+            has(&argv, ["-c", r#"sandbox_mode="workspace-write""#]),
+            "{argv:?}"
+        );
+        assert!(
+            !argv.iter().any(|a| a == "--sandbox"),
+            "resume takes no --sandbox: {argv:?}"
+        );
+        assert_eq!(argv.last().map(String::as_str), Some("-"));
+        assert_eq!(p.usage_base.map(|b| b.input), Some(100));
+        assert_eq!(
+            p.home.unwrap().session_store,
+            Some(("sessions", PathBuf::from("/run/runs/t/conversations/0")))
+        );
+
+        // An attempt that ended otherwise is not continued: the retry starts over.
+        let mut failed = attempt(
+            1,
+            Some(AttemptEnd::Finished {
+                outcome: AttemptOutcome::failed(StopReason::Error, "500"),
+                output: String::new(),
+                at: Timestamp(1),
+            }),
+        );
+        failed.session = Some("sess-1".into());
+        let rec = record(vec![failed, attempt(2, None)]);
+        let p = plan(&one_off("claude"), &rec, Path::new("/run"));
+        assert!(!p.argv.unwrap().iter().any(|a| a == "--resume"));
+        assert!(p.continues.is_none() && p.usage_base.is_none());
+    }
+
+    #[test]
     fn claude_gets_its_home_and_a_task_command_is_no_agent() {
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("claude"), &rec, Path::new("/run"));
@@ -458,8 +583,13 @@ mod plan_tests {
             p.stdin_prompt.map(|(_, p)| p).as_deref(),
             Some("-p, a prompt")
         );
-        assert_eq!(p.home.map(|h| h.agent.name()), Some("claude"));
-        assert!(p.drive.is_none() && p.session_dir.is_none());
+        let home = p.home.unwrap();
+        assert_eq!(home.agent.name(), "claude");
+        assert_eq!(
+            home.session_store,
+            Some(("projects", PathBuf::from("/run/runs/t/conversations/0")))
+        );
+        assert!(p.drive.is_none() && p.session_dir.is_none() && p.continues.is_none());
         let p = plan(&one_off("codex"), &rec, Path::new("/run"));
         assert_eq!(p.argv.unwrap().last().map(String::as_str), Some("-"));
         assert!(p.stdin_prompt.is_some());

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use sortie_core::{Attempt, Permissions, Protocol, StopReason, TaskId, TaskRecord};
+use sortie_core::{Attempt, AttemptRecord, Permissions, Protocol, TaskId};
 
 use super::home::{HomeError, Rules, UserEnv, io_err};
 use super::{Agent, Drive, Launch, LaunchInput, WRAP_UP};
@@ -77,8 +77,12 @@ impl Agent for Pi {
             launch.agent_args.push(level.clone());
         }
         if profile.can_continue {
-            let (dir, args, continues) =
-                session_plan(input.run_dir, input.task, input.rec, input.live.attempt);
+            let (dir, args, continues) = session_plan(
+                input.run_dir,
+                input.task,
+                input.conversation,
+                input.live.attempt,
+            );
             launch.session_dir = Some(dir);
             launch.session_args = args;
             launch.continues = continues;
@@ -129,34 +133,25 @@ fn steer_command(message: &str) -> String {
 }
 
 /// The session arguments of an attempt of a continuable pi profile (see
-/// `process::SESSION_ARGS`): its own session directory under the run dir, and, when the
-/// task's previous attempt was interrupted (a crash or a Ctrl-C) and left a session file,
-/// that file to continue. Returns the directory, the arguments and the continued session.
+/// `process::SESSION_ARGS`): its own session directory under the run dir, and, when it
+/// continues a conversation (the retry of an interrupted attempt, or the next task of a
+/// `session`: core's `session::conversation`, newest first), the session file of the newest
+/// of those attempts that left one (`--session`: pi appends to it). Returns the directory, the
+/// arguments and the continued session.
 fn session_plan(
     run_dir: &RunDir,
     task: TaskId,
-    rec: &TaskRecord,
+    conversation: &[(TaskId, &AttemptRecord)],
     attempt: Attempt,
 ) -> (PathBuf, Vec<String>, Option<String>) {
     let dir = run_dir.sessions(task.0, attempt.0);
     let mut args = vec!["--session-dir".to_owned(), dir.display().to_string()];
-    let previous = rec
-        .attempts
-        .len()
-        .checked_sub(2)
-        .and_then(|i| rec.attempts.get(i));
-    let continued = previous
-        .filter(|p| {
-            // An interrupted attempt, or one the provider's rate limit cut short (issue 14).
-            p.outcome()
-                .is_some_and(|o| o.stop_reason == StopReason::Interrupted || o.rate_limited)
-        })
-        .and_then(|p| {
-            p.continues
-                .clone()
-                .filter(|s| Path::new(s).is_file())
-                .or_else(|| latest_session(&run_dir.sessions(task.0, p.attempt.0)))
-        });
+    let continued = conversation.iter().find_map(|(t, p)| {
+        p.continues
+            .clone()
+            .filter(|s| Path::new(s).is_file())
+            .or_else(|| latest_session(&run_dir.sessions(t.0, p.attempt.0)))
+    });
     if let Some(session) = &continued {
         args.push("--session".to_owned());
         args.push(session.clone());

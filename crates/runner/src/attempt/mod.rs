@@ -116,6 +116,12 @@ pub(crate) enum Msg {
         attempt: Attempt,
         offset: u64,
     },
+    /// #13: the agent's own id of the conversation it is in (sent once).
+    Session {
+        task: TaskId,
+        attempt: Attempt,
+        session: String,
+    },
 }
 
 impl Msg {
@@ -128,7 +134,8 @@ impl Msg {
             | Msg::Finished { task, .. }
             | Msg::Activity { task, .. }
             | Msg::Handle { task, .. }
-            | Msg::Read { task, .. } => *task,
+            | Msg::Read { task, .. }
+            | Msg::Session { task, .. } => *task,
         }
     }
 
@@ -141,7 +148,8 @@ impl Msg {
             | Msg::Finished { attempt, .. }
             | Msg::Activity { attempt, .. }
             | Msg::Handle { attempt, .. }
-            | Msg::Read { attempt, .. } => *attempt,
+            | Msg::Read { attempt, .. }
+            | Msg::Session { attempt, .. } => *attempt,
         }
     }
 }

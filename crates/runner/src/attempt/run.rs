@@ -76,6 +76,11 @@ pub(super) async fn run(
         });
     }
     let mut reader = protocol::reader_for(ctx.launch.protocol);
+    // #13: an agent that reports a resumed session's usage over the whole session counts
+    // only this attempt's part.
+    if let Some(base) = ctx.launch.usage_base {
+        reader = protocol::rebased(reader, base);
+    }
     let mut stdin = child.take_stdin();
     // An adopted agent got its prompt from the sortie that launched it.
     if ctx.adopt.is_none()
@@ -124,6 +129,8 @@ pub(super) async fn run(
         activity: None,
         offset: 0,
         replaying: ctx.read_until > 0,
+
+        session_sent: false,
     };
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
@@ -320,6 +327,9 @@ struct Driver<'a> {
     /// #10: while an adopted attempt's lines before the journaled offset are read again: they
     /// rebuild the reader's state and are not reported (the journal has what they said).
     replaying: bool,
+
+    /// #13: whether the agent's session id was sent.
+    session_sent: bool,
 }
 
 impl Driver<'_> {
@@ -367,6 +377,7 @@ impl Driver<'_> {
                     }
                     self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
+                    self.report_session(reader.session());
                     self.watch
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
@@ -420,6 +431,21 @@ impl Driver<'_> {
                 }
             }
         }
+    }
+
+    /// #13: sends the agent's session id on once its stream named it (journaled at once, so
+    /// that a crash cannot lose what a later attempt resumes).
+    fn report_session(&mut self, session: Option<&str>) {
+        let Some(id) = session else { return };
+        if self.session_sent {
+            return;
+        }
+        self.session_sent = true;
+        let _ = self.tx.send(Msg::Session {
+            task: self.ctx.task,
+            attempt: self.ctx.attempt,
+            session: id.to_owned(),
+        });
     }
 
     /// Sends the reader's activity on when it changed (the board shows it; it is not state).
@@ -559,12 +585,18 @@ fn keep_stderr(path: &Path, stderr: &str) {
 /// Prepares an agent home off the async threads (it copies files).
 async fn prepare_home(plan: HomePlan) -> Result<home::AgentHome, agent::HomeError> {
     let dir = plan.dir.clone();
-    tokio::task::spawn_blocking(move || home::prepare(plan.agent, &plan.dir, &plan.user))
-        .await
-        .unwrap_or_else(|e| {
-            Err(agent::HomeError::Io {
-                path: dir,
-                source: std::io::Error::other(e.to_string()),
-            })
+    tokio::task::spawn_blocking(move || {
+        let home = home::prepare(plan.agent, &plan.dir, &plan.user)?;
+        if let Some((name, store)) = &plan.session_store {
+            home::link_store(&plan.dir, name, store)?;
+        }
+        Ok(home)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(agent::HomeError::Io {
+            path: dir,
+            source: std::io::Error::other(e.to_string()),
         })
+    })
 }

@@ -35,6 +35,13 @@ impl Engine {
             .get(profile_name)
             .or_else(|| batch.agents.get(&spec.agent))?;
         let env = self.env.get(task.index()).cloned().unwrap_or_default();
+        // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
+        // its session's).
+        let links = self
+            .session_links
+            .get_or_init(|| sortie_core::session::session_links(batch));
+        let (conversation_root, conversation) =
+            sortie_core::session::conversation(&self.state, links, task);
         // The agent the profile speaks (none for a task's own command) shapes the launch: its
         // prompt, session, stdin drive and per-attempt home (see `agent`).
         let plan = agent::launch_plan(
@@ -47,6 +54,8 @@ impl Engine {
                 run_dir: &self.run_dir,
                 cwd: &cwd,
                 env: &env,
+                conversation: &conversation,
+                conversation_root,
             },
             prompt_text,
         );

@@ -337,6 +337,9 @@ struct Engine {
     slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
     /// The records the last snapshot holds (or the state this process started from).
     snapshotted: u64,
+    /// #13: each task's session predecessor (`sortie_core::session::session_links`), computed
+    /// once: the batch of a run never changes.
+    session_links: std::sync::OnceLock<Vec<Option<usize>>>,
 }
 
 impl Engine {
@@ -371,6 +374,7 @@ impl Engine {
             marked: (0, std::time::Instant::now()),
             slurm: std::sync::OnceLock::new(),
             snapshotted: state_seq,
+            session_links: std::sync::OnceLock::new(),
         }
     }
 
@@ -380,20 +384,18 @@ impl Engine {
     /// journaled: resume finds them orphaned and retries them), worktree jobs are dropped
     /// (resume redoes each step), and the error goes up to say so.
     async fn drive(mut self) -> Result<RunEnd> {
-        match self.drive_loop().await {
-            Ok(end) => Ok(RunEnd {
-                run_id: self.run_id,
-                state: self.state,
-                end,
-            }),
-            Err(e) => {
-                if matches!(e, Error::JournalWrite { .. }) {
-                    tracing::debug!("stopping on a journal failure: {e}");
-                    self.abort_now();
-                }
-                Err(e)
-            }
+        let end = self.drive_loop().await;
+        if let Err(e @ Error::JournalWrite { .. }) = &end {
+            tracing::debug!("stopping on a journal failure: {e}");
+            self.abort_now();
         }
+        // #10: the run's shepherd exits once its attempts are gone; sortie waits for it.
+        crate::process::release_shepherds().await;
+        end.map(|end| RunEnd {
+            run_id: self.run_id,
+            state: self.state,
+            end,
+        })
     }
 
     async fn drive_loop(&mut self) -> Result<End> {

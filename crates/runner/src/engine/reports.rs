@@ -129,6 +129,21 @@ impl Engine {
                     offset,
                 }
             }
+            // #13: once per attempt (an adopted attempt's reader names it again).
+            Msg::Session {
+                task,
+                attempt,
+                session,
+            } => {
+                if self.state.task(task)?.attempts.last()?.session.is_some() {
+                    return None;
+                }
+                Event::AttemptSession {
+                    task,
+                    attempt,
+                    session,
+                }
+            }
         })
     }
 }

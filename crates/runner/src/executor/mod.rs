@@ -42,7 +42,7 @@ mod supervised;
 pub mod slurm;
 
 pub use direct::Direct;
-pub use supervised::Supervised;
+pub use supervised::{SUPERVISION_VAR, Supervised};
 
 /// A boxed future, for the seam's object-safe async methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

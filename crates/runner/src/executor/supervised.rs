@@ -4,8 +4,11 @@
 //! the files (`process::Followed`), so that a crash of sortie costs the agent nothing: resume
 //! finds the attempt alive (adopted), ended (recorded from its files) or gone (orphaned).
 //!
-//! Why a supervisor per attempt rather than one shepherd per run: see ARCHITECTURE.md
-//! (measured with `bench/dispatch.sh`).
+//! By default the supervisor is the run's shepherd (`process::shepherd`: one long-lived
+//! process that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt`
+//! gives each attempt its own (`sortie __supervise`). Both write the same files, so adoption
+//! and resume do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor
+//! per attempt is an exec of the sortie binary per attempt (see ARCHITECTURE.md).
 
 use std::io;
 use std::path::PathBuf;
@@ -17,8 +20,19 @@ use super::{
     Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Presence, Sig, Started,
 };
 use crate::process::{
-    self, DirPresence, Followed, Line, SpawnError, StartedFile, Stdin, WaitError,
+    self, DirPresence, Followed, Line, SpawnError, StartedFile, Stdin, WaitError, Watcher,
 };
+
+/// The variable that picks a supervisor per attempt (`attempt`) instead of the run's
+/// shepherd (the default): both write the same files, and resume reads either; kept so that
+/// `bench/dispatch.sh` measures both in the same run.
+pub const SUPERVISION_VAR: &str = "SORTIE_SUPERVISION";
+
+/// Whether attempts get a supervisor each ([`SUPERVISION_VAR`] `=attempt`).
+fn per_attempt() -> bool {
+    static PER_ATTEMPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PER_ATTEMPT.get_or_init(|| std::env::var(SUPERVISION_VAR).is_ok_and(|v| v == "attempt"))
+}
 
 /// The local supervised executor; `supervisor` is the program run as `<program> __supervise`
 /// (the sortie binary itself).
@@ -47,14 +61,22 @@ impl Executor for Supervised {
             } else {
                 req.stdin_file.as_deref()
             };
-            let child = process::spawn_supervised(
-                &self.supervisor,
-                &req.spawn,
-                &dir,
-                file,
-                req.piped_stdin,
-            )
-            .await?;
+            // An agent driven over stdin needs its own supervisor (the FIFO's forwarder); the
+            // others start through the run's shepherd unless SORTIE_SUPERVISION=attempt.
+            let followed = if per_attempt() || req.piped_stdin {
+                let child = process::spawn_supervised(
+                    &self.supervisor,
+                    &req.spawn,
+                    &dir,
+                    file,
+                    req.piped_stdin,
+                )
+                .await?;
+                Followed::new(&dir, 0, child.started, Watcher::Supervisor(child.process))
+            } else {
+                let s = process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, file).await?;
+                Followed::new(&dir, 0, s.started, Watcher::Shepherd(s))
+            };
             // #10: an agent driven over stdin is written to through its supervisor's FIFO.
             let stdin = if req.piped_stdin {
                 Some(Stdin::fifo(&dir).map_err(|error| SpawnError::Io {
@@ -64,7 +86,6 @@ impl Executor for Supervised {
             } else {
                 None
             };
-            let followed = Followed::new(&dir, 0, child.started, Some(child.process));
             Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
         })
     }
@@ -90,7 +111,7 @@ impl Executor for Supervised {
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
                 });
             };
-            let followed = Followed::new(&dir, 0, started, None);
+            let followed = Followed::new(&dir, 0, started, Watcher::Files);
             // An agent driven over stdin is steered on through its FIFO, if it still runs.
             let stdin = dir
                 .join(process::STDIN_FIFO)

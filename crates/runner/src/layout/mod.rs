@@ -208,6 +208,12 @@ impl RunDir {
         self.path.join("sessions").join(format!("{task}.{attempt}"))
     }
 
+    /// #13: the session store of one conversation (a task and its retries, or a `session`'s
+    /// tasks), keyed by its first task: the agent homes of its attempts share it.
+    pub fn conversation(&self, root: u32) -> PathBuf {
+        self.path.join("conversations").join(root.to_string())
+    }
+
     /// An attempt's dir (see `executor`): its output files and its executor's records.
     pub fn attempt_dir(&self, task: u32, attempt: u32) -> PathBuf {
         self.path.join("attempts").join(format!("{task}.{attempt}"))

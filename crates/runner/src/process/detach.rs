@@ -39,14 +39,23 @@ pub fn spawn_detached_with(
 /// Runs a user's hook `command` through `sh -c` with `env` added, stdin `/dev/null`, its output
 /// sortie's own; a thread reaps it. A hook that cannot start is a warning, never the run's
 /// failure.
-#[allow(clippy::disallowed_methods, reason = "the user's hook is spawned here")]
 pub fn run_hook(command: &str, env: &[(String, String)]) {
-    let spawned = std::process::Command::new("sh")
-        .arg("-c")
+    run_hook_in(command, env, None);
+}
+
+/// [`run_hook`] in `cwd` (#15: a batch file's `on_task_end` runs in the task's `cwd`; `None`:
+/// sortie's own).
+#[allow(clippy::disallowed_methods, reason = "the user's hook is spawned here")]
+pub fn run_hook_in(command: &str, env: &[(String, String)], cwd: Option<&std::path::Path>) {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
         .arg(command)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .spawn();
+        .stdin(Stdio::null());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let spawned = cmd.spawn();
     match spawned {
         Ok(mut child) => {
             let _ = std::thread::Builder::new()

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use super::child::Stopper;
 use super::lines::{LINE_QUEUE, LineSplitter, TailBuffer};
 use super::procfs::is_running;
+use super::shepherd_client::{Forget, Shepherded};
 use super::supervise::{DirPresence, STDERR_FILE, STDOUT_FILE, StartedFile, presence, read_exit};
 use super::transcript::{Kept, KeptReader};
 use super::{ExitSlot, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES, WaitError, pid_of};
@@ -42,21 +43,32 @@ pub struct Followed {
     stdout_bytes: Arc<AtomicU64>,
     /// The end of the last line delivered (a line's end in the stdout file).
     line_end: u64,
+    forget: Option<Forget>,
+}
+
+/// What tells a follower that its attempt ended.
+#[derive(Debug)]
+pub enum Watcher {
+    /// The attempt's own supervisor, a child of this process: its exit.
+    Supervisor(tokio::process::Child),
+    /// The run's shepherd: its `exit` line.
+    Shepherd(Shepherded),
+    /// Nothing: an adopted attempt, whose dir and `/proc` are polled.
+    Files,
 }
 
 impl Followed {
-    /// Follows the attempt in `dir`, its stdout from byte `from`; `supervisor` is the
-    /// supervisor process when this process started it (its end is then seen at once), None
-    /// for an adopted attempt.
-    pub fn new(
-        dir: &Path,
-        from: u64,
-        started: StartedFile,
-        supervisor: Option<tokio::process::Child>,
-    ) -> Followed {
+    /// Follows the attempt in `dir`, its stdout from byte `from`; `watcher` says how its end
+    /// is seen (at once when this process started it, by polling for an adopted attempt).
+    pub fn new(dir: &Path, from: u64, started: StartedFile, watcher: Watcher) -> Followed {
         let (exit_tx, exit_rx) = watch::channel(None);
         let dir = dir.to_path_buf();
-        tokio::spawn(watch_exit(dir.clone(), started, supervisor, exit_tx));
+        let (watcher, forget) = match watcher {
+            Watcher::Shepherd(s) => (Ended::Shepherd(s.ended), Some(s.forget)),
+            Watcher::Supervisor(child) => (Ended::Supervisor(child), None),
+            Watcher::Files => (Ended::Files, None),
+        };
+        tokio::spawn(watch_exit(dir.clone(), started, watcher, exit_tx));
         let (line_tx, lines) = mpsc::channel(LINE_QUEUE);
         let stdout_bytes = Arc::new(AtomicU64::new(0));
         tokio::spawn(follow_stdout(
@@ -74,6 +86,7 @@ impl Followed {
             exit: exit_rx,
             stdout_bytes,
             line_end: from,
+            forget,
         }
     }
 
@@ -130,6 +143,10 @@ impl Drop for Followed {
         if self.exit.borrow().is_some() {
             return;
         }
+        // A shepherd's attempt: the shepherd kills it and records nothing.
+        if self.forget.as_ref().is_some_and(Forget::forget) {
+            return;
+        }
         let s = self.started;
         if is_running(s.supervisor, s.supervisor_start) {
             let _ = kill(pid_of(s.supervisor), Signal::SIGKILL);
@@ -140,20 +157,41 @@ impl Drop for Followed {
     }
 }
 
-/// Publishes the attempt's end: the supervisor's exit (when it is our child), else the
-/// exit file, polled.
+/// How [`watch_exit`] learns of the end.
+enum Ended {
+    Supervisor(tokio::process::Child),
+    Shepherd(tokio::sync::oneshot::Receiver<()>),
+    Files,
+}
+
+/// Publishes the attempt's end: the supervisor's exit (when it is our child) or the
+/// shepherd's word, else the exit file, polled.
 async fn watch_exit(
     dir: PathBuf,
     started: StartedFile,
-    supervisor: Option<tokio::process::Child>,
+    watcher: Ended,
     tx: watch::Sender<ExitSlot>,
 ) {
     let lost = |message: String| WaitError {
         pid: started.pid,
         message,
     };
-    let result = match supervisor {
-        Some(mut child) => {
+    let watcher = match watcher {
+        Ended::Shepherd(ended) => match ended.await {
+            Ok(()) => match read_exit(&dir) {
+                Some(exit) => {
+                    tx.send_replace(Some(Ok(exit)));
+                    return;
+                }
+                None => Ended::Files,
+            },
+            // The shepherd is gone: its files say the rest.
+            Err(_) => Ended::Files,
+        },
+        other => other,
+    };
+    let result = match watcher {
+        Ended::Supervisor(mut child) => {
             let status = child.wait().await;
             read_exit(&dir).ok_or_else(|| {
                 lost(format!(
@@ -162,7 +200,7 @@ async fn watch_exit(
                 ))
             })
         }
-        None => loop {
+        Ended::Shepherd(_) | Ended::Files => loop {
             match presence(&dir) {
                 DirPresence::Ended(exit) => break Ok(exit),
                 DirPresence::Gone => {

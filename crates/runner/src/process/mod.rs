@@ -51,14 +51,17 @@ mod orphan;
 mod procfs;
 mod spawn;
 mod supervise;
+// #10: the per-run shepherd and sortie's side of it.
+mod shepherd;
+mod shepherd_client;
 mod tool;
 // #10: transcripts kept under a cap
 mod transcript;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper, WaitError};
-pub use detach::{run_hook, spawn_detached_with};
-pub use follow::Followed;
+pub use detach::{run_hook, run_hook_in, spawn_detached_with};
+pub use follow::{Followed, Watcher};
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
 pub use marker::{MARKER, kill_marked, marker};
@@ -73,6 +76,9 @@ pub use supervise::{
     read_started, spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
+// #10: the per-run shepherd.
+pub use shepherd::{SHEPHERD_ARG, SHEPHERD_MARKER, SWEEP_EVERY, shepherd_main};
+pub use shepherd_client::{Forget, Shepherded, release_shepherds, spawn_shepherded};
 pub use transcript::{
     CAP_VAR, Cap, Cut, DEFAULT_CAP, Kept, KeptReader, WholeLines, cut_file, read_cut,
 };

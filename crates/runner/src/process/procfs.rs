@@ -141,6 +141,19 @@ pub(super) fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The value of the variable `key` in the environment of the live process `pid`, if it has it.
+/// Blocking (reads `/proc`).
+pub(super) fn env_value(pid: u32, key: &str) -> Option<String> {
+    let stat = read_stat(pid).filter(|s| !s.is_dead())?;
+    let environ = read_environ(pid, stat)?;
+    let needle = format!("{key}=");
+    environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(needle.as_bytes()))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::to_owned)
+}
+
 /// Reads a process's environment; a process caught in the middle of an exec is read again
 /// (for at most [`EXEC_WAIT`]) once the exec has laid its environment out.
 fn read_environ(pid: u32, mut stat: Stat) -> Option<Vec<u8>> {

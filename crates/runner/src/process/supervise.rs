@@ -76,7 +76,7 @@ pub struct StartedFile {
 }
 
 impl StartedFile {
-    fn parse(text: &str) -> Option<StartedFile> {
+    pub(super) fn parse(text: &str) -> Option<StartedFile> {
         let mut f = text.split_ascii_whitespace().map(str::parse::<u64>);
         let mut next = || f.next()?.ok();
         Some(StartedFile {
@@ -87,7 +87,7 @@ impl StartedFile {
         })
     }
 
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         format!(
             "{} {} {} {}\n",
             self.pid, self.start_time, self.supervisor, self.supervisor_start

@@ -1,0 +1,442 @@
+//! The per-run shepherd: one long-lived process that starts the run's supervised attempts on
+//! sortie's request and outlives sortie, as conmon or containerd's shim do. sortie starts it
+//! once per run as `sortie __shepherd` ([`SHEPHERD_ARG`]); it leaves sortie's session
+//! (`setsid`: neither the terminal's Ctrl-C nor sortie's death reaches it), becomes a child
+//! subreaper, says `ready <pid> <start time>` on its stdout, and then reads requests, one JSON
+//! line each ([`Request`]), from its stdin:
+//! - `spawn`: starts the agent in its own process group, stdout and stderr going to the
+//!   attempt dir's `stdout` and `stderr`, records its pid and start time (and the shepherd's)
+//!   in `started`, and says `started <id> <pid> <start> <shepherd pid> <shepherd start>` (or
+//!   `error <id> <kind> <message>`);
+//! - `forget`: the attempt's sortie dropped it (a second Ctrl-C, a journal failure): its
+//!   `started` is removed and its group killed, and no status is recorded (resume finds it
+//!   gone: orphaned);
+//! - `close`: sortie's run ended; the shepherd exits once its last attempt is gone (so does
+//!   the end of its stdin: sortie died).
+//!
+//! When an agent's leader exits, the shepherd kills what is left of its group (the leader is
+//! still an unreaped zombie, so its group id cannot be reused), reaps it, writes its exit
+//! status atomically to `exit` (the same files as the per-attempt supervisor's, see
+//! `supervise.rs`, so that `presence`, adoption and resume read both alike), and says `exit
+//! <id>`: sortie is woken by that line, not by polling. Descendants that left the agent's group
+//! and were reparented to the shepherd are killed by a sweep of `/proc` once their attempt
+//! ended: at once when no sweep ran in the last [`SWEEP_EVERY`], else by the next one, within
+//! that time (a sweep reads every process's stat, too costly for each of a thousand attempts a
+//! second). Its last act is a sweep of everything left; it never outlives its attempts by more.
+//!
+//! A spawn request read after sortie died (its parent changed) is not carried out: the attempt
+//! is placed but never started, and resume finds it gone.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use serde::{Deserialize, Serialize};
+use sortie_protocol::Exit;
+
+use super::procfs::{children_of, env_value, process_start_time};
+use super::supervise::{EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, StartedFile};
+use super::{lock, pid_of};
+
+/// The hidden subcommand that runs a shepherd.
+pub const SHEPHERD_ARG: &str = "__shepherd";
+
+/// The shepherd's own marker variable: `<run>/<incarnation>` of the run it serves (so that a
+/// test, or a user, finds it in `/proc`; resume never kills it: it finds it alive instead).
+pub const SHEPHERD_MARKER: &str = "SORTIE_SHEPHERD";
+
+/// How often, at most, the shepherd sweeps `/proc` for descendants of ended attempts.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// A request from sortie, one JSON line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(super) enum Request {
+    /// Start an attempt.
+    Spawn {
+        /// sortie's id of the request (echoed in the replies).
+        id: u64,
+        /// The attempt dir (created by sortie).
+        dir: PathBuf,
+        /// The program and its arguments.
+        argv: Vec<String>,
+        /// Its working directory.
+        cwd: PathBuf,
+        /// Variables added to the environment.
+        env: Vec<(String, String)>,
+        /// The attempt's marker variable.
+        marker: (String, String),
+        /// A file for its stdin, else `/dev/null`.
+        stdin: Option<PathBuf>,
+    },
+    /// Drop an attempt: kill it, record nothing.
+    Forget {
+        /// The spawn request's id.
+        id: u64,
+    },
+    /// The run ended: exit once no attempt is left.
+    Close,
+}
+
+/// An attempt the shepherd watches.
+struct Watched {
+    id: u64,
+    dir: PathBuf,
+    marker: (String, String),
+    child: std::process::Child,
+    forgotten: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// By the leader's pid.
+    live: HashMap<u32, Watched>,
+    /// Request id → leader pid.
+    ids: HashMap<u64, u32>,
+    /// No more requests will come.
+    closed: bool,
+    /// An attempt ended since the last sweep.
+    sweep_due: bool,
+    last_sweep: Option<Instant>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+/// Says `line` on stdout (sortie may be gone: a closed pipe is fine).
+fn say(line: &str) {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// The shepherd's body (see the module doc). Returns its exit code.
+pub fn shepherd_main() -> i32 {
+    let _ = nix::unistd::setsid();
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let me = std::process::id();
+    let me_start = process_start_time(me).unwrap_or(0);
+    let parent = nix::unistd::getppid();
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State::default()),
+        wake: Condvar::new(),
+    });
+    say(&format!("ready {me} {me_start}"));
+    let reader = Arc::clone(&shared);
+    let spawned = std::thread::Builder::new()
+        .name("requests".into())
+        .spawn(move || read_requests(&reader, parent, (me, me_start)));
+    let sweeper = Arc::clone(&shared);
+    let swept = std::thread::Builder::new()
+        .name("sweep".into())
+        .spawn(move || sweep_loop(&sweeper, me));
+    if spawned.is_err() || swept.is_err() {
+        return 1;
+    }
+    wait_loop(&shared, me);
+    0
+}
+
+/// Reads and carries out requests until `close` or the end of stdin.
+fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
+    let stdin = io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(request) = serde_json::from_str::<Request>(&line) else {
+            continue;
+        };
+        match request {
+            Request::Spawn {
+                id,
+                dir,
+                argv,
+                cwd,
+                env,
+                marker,
+                stdin,
+            } => {
+                // sortie died after asking: its resume decides about this attempt, not us.
+                if nix::unistd::getppid() != parent {
+                    continue;
+                }
+                let mut st = shared.lock();
+                match start(&dir, &argv, &cwd, &env, &marker, stdin.as_deref()) {
+                    Ok(child) => {
+                        let pid = child.id();
+                        let started = StartedFile {
+                            pid,
+                            start_time: process_start_time(pid).unwrap_or(0),
+                            supervisor: me.0,
+                            supervisor_start: me.1,
+                        };
+                        let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes());
+                        st.ids.insert(id, pid);
+                        st.live.insert(
+                            pid,
+                            Watched {
+                                id,
+                                dir,
+                                marker,
+                                child,
+                                forgotten: false,
+                            },
+                        );
+                        // Said under the lock: before its `exit` line.
+                        say(&format!("started {id} {}", started.text().trim()));
+                        shared.wake.notify_all();
+                    }
+                    Err((kind, e)) => say(&format!("error {id} {kind} {e}")),
+                }
+            }
+            Request::Forget { id } => {
+                let mut st = shared.lock();
+                if let Some(pid) = st.ids.get(&id).copied()
+                    && let Some(w) = st.live.get_mut(&pid)
+                {
+                    w.forgotten = true;
+                    let _ = fs::remove_file(w.dir.join(STARTED_FILE));
+                    let _ = killpg(pid_of(pid), Signal::SIGKILL);
+                }
+            }
+            // Still read on: a `forget` may follow (a second Ctrl-C).
+            Request::Close => {
+                shared.lock().closed = true;
+                shared.wake.notify_all();
+            }
+        }
+    }
+    shared.lock().closed = true;
+    shared.wake.notify_all();
+}
+
+/// Starts one agent; an error is its kind (as the client parses it) and the error.
+fn start(
+    dir: &Path,
+    argv: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    marker: &(String, String),
+    stdin: Option<&Path>,
+) -> Result<std::process::Child, (&'static str, io::Error)> {
+    let io = |e| ("io", e);
+    let Some(program) = argv.first() else {
+        return Err(("io", io::Error::other("nothing to run")));
+    };
+    let open = |name: &str| {
+        OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join(name))
+    };
+    let out = open(STDOUT_FILE).map_err(io)?;
+    let err = open(STDERR_FILE).map_err(io)?;
+    let stdin = match stdin {
+        Some(file) => Stdio::from(File::open(file).map_err(|e| {
+            io(io::Error::new(
+                e.kind(),
+                format!("cannot open its stdin {}: {e}", file.display()),
+            ))
+        })?),
+        None => Stdio::null(),
+    };
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the shepherd's spawn of an attempt"
+    )]
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&argv[1..])
+        .current_dir(cwd)
+        .env_remove(SHEPHERD_MARKER)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&marker.0, &marker.1)
+        .stdin(stdin)
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    cmd.spawn().map_err(|e| {
+        let kind = match e.kind() {
+            io::ErrorKind::NotFound => "not_found",
+            io::ErrorKind::PermissionDenied => "permission_denied",
+            _ if e.raw_os_error() == Some(libc::E2BIG) => "too_long",
+            _ => "io",
+        };
+        (kind, e)
+    })
+}
+
+/// Waits for children: an attempt's leader ends its attempt; anything else is reaped. Returns
+/// once no request can come and no attempt is left, after the last sweep.
+fn wait_loop(shared: &Shared, me: u32) {
+    loop {
+        match waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Ok(status) => {
+                let Some(pid) = status.pid().map(|p| p.as_raw().unsigned_abs()) else {
+                    continue;
+                };
+                let mut st = shared.lock();
+                match st.live.remove(&pid) {
+                    Some(w) => {
+                        st.ids.remove(&w.id);
+                        end_attempt(&mut st, w, &status);
+                        shared.wake.notify_all();
+                    }
+                    None => {
+                        let _ = waitpid(pid_of(pid), None);
+                    }
+                }
+            }
+            Err(Errno::EINTR) => {}
+            Err(Errno::ECHILD) => {
+                let st = shared.lock();
+                if st.closed && st.live.is_empty() {
+                    break;
+                }
+                // Woken by a spawn or the close.
+                let _unused = shared
+                    .wake
+                    .wait_timeout(st, Duration::from_millis(200))
+                    .map(|(g, _)| drop(g));
+            }
+            // A child ended by a signal nix has no name for: find it among the leaders.
+            Err(_) => {
+                let mut st = shared.lock();
+                let odd = st.live.keys().copied().find(|pid| {
+                    matches!(
+                        waitid(
+                            Id::Pid(pid_of(*pid)),
+                            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
+                        ),
+                        Err(e) if e != Errno::ECHILD
+                    )
+                });
+                match odd.and_then(|pid| st.live.remove(&pid)) {
+                    Some(w) => {
+                        st.ids.remove(&w.id);
+                        end_attempt(&mut st, w, &WaitStatus::StillAlive);
+                        shared.wake.notify_all();
+                    }
+                    None => {
+                        let _ = waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG));
+                    }
+                }
+            }
+        }
+    }
+    let mut st = shared.lock();
+    sweep(&mut st, me, true);
+    reap_all(me);
+}
+
+/// The leader of `w` exited (seen, not reaped: `status`): kill the rest of its group, reap it,
+/// record its exit, and sweep for its escaped descendants (now, or soon).
+fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
+    let pid = w.child.id();
+    let _ = killpg(pid_of(pid), Signal::SIGKILL);
+    let reaped = w.child.wait();
+    let exit = match status {
+        WaitStatus::Exited(_, code) => Exit::Code(*code),
+        WaitStatus::Signaled(_, sig, _) => Exit::Signal(*sig as i32),
+        _ => match reaped {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(c), _) => Exit::Code(c),
+                (None, Some(sig)) => Exit::Signal(sig),
+                (None, None) => Exit::Code(-1),
+            },
+            Err(_) => Exit::Code(-1),
+        },
+    };
+    if st.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+        sweep(st, std::process::id(), false);
+    } else {
+        st.sweep_due = true;
+    }
+    if w.forgotten {
+        return;
+    }
+    let text = match exit {
+        Exit::Code(c) => format!("code {c}\n"),
+        Exit::Signal(s) => format!("signal {s}\n"),
+    };
+    // Renamed into place, not fsynced: like the supervisor's (see `supervise.rs`).
+    if write_file(&w.dir, EXIT_FILE, text.as_bytes()).is_ok() {
+        say(&format!("exit {}", w.id));
+    }
+}
+
+/// Sweeps when an attempt ended since the last sweep, at most every [`SWEEP_EVERY`].
+fn sweep_loop(shared: &Shared, me: u32) {
+    loop {
+        let mut st = shared.lock();
+        while !st.sweep_due {
+            if st.closed && st.live.is_empty() {
+                return;
+            }
+            st = match shared.wake.wait_timeout(st, SWEEP_EVERY) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        drop(st);
+        std::thread::sleep(SWEEP_EVERY);
+        let mut st = shared.lock();
+        sweep(&mut st, me, false);
+    }
+}
+
+/// Kills the shepherd's children that are not a live attempt's leader: those whose marker is
+/// not a live attempt's (descendants of ended attempts), or, with `all`, every one.
+fn sweep(st: &mut State, me: u32, all: bool) {
+    st.sweep_due = false;
+    st.last_sweep = Some(Instant::now());
+    for pid in children_of(me) {
+        if st.live.contains_key(&pid) {
+            continue;
+        }
+        let doomed = all
+            || env_value(pid, super::MARKER)
+                .is_some_and(|m| !st.live.values().any(|w| w.marker.1 == m));
+        if doomed {
+            let _ = killpg(pid_of(pid), Signal::SIGKILL);
+            let _ = kill(pid_of(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Kills and reaps every child left, until none is.
+fn reap_all(me: u32) {
+    loop {
+        for pid in children_of(me) {
+            let _ = kill(pid_of(pid), Signal::SIGKILL);
+        }
+        match waitpid(None::<nix::unistd::Pid>, None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Writes `dir/name` atomically (a temp file renamed).
+fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    fs::rename(&tmp, dir.join(name))
+}
