@@ -29,25 +29,12 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 #[test]
 fn format_v1_fixture_still_reads_and_replays() {
     // Work on a copy: opening a sled database writes to it.
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    copy_dir(&fixture(), &run);
+    support::copy_dir(&fixture(), &run);
     let j = Journal::open(&run).unwrap();
 
     let expected = support::every_variant();
@@ -145,7 +132,7 @@ fn format_v1_fixture_still_reads_and_replays() {
 fn variants_appended_after_the_fixture_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    copy_dir(&fixture(), &run);
+    support::copy_dir(&fixture(), &run);
     let old = Journal::open(&run).unwrap();
 
     let events = support::every_variant_and_later();

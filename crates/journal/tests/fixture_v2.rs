@@ -27,19 +27,6 @@ const WITH_EXTENSION: [&str; 4] = [
     "TaskCarried",
 ];
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 #[test]
 fn the_v2_run_is_legal_and_uses_every_variant() {
     let events = support::v2::every_variant_v2();
@@ -61,7 +48,7 @@ fn format_v2_fixture_still_reads_and_replays() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     // Work on a copy: opening a sled database writes to it.
-    copy_dir(&fixture(), &run);
+    support::copy_dir(&fixture(), &run);
     let j = Journal::open(&run).unwrap();
     let expected = support::v2::every_variant_v2();
     let records: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();

@@ -18,6 +18,21 @@ use sortie_core::{
     RunOutcome, Seq, StopReason, TaskId, TaskResult, TaskSpec, TerminalState, Timestamp, Usage,
 };
 
+/// Copies a committed fixture (a directory tree) to `to`: tests open the copy, since opening a
+/// sled database writes to it.
+pub(crate) fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// A batch of `n` tasks named `t0`, `t1`, ...
 ///
 /// Every value is written out here rather than taken from `TaskSpec::new` or
