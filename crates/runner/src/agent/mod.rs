@@ -729,11 +729,12 @@ mod plan_tests {
             serde_json::json!({"type": "prompt", "message": "fix it"})
         );
 
-        // Without a schema nothing changes: no session kept, no repair.
+        // Without a schema there is no repair round; the session is kept all the same (every
+        // attempt keeps it, so that a crashed one is continued).
         let rec = record(vec![attempt(1, None)]);
         let p = plan(&one_off("claude"), &rec, Path::new("/run"));
         assert!(
-            p.argv
+            !p.argv
                 .unwrap()
                 .iter()
                 .any(|a| a == "--no-session-persistence")
