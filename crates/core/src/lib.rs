@@ -26,6 +26,7 @@ pub mod spec;
 pub mod state;
 pub mod summary;
 pub mod usage;
+mod validate;
 pub mod view;
 // #11: where attempts run (Slurm).
 pub mod slurm;
