@@ -31,11 +31,13 @@ fn copy_dir(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).expect("read dir") {
         let entry = entry.expect("entry");
         let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
+        let kind = entry.file_type().expect("type");
+        if kind.is_dir() {
             copy_dir(&entry.path(), &target);
-        } else {
+        } else if kind.is_file() {
             std::fs::copy(entry.path(), &target).expect("copy");
         }
+        // A live run's control socket or an agent's FIFO is not the run's record.
     }
 }
 
@@ -560,4 +562,92 @@ fn readers_never_change_a_damaged_journals_bytes_so_recover_sees_what_the_damage
             "{what}: the files moved aside are the damaged ones"
         );
     }
+}
+
+/// #12: a crashed run whose journal was damaged before any command saw it: `sortie resume`,
+/// the first command to look, refuses it (exit 4, one line naming the lost records) and leaves
+/// every byte under `journal/` as the damage left it (sled's open in place would have zeroed
+/// the log after the damage), so that `audit` and `recover` still see it.
+#[test]
+fn a_resume_is_the_first_to_see_a_crashed_runs_damage_and_changes_no_byte_of_it() {
+    let s = Scratch::new();
+    let run = crate::support::unique_run("crashed");
+    let mut toml = String::from("concurrency = 3\n");
+    for (label, sleep) in [("quick1", "0"), ("quick2", "0"), ("slow", "600")] {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"{label}\"\ncommand = {}\n",
+            fake_command(&[
+                "--sleep",
+                sleep,
+                "--usage",
+                "100,10,0.001",
+                "--answer",
+                "done"
+            ])
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let bg = crate::support::Background::start(
+        &s,
+        &run,
+        &["run", "--run-id", &run, batch.to_str().expect("utf-8")],
+    );
+    let run_dir = s.state_dir().join("runs").join(&run);
+    // The quick tasks ended and the mark beside the journal acknowledges records.
+    crate::support::poll("two tasks to finish and a mark", 60, || {
+        let done = crate::support::count_events(&s.try_events(&run)?, "TaskFinished") >= 2;
+        let mark = sortie_journal::Mark::read(&run_dir)?;
+        (done && mark.records > 0).then_some(mark)
+    });
+    crate::support::send_signal(bg.pid(), nix::sys::signal::Signal::SIGKILL);
+    let _ = bg.finish(30);
+    for pid in crate::support::live_processes_of(&run) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid")),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    // Flip bytes inside the first acknowledged record found as written in the log.
+    let mark = sortie_journal::Mark::read(&run_dir).expect("a mark");
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_dir(&run_dir, &copy.path().join("run"));
+    let held = sortie_journal::Journal::open_read_only(&copy.path().join("run")).expect("opens");
+    let journal = run_dir.join("journal");
+    let mut log = std::fs::read(journal.join("db")).expect("the log");
+    let flipped = (0..mark.records).find_map(|seq| {
+        let record = held.raw_get(sortie_core::Seq(seq)).ok().flatten()?;
+        let places = find_all(&log, &record);
+        for at in &places {
+            log[at + record.len() / 2] ^= 0x5a;
+        }
+        (!places.is_empty()).then_some(seq)
+    });
+    drop(held);
+    let seq = flipped.expect("an acknowledged record is in the log as written");
+    std::fs::write(journal.join("db"), &log).expect("write the damage");
+    let left = tree(&journal);
+
+    let out = s.run(&["resume", &run]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "resume: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("truncated: records "),
+        "resume names the loss: {stderr}"
+    );
+    assert!(
+        tree(&journal) == left,
+        "`sortie resume` changed the damaged journal's files (record {seq} flipped)"
+    );
+    // What audit sees afterwards is still what the damage left.
+    let out = s.run(&["audit", &run]);
+    assert_eq!(out.status.code(), Some(4));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let from: u64 = said
+        .split("truncated: records ")
+        .nth(1)
+        .and_then(|rest| rest.split("..").next()?.parse().ok())
+        .unwrap_or_else(|| panic!("audit names the lost records: {said}"));
+    assert!(from <= seq, "record {seq} flipped, audit says {said}");
+    assert!(tree(&journal) == left, "`sortie audit` changed them");
 }

@@ -218,31 +218,38 @@ pub async fn take_over(
         return Err(Error::NoSuchRun(run_id));
     }
     let lock = dir.acquire()?;
-    // A journal a command already found damaged is checked again on a private copy (what
-    // every reader opens) before sled opens it in place: sled's open rewrites a damaged log's
-    // tail, and `recover` must see the bytes the damage left.
-    if index::read(state_dir, &run_id)
+    // #12: the journal is checked on a private copy (what every reader opens) before sled
+    // opens it in place: sled's open rewrites a damaged log's tail, and `recover` must see the
+    // bytes the damage left. A journal a command already found damaged is folded from seq 0
+    // (every record read back); otherwise from its newest valid snapshot, and the state found
+    // is the one resumed (sled recovers the same bytes alike), so the tail is replayed once.
+    let known_damaged = index::read(state_dir, &run_id)
         .ok()
         .flatten()
-        .is_some_and(|e| e.damaged.is_some())
-    {
-        let checked = Journal::open_read_only(dir.path()).and_then(|journal| {
-            if let Some(mark) = index::acked(state_dir, &run_id) {
-                journal.check_mark(&mark)?;
-            }
-            journal.replay(None).map(drop)
-        });
-        match checked {
-            Err(e) if e.is_damage() => {
-                let _ = index::record_damage(state_dir, &run_id, &e.to_string());
-                return Err(e.into());
-            }
-            Err(e) => return Err(e.into()),
-            Ok(()) => {
+        .is_some_and(|e| e.damaged.is_some());
+    let checked = Journal::open_read_only(dir.path()).and_then(|journal| {
+        if let Some(mark) = index::acked(state_dir, &run_id) {
+            journal.check_mark(&mark)?;
+        }
+        if known_damaged {
+            journal.replay(None)
+        } else {
+            journal.replay_latest()
+        }
+    });
+    let checked = match checked {
+        Err(e) if e.is_damage() => {
+            let _ = index::record_damage(state_dir, &run_id, &e.to_string());
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+        Ok(state) => {
+            if known_damaged {
                 let _ = index::clear_damage(state_dir, &run_id);
             }
+            state
         }
-    }
+    };
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
     // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
     // is refused: appending to it would write over what was lost.
@@ -250,8 +257,13 @@ pub async fn take_over(
         if let Some(mark) = index::acked(state_dir, &run_id) {
             journal.check_mark(&mark)?;
         }
-        // From the newest valid snapshot and the records after it.
-        let state = journal.replay_latest()?;
+        // The copy's state, when the files held the same records (nothing writes them while
+        // we hold the run's lock); else from the newest valid snapshot and the records after.
+        let state = if journal.next_seq() == checked.next_seq {
+            checked
+        } else {
+            journal.replay_latest()?
+        };
         Ok((journal, state))
     });
     let (journal, state) = match opened {
