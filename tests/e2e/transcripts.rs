@@ -312,3 +312,200 @@ fn logs_follow_tails_a_live_attempt_until_it_ends() {
     let out = sortie.finish(PATIENCE);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// A pi-json agent for the cap tests: each step is a tool's output (`pad` bytes) and an
+/// assistant message whose usage is its own call's (pi's: summed by the reader, so a step lost
+/// is usage lost). `steps` steps, then the file `<label>.phase1`; then, once the file `go` is
+/// there, `more` steps and `<label>.phase2`; then, if `wait_end`, it waits for the file `end`
+/// and makes `last` steps. It ends with its answer and `agent_end`.
+const CAP_AGENT: &str = r#"
+import json, os, sys, time
+label, steps, more, last, wait_end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+pad = "x" * 900
+def step(k, stop="toolUse", text=None):
+    sys.stdout.write(json.dumps({"type": "tool_execution_end", "toolCallId": f"c{k}", "toolName": "read", "result": {"content": [{"type": "text", "text": pad}]}, "isError": False}) + "\n")
+    usage = {"input": 10, "output": 2, "totalTokens": 12, "cost": {"total": 0.001}}
+    m = {"role": "assistant", "content": [{"type": "text", "text": text or f"step {k}"}], "usage": usage, "stopReason": stop}
+    sys.stdout.write(json.dumps({"type": "message_end", "message": m}) + "\n")
+    sys.stdout.flush()
+def wait(name):
+    while not os.path.exists(name):
+        time.sleep(0.05)
+k = 0
+for _ in range(steps):
+    k += 1; step(k)
+open(label + ".phase1", "w").close()
+wait("go")
+for _ in range(more):
+    k += 1; step(k)
+open(label + ".phase2", "w").close()
+if wait_end:
+    wait("end")
+    for _ in range(last):
+        k += 1; step(k)
+k += 1; step(k, "stop", label + " done")
+sys.stdout.write(json.dumps({"type": "agent_end", "messages": []}) + "\n")
+sys.stdout.flush()
+"#;
+
+/// #10: supervised pi agents go on writing usage past the transcript's cap while sortie is
+/// SIGKILLed. The cutter never cuts what sortie has not read and journaled: the files grow past
+/// the cap instead (nothing of the unread part cut), resume reads every step, and the ledger
+/// is exactly what each agent reported, for an attempt that ended while sortie was down
+/// (recorded) and for one still running (adopted); once they ended, the files are back under
+/// the cap. One that outgrows the hard bound (4 times the cap) while sortie is down is cut all
+/// the same, and `logs` and `status --task` name what was cut unread.
+#[test]
+fn the_cap_never_cuts_what_sortie_has_not_read_and_names_what_the_hard_bound_cut() {
+    const CAP: u64 = 64 * 1024;
+    let s = Scratch::new();
+    let run = &unique_run("unread");
+    let agent = s.write("cap-agent.py", CAP_AGENT);
+    // (label, steps before the crash, steps while sortie is down, steps after resume, waits)
+    // A step is about 1.2 KiB: 150 steps are about 2.8 times the cap, 260 about 4.9.
+    let tasks = [
+        ("recorded", 20, 150, 0, false),
+        ("adopted", 20, 150, 30, true),
+        ("flood", 20, 260, 0, false),
+    ];
+    let mut toml = String::new();
+    for (label, steps, more, last, wait) in tasks {
+        let argv = [
+            "python3".to_owned(),
+            agent.display().to_string(),
+            label.to_owned(),
+            steps.to_string(),
+            more.to_string(),
+            last.to_string(),
+            if wait { "1" } else { "0" }.to_owned(),
+            "{prompt}".to_owned(),
+        ];
+        let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+        toml.push_str(&format!(
+            "[agents.{label}]\ncommand = [{}]\nprotocol = \"pi-json\"\nmay_write = false\n\n\
+             [[tasks]]\nlabel = \"{label}\"\nagent = \"{label}\"\nprompt = \"go\"\n\
+             cwd = {:?}\n\n",
+            quoted.join(", "),
+            s.path().display().to_string()
+        ));
+    }
+    let b = s.write("batch.toml", &toml);
+    let cap = CAP.to_string();
+    let mut cmd = s.sortie();
+    cmd.env("SORTIE_TRANSCRIPT_CAP", &cap).args([
+        "run",
+        "--run-id",
+        run,
+        b.to_str().expect("utf-8"),
+    ]);
+    let sortie = Background::from_command(cmd, run);
+    let marker = |name: &str| s.path().join(name).exists();
+    poll("the agents' first steps", PATIENCE, || {
+        tasks
+            .iter()
+            .all(|t| marker(&format!("{}.phase1", t.0)))
+            .then_some(())
+    });
+    crate::support::send_signal(sortie.pid(), nix::sys::signal::Signal::SIGKILL);
+    let _ = sortie.finish(30);
+    // sortie is down: the agents write on.
+    std::fs::write(s.path().join("go"), "").expect("go");
+    poll("the agents' steps while sortie is down", PATIENCE, || {
+        let ended = [0, 2]
+            .iter()
+            .all(|t| attempt_file(&s, run, *t, 1, "exit").exists());
+        (ended && marker("adopted.phase2")).then_some(())
+    });
+    for (task, label) in [(0, "recorded"), (1, "adopted")] {
+        let path = attempt_file(&s, run, task, 1, "stdout");
+        let len = std::fs::metadata(&path).expect("stdout").len();
+        assert!(len > 2 * CAP, "{label} wrote past its cap: {len}");
+        let cut = process_cut(&path);
+        assert!(
+            cut.is_none_or(|(_, to)| to <= 30 * 1024),
+            "{label}: nothing sortie had not read is cut: {cut:?}"
+        );
+    }
+    let flood = attempt_file(&s, run, 2, 1, "stdout");
+    let len = std::fs::metadata(&flood).expect("stdout").len();
+    assert!(len > 4 * CAP, "the flood passed the hard bound: {len}");
+    assert!(
+        process_cut(&flood).is_some(),
+        "the flood is cut all the same"
+    );
+
+    let mut cmd = s.sortie();
+    cmd.env("SORTIE_TRANSCRIPT_CAP", &cap)
+        .args(["resume", run])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let resumed = Background::from_command(cmd, run);
+    poll("the adopted attempt to be adopted", PATIENCE, || {
+        let j = sortie_testkit::Journal::from_events(s.try_events(run)?).ok()?;
+        (j.count("AttemptAdopted") == 1).then_some(())
+    });
+    std::fs::write(s.path().join("end"), "").expect("end");
+    let out = resumed.finish(120);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the run completes: {err}");
+    assert!(
+        err.contains("were cut before sortie read them"),
+        "the resume warns of the flood's loss: {err}"
+    );
+
+    let j = sortie_testkit::Journal::from_events(s.events(run)).expect("events");
+    assert_eq!(j.count("AttemptRecorded"), 2, "recorded and flood");
+    assert_eq!(j.count("AttemptAdopted"), 1);
+    let usage = j.attempt_usage();
+    for (task, (label, steps, more, last, _)) in tasks.iter().enumerate() {
+        let calls = (steps + more + last + 1) as u64;
+        let reported = sortie_testkit::Usage {
+            input: 10 * calls,
+            output: 2 * calls,
+            nanos: 1_000_000 * calls,
+            turns: calls,
+            ..Default::default()
+        };
+        let counted = usage[&(task as u64, 1)];
+        if *label == "flood" {
+            assert!(
+                counted.input < reported.input,
+                "the flood's unread part is not counted: {counted:?}"
+            );
+        } else {
+            assert_eq!(
+                counted, reported,
+                "{label}: the ledger is the agent's report"
+            );
+        }
+        // Ended: back under the cap, the stream's length kept.
+        let v = task_status(&s, run, label);
+        let t = &v["transcripts"][0];
+        let disk = t["disk_bytes"].as_u64().expect("disk_bytes");
+        assert!(disk <= 2 * CAP, "{label}: {disk} bytes on disk: {t}");
+        if *label != "flood" {
+            assert!(t["cut"]["unread"].is_null(), "{label}: {t}");
+        }
+    }
+    let v = task_status(&s, run, "flood");
+    let unread = v["transcripts"][0]["cut"]["unread"].as_u64();
+    assert!(unread.is_some(), "status names the unread part: {v}");
+    let out = s.run_ok(&["logs", run, "flood"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cut before sortie read") && err.contains("not counted"),
+        "logs names the loss: {err}"
+    );
+    let human =
+        String::from_utf8_lossy(&s.run_ok(&["status", run, "--task", "flood"]).stdout).into_owned();
+    assert!(human.contains("cut before sortie read it"), "{human}");
+}
+
+/// The cut recorded beside `path` (`<from> <to>`), if any.
+fn process_cut(path: &std::path::Path) -> Option<(u64, u64)> {
+    let mut name = path.file_name()?.to_os_string();
+    name.push(".cut");
+    let text = std::fs::read_to_string(path.with_file_name(name)).ok()?;
+    let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    Some((it.next()??, it.next()??))
+}

@@ -61,6 +61,16 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
                     size(cut.bytes()),
                     process::CAP_VAR
                 );
+                if let Some(unread) = cut.unread {
+                    eprintln!(
+                        "sortie: bytes {unread}..{} ({}) of them were cut before sortie read \
+                         them (the transcript outgrew {} times its cap while sortie was down): \
+                         the usage and tool calls in them are not counted",
+                        cut.to,
+                        size(cut.unread_bytes()),
+                        process::HARD_FACTOR
+                    );
+                }
             }
             Kept::Idle if !args.follow || last_look => break,
             Kept::Idle => {

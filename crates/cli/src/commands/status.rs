@@ -106,6 +106,13 @@ pub(crate) fn task(g: &Global, run: Option<&str>, label: &str) -> Result<Code> {
                     cut.to,
                     super::logs::size(t.disk_bytes)
                 ));
+                if let Some(unread) = cut.unread {
+                    s.push_str(&format!(
+                        "; {} of it (bytes {unread}..{}) cut before sortie read it: not counted",
+                        super::logs::size(cut.unread_bytes()),
+                        cut.to
+                    ));
+                }
             }
             s
         };

@@ -288,6 +288,7 @@ async fn repair_run(
         stop_task: None,
         activity: None,
         offset: 0,
+        read_sent: 0,
         replaying: false,
         session_sent: false,
         steer_repair: SteerRepair::Off,

@@ -128,6 +128,7 @@ pub(super) async fn run(
         stop_task: None,
         activity: None,
         offset: 0,
+        read_sent: 0,
         replaying: ctx.read_until > 0,
         session_sent: false,
         steer_repair: super::repair::SteerRepair::of(&ctx),
@@ -351,6 +352,8 @@ pub(super) struct Driver<'a> {
     pub(super) activity: Option<String>,
     /// #10: the end of the last line read (a supervised attempt's checkpoints journal it).
     pub(super) offset: u64,
+    /// #10: the offset last sent as read (`Msg::Read`).
+    pub(super) read_sent: u64,
     /// #10: while an adopted attempt's lines before the journaled offset are read again: they
     /// rebuild the reader's state and are not reported (the journal has what they said).
     pub(super) replaying: bool,
@@ -439,6 +442,7 @@ impl Driver<'_> {
                 .flatten();
             let decisions = self.steer_repair(decisions, phase, answer).await;
             self.carry_out(decisions).await;
+            self.report_read();
         }
     }
 
@@ -485,6 +489,26 @@ impl Driver<'_> {
         });
     }
 
+    /// #10: a supervised attempt's stream read on by [`process::read_step`] without usage held
+    /// back (everything its lines said is sent: usage, side effects, its session): the offset
+    /// is sent as read, so that the transcript's cutter may cut below it (it never cuts what
+    /// the journal does not hold) even while the agent reports no usage.
+    fn report_read(&mut self) {
+        if self.replaying
+            || self.offset < self.read_sent.saturating_add(process::read_step())
+            || !self.watch.all_reported()
+            || self.ctx.executor.kind() != crate::executor::SUPERVISED
+        {
+            return;
+        }
+        self.read_sent = self.offset;
+        let _ = self.tx.send(Msg::Read {
+            task: self.ctx.task,
+            attempt: self.ctx.attempt,
+            offset: self.offset,
+        });
+    }
+
     /// Sends the reader's activity on when it changed (the board shows it; it is not state).
     fn report_activity(&mut self, progress: Option<&protocol::Progress>) {
         let Some(text) = progress.and_then(|p| p.activity.as_ref()) else {
@@ -516,6 +540,7 @@ impl Driver<'_> {
                     // #10: how far the stream was read for it: adoption reads on from there.
                     if self.ctx.executor.kind() == crate::executor::SUPERVISED {
                         let offset = self.offset;
+                        self.read_sent = offset;
                         let _ = self.tx.send(Msg::Read {
                             task,
                             attempt,

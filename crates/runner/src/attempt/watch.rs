@@ -248,6 +248,11 @@ impl Watch {
         out
     }
 
+    /// #10: whether all the usage seen was reported (none held back by the rate limit).
+    pub(super) fn all_reported(&self) -> bool {
+        self.usage == self.sent_usage
+    }
+
     /// The timer fired at `now`: whatever is due.
     pub(super) fn on_tick(&mut self, now: Instant) -> Vec<Decision> {
         let mut out = Vec::new();

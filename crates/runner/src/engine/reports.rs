@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use sortie_core::{Event, TaskId};
+use sortie_core::{Attempt, Event, TaskId};
 
 use super::Engine;
 use crate::Result;
@@ -17,7 +17,7 @@ impl Engine {
         for msg in msgs {
             let task = msg.task();
             if in_round.contains(&task) {
-                self.commit(std::mem::take(&mut round))?;
+                self.commit_acked(std::mem::take(&mut round))?;
                 in_round.clear();
             }
             if let Msg::Finished { .. } = msg {
@@ -41,7 +41,47 @@ impl Engine {
             in_round.insert(task);
             round.push(event);
         }
-        self.commit(round)
+        self.commit_acked(round)
+    }
+
+    /// Commits a round, then (#10) tells the transcripts' cutter: each `AttemptRead` in it is
+    /// acknowledged (`process::write_read`: only once the journal holds it may the cutter cut
+    /// below its offset), and the files of each placed attempt that finished in it are cut to
+    /// the cap (`process::trim_ended`: the journal holds its whole stream now).
+    fn commit_acked(&mut self, round: Vec<Event>) -> Result<()> {
+        let told: Vec<(TaskId, Attempt, Option<u64>)> = round
+            .iter()
+            .filter_map(|e| match e {
+                Event::AttemptRead {
+                    task,
+                    attempt,
+                    offset,
+                } => Some((*task, *attempt, Some(*offset))),
+                Event::AttemptFinished { task, attempt, .. } => Some((*task, *attempt, None)),
+                _ => None,
+            })
+            .collect();
+        self.commit(round)?;
+        for (task, attempt, read) in told {
+            let Some(record) = self.state.task(task) else {
+                continue;
+            };
+            let placed = record.attempts.iter().rev().find(|a| a.attempt == attempt);
+            let Some(dir) = placed.and_then(|a| a.placed.as_deref()).map(|p| &p.dir) else {
+                continue;
+            };
+            let dir = std::path::Path::new(dir);
+            match read {
+                Some(offset) => {
+                    let stdout = dir.join(crate::process::STDOUT_FILE);
+                    if let Err(e) = crate::process::write_read(&stdout, offset) {
+                        tracing::debug!("cannot acknowledge {}: {e}", stdout.display());
+                    }
+                }
+                None => crate::process::trim_ended(dir),
+            }
+        }
+        Ok(())
     }
 
     /// The event an attempt's report becomes; reports of an attempt that is not live anymore

@@ -233,6 +233,7 @@ async fn follow_stdout(
         bytes.store(from, Ordering::Relaxed);
     }
     let mut ready = Vec::new();
+    let mut warned = false;
     loop {
         let ended = exit.borrow().is_some();
         let base = reader.offset();
@@ -247,7 +248,21 @@ async fn follow_stdout(
                 }
                 continue;
             }
-            Kept::Cut(_) => {
+            Kept::Cut(cut) => {
+                if let Some(unread) = cut.unread
+                    && !warned
+                {
+                    // #10: the cutter had to cut what sortie had not read (see `transcript`).
+                    warned = true;
+                    tracing::warn!(
+                        "{}: bytes {unread}..{} ({} bytes) were cut before sortie read them \
+                         (the transcript outgrew its hard bound while sortie was down): the \
+                         usage and tool calls in them are not counted",
+                        path.display(),
+                        cut.to,
+                        cut.unread_bytes()
+                    );
+                }
                 splitter.cut();
                 bytes.store(reader.offset(), Ordering::Relaxed);
                 continue;

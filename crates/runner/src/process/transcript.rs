@@ -12,10 +12,21 @@
 //! ([`KeptReader`] skips them, and drops the two partial lines at the cut's edges).
 //!
 //! Who cuts: whatever writes the file and lives as long as the attempt, one writer each (two
-//! would race on the record): the per-attempt supervisor for a supervised attempt (checked a few
-//! times a second and once at the end), sortie's own reader for a direct attempt (it writes
-//! what it reads from the pipes: [`Trimmer::write`]). A filesystem that cannot punch holes
-//! keeps the transcript whole (the record is taken back).
+//! would race on the record): the per-attempt supervisor or the run's shepherd for a supervised
+//! attempt (checked a few times a second and once at the end), sortie's own reader for a direct
+//! attempt (it writes what it reads from the pipes: [`Trimmer::write`]). A filesystem that
+//! cannot punch holes keeps the transcript whole (the record is taken back).
+//!
+//! #10: a supervised attempt's stdout is never cut past what sortie has read AND journaled: its
+//! usage checkpoints and tool calls are the ledger's, and a resume reads them again from the
+//! file. sortie acknowledges its read offset in `<file>.read` ([`write_read`], after the
+//! `AttemptRead` event that journals it is durable); the cutter cuts only below it. While sortie
+//! is down (or behind) the file so grows past its cap, up to its hard bound ([`Cap::hard`]:
+//! [`HARD_FACTOR`] times the cap, 64 MiB by default); past that the cutter cuts unread bytes all
+//! the same, and its record says where the unread part of the cut starts (a third field):
+//! `sortie logs` and `sortie status --task` name it, and the reader that jumps it warns that
+//! what the agent said there (its usage, its tool calls) is not counted. stderr is not read by
+//! the protocol reader: it is cut without waiting.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -34,6 +45,8 @@ pub const DEFAULT_CAP: u64 = 16 << 20;
 pub(super) const MIN_CAP: u64 = 4 * BLOCK;
 /// Holes are punched in whole blocks.
 const BLOCK: u64 = 4096;
+/// How many times its cap a transcript sortie has not read may grow to (see the module doc).
+pub const HARD_FACTOR: u64 = 4;
 /// A cut grows by at least this much at a time (fewer punches and record writes), so a file
 /// holds at most its cap plus this between two checks.
 const STEP: u64 = 256 << 10;
@@ -94,6 +107,12 @@ impl Cap {
         self.bytes == 0
     }
 
+    /// The most bytes a stdout file keeps on disk while sortie has not read them: bytes sortie
+    /// has not acknowledged are cut only once the file would keep more than this.
+    pub fn hard(self) -> u64 {
+        self.bytes.saturating_mul(HARD_FACTOR)
+    }
+
     /// Where a cut starts: the head's end, a block boundary.
     fn head(self) -> u64 {
         (self.bytes / 4).div_ceil(BLOCK) * BLOCK
@@ -112,7 +131,11 @@ impl Cap {
         }
         let from = self.head();
         let to = len.saturating_sub(self.tail()) / BLOCK * BLOCK;
-        (to > from).then_some(Cut { from, to })
+        (to > from).then_some(Cut {
+            from,
+            to,
+            unread: None,
+        })
     }
 }
 
@@ -123,12 +146,20 @@ pub struct Cut {
     pub from: u64,
     /// The first byte kept after it.
     pub to: u64,
+    /// #10: where its part that sortie had not read starts, when the file passed its hard
+    /// bound (sortie down or behind): what the agent said in `unread..to` is not counted.
+    pub unread: Option<u64>,
 }
 
 impl Cut {
     /// How many bytes were cut.
     pub fn bytes(&self) -> u64 {
         self.to - self.from
+    }
+
+    /// How many of them sortie had not read.
+    pub fn unread_bytes(&self) -> u64 {
+        self.unread.map_or(0, |u| self.to.saturating_sub(u))
     }
 }
 
@@ -144,7 +175,36 @@ pub fn read_cut(file: &Path) -> Option<Cut> {
     let text = fs::read_to_string(cut_file(file)).ok()?;
     let mut it = text.split_ascii_whitespace().map(str::parse::<u64>);
     let (from, to) = (it.next()?.ok()?, it.next()?.ok()?);
-    (to > from).then_some(Cut { from, to })
+    let unread = it
+        .next()
+        .and_then(Result::ok)
+        .filter(|u| (from..to).contains(u));
+    (to > from).then_some(Cut { from, to, unread })
+}
+
+/// The record of how far sortie has read and journaled `file`: `<file>.read`.
+pub fn read_file(file: &Path) -> PathBuf {
+    let mut name = file.file_name().unwrap_or_default().to_os_string();
+    name.push(".read");
+    file.with_file_name(name)
+}
+
+/// Acknowledges that the journal holds what `file` (a supervised attempt's stdout) said up to
+/// byte `offset` (see the module doc): renamed into place, not fsynced (a lost one only makes
+/// the cutter wait longer).
+pub fn write_read(file: &Path, offset: u64) -> io::Result<()> {
+    let path = read_file(file);
+    let tmp = path.with_extension("read.tmp");
+    fs::write(&tmp, format!("{offset}\n"))?;
+    fs::rename(&tmp, &path)
+}
+
+/// How far sortie acknowledged reading `file` (0: nothing yet).
+fn acked(file: &Path) -> u64 {
+    fs::read_to_string(read_file(file))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn write_cut(file: &Path, cut: Option<Cut>) -> io::Result<()> {
@@ -156,7 +216,11 @@ fn write_cut(file: &Path, cut: Option<Cut>) -> io::Result<()> {
         };
     };
     let tmp = path.with_extension("cut.tmp");
-    fs::write(&tmp, format!("{} {}\n", cut.from, cut.to))?;
+    let text = match cut.unread {
+        Some(u) => format!("{} {} {u}\n", cut.from, cut.to),
+        None => format!("{} {}\n", cut.from, cut.to),
+    };
+    fs::write(&tmp, text)?;
     fs::rename(&tmp, &path)
 }
 
@@ -171,13 +235,20 @@ pub(super) struct Trimmer {
     unsupported: bool,
     /// The bytes written through [`Trimmer::write`].
     written: u64,
+    /// #10: cut only below what sortie acknowledged reading (`<file>.read`), up to the hard
+    /// bound: a supervised attempt's stdout.
+    acked: bool,
 }
 
 impl Trimmer {
-    /// For the file at `path`, which its writer already opened (the agent's own stdout).
+    /// For the file at `path`, which its writer already opened (the agent's own stdout or
+    /// stderr, sortie following it): a stdout is cut only below what sortie acknowledged
+    /// reading (see the module doc).
     pub(super) fn open(path: &Path, cap: Cap) -> io::Result<Trimmer> {
         let file = OpenOptions::new().write(true).open(path)?;
-        Ok(Trimmer::with(path, file, cap))
+        let mut t = Trimmer::with(path, file, cap);
+        t.acked = path.file_name() == Some(std::ffi::OsStr::new(super::STDOUT_FILE));
+        Ok(t)
     }
 
     /// The trimmers of an attempt dir's `stdout` and `stderr` (already created by the agent's
@@ -217,6 +288,7 @@ impl Trimmer {
             cap,
             unsupported: false,
             written: 0,
+            acked: false,
         }
     }
 
@@ -238,17 +310,42 @@ impl Trimmer {
         if self.unsupported {
             return Ok(());
         }
-        let Some(want) = self.cap.cut_for(len) else {
+        let Some(mut want) = self.cap.cut_for(len) else {
             return Ok(());
         };
         let done = self.cut.map_or(want.from, |c| c.to);
+        let mut unread = self.cut.and_then(|c| c.unread);
+        if self.acked {
+            // #10: only what the journal holds, unless the file would keep more than its
+            // hard bound.
+            let read = acked(&self.path) / BLOCK * BLOCK;
+            if want.to > read {
+                let upto = read.max(done);
+                if len - upto.saturating_sub(want.from) > self.cap.hard() {
+                    unread.get_or_insert(upto);
+                } else {
+                    want.to = upto;
+                }
+            }
+        }
         if want.to <= done || (!last && want.to - done < STEP) {
             return Ok(());
         }
         let cut = Cut {
             from: self.cut.map_or(want.from, |c| c.from),
             to: want.to,
+            unread,
         };
+        if cut.unread.is_some() && self.cut.and_then(|c| c.unread).is_none() {
+            tracing::warn!(
+                "{} outgrew its hard bound ({} bytes) before sortie read it: bytes {}..{} are \
+                 cut unread",
+                self.path.display(),
+                self.cap.hard(),
+                cut.unread.unwrap_or(cut.from),
+                cut.to
+            );
+        }
         // The record first: a reader that finds zeros knows them as cut.
         write_cut(&self.path, Some(cut))?;
         let punched = fallocate(
@@ -274,6 +371,50 @@ impl Trimmer {
             }
         }
     }
+}
+
+/// #10: the attempt whose files are in `dir` ended and the journal holds its end (its whole
+/// stream was read and journaled): its stdout and stderr are cut to the cap at once, whatever
+/// sortie had acknowledged (its cutter, the supervisor or the shepherd, is done with them, so
+/// this is their one writer now). The end of an attempt that outgrew its cap while sortie was
+/// down, and a Slurm job's files (which nothing cuts while the job runs on its node).
+pub fn trim_ended(dir: &Path) {
+    let cap = process_cap();
+    if cap.is_unbounded() {
+        return;
+    }
+    for name in [super::STDOUT_FILE, super::STDERR_FILE] {
+        let path = dir.join(name);
+        let big = fs::metadata(&path).is_ok_and(|m| cap.cut_for(m.len()).is_some());
+        if !big {
+            continue;
+        }
+        let trimmed = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|file| Trimmer::with(&path, file, cap).check(true));
+        if let Err(e) = trimmed {
+            tracing::debug!("cannot cut {} to its cap: {e}", path.display());
+        }
+    }
+}
+
+/// #10: how far sortie reads a supervised attempt's stdout on, with nothing held back, before
+/// it acknowledges the offset without a usage checkpoint: an eighth of this process's cap
+/// (at least a block; never when nothing is cut).
+pub fn read_step() -> u64 {
+    let cap = process_cap();
+    if cap.is_unbounded() {
+        u64::MAX
+    } else {
+        (cap.bytes / 8).max(BLOCK)
+    }
+}
+
+/// This process's cap ([`Cap::from_env`]), read once.
+fn process_cap() -> Cap {
+    static CAP: std::sync::OnceLock<Cap> = std::sync::OnceLock::new();
+    *CAP.get_or_init(Cap::from_env)
 }
 
 /// How often the supervisor looks at its attempt's files.
@@ -565,6 +706,74 @@ mod tests {
         }
         assert!(text.len() as u64 <= cap.bytes + BLOCK);
         assert!(!text.contains('\0'));
+    }
+
+    /// Appends `n` bytes of lines to `path` (an agent writing its own stdout).
+    fn append(path: &Path, n: usize) {
+        let mut f = OpenOptions::new().append(true).open(path).unwrap();
+        let line = b"0123456789abcdef0123456789abcdef0123456789abcdef012345678901234\n";
+        for _ in 0..n / line.len() {
+            f.write_all(line).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_followed_stdout_is_cut_only_below_what_sortie_acknowledged_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(super::super::STDOUT_FILE);
+        fs::write(&path, b"").unwrap();
+        let cap = Cap { bytes: 64 << 10 };
+        let mut t = Trimmer::open(&path, cap).unwrap();
+        // sortie read nothing yet (down): past the cap, under the hard bound, nothing is cut.
+        append(&path, 3 * (64 << 10));
+        t.check(true).unwrap();
+        assert_eq!(read_cut(&path), None, "nothing unread is cut");
+        // sortie acknowledged 100 KiB: the cut stops at the block below it.
+        write_read(&path, (100 << 10) + 17).unwrap();
+        t.check(true).unwrap();
+        let cut = read_cut(&path).expect("cut below the acknowledged offset");
+        assert_eq!((cut.from, cut.to, cut.unread), (16 << 10, 100 << 10, None));
+        // With everything read, the cap holds again.
+        write_read(&path, 3 * (64 << 10)).unwrap();
+        t.check(true).unwrap();
+        let cut = read_cut(&path).unwrap();
+        assert_eq!(cut.unread, None);
+        assert!(fs::metadata(&path).unwrap().len() - cut.bytes() <= cap.bytes + BLOCK);
+    }
+
+    #[test]
+    fn past_its_hard_bound_an_unread_stdout_is_cut_and_the_record_says_what_was_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(super::super::STDOUT_FILE);
+        fs::write(&path, b"").unwrap();
+        let cap = Cap { bytes: 64 << 10 };
+        let mut t = Trimmer::open(&path, cap).unwrap();
+        write_read(&path, 40 << 10).unwrap();
+        append(&path, 5 * (64 << 10));
+        t.check(true).unwrap();
+        let len = fs::metadata(&path).unwrap().len();
+        let cut = read_cut(&path).expect("cut past the hard bound");
+        assert_eq!(
+            cut.unread,
+            Some(40 << 10),
+            "unread from the acknowledged block"
+        );
+        assert_eq!(cut.unread_bytes(), cut.to - (40 << 10));
+        assert!(len - cut.bytes() <= cap.bytes + BLOCK, "back under the cap");
+        // The reader jumps it and says what was unread.
+        let (_, cuts) = read_all(&path);
+        assert_eq!(cuts, vec![cut]);
+    }
+
+    #[test]
+    fn stderr_is_cut_without_waiting_for_sortie() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(super::super::STDERR_FILE);
+        fs::write(&path, b"").unwrap();
+        let mut t = Trimmer::open(&path, Cap { bytes: 64 << 10 }).unwrap();
+        append(&path, 3 * (64 << 10));
+        t.check(true).unwrap();
+        assert!(read_cut(&path).is_some_and(|c| c.unread.is_none()));
     }
 
     #[test]
