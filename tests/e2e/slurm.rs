@@ -365,3 +365,62 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     assert_eq!(job_state("budget", 1), "CANCELLED");
     assert_eq!(jobs.len(), 12 + 2 * 4 + 4);
 }
+
+/// #10: a Slurm job's transcript is capped too. A chatty job (far more than the cap) keeps its
+/// head and tail: once its end is journaled (sortie read and journaled its whole stream), its
+/// stdout is cut to the cap like a local attempt's, the stream's length kept, `status --task`
+/// saying what was cut and `logs` printing whole lines only, the first and the last.
+#[test]
+fn slurm_transcripts_are_cut_to_the_cap_once_read() {
+    if !slurm::should_run("slurm_transcripts_are_cut_to_the_cap_once_read") {
+        return;
+    }
+    const CAP: u64 = 64 * 1024;
+    let s = Scratch::new();
+    let chatty =
+        r#"["sh", "-c", "seq 1 100000 | awk '{print \"{\\\"n\\\":\" $1 \"}\"}'; echo done >&2"]"#;
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nexecutor = \"slurm\"\n\n[[tasks]]\nlabel = \"chatty\"\ncommand = {chatty}\n"
+        ),
+    );
+    let run = unique_run("slurmcap");
+    let _cleanup = slurm::CancelOnDrop(format!("sortie:{run}:"));
+    let mut cmd = s.sortie();
+    cmd.env("SORTIE_TRANSCRIPT_CAP", CAP.to_string()).args([
+        "--quiet",
+        "run",
+        "--run-id",
+        &run,
+        batch.to_str().expect("utf-8"),
+    ]);
+    let out = sortie_testkit::finish(cmd.spawn().expect("spawn sortie"), 180);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let whole: u64 = (1..=100_000u64)
+        .map(|n| n.to_string().len() as u64 + 7)
+        .sum();
+    let v: Value = serde_json::from_slice(
+        &s.run_ok(&["--json", "status", &run, "--task", "chatty"])
+            .stdout,
+    )
+    .expect("JSON");
+    let t = &v["transcripts"][0];
+    assert_eq!(t["executor"], "slurm", "{t}");
+    assert_eq!(t["bytes"], whole, "the stream's length stays: {t}");
+    let disk = t["disk_bytes"].as_u64().expect("disk_bytes");
+    assert!(disk <= 2 * CAP, "{disk} bytes on disk: {t}");
+    assert_eq!(t["cut"]["from"], 16 * 1024, "{t}");
+    let out = s.run_ok(&["logs", &run, "chatty"]);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&"{\"n\":1}"), "the head");
+    assert_eq!(lines.last(), Some(&"{\"n\":100000}"), "the tail");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("{\"n\":") && l.ends_with('}')),
+        "every line printed is whole"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("were cut"));
+}
