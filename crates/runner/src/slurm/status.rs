@@ -515,6 +515,28 @@ mod tests {
     const SCONTROL: &str = include_str!("recorded/scontrol-oneliner-22.05.8.txt");
     const SCONTROL_BLOCKS: &str = include_str!("recorded/scontrol-block-22.05.8.txt");
 
+    /// What squeue and scontrol say of the six recorded jobs: (id, state, exit, ran).
+    fn recorded() -> Vec<(u64, JobState, Option<Exit>, Option<u64>)> {
+        vec![
+            (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
+            (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
+            (1040, JobState::Running, None, Some(103)),
+            (1041, JobState::Pending, None, None),
+            (1042, JobState::Timeout, Some(Exit::Code(143)), Some(65)),
+            (1043, JobState::Cancelled, Some(Exit::Signal(15)), Some(17)),
+        ]
+    }
+
+    /// The reasons squeue and scontrol give for the recorded jobs.
+    fn assert_reasons(jobs: &[JobStatus]) {
+        let by = |id| jobs.iter().find(|j| j.id == JobId(id)).unwrap();
+        assert_eq!(by(1039).reason.as_deref(), Some("NonZeroExitCode"));
+        assert_eq!(by(1041).reason.as_deref(), Some("JobHeldUser"));
+        assert_eq!(by(1042).reason.as_deref(), Some("TimeLimit"));
+        assert_eq!(by(1040).reason, None);
+        assert_eq!(by(1038).reason, None);
+    }
+
     /// (id, state, exit, ran in seconds) of each job.
     fn seen(jobs: &[JobStatus]) -> Vec<(u64, JobState, Option<Exit>, Option<u64>)> {
         let mut v: Vec<_> = jobs
@@ -530,23 +552,10 @@ mod tests {
         let mut out = SQUEUE.to_owned();
         out.push_str("garbage line\n");
         let jobs = parse_squeue(&out);
-        assert_eq!(
-            seen(&jobs),
-            [
-                (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
-                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
-                (1040, JobState::Running, None, Some(103)),
-                (1041, JobState::Pending, None, None),
-                (1042, JobState::Timeout, Some(Exit::Code(143)), Some(65)),
-                (1043, JobState::Cancelled, Some(Exit::Signal(15)), Some(17)),
-            ]
-        );
+        assert_eq!(seen(&jobs), recorded());
         let by = |id| jobs.iter().find(|j| j.id == JobId(id)).unwrap();
         assert_eq!(by(1039).name, "rec-fail");
-        assert_eq!(by(1039).reason.as_deref(), Some("NonZeroExitCode"));
-        assert_eq!(by(1041).reason.as_deref(), Some("JobHeldUser"));
-        assert_eq!(by(1042).reason.as_deref(), Some("TimeLimit"));
-        assert_eq!(by(1040).reason, None);
+        assert_reasons(&jobs);
         // A format without the time field (an older sortie's query) still parses.
         let old = parse_squeue("5|sortie:r:4:1:a|RUNNING|None|0|\n");
         assert_eq!(
@@ -594,18 +603,14 @@ mod tests {
         let mut out = SACCT.to_owned();
         out.push_str("1039.batch|batch|FAILED|7:0|00:00:01\n6|allocation|PENDING|0:0|00:00:00\n");
         let jobs = parse_sacct(&out);
-        assert_eq!(
-            seen(&jobs),
-            [
-                (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
-                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
-                (1040, JobState::Running, None, Some(103)),
-                (1041, JobState::Pending, None, None),
-                (1042, JobState::Timeout, Some(Exit::Code(0)), Some(65)),
-                // sacct says `CANCELLED by 0`, and 0:0 where scontrol says 0:15.
-                (1043, JobState::Cancelled, Some(Exit::Code(0)), Some(17)),
-            ]
-        );
+        assert_eq!(seen(&jobs), {
+            // sacct says 0:0 for the job past its limit, and for the one `CANCELLED by 0`
+            // where scontrol says 0:15.
+            let mut v = recorded();
+            v[4].2 = Some(Exit::Code(0));
+            v[5].2 = Some(Exit::Code(0));
+            v
+        });
         assert!(sacct_disabled(
             "sacct: error: Slurm accounting storage is disabled\n"
         ));
@@ -632,22 +637,10 @@ mod tests {
     #[test]
     fn scontrol_gives_state_reason_exit_name_and_run_time() {
         let jobs = parse_scontrol(SCONTROL);
-        assert_eq!(
-            seen(&jobs),
-            [
-                (1038, JobState::Completed, Some(Exit::Code(0)), Some(2)),
-                (1039, JobState::Failed, Some(Exit::Code(7)), Some(1)),
-                (1040, JobState::Running, None, Some(103)),
-                (1041, JobState::Pending, None, None),
-                (1042, JobState::Timeout, Some(Exit::Code(143)), Some(65)),
-                (1043, JobState::Cancelled, Some(Exit::Signal(15)), Some(17)),
-            ]
-        );
+        assert_eq!(seen(&jobs), recorded());
         let by = |id| jobs.iter().find(|j| j.id == JobId(id)).unwrap();
         assert_eq!(by(1042).name, "rec-timeout");
-        assert_eq!(by(1042).reason.as_deref(), Some("TimeLimit"));
-        assert_eq!(by(1041).reason.as_deref(), Some("JobHeldUser"));
-        assert_eq!(by(1038).reason, None);
+        assert_reasons(&jobs);
         // Without --oneliner: blocks separated by blank lines.
         let blocks = parse_scontrol(SCONTROL_BLOCKS);
         assert_eq!(
