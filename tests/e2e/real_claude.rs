@@ -23,14 +23,13 @@
 //! Without Claude Code 2.1.332 (or python3) the test is skipped, saying why, unless `CI` is
 //! set: then it fails (`sortie_testkit::real_agent`).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, task_events, task_view, unique_run};
+use crate::support::{Background, Scratch, start_mock, task_events, task_view, unique_run};
 
 const CLAUDE_VERSION: &str = "2.1.332";
 const ANSWER: &str = "Hello from the mock model.";
@@ -71,19 +70,7 @@ impl AnthropicMock {
         for (id, kind) in models {
             cmd.arg("--model").arg(format!("{id}={kind}"));
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the mock Messages API (python3)");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut first)
-            .expect("read the mock's port");
-        let port = first
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the mock printed {first:?}, not a port"));
+        let (child, port) = start_mock(cmd, "the mock Messages API");
         AnthropicMock { child, port, log }
     }
 

@@ -21,14 +21,13 @@
 //! `target/real-agent-tests/`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, event_kind, task_events, unique_run};
+use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
 
 const CODEX_VERSION: &str = "0.171.0";
 const HELLO: &str = "Hello from the mock LLM. Task complete.";
@@ -68,20 +67,8 @@ impl MockServer {
             cmd.arg("--model-scenario")
                 .arg(format!("{model}={scenario}"));
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the mock Responses API (python3)");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut first)
-            .expect("read the mock's port");
-        let port = first
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the mock printed {first:?}, not a port"));
+        cmd.stderr(Stdio::null());
+        let (child, port) = start_mock(cmd, "the mock Responses API");
         MockServer { child, port, log }
     }
 
@@ -196,16 +183,8 @@ fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_serve
          fallback_models = [\"good\"]\nprompt = \"Say hello.\"\n",
     );
     let started = std::time::Instant::now();
-    let mut cmd = s.sortie();
-    cmd.env("HOME", &home)
-        .env_remove("CODEX_HOME")
-        .args(["run", "--run-id", &run])
-        .arg(&batch)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = Background::from_command(cmd, &run).finish(300);
+    let (out, stderr) = run_as_user(&s, &home, &["CODEX_HOME"], &run, &batch);
     let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
 
     let events = s.events(&run);
@@ -396,15 +375,7 @@ fn real_codex_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
              prompt = \"{big}\"\n"
         ),
     );
-    let mut cmd = s.sortie();
-    cmd.env("HOME", &home)
-        .env_remove("CODEX_HOME")
-        .args(["run", "--run-id", &run])
-        .arg(&batch)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = Background::from_command(cmd, &run).finish(300);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (_, stderr) = run_as_user(&s, &home, &["CODEX_HOME"], &run, &batch);
     let events = s.events(&run);
     assert!(
         !s.path().join("work/ro/out.txt").exists(),

@@ -23,14 +23,13 @@
 //! `target/real-agent-tests/`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use serde_json::Value;
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, event_kind, task_events, unique_run};
+use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
 
 const PI_VERSION: &str = "0.73.1";
 const ANSWER: &str = "Hello from the mock model.";
@@ -70,19 +69,7 @@ impl MockServer {
         for (id, kind) in models {
             cmd.arg("--model").arg(format!("{id}={kind}"));
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the mock model server (python3)");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut first)
-            .expect("read the mock's port");
-        let port = first
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the mock printed {first:?}, not a port"));
+        let (child, port) = start_mock(cmd, "the mock model server");
         MockServer { child, port, log }
     }
 
@@ -272,17 +259,14 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
          prompt = \"Say hello.\"\n",
     );
     let started = std::time::Instant::now();
-    let mut cmd = s.sortie();
-    cmd.env("HOME", &home)
-        .env_remove("PI_CODING_AGENT_DIR")
-        .env_remove("PI_CODING_AGENT_SESSION_DIR")
-        .args(["run", "--run-id", &run])
-        .arg(&batch)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = Background::from_command(cmd, &run).finish(300);
+    let (out, stderr) = run_as_user(
+        &s,
+        &home,
+        &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"],
+        &run,
+        &batch,
+    );
     let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
 
     let events = s.events(&run);
@@ -487,16 +471,13 @@ fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
              prompt = \"{big}\"\n"
         ),
     );
-    let mut cmd = s.sortie();
-    cmd.env("HOME", &home)
-        .env_remove("PI_CODING_AGENT_DIR")
-        .env_remove("PI_CODING_AGENT_SESSION_DIR")
-        .args(["run", "--run-id", &run])
-        .arg(&batch)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = Background::from_command(cmd, &run).finish(300);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = run_as_user(
+        &s,
+        &home,
+        &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"],
+        &run,
+        &batch,
+    );
     assert_eq!(out.status.code(), Some(1), "a partial task: {stderr}");
     let events = s.events(&run);
 

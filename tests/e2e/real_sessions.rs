@@ -14,7 +14,7 @@
 //!
 //! Without the CLI (or python3) a test is skipped, saying why, unless `CI` is set.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -22,7 +22,8 @@ use sortie_testkit::real_agent::should_run;
 
 use crate::real_claude::{AnthropicMock, claude_found};
 use crate::support::{
-    Background, Scratch, finish, live_processes_of, poll, task_events, task_view, unique_run,
+    Background, Scratch, finish, live_processes_of, poll, run_as_user, task_events, task_view,
+    unique_run,
 };
 
 /// Writes a role file at `rel` under the scratch dir (its folders made).
@@ -107,6 +108,17 @@ fn crash_then_resume(
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code(), s.events(run))
+}
+
+/// The fake user's home (`fake_user` of the agent's tests, for the mock at `port`) and the
+/// two work dirs the session tests use (`work/review`, `work/talk`).
+fn user_and_work<T>(s: &Scratch, port: u16, fake_user: impl FnOnce(&Path, u16) -> T) -> PathBuf {
+    let home = s.path().join("home");
+    fake_user(&home, port);
+    for dir in ["work/review", "work/talk"] {
+        std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
+    }
+    home
 }
 
 #[test]
@@ -281,10 +293,7 @@ fn real_codex_continues_a_session_across_tasks_and_applies_a_role() {
     }
     let s = Scratch::new();
     let mock = MockServer::start(s.path(), &[("good", "ok"), ("tool", "tool")]);
-    let home = s.path().join("home");
-    fake_user(&home, mock.port);
-    std::fs::create_dir_all(s.path().join("work/review")).expect("mkdir");
-    std::fs::create_dir_all(s.path().join("work/talk")).expect("mkdir");
+    let home = user_and_work(&s, mock.port, fake_user);
     // sortie's own roles folder is looked at first.
     write_role(
         &s,
@@ -416,10 +425,7 @@ fn real_pi_continues_a_session_across_tasks_and_applies_a_role() {
     }
     let s = Scratch::new();
     let mock = MockServer::start(s.path(), &[("good", "answer")]);
-    let home = s.path().join("home");
-    fake_user(&home, mock.port);
-    std::fs::create_dir_all(s.path().join("work/review")).expect("mkdir");
-    std::fs::create_dir_all(s.path().join("work/talk")).expect("mkdir");
+    let home = user_and_work(&s, mock.port, fake_user);
     // pi's own agents folder: a scout that may only read and list.
     write_role(
         &s,
@@ -438,16 +444,13 @@ fn real_pi_continues_a_session_across_tasks_and_applies_a_role() {
          [[tasks]]\nlabel = \"second\"\ncwd = \"work/talk\"\nmodel = \"mock/good\"\n\
          session = \"talk\"\nprompt = \"Which word did I ask you to remember?\"\n",
     );
-    let mut cmd = s.sortie();
-    cmd.env("HOME", &home)
-        .env_remove("PI_CODING_AGENT_DIR")
-        .env_remove("PI_CODING_AGENT_SESSION_DIR")
-        .args(["run", "--run-id", &run])
-        .arg(&batch)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = Background::from_command(cmd, &run).finish(300);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = run_as_user(
+        &s,
+        &home,
+        &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"],
+        &run,
+        &batch,
+    );
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
     let events = s.events(&run);
     let served = mock.served();

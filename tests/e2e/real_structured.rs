@@ -17,14 +17,13 @@
 //! Without the CLIs (or python3) the tests are skipped, saying why, unless `CI` is set: then
 //! they fail (`sortie_testkit::real_agent`).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, task_events, task_view, unique_run};
+use crate::support::{Background, Scratch, start_mock, task_events, task_view, unique_run};
 
 const SCHEMA: &str =
     r#"{"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}}"#;
@@ -56,24 +55,10 @@ impl Mock {
             .join("../../tests/mock-llm")
             .join(script);
         let log = dir.join("served.jsonl");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg("--log")
-            .arg(&log)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the mock (python3)");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut first)
-            .expect("read the mock's port");
-        let port = first
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the mock printed {first:?}, not a port"));
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).arg("--log").arg(&log).args(args);
+        cmd.stderr(Stdio::null());
+        let (child, port) = start_mock(cmd, "the mock");
         Mock { child, port, log }
     }
 

@@ -118,6 +118,15 @@ fn wait_none_left(run: &str, when: &str) {
     );
 }
 
+/// After a resume: task 0 ran once and completed, the audit is clean, and no process of the
+/// run is left.
+fn ran_once_and_left_nothing(s: &Scratch, run: &str, j: &Journal) {
+    assert_eq!(j.of(0, "AttemptLaunching").len(), 1, "it ran once");
+    assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
+    s.audit_clean(run);
+    wait_none_left(run, "after the resume");
+}
+
 /// Eight supervised slow tasks; sortie is killed while all eight run; four end while it is
 /// down; resume records those four from their files and adopts the other four. Each counter is
 /// exactly 1, each task made one attempt whose usage is the agent's whole report, counted
@@ -541,10 +550,7 @@ fn an_adopted_attempt_reads_on_from_the_journaled_offset() {
         (Some(700), Some(84), Some(350), Some(7)),
         "the whole stream's usage, once: {finished}"
     );
-    assert_eq!(j.of(0, "AttemptLaunching").len(), 1, "it ran once");
-    assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
-    s.audit_clean(run);
-    wait_none_left(run, "after the resume");
+    ran_once_and_left_nothing(&s, run, &j);
 }
 
 /// A pi agent driven over stdin (RPC mode) runs supervised too: its supervisor forwards a FIFO
@@ -610,10 +616,7 @@ fn a_steerable_agent_outlives_sortie_and_is_steered_after_resume() {
     );
     assert!(kinds.contains(&"steer"), "the steer reached it: {kinds:?}");
     let j = journal(&s, run);
-    assert_eq!(j.of(0, "AttemptLaunching").len(), 1, "it ran once");
-    assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
-    s.audit_clean(run);
-    wait_none_left(run, "after the resume");
+    ran_once_and_left_nothing(&s, run, &j);
 }
 
 /// #10, the shepherd: a supervised agent's descendant that left its process group (`setsid`)

@@ -102,6 +102,50 @@ pub fn fake_command(args: &[&str]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
+/// Starts a mock model server (`cmd`: a `tests/mock-llm` script, which prints its port on its
+/// first line) with its stdout piped; returns it and its port. `what` names it in a panic.
+pub fn start_mock(mut cmd: Command, what: &str) -> (Child, u16) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what} (python3): {e}"));
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut first)
+        .expect("read the mock's port");
+    let port = first
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{what} printed {first:?}, not a port"));
+    (child, port)
+}
+
+/// Runs `sortie run --run-id RUN BATCH` to its end (within 300 s) as the fake user whose home
+/// is `home`, with the agent's own variables in `unset` removed (the machine's user must not
+/// leak in); returns its output and its stderr.
+pub fn run_as_user(
+    s: &Scratch,
+    home: &Path,
+    unset: &[&str],
+    run: &str,
+    batch: &Path,
+) -> (Output, String) {
+    let mut cmd = s.sortie();
+    cmd.env("HOME", home);
+    for name in unset {
+        cmd.env_remove(name);
+    }
+    cmd.args(["run", "--run-id", run])
+        .arg(batch)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = Background::from_command(cmd, run).finish(300);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
+}
+
 /// Sends `signal` to `pid`.
 pub fn send_signal(pid: u32, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid fits in i32"));
