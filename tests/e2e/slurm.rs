@@ -366,19 +366,21 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
     assert_eq!(jobs.len(), 12 + 2 * 4 + 4);
 }
 
-/// #10: a Slurm job's transcript is capped too. A chatty job (far more than the cap) keeps its
-/// head and tail: once its end is journaled (sortie read and journaled its whole stream), its
-/// stdout is cut to the cap like a local attempt's, the stream's length kept, `status --task`
-/// saying what was cut and `logs` printing whole lines only, the first and the last.
+/// #10: a Slurm job's transcript is capped too, while the job runs: sortie's follower is its
+/// cutter (nothing of sortie's runs beside the job). A chatty job (25 times the cap) that then
+/// waits keeps its head and tail within about the cap while it still runs, the stream's
+/// length kept; once it ended, `status --task` says what was cut and `logs` prints whole lines
+/// only, the first and the last.
 #[test]
-fn slurm_transcripts_are_cut_to_the_cap_once_read() {
-    if !slurm::should_run("slurm_transcripts_are_cut_to_the_cap_once_read") {
+fn slurm_transcripts_are_cut_to_the_cap_while_the_job_runs() {
+    if !slurm::should_run("slurm_transcripts_are_cut_to_the_cap_while_the_job_runs") {
         return;
     }
     const CAP: u64 = 64 * 1024;
     let s = Scratch::new();
-    let chatty =
-        r#"["sh", "-c", "seq 1 100000 | awk '{print \"{\\\"n\\\":\" $1 \"}\"}'; echo done >&2"]"#;
+    let end = s.path().join("end");
+    let chatty = r#"["sh", "-c", "seq 1 100000 | awk '{print \"{\\\"n\\\":\" $1 \"}\"}'; while [ ! -e END ]; do sleep 0.1; done"]"#
+        .replace("END", &end.display().to_string());
     let batch = s.write(
         "batch.toml",
         &format!(
@@ -395,22 +397,38 @@ fn slurm_transcripts_are_cut_to_the_cap_once_read() {
         &run,
         batch.to_str().expect("utf-8"),
     ]);
-    let out = sortie_testkit::finish(cmd.spawn().expect("spawn sortie"), 180);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let sortie = Background::from_command(cmd, &run);
     let whole: u64 = (1..=100_000u64)
         .map(|n| n.to_string().len() as u64 + 7)
         .sum();
-    let v: Value = serde_json::from_slice(
-        &s.run_ok(&["--json", "status", &run, "--task", "chatty"])
-            .stdout,
-    )
-    .expect("JSON");
-    let t = &v["transcripts"][0];
+    let transcript = || -> Option<Value> {
+        let out = s
+            .sortie()
+            .args(["--json", "status", &run, "--task", "chatty"])
+            .output()
+            .ok()?;
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(v["transcripts"][0].clone())
+    };
+    // While the job still runs (it waits for `end`): cut to about the cap.
+    let t = poll("the running job's transcript to be cut", 120, || {
+        transcript().filter(|t| {
+            t["end"] == "running"
+                && t["bytes"] == whole
+                && t["disk_bytes"].as_u64().is_some_and(|d| d <= 2 * CAP)
+        })
+    });
     assert_eq!(t["executor"], "slurm", "{t}");
-    assert_eq!(t["bytes"], whole, "the stream's length stays: {t}");
-    let disk = t["disk_bytes"].as_u64().expect("disk_bytes");
-    assert!(disk <= 2 * CAP, "{disk} bytes on disk: {t}");
     assert_eq!(t["cut"]["from"], 16 * 1024, "{t}");
+    std::fs::write(&end, "").expect("end");
+    let out = sortie.finish(180);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let t = transcript().expect("status");
+    assert_eq!(t["bytes"], whole, "the stream's length stays: {t}");
+    assert!(
+        t["disk_bytes"].as_u64().is_some_and(|d| d <= 2 * CAP),
+        "{t}"
+    );
     let out = s.run_ok(&["logs", &run, "chatty"]);
     let text = String::from_utf8(out.stdout).expect("utf-8");
     let lines: Vec<&str> = text.lines().collect();

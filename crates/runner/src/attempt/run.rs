@@ -489,7 +489,15 @@ impl Driver<'_> {
         });
     }
 
-    /// #10: a supervised attempt's stream read on by [`process::read_step`] without usage held
+    /// #10: whether the attempt's stdout is followed from a file (supervised, Slurm): its
+    /// read offset is journaled (`AttemptRead`), adoption reads on from it, and the
+    /// transcript's cutter cuts below it.
+    fn follows_files(&self) -> bool {
+        let kind = self.ctx.executor.kind();
+        kind == crate::executor::SUPERVISED || kind == crate::executor::slurm::SLURM
+    }
+
+    /// #10: a supervised or Slurm attempt's stream read on by [`process::read_step`] without usage held
     /// back (everything its lines said is sent: usage, side effects, its session): the offset
     /// is sent as read, so that the transcript's cutter may cut below it (it never cuts what
     /// the journal does not hold) even while the agent reports no usage.
@@ -497,7 +505,7 @@ impl Driver<'_> {
         if self.replaying
             || self.offset < self.read_sent.saturating_add(process::read_step())
             || !self.watch.all_reported()
-            || self.ctx.executor.kind() != crate::executor::SUPERVISED
+            || !self.follows_files()
         {
             return;
         }
@@ -538,7 +546,7 @@ impl Driver<'_> {
                         usage,
                     });
                     // #10: how far the stream was read for it: adoption reads on from there.
-                    if self.ctx.executor.kind() == crate::executor::SUPERVISED {
+                    if self.follows_files() {
                         let offset = self.offset;
                         self.read_sent = offset;
                         let _ = self.tx.send(Msg::Read {

@@ -135,7 +135,7 @@ fn keep(transcript: &mut Option<Trimmer>, bytes: &[u8]) {
 
 /// Splits a byte stream into bounded lines.
 #[derive(Debug)]
-pub(super) struct LineSplitter {
+pub(crate) struct LineSplitter {
     current: Vec<u8>,
     /// True while skipping the rest of a line that was cut.
     skipping: bool,
@@ -143,7 +143,7 @@ pub(super) struct LineSplitter {
 }
 
 impl LineSplitter {
-    pub(super) fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         LineSplitter {
             current: Vec::new(),
             skipping: false,
@@ -186,7 +186,7 @@ impl LineSplitter {
     /// Like [`LineSplitter::push`], with each line's end: the stream offset just after its
     /// newline (`base` is the offset of the chunk's first byte; a line cut at the limit ends
     /// at its newline, or at the chunk's end while its rest is still to come).
-    pub(super) fn push_at(&mut self, chunk: &[u8], base: u64, out: &mut Vec<(Line, u64)>) {
+    pub(crate) fn push_at(&mut self, chunk: &[u8], base: u64, out: &mut Vec<(Line, u64)>) {
         let mut lines = Vec::new();
         let mut at = 0;
         while let Some(i) = chunk[at..].iter().position(|&b| b == b'\n') {
@@ -201,13 +201,13 @@ impl LineSplitter {
 
     /// The stream jumps over a cut (a transcript's): the partial line goes, and so does the
     /// rest of the line after the cut.
-    pub(super) fn cut(&mut self) {
+    pub(crate) fn cut(&mut self) {
         self.current.clear();
         self.skipping = true;
     }
 
     /// The last line when the stream ended without a newline.
-    pub(super) fn finish(self) -> Option<Line> {
+    pub(crate) fn finish(self) -> Option<Line> {
         (!self.skipping && !self.current.is_empty()).then(|| line(self.current, false))
     }
 }

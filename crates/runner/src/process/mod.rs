@@ -64,6 +64,7 @@ pub use detach::{run_hook, run_hook_in, spawn_detached_with};
 pub use follow::{Followed, Watcher};
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::Line;
+pub(crate) use lines::LineSplitter;
 pub use marker::{MARKER, kill_marked, marker};
 pub use orphan::{KillResult, kill_group_if_same, signal_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
@@ -76,6 +77,7 @@ pub use supervise::{
     read_started, spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
+pub(crate) use transcript::{CHECK_EVERY, Trimmer};
 // #10: the per-run shepherd.
 pub use shepherd::{SHEPHERD_ARG, SHEPHERD_MARKER, SWEEP_EVERY, shepherd_main};
 pub use shepherd_client::{Forget, Shepherded, release_shepherds, spawn_shepherded};

@@ -226,7 +226,7 @@ fn write_cut(file: &Path, cut: Option<Cut>) -> io::Result<()> {
 
 /// Keeps one transcript file under its cap: the only writer of its cut record.
 #[derive(Debug)]
-pub(super) struct Trimmer {
+pub(crate) struct Trimmer {
     path: PathBuf,
     file: File,
     cap: Cap,
@@ -244,7 +244,7 @@ impl Trimmer {
     /// For the file at `path`, which its writer already opened (the agent's own stdout or
     /// stderr, sortie following it): a stdout is cut only below what sortie acknowledged
     /// reading (see the module doc).
-    pub(super) fn open(path: &Path, cap: Cap) -> io::Result<Trimmer> {
+    pub(crate) fn open(path: &Path, cap: Cap) -> io::Result<Trimmer> {
         let file = OpenOptions::new().write(true).open(path)?;
         let mut t = Trimmer::with(path, file, cap);
         t.acked = path.file_name() == Some(std::ffi::OsStr::new(super::STDOUT_FILE));
@@ -301,7 +301,7 @@ impl Trimmer {
 
     /// Looks at the file's length and cuts when it outgrew its cap; `last` cuts even a small
     /// step (the file is complete).
-    pub(super) fn check(&mut self, last: bool) -> io::Result<()> {
+    pub(crate) fn check(&mut self, last: bool) -> io::Result<()> {
         let len = self.file.metadata()?.len();
         self.trim(len, last)
     }
@@ -418,7 +418,7 @@ fn process_cap() -> Cap {
 }
 
 /// How often the supervisor looks at its attempt's files.
-pub(super) const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Writes `dir/exit` (`code <n>` or `signal <n>`, the supervisor's format, which
 /// `supervise::read_exit` reads) for a direct attempt, renamed into place.

@@ -1,6 +1,6 @@
 //! Following a job's output file as Slurm writes it: stdout as bounded lines from the start of
-//! the file, until the job is over and the file is read to its end; and the tail of its stderr
-//! file.
+//! the file (across the transcript's cut, which this follower makes: see [`follow`]), until the
+//! job is over and the file is read to its end; and the tail of its stderr file.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -12,7 +12,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::cluster::Seen;
-use crate::process::{Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES};
+use crate::process::{
+    CHECK_EVERY, Cap, Kept, KeptReader, Line, LineSplitter, MAX_LINE_BYTES, STDERR_TAIL_BYTES,
+    Trimmer,
+};
 
 /// How often a growing file is read.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
@@ -22,7 +25,12 @@ const SETTLE: Duration = Duration::from_millis(500);
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Starts following `path`; lines arrive on the receiver, which closes once the job is over
-/// and the file read to its end. The counter holds the bytes read.
+/// and the file read to its end. The counter holds the end of the last line read (the offset
+/// just after it: what the journal may record as read, `AttemptRead`).
+///
+/// #10: sortie's follower is the one cutter of a job's files while the job runs (nothing of
+/// sortie's runs beside the job on its node): its stdout is cut to the cap below what the
+/// journal acknowledged (`process::write_read`), its stderr at once; the reads jump the cut.
 pub(super) fn follow(
     path: PathBuf,
     job: watch::Receiver<Seen>,
@@ -39,24 +47,32 @@ async fn follow_file(
     bytes: Arc<AtomicU64>,
     mut job: watch::Receiver<Seen>,
 ) {
-    let mut file: Option<File> = None;
+    let mut reader = KeptReader::new(&path, 0);
     let mut buf = vec![0u8; READ_CHUNK];
-    let mut split = Splitter::default();
+    let mut split = LineSplitter::new(MAX_LINE_BYTES);
+    let mut ready = Vec::new();
     let mut quiet_since_over: Option<tokio::time::Instant> = None;
+    let mut cutter = Cutter::new(&path);
     loop {
-        if file.is_none() {
-            file = File::open(&path).ok();
-        }
-        let n = file.as_mut().map_or(0, |f| f.read(&mut buf).unwrap_or(0));
-        if n > 0 {
-            bytes.fetch_add(n as u64, Ordering::Relaxed);
-            for line in split.push(&buf[..n]) {
-                if tx.send(line).await.is_err() {
-                    return;
+        cutter.look();
+        let base = reader.offset();
+        match reader.read(&mut buf).unwrap_or(Kept::Idle) {
+            Kept::Bytes(n) => {
+                split.push_at(&buf[..n], base, &mut ready);
+                for (line, end) in ready.drain(..) {
+                    bytes.store(end, Ordering::Relaxed);
+                    if tx.send(line).await.is_err() {
+                        return;
+                    }
                 }
+                quiet_since_over = None;
+                continue;
             }
-            quiet_since_over = None;
-            continue;
+            Kept::Cut(_) => {
+                split.cut();
+                continue;
+            }
+            Kept::Idle => {}
         }
         if job.borrow().is_over() {
             let since = *quiet_since_over.get_or_insert_with(tokio::time::Instant::now);
@@ -72,65 +88,57 @@ async fn follow_file(
         }
     }
     if let Some(line) = split.finish() {
+        bytes.store(reader.offset(), Ordering::Relaxed);
         let _ = tx.send(line).await;
     }
 }
 
-/// Bytes into lines of at most [`MAX_LINE_BYTES`] (a longer line is cut, flagged, and the rest
-/// of it skipped), decoded lossily, without the newline (and a `\r` before it).
-#[derive(Default)]
-struct Splitter {
-    partial: Vec<u8>,
-    /// Inside a line that was already delivered cut: skip to its newline.
-    skipping: bool,
+/// The cutter of a job's stdout and stderr (see [`follow`]), each opened once Slurm created
+/// it, looked at every [`CHECK_EVERY`] at most.
+struct Cutter {
+    cap: Cap,
+    files: Vec<PathBuf>,
+    trimmers: Vec<Trimmer>,
+    last: Option<std::time::Instant>,
 }
 
-impl Splitter {
-    fn push(&mut self, mut chunk: &[u8]) -> Vec<Line> {
-        let mut out = Vec::new();
-        while !chunk.is_empty() {
-            let nl = chunk.iter().position(|&b| b == b'\n');
-            let (part, rest) = match nl {
-                Some(i) => (&chunk[..i], Some(&chunk[i + 1..])),
-                None => (chunk, None),
-            };
-            if !self.skipping {
-                let room = MAX_LINE_BYTES - self.partial.len();
-                if part.len() > room {
-                    self.partial.extend_from_slice(&part[..room]);
-                    out.push(self.take(true));
-                    self.skipping = true;
-                } else {
-                    self.partial.extend_from_slice(part);
-                }
-            }
-            match rest {
-                Some(rest) => {
-                    if !self.skipping {
-                        out.push(self.take(false));
-                    }
-                    self.skipping = false;
-                    chunk = rest;
-                }
-                None => break,
-            }
-        }
-        out
-    }
-
-    fn take(&mut self, truncated: bool) -> Line {
-        let mut bytes = std::mem::take(&mut self.partial);
-        if bytes.last() == Some(&b'\r') {
-            bytes.pop();
-        }
-        Line {
-            text: String::from_utf8_lossy(&bytes).into_owned(),
-            truncated,
+impl Cutter {
+    fn new(stdout: &Path) -> Cutter {
+        let cap = Cap::from_env();
+        let files = if cap.is_unbounded() {
+            Vec::new()
+        } else {
+            vec![
+                stdout.to_path_buf(),
+                stdout.with_file_name(crate::process::STDERR_FILE),
+            ]
+        };
+        Cutter {
+            cap,
+            files,
+            trimmers: Vec::new(),
+            last: None,
         }
     }
 
-    fn finish(mut self) -> Option<Line> {
-        (!self.partial.is_empty() && !self.skipping).then(|| self.take(false))
+    fn look(&mut self) {
+        if (self.files.is_empty() && self.trimmers.is_empty())
+            || self.last.is_some_and(|t| t.elapsed() < CHECK_EVERY)
+        {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let (cap, trimmers) = (self.cap, &mut self.trimmers);
+        self.files.retain(|f| match Trimmer::open(f, cap) {
+            Ok(t) => {
+                trimmers.push(t);
+                false
+            }
+            Err(_) => true,
+        });
+        for t in &mut self.trimmers {
+            let _ = t.check(false);
+        }
     }
 }
 
@@ -158,30 +166,6 @@ pub(super) fn tail(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn texts(lines: &[Line]) -> Vec<(&str, bool)> {
-        lines
-            .iter()
-            .map(|l| (l.text.as_str(), l.truncated))
-            .collect()
-    }
-
-    #[test]
-    fn lines_split_across_chunks_and_cut_when_too_long() {
-        let mut s = Splitter::default();
-        assert!(s.push(b"ab").is_empty());
-        assert_eq!(
-            texts(&s.push(b"c\r\nd\n\ne")),
-            [("abc", false), ("d", false), ("", false)]
-        );
-        let long = vec![b'x'; MAX_LINE_BYTES + 10];
-        let out = s.push(&long);
-        assert_eq!(out.len(), 1);
-        assert!(out[0].truncated && out[0].text.starts_with('e'));
-        assert_eq!(out[0].text.len(), MAX_LINE_BYTES);
-        assert_eq!(texts(&s.push(b"xx\nnext")), [] as [(&str, bool); 0]);
-        assert_eq!(s.finish().map(|l| l.text), Some("next".to_owned()));
-    }
 
     #[tokio::test]
     async fn a_file_is_followed_until_the_job_is_over() {

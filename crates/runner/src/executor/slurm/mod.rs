@@ -8,7 +8,8 @@
 //!   launching before all this, so a crash before `sbatch` leaves a job that can be submitted
 //!   once, under the same name, from these files ([`Executor::adopt`]).
 //! - Output: the job writes its stdout and stderr into the attempt dir (a shared filesystem on a
-//!   real cluster), followed from the files like a supervised attempt's.
+//!   real cluster), followed from the files like a supervised attempt's, and kept under the
+//!   transcript cap by that follower (#10: `follow`).
 //! - Status: the run's [`Cluster`] polls every live job at once (`squeue`, then `sacct`).
 //! - Stop: `scancel` (TERM, then the cluster's `KillWait`), SIGKILL through `scancel` after the
 //!   task's `kill_grace`; since `scancel` exits 0 for an unknown id, the stop counts as sent only
