@@ -32,6 +32,8 @@ use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
 
 const PI_VERSION: &str = "0.73.1";
+/// pi's own variables, removed from a test run as the fake user (the machine's must not leak in).
+pub(crate) const PI_VARS: &[&str] = &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"];
 const ANSWER: &str = "Hello from the mock model.";
 
 /// Whether the real pi 0.73.1 (and the mock's python3) are here; if not, why, and how to
@@ -259,13 +261,7 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
          prompt = \"Say hello.\"\n",
     );
     let started = std::time::Instant::now();
-    let (out, stderr) = run_as_user(
-        &s,
-        &home,
-        &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"],
-        &run,
-        &batch,
-    );
+    let (out, stderr) = run_as_user(&s, &home, PI_VARS, &run, &batch);
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
 
@@ -471,13 +467,7 @@ fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
              prompt = \"{big}\"\n"
         ),
     );
-    let (out, stderr) = run_as_user(
-        &s,
-        &home,
-        &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"],
-        &run,
-        &batch,
-    );
+    let (out, stderr) = run_as_user(&s, &home, PI_VARS, &run, &batch);
     assert_eq!(out.status.code(), Some(1), "a partial task: {stderr}");
     let events = s.events(&run);
 

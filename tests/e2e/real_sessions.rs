@@ -444,13 +444,7 @@ fn real_pi_continues_a_session_across_tasks_and_applies_a_role() {
          [[tasks]]\nlabel = \"second\"\ncwd = \"work/talk\"\nmodel = \"mock/good\"\n\
          session = \"talk\"\nprompt = \"Which word did I ask you to remember?\"\n",
     );
-    let (out, stderr) = run_as_user(
-        &s,
-        &home,
-        &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"],
-        &run,
-        &batch,
-    );
+    let (out, stderr) = run_as_user(&s, &home, crate::real_pi::PI_VARS, &run, &batch);
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
     let events = s.events(&run);
     let served = mock.served();
