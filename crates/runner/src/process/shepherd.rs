@@ -18,7 +18,8 @@
 //! still an unreaped zombie, so its group id cannot be reused), reaps it, writes its exit
 //! status atomically to `exit` (the same files as the per-attempt supervisor's, see
 //! `supervise.rs`, so that `presence`, adoption and resume read both alike), and says `exit
-//! <id>`: sortie is woken by that line, not by polling. Descendants that left the agent's group
+//! <id> code <n>` (or `signal <n>`: what the file holds): sortie is woken by that line, not by
+//! polling, and reads the status from it, not from the file. Descendants that left the agent's group
 //! and were reparented to the shepherd are killed by a sweep of `/proc` once their attempt
 //! ended: at once when no sweep ran in the last [`SWEEP_EVERY`], else by the next one, within
 //! that time (a sweep reads every process's stat, too costly for each of a thousand attempts a
@@ -258,29 +259,45 @@ fn start(
     let out = open(STDOUT_FILE).map_err(io)?;
     let err = open(STDERR_FILE).map_err(io)?;
     let stdin = match stdin {
-        Some(file) => Stdio::from(File::open(file).map_err(|e| {
+        Some(file) => Some(File::open(file).map_err(|e| {
             io(io::Error::new(
                 e.kind(),
                 format!("cannot open its stdin {}: {e}", file.display()),
             ))
         })?),
-        None => Stdio::null(),
+        None => None,
     };
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "the shepherd's spawn of an attempt"
-    )]
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(&argv[1..])
-        .current_dir(cwd)
-        .env_remove(SHEPHERD_MARKER)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(&marker.0, &marker.1)
-        .stdin(stdin)
-        .stdout(out)
-        .stderr(err)
-        .process_group(0);
-    cmd.spawn().map_err(|e| {
+    // The program found on PATH once (see `resolve`); found no more, by its name again.
+    let resolved = super::resolve::resolve(program, env);
+    let spawned = match &resolved {
+        Some(path) => match spawn_one(path, argv, cwd, env, marker, &stdin, &out, &err) {
+            Err(e) if is_not_runnable(&e) => {
+                super::resolve::forget(program, env);
+                spawn_one(
+                    Path::new(program),
+                    argv,
+                    cwd,
+                    env,
+                    marker,
+                    &stdin,
+                    &out,
+                    &err,
+                )
+            }
+            other => other,
+        },
+        None => spawn_one(
+            Path::new(program),
+            argv,
+            cwd,
+            env,
+            marker,
+            &stdin,
+            &out,
+            &err,
+        ),
+    };
+    spawned.map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => "not_found",
             io::ErrorKind::PermissionDenied => "permission_denied",
@@ -289,6 +306,48 @@ fn start(
         };
         (kind, e)
     })
+}
+
+/// A spawn that failed because the program is not there or not executable.
+fn is_not_runnable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+    )
+}
+
+/// Spawns `program` (argv[0] stays `argv`'s) with the attempt's stdio, once.
+#[allow(clippy::too_many_arguments, reason = "one spawn's parts")]
+fn spawn_one(
+    program: &Path,
+    argv: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    marker: &(String, String),
+    stdin: &Option<File>,
+    out: &File,
+    err: &File,
+) -> io::Result<std::process::Child> {
+    let stdin = match stdin {
+        Some(f) => Stdio::from(f.try_clone()?),
+        None => Stdio::null(),
+    };
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the shepherd's spawn of an attempt"
+    )]
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg0(&argv[0])
+        .args(&argv[1..])
+        .current_dir(cwd)
+        .env_remove(SHEPHERD_MARKER)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&marker.0, &marker.1)
+        .stdin(stdin)
+        .stdout(out.try_clone()?)
+        .stderr(err.try_clone()?)
+        .process_group(0);
+    cmd.spawn()
 }
 
 /// Waits for children: an attempt's leader ends its attempt; anything else is reaped. Returns
@@ -390,7 +449,7 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     };
     // Renamed into place, not fsynced: like the supervisor's (see `supervise.rs`).
     if write_file(&w.dir, EXIT_FILE, text.as_bytes()).is_ok() {
-        say(&format!("exit {}", w.id));
+        say(&format!("exit {} {}", w.id, text.trim_end()));
     }
 }
 
