@@ -185,7 +185,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                 }
                 let mut st = shared.lock();
                 match start(&dir, &argv, &cwd, &env, &marker, stdin.as_deref()) {
-                    Ok(child) => {
+                    Ok((child, trimmers)) => {
                         let pid = child.id();
                         let started = StartedFile {
                             pid,
@@ -194,7 +194,6 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                             supervisor_start: me.1,
                         };
                         let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes());
-                        let trimmers = super::transcript::Trimmer::for_attempt(&dir);
                         st.ids.insert(id, pid);
                         st.live.insert(
                             pid,
@@ -235,7 +234,8 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
     shared.wake.notify_all();
 }
 
-/// Starts one agent; an error is its kind (as the client parses it) and the error.
+/// Starts one agent, and the trimmers of its transcript; an error is its kind (as the client
+/// parses it) and the error.
 fn start(
     dir: &Path,
     argv: &[String],
@@ -243,7 +243,7 @@ fn start(
     env: &[(String, String)],
     marker: &(String, String),
     stdin: Option<&Path>,
-) -> Result<std::process::Child, (&'static str, io::Error)> {
+) -> Result<(std::process::Child, Vec<super::transcript::Trimmer>), (&'static str, io::Error)> {
     let io = |e| ("io", e);
     let Some(program) = argv.first() else {
         return Err(("io", io::Error::other("nothing to run")));
@@ -297,7 +297,8 @@ fn start(
             &err,
         ),
     };
-    spawned.map_err(|e| {
+    let trimmers = super::transcript::Trimmer::for_attempt(dir, [&out, &err]);
+    let child = spawned.map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => "not_found",
             io::ErrorKind::PermissionDenied => "permission_denied",
@@ -305,7 +306,8 @@ fn start(
             _ => "io",
         };
         (kind, e)
-    })
+    })?;
+    Ok((child, trimmers))
 }
 
 /// A spawn that failed because the program is not there or not executable.
