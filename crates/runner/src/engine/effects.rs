@@ -38,8 +38,24 @@ impl Engine {
         if let Some(reason) = wind_down {
             self.wind_down(&reason);
         }
-        self.launch_all(launches)?;
-        for (task, result, artifact, finalize) in ends {
+        // A task end that is only its event (no artifact to write first, no worktree to
+        // finalize) shares the write of the launches' placements: they are of other tasks.
+        let (plain, effectful): (Vec<_>, Vec<_>) = ends
+            .into_iter()
+            .partition(|(_, _, artifact, finalize)| !artifact && !finalize);
+        let plain: Vec<TaskId> = {
+            let mut finished = Vec::with_capacity(plain.len());
+            let tasks = plain.iter().map(|(task, ..)| *task).collect();
+            for (task, result, ..) in plain {
+                finished.push(Event::TaskFinished { task, result });
+            }
+            self.launch_all(launches, finished)?;
+            tasks
+        };
+        for task in plain {
+            self.discard_copy(task).await;
+        }
+        for (task, result, artifact, finalize) in effectful {
             self.end_task(task, result, artifact, finalize).await?;
         }
         for (task, kind) in jobs {
@@ -51,8 +67,9 @@ impl Engine {
     /// Starts the attempts that were just journaled as launching. An attempt that continues
     /// an interrupted attempt's session has `AttemptContinues` journaled first; an attempt
     /// that outlives sortie has its placement journaled (`AttemptPlaced`, one write for the
-    /// round's launches) before its executor starts it.
-    fn launch_all(&mut self, tasks: Vec<TaskId>) -> Result<()> {
+    /// round's launches, with `finished`, the round's plain task ends) before its executor
+    /// starts it.
+    fn launch_all(&mut self, tasks: Vec<TaskId>, finished: Vec<Event>) -> Result<()> {
         let mut ready = Vec::with_capacity(tasks.len());
         let mut placed = Vec::new();
         for task in tasks {
@@ -83,6 +100,7 @@ impl Engine {
             }
             ready.push(ctx);
         }
+        placed.extend(finished);
         self.commit(placed)?;
         for ctx in ready {
             self.start_attempt(ctx);

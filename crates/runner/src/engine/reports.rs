@@ -1,7 +1,8 @@
-//! Attempt reports become events: one round per distinct task, in arrival order; reports of an
-//! attempt that is not live any more are dropped (fencing).
+//! Attempt reports become events: a task's reports in arrival order, one write for each task's
+//! first report of the batch, one for each task's second, and so on; reports of an attempt that
+//! is not live any more are dropped (fencing).
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 
 use sortie_core::{Attempt, Event, TaskId};
 
@@ -10,38 +11,48 @@ use crate::Result;
 use crate::attempt::Msg;
 
 impl Engine {
-    /// Turns attempt reports into events: one round per distinct task, in arrival order.
+    /// Turns attempt reports into events. A round holds at most one event per task (see
+    /// `commit`), so the batch is cut into rounds: the k-th round holds each task's k-th
+    /// report, in arrival order. A task's reports keep their order; the rounds are as few as
+    /// the most reports one task sent (an attempt that started and ended while the loop was
+    /// busy: two), not one per task that repeats.
     pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
-        let mut round: Vec<Event> = Vec::new();
-        let mut in_round: BTreeSet<TaskId> = BTreeSet::new();
+        let mut rounds: Vec<Vec<Msg>> = Vec::new();
+        let mut count: HashMap<TaskId, usize> = HashMap::new();
         for msg in msgs {
-            let task = msg.task();
-            if in_round.contains(&task) {
-                self.commit_acked(std::mem::take(&mut round))?;
-                in_round.clear();
+            let k = count.entry(msg.task()).or_insert(0);
+            if rounds.len() <= *k {
+                rounds.push(Vec::new());
             }
-            if let Msg::Finished { .. } = msg {
-                self.live.remove(&task);
-            }
-            if let Msg::Activity {
-                task,
-                attempt,
-                text,
-            } = &msg
-            {
-                let live = self.state.task(*task).and_then(|r| r.live_attempt());
-                if live.is_some_and(|a| a.attempt == *attempt) {
-                    self.observer.activity(&self.state, *task, *attempt, text);
-                }
-                continue;
-            }
-            let Some(event) = self.event_for(msg) else {
-                continue;
-            };
-            in_round.insert(task);
-            round.push(event);
+            rounds[*k].push(msg);
+            *k += 1;
         }
-        self.commit_acked(round)
+        for round in rounds {
+            let mut events: Vec<Event> = Vec::with_capacity(round.len());
+            for msg in round {
+                let task = msg.task();
+                if let Msg::Finished { .. } = msg {
+                    self.live.remove(&task);
+                }
+                if let Msg::Activity {
+                    task,
+                    attempt,
+                    text,
+                } = &msg
+                {
+                    let live = self.state.task(*task).and_then(|r| r.live_attempt());
+                    if live.is_some_and(|a| a.attempt == *attempt) {
+                        self.observer.activity(&self.state, *task, *attempt, text);
+                    }
+                    continue;
+                }
+                if let Some(event) = self.event_for(msg) {
+                    events.push(event);
+                }
+            }
+            self.commit_acked(events)?;
+        }
+        Ok(())
     }
 
     /// Commits a round, then (#10) tells the transcripts' cutter: each `AttemptRead` in it is

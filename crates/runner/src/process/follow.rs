@@ -160,7 +160,7 @@ impl Drop for Followed {
 /// How [`watch_exit`] learns of the end.
 enum Ended {
     Supervisor(tokio::process::Child),
-    Shepherd(tokio::sync::oneshot::Receiver<()>),
+    Shepherd(tokio::sync::oneshot::Receiver<Option<sortie_protocol::Exit>>),
     Files,
 }
 
@@ -178,7 +178,12 @@ async fn watch_exit(
     };
     let watcher = match watcher {
         Ended::Shepherd(ended) => match ended.await {
-            Ok(()) => match read_exit(&dir) {
+            // Said with the `exit` line, once its exit file was written.
+            Ok(Some(exit)) => {
+                tx.send_replace(Some(Ok(exit)));
+                return;
+            }
+            Ok(None) => match read_exit(&dir) {
                 Some(exit) => {
                     tx.send_replace(Some(Ok(exit)));
                     return;

@@ -49,6 +49,8 @@ mod lines;
 mod marker;
 mod orphan;
 mod procfs;
+// #10: programs found on PATH once.
+mod resolve;
 mod spawn;
 mod supervise;
 // #10: the per-run shepherd and sortie's side of it.

@@ -18,7 +18,8 @@
 //! still an unreaped zombie, so its group id cannot be reused), reaps it, writes its exit
 //! status atomically to `exit` (the same files as the per-attempt supervisor's, see
 //! `supervise.rs`, so that `presence`, adoption and resume read both alike), and says `exit
-//! <id>`: sortie is woken by that line, not by polling. Descendants that left the agent's group
+//! <id> code <n>` (or `signal <n>`: what the file holds): sortie is woken by that line, not by
+//! polling, and reads the status from it, not from the file. Descendants that left the agent's group
 //! and were reparented to the shepherd are killed by a sweep of `/proc` once their attempt
 //! ended: at once when no sweep ran in the last [`SWEEP_EVERY`], else by the next one, within
 //! that time (a sweep reads every process's stat, too costly for each of a thousand attempts a
@@ -184,7 +185,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                 }
                 let mut st = shared.lock();
                 match start(&dir, &argv, &cwd, &env, &marker, stdin.as_deref()) {
-                    Ok(child) => {
+                    Ok((child, trimmers)) => {
                         let pid = child.id();
                         let started = StartedFile {
                             pid,
@@ -193,7 +194,6 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                             supervisor_start: me.1,
                         };
                         let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes());
-                        let trimmers = super::transcript::Trimmer::for_attempt(&dir);
                         st.ids.insert(id, pid);
                         st.live.insert(
                             pid,
@@ -234,7 +234,8 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
     shared.wake.notify_all();
 }
 
-/// Starts one agent; an error is its kind (as the client parses it) and the error.
+/// Starts one agent, and the trimmers of its transcript; an error is its kind (as the client
+/// parses it) and the error.
 fn start(
     dir: &Path,
     argv: &[String],
@@ -242,7 +243,7 @@ fn start(
     env: &[(String, String)],
     marker: &(String, String),
     stdin: Option<&Path>,
-) -> Result<std::process::Child, (&'static str, io::Error)> {
+) -> Result<(std::process::Child, Vec<super::transcript::Trimmer>), (&'static str, io::Error)> {
     let io = |e| ("io", e);
     let Some(program) = argv.first() else {
         return Err(("io", io::Error::other("nothing to run")));
@@ -258,29 +259,46 @@ fn start(
     let out = open(STDOUT_FILE).map_err(io)?;
     let err = open(STDERR_FILE).map_err(io)?;
     let stdin = match stdin {
-        Some(file) => Stdio::from(File::open(file).map_err(|e| {
+        Some(file) => Some(File::open(file).map_err(|e| {
             io(io::Error::new(
                 e.kind(),
                 format!("cannot open its stdin {}: {e}", file.display()),
             ))
         })?),
-        None => Stdio::null(),
+        None => None,
     };
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "the shepherd's spawn of an attempt"
-    )]
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(&argv[1..])
-        .current_dir(cwd)
-        .env_remove(SHEPHERD_MARKER)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(&marker.0, &marker.1)
-        .stdin(stdin)
-        .stdout(out)
-        .stderr(err)
-        .process_group(0);
-    cmd.spawn().map_err(|e| {
+    // The program found on PATH once (see `resolve`); found no more, by its name again.
+    let resolved = super::resolve::resolve(program, env);
+    let spawned = match &resolved {
+        Some(path) => match spawn_one(path, argv, cwd, env, marker, &stdin, &out, &err) {
+            Err(e) if is_not_runnable(&e) => {
+                super::resolve::forget(program, env);
+                spawn_one(
+                    Path::new(program),
+                    argv,
+                    cwd,
+                    env,
+                    marker,
+                    &stdin,
+                    &out,
+                    &err,
+                )
+            }
+            other => other,
+        },
+        None => spawn_one(
+            Path::new(program),
+            argv,
+            cwd,
+            env,
+            marker,
+            &stdin,
+            &out,
+            &err,
+        ),
+    };
+    let trimmers = super::transcript::Trimmer::for_attempt(dir, [&out, &err]);
+    let child = spawned.map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => "not_found",
             io::ErrorKind::PermissionDenied => "permission_denied",
@@ -288,7 +306,50 @@ fn start(
             _ => "io",
         };
         (kind, e)
-    })
+    })?;
+    Ok((child, trimmers))
+}
+
+/// A spawn that failed because the program is not there or not executable.
+fn is_not_runnable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+    )
+}
+
+/// Spawns `program` (argv[0] stays `argv`'s) with the attempt's stdio, once.
+#[allow(clippy::too_many_arguments, reason = "one spawn's parts")]
+fn spawn_one(
+    program: &Path,
+    argv: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    marker: &(String, String),
+    stdin: &Option<File>,
+    out: &File,
+    err: &File,
+) -> io::Result<std::process::Child> {
+    let stdin = match stdin {
+        Some(f) => Stdio::from(f.try_clone()?),
+        None => Stdio::null(),
+    };
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the shepherd's spawn of an attempt"
+    )]
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg0(&argv[0])
+        .args(&argv[1..])
+        .current_dir(cwd)
+        .env_remove(SHEPHERD_MARKER)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&marker.0, &marker.1)
+        .stdin(stdin)
+        .stdout(out.try_clone()?)
+        .stderr(err.try_clone()?)
+        .process_group(0);
+    cmd.spawn()
 }
 
 /// Waits for children: an attempt's leader ends its attempt; anything else is reaped. Returns
@@ -390,7 +451,7 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     };
     // Renamed into place, not fsynced: like the supervisor's (see `supervise.rs`).
     if write_file(&w.dir, EXIT_FILE, text.as_bytes()).is_ok() {
-        say(&format!("exit {}", w.id));
+        say(&format!("exit {} {}", w.id, text.trim_end()));
     }
 }
 

@@ -20,6 +20,7 @@ use super::shepherd::{Request, SHEPHERD_ARG, SHEPHERD_MARKER};
 use super::spawn::check_cwd;
 use super::supervise::StartedFile;
 use super::{SpawnError, SpawnSpec, lock};
+use sortie_protocol::Exit;
 
 /// How long [`release_shepherds`] waits for a shepherd to exit.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -29,7 +30,7 @@ type StartReply = Result<StartedFile, SpawnError>;
 #[derive(Default)]
 struct Pending {
     starting: HashMap<u64, (String, usize, oneshot::Sender<StartReply>)>,
-    running: HashMap<u64, oneshot::Sender<()>>,
+    running: HashMap<u64, oneshot::Sender<Option<Exit>>>,
     dead: bool,
 }
 
@@ -63,9 +64,10 @@ fn shepherds() -> &'static tokio::sync::Mutex<HashMap<String, Arc<Shepherd>>> {
 pub struct Shepherded {
     /// The attempt's `started` record (the shepherd as its supervisor).
     pub started: StartedFile,
-    /// Resolves once the shepherd recorded the attempt's exit; an error when the shepherd is
-    /// gone before (the follower then looks at the files).
-    pub ended: oneshot::Receiver<()>,
+    /// Resolves once the shepherd recorded the attempt's exit, with the exit it recorded
+    /// (`None` from a shepherd that does not say it: the follower reads the exit file); an
+    /// error when the shepherd is gone before (the follower then looks at the files).
+    pub ended: oneshot::Receiver<Option<Exit>>,
     /// Drops the attempt (see [`Forget::forget`]).
     pub forget: Forget,
 }
@@ -270,9 +272,10 @@ fn reply(pending: &Mutex<Pending>, line: &str) {
                 let _ = tx.send(Err(e));
             }
         }
+        // `exit <id> code <n>` or `exit <id> signal <n>`: what its exit file holds.
         "exit" => {
             if let Some(tx) = p.running.remove(&id) {
-                let _ = tx.send(());
+                let _ = tx.send(super::supervise::parse_exit(rest));
             }
         }
         _ => {}

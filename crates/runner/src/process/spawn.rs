@@ -179,7 +179,6 @@ enum StdinFrom {
     File(std::fs::File),
 }
 
-#[allow(clippy::disallowed_methods, reason = "the one spawn function")]
 async fn spawn_child(
     spec: &SpawnSpec,
     stdin: StdinFrom,
@@ -206,24 +205,22 @@ async fn spawn_child(
         None => (None, None),
     };
 
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&spec.argv[1..])
-        .current_dir(&spec.cwd)
-        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(&spec.marker.0, &spec.marker.1)
-        .stdin(match stdin {
-            StdinFrom::Null => Stdio::null(),
-            StdinFrom::Piped => Stdio::piped(),
-            StdinFrom::File(file) => Stdio::from(file),
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-
     // Listening before the child exists: its SIGCHLD cannot be missed.
     let sigchld = signal_stream(SignalKind::child()).ok();
-    let mut child = cmd.spawn().map_err(|error| match error.kind() {
+    // The program found on PATH once (see `resolve`); found no more, by its name again.
+    let resolved = super::resolve::resolve(program, &spec.env);
+    let mut spawned = match &resolved {
+        Some(path) => command(spec, path, &stdin).and_then(|mut c| c.spawn()),
+        None => command(spec, Path::new(program), &stdin).and_then(|mut c| c.spawn()),
+    };
+    if resolved.is_some()
+        && let Err(e) = &spawned
+        && is_not_runnable(e)
+    {
+        super::resolve::forget(program, &spec.env);
+        spawned = command(spec, Path::new(program), &stdin).and_then(|mut c| c.spawn());
+    }
+    let mut child = spawned.map_err(|error| match error.kind() {
         io::ErrorKind::NotFound => SpawnError::NotFound {
             program: program.clone(),
         },
@@ -304,6 +301,39 @@ async fn spawn_child(
         stdout_bytes,
         stdin,
     })
+}
+
+/// A spawn that failed because the program is not there or not executable.
+fn is_not_runnable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+    )
+}
+
+/// The command that starts `spec` as `program` (argv[0] stays the spec's).
+#[allow(clippy::disallowed_methods, reason = "the one spawn function")]
+fn command(
+    spec: &SpawnSpec,
+    program: &Path,
+    stdin: &StdinFrom,
+) -> io::Result<tokio::process::Command> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.arg0(&spec.argv[0])
+        .args(&spec.argv[1..])
+        .current_dir(&spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(&spec.marker.0, &spec.marker.1)
+        .stdin(match stdin {
+            StdinFrom::Null => Stdio::null(),
+            StdinFrom::Piped => Stdio::piped(),
+            StdinFrom::File(file) => Stdio::from(file.try_clone()?),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    Ok(cmd)
 }
 
 /// Writes a direct attempt's `exit` file once its transcript is complete and its leader reaped.

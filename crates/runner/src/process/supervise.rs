@@ -102,7 +102,12 @@ pub fn read_started(dir: &Path) -> Option<StartedFile> {
 
 /// Reads an attempt dir's `exit`, if it is there and whole.
 pub fn read_exit(dir: &Path) -> Option<Exit> {
-    let text = fs::read_to_string(dir.join(EXIT_FILE)).ok()?;
+    parse_exit(&fs::read_to_string(dir.join(EXIT_FILE)).ok()?)
+}
+
+/// An exit as the exit file (and the shepherd's `exit` line) says it: `code <n>` or
+/// `signal <n>`.
+pub(super) fn parse_exit(text: &str) -> Option<Exit> {
     let (kind, n) = text.trim().split_once(' ')?;
     let n: i32 = n.parse().ok()?;
     match kind {

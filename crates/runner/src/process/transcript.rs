@@ -251,16 +251,20 @@ impl Trimmer {
         Ok(t)
     }
 
-    /// The trimmers of an attempt dir's `stdout` and `stderr` (already created by the agent's
-    /// spawn), under this process's cap; none when the cap is off.
-    pub(super) fn for_attempt(dir: &Path) -> Vec<Trimmer> {
+    /// The trimmers of an attempt dir's `stdout` and `stderr`, already created (and opened for
+    /// writing: `files`, duplicated, not opened again) by the agent's spawn, under this
+    /// process's cap; none when the cap is off.
+    pub(super) fn for_attempt(dir: &Path, files: [&File; 2]) -> Vec<Trimmer> {
         let cap = Cap::from_env();
         if cap.is_unbounded() {
             return Vec::new();
         }
         [super::STDOUT_FILE, super::STDERR_FILE]
             .iter()
-            .filter_map(|name| Trimmer::open(&dir.join(name), cap).ok())
+            .zip(files)
+            .filter_map(|(name, file)| {
+                Some(Trimmer::with(&dir.join(name), file.try_clone().ok()?, cap))
+            })
             .collect()
     }
 
