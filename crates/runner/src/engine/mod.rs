@@ -246,12 +246,14 @@ pub async fn take_over(
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
     // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
     // is refused: appending to it would write over what was lost.
+    // From the newest valid snapshot and the records after it: its decoding starts now, while
+    // sled opens the journal.
+    let prefetch = sortie_journal::Prefetch::start(dir.path());
     let opened = Journal::open(dir.path()).and_then(|journal| {
         if let Some(mark) = index::acked(state_dir, &run_id) {
             journal.check_mark(&mark)?;
         }
-        // From the newest valid snapshot and the records after it.
-        let state = journal.replay_latest()?;
+        let state = journal.replay_latest_from(prefetch)?;
         Ok((journal, state))
     });
     let (journal, state) = match opened {
