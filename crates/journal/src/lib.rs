@@ -45,8 +45,9 @@
 //! Performance: replay and audit scan, check and decode the two halves of the key space on two
 //! threads while the caller's thread applies the records in order (sled's leaves hold 16 items,
 //! so its scan alone costs about as much as decoding and applying together); a million
-//! realistic events take ~1.6 s of CPU in all. Concurrent appends share flushes. Measured by
-//! `examples/journal_bench.rs`.
+//! realistic events take ~1.6 s of CPU in all. `replay_latest` decodes the newest snapshot on a
+//! third thread while the tail after it is scanned (see `snapshot::Prefetch`). Concurrent
+//! appends share flushes. Measured by `examples/journal_bench.rs`.
 //!
 //! Modules: `journal` (the handle; create, open, the read-only snapshot copy), `commit` (appends
 //! and group commit), `read` (the checked iterator, replay, the two-thread scan), `audit`,
@@ -82,7 +83,7 @@ pub use export::{EXPORT_VERSION, ExportRecord};
 pub use journal::{Journal, db_dir};
 pub use mark::{Mark, mark_path};
 pub use salvage::Salvage;
-pub use snapshot::{remove_snapshots, snapshot_paths};
+pub use snapshot::{Prefetch, remove_snapshots, snapshot_paths};
 #[cfg(feature = "test-util")]
 pub use test_util::fuzzing;
 

@@ -25,7 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sortie_core::RunState;
+use sortie_core::{RunState, Seq};
 
 use crate::journal::Journal;
 use crate::mark::{Mark, digest, private_file};
@@ -130,6 +130,55 @@ pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<(Mark, RunState), Stri
         return Err("it does not decode to the state it names".into());
     }
     Ok((Mark { records, digest }, state))
+}
+
+/// A run's newest snapshot, read and decoded on a thread of its own from the moment it is
+/// started: [`Journal::replay_latest_from`] scans the tail after the seq its header names
+/// meanwhile, and applies the tail once the decoded state checks out against the journal.
+/// Dropped unused, its thread finishes on its own.
+pub struct Prefetch {
+    /// The mark the newest snapshot's header names (None: no snapshot, or not one).
+    mark: Option<Mark>,
+    /// Its decoding.
+    decoding: Option<std::thread::JoinHandle<std::result::Result<(Mark, RunState), String>>>,
+}
+
+impl Prefetch {
+    /// Starts reading and decoding the newest snapshot of the run in `run_dir`.
+    pub fn start(run_dir: &Path) -> Prefetch {
+        let [newest, _] = paths(run_dir);
+        let mark = read_header(&newest).and_then(|h| peek(&h));
+        let decoding = mark.and_then(|_| {
+            std::thread::Builder::new()
+                .name("snapshot-decode".into())
+                .spawn(move || {
+                    let bytes = fs::read(&newest).map_err(|e| e.to_string())?;
+                    decode(&bytes)
+                })
+                .ok()
+        });
+        Prefetch { mark, decoding }
+    }
+}
+
+/// The first [`HEADER`] bytes of a file, if it has as many.
+fn read_header(path: &Path) -> Option<[u8; HEADER]> {
+    use std::io::Read;
+    let mut header = [0u8; HEADER];
+    fs::File::open(path).ok()?.read_exact(&mut header).ok()?;
+    Some(header)
+}
+
+/// The mark a snapshot's header names, without checking the rest: enough to start reading
+/// the tail after it while [`decode`] checks the whole.
+fn peek(bytes: &[u8]) -> Option<Mark> {
+    let at = |from: usize| bytes.get(from..from + 8).and_then(|b| b.try_into().ok());
+    if bytes.get(..16)? != MAGIC || *bytes.get(16)? != VERSION {
+        return None;
+    }
+    let records = u64::from_le_bytes(at(25)?);
+    let digest = u32::from_le_bytes(bytes.get(33..37)?.try_into().ok()?);
+    Some(Mark { records, digest })
 }
 
 impl Journal {
@@ -256,7 +305,97 @@ impl Journal {
     /// (the whole journal when there is none). A tail that does not apply onto the snapshot
     /// (a snapshot that decoded but is wrong) is said with a warning and the whole journal is
     /// folded instead; a bad record is an error naming its seq, as for [`Journal::replay`].
+    ///
+    /// The newest snapshot is decoded on a thread of its own while the tail after the seq its
+    /// header names is scanned and decoded (see [`Journal::scan`]): a 100,000-task state takes
+    /// about as long to decode as a tail of as many records to read. The tail is applied once
+    /// the snapshot checks out; one that does not is dropped with its tail, and the
+    /// one-by-one way below (the older snapshot, or the whole journal) is taken.
     pub fn replay_latest(&self) -> Result<RunState> {
+        self.replay_latest_from(Prefetch::start(&self.run_dir))
+    }
+
+    /// [`Journal::replay_latest`] from a snapshot whose decoding started before this journal
+    /// was opened (sled's open of a big journal takes a while too): `prefetch` must be of this
+    /// journal's run directory.
+    pub fn replay_latest_from(&self, prefetch: Prefetch) -> Result<RunState> {
+        match self.replay_newest(prefetch) {
+            Some(done) => done,
+            None => self.replay_latest_in_turn(),
+        }
+    }
+
+    /// [`Journal::replay_latest`] from the newest snapshot, decoded while its tail is read;
+    /// None when that snapshot is missing or does not check out (its warning left to the
+    /// fallback, which reads it again).
+    fn replay_newest(&self, prefetch: Prefetch) -> Option<Result<RunState>> {
+        let Prefetch { mark, decoding } = prefetch;
+        let mark = mark?;
+        if mark.records > self.next_seq().0 || !self.ends_at(mark) {
+            return None;
+        }
+        let mut decoding = decoding;
+        let mut take = || -> Option<RunState> {
+            match decoding.take()?.join() {
+                Ok(Ok((m, state))) if m == mark => Some(state),
+                _ => None,
+            }
+        };
+        let mut state = None;
+        let mut unusable = false;
+        let mut failure = None;
+        self.scan_from(Seq(mark.records), None, |record| {
+            if state.is_none() {
+                state = take();
+            }
+            let Some(state) = state.as_mut() else {
+                unusable = true;
+                return false;
+            };
+            let applied = record.and_then(|r| {
+                let seq = r.seq;
+                state
+                    .apply_owned(r)
+                    .map_err(|violation| Error::Violation { seq, violation })
+            });
+            match applied {
+                Ok(()) => true,
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            }
+        });
+        if state.is_none() && !unusable {
+            state = take();
+        }
+        match (state, failure) {
+            (None, _) => None,
+            (Some(_), Some(Error::Violation { seq, violation })) => {
+                tracing::warn!(
+                    "ignoring the snapshot after {} records: the record at seq {seq} does not \
+                     apply onto it ({violation}); replaying the whole journal",
+                    mark.records
+                );
+                Some(self.replay(None))
+            }
+            (Some(_), Some(e)) => Some(Err(e)),
+            (Some(state), None) => Some(Ok(state)),
+        }
+    }
+
+    /// True when the journal's record before `mark.records` is the one the mark names.
+    fn ends_at(&self, mark: Mark) -> bool {
+        match mark.records.checked_sub(1).map(|s| self.store.get(s)) {
+            None => true,
+            Some(Ok(Some(b))) => digest(&b) == mark.digest,
+            Some(_) => false,
+        }
+    }
+
+    /// [`Journal::replay_latest`] one step after the other: the newest snapshot that checks
+    /// out (older ones too, each that does not said with a warning), then its tail.
+    fn replay_latest_in_turn(&self) -> Result<RunState> {
         let Some((mark, state)) = self.snapshot() else {
             return self.replay(None);
         };

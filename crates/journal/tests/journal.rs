@@ -544,3 +544,49 @@ fn a_snapshot_leaves_sleds_own_beside_the_log_and_the_writer_goes_on() {
     assert_eq!(j.next_seq().0, events.len() as u64);
     assert!(j.audit().is_clean());
 }
+
+#[test]
+fn a_snapshot_whose_header_holds_but_whose_body_does_not_is_passed_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    let events: Vec<_> = support::realistic(40, 2).collect();
+    let (a, rest) = events.split_at(events.len() / 3);
+    let (b, c) = rest.split_at(rest.len() / 2);
+    j.append_all(a).unwrap();
+    j.write_snapshot(&j.replay(None).unwrap()).unwrap();
+    j.append_all(b).unwrap();
+    j.write_snapshot(&j.replay(None).unwrap()).unwrap();
+    j.append_all(c).unwrap();
+    let full = j.replay(None).unwrap();
+    drop(j);
+    let [newest, older] = sortie_journal::snapshot_paths(tmp.path());
+    let good = std::fs::read(&newest).unwrap();
+    let read = || {
+        // The prefetch starts before the open, as `status` and `resume` start it.
+        let prefetch = sortie_journal::Prefetch::start(tmp.path());
+        let reader = Journal::open_read_only(tmp.path()).unwrap();
+        let state = reader.replay_latest_from(prefetch).unwrap();
+        assert_eq!(reader.replay_latest().unwrap(), state);
+        state
+    };
+    assert_eq!(read(), full, "both snapshots good");
+    // The header (the seq the tail starts at) checks out, the body does not: the older
+    // snapshot and its tail, then, or the whole journal.
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x40;
+    std::fs::write(&newest, &bad).unwrap();
+    assert_eq!(read(), full, "the newest snapshot's body damaged");
+    std::fs::write(&older, &bad).unwrap();
+    assert_eq!(read(), full, "both damaged: the whole journal");
+    // Another format version is not read either.
+    let mut other = good.clone();
+    other[16] = other[16].wrapping_add(1);
+    std::fs::write(&newest, &other).unwrap();
+    assert_eq!(read(), full, "a snapshot of another version");
+    // A header cut short, or nothing at all.
+    std::fs::write(&newest, &good[..20]).unwrap();
+    assert_eq!(read(), full, "a snapshot cut inside its header");
+    std::fs::write(&newest, b"").unwrap();
+    assert_eq!(read(), full, "an empty snapshot");
+}

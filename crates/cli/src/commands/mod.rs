@@ -195,6 +195,33 @@ fn replay_all(journal: &Journal) -> Result<RunState> {
     Ok(journal.replay_latest()?)
 }
 
+/// [`replay_all`] of the journal [`open_read`] opens, quicker for a big run: the newest
+/// snapshot's decoding starts before the journal's private copy is made and opened (see
+/// `sortie_journal::Prefetch`), and the journal is closed (sled's teardown, the copy removed)
+/// on a thread of its own while the caller goes on, until [`Closing`] is dropped.
+fn read_latest(state_dir: &StateDir, run: &RunId) -> Result<(RunState, Closing)> {
+    let prefetch = sortie_journal::Prefetch::start(state_dir.run(run).path());
+    let journal = open_read(state_dir, run)?;
+    let state = journal.replay_latest_from(prefetch)?;
+    let closing = std::thread::Builder::new()
+        .name("journal-close".into())
+        .spawn(move || drop(journal))
+        .ok();
+    Ok((state, Closing(closing)))
+}
+
+/// A journal being closed on a thread of its own ([`read_latest`]): dropping this waits for
+/// it, so that the process never ends with the journal's private copy left behind.
+struct Closing(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        if let Some(closing) = self.0.take() {
+            let _ = closing.join();
+        }
+    }
+}
+
 /// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.
 pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
     if dir == std::path::Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {

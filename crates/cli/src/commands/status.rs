@@ -19,7 +19,8 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         Owner::Live { pid } => Some(pid.unwrap_or(0)),
         Owner::Free => None,
     };
-    let state = replay_all(&open_read(&g.layout(), &run)?)?;
+    // Closed (its copy removed) when `_closing` drops, on every way out.
+    let (state, _closing) = super::read_latest(&g.layout(), &run)?;
     let view = output::view(&run, &state, live_pid, false);
     // Buffered: stdout is line-buffered, and a 100,000-task run is as many lines.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());

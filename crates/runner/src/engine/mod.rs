@@ -227,6 +227,9 @@ pub async fn take_over(
         .ok()
         .flatten()
         .is_some_and(|e| e.damaged.is_some());
+    // From the newest valid snapshot and the records after it: its decoding starts now, while
+    // sled opens the copy.
+    let prefetch = sortie_journal::Prefetch::start(dir.path());
     let checked = Journal::open_read_only(dir.path()).and_then(|journal| {
         if let Some(mark) = index::acked(state_dir, &run_id) {
             journal.check_mark(&mark)?;
@@ -234,7 +237,7 @@ pub async fn take_over(
         if known_damaged {
             journal.replay(None)
         } else {
-            journal.replay_latest()
+            journal.replay_latest_from(prefetch)
         }
     });
     let checked = match checked {
