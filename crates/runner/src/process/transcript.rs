@@ -263,7 +263,9 @@ impl Trimmer {
             .iter()
             .zip(files)
             .filter_map(|(name, file)| {
-                Some(Trimmer::with(&dir.join(name), file.try_clone().ok()?, cap))
+                let mut t = Trimmer::with(&dir.join(name), file.try_clone().ok()?, cap);
+                t.acked = *name == super::STDOUT_FILE;
+                Some(t)
             })
             .collect()
     }
