@@ -75,12 +75,11 @@ impl RunState {
         self.run_id = Some(run_id);
         self.tasks = batch.tasks.iter().map(|_| TaskRecord::new()).collect();
         (self.done, self.tally) = (0, Usage::ZERO);
-        self.labels = batch
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
-            .collect();
+        self.labels = (0..batch.tasks.len() as u32).map(TaskId).collect();
+        self.labels.sort_unstable_by(|a, b| {
+            (batch.tasks[a.index()].label.as_str(), a)
+                .cmp(&(batch.tasks[b.index()].label.as_str(), b))
+        });
         self.pools = crate::pool::pools_used(&batch)
             .into_keys()
             .chain(batch.config.pools.keys().cloned())
