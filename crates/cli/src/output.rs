@@ -323,8 +323,8 @@ impl WorktreeView {
         Some(WorktreeView {
             path: plan.path.clone(),
             branch: plan.branch.clone(),
-            kept: rec.worktree_final.as_ref().map(|(changed, _)| *changed),
-            diff: rec.worktree_final.as_ref().and_then(|(_, d)| d.clone()),
+            kept: rec.worktree_final.as_deref().map(|(changed, _)| *changed),
+            diff: rec.worktree_final.as_deref().and_then(|(_, d)| d.clone()),
         })
     }
 }
@@ -496,7 +496,7 @@ pub(crate) fn task_view(
         artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
         held: !rec.state.is_terminal() && state.control.is_held(sortie_core::TaskId(i as u32)),
         worktree: WorktreeView::of(rec),
-        carried: rec.carried,
+        carried: rec.carried.as_deref().copied(),
         denials: rec.denials(),
         waiting_for_pool: sortie_core::waiting_for_pool(
             state,
@@ -552,7 +552,7 @@ pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()
         .iter()
         .enumerate()
         .filter_map(|(i, rec)| {
-            let u = rec.carried?;
+            let u = *rec.carried.as_deref()?;
             Some((state.label(sortie_core::TaskId(u32::try_from(i).ok()?)), u))
         })
         .collect();
