@@ -91,11 +91,17 @@ pub(crate) fn resolve_all(
             .collect(),
         on_task_end: run.on_task_end.clone(),
     };
+    // Tasks alike share one body as they are resolved (see `TaskSpec`).
+    let mut sharer = sortie_core::BodySharer::default();
     let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
         .tasks
         .iter()
         .enumerate()
-        .map(|(i, t)| resolve_task(i, t, &run.defaults, ov, base, &run.agents, &roles))
+        .map(|(i, t)| {
+            let (mut spec, env) = resolve_task(i, t, &run.defaults, ov, base, &run.agents, &roles);
+            sharer.share(&mut spec);
+            (spec, env)
+        })
         .unzip();
     let uses = role_uses(&tasks, &roles);
     let batch = Batch {
@@ -231,7 +237,7 @@ fn resolve_agent(t: &RawTask, d: &RawTask, ov: &Overrides) -> String {
         AgentFrom::TaskCommand | AgentFrom::DefaultsCommand => Some("command".to_owned()),
         AgentFrom::Builtin => None,
     };
-    agent.unwrap_or_else(|| TaskSpec::new("", "").agent)
+    agent.unwrap_or_else(|| TaskSpec::new("", "").agent.clone())
 }
 
 fn resolve_task(

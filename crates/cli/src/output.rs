@@ -323,8 +323,8 @@ impl WorktreeView {
         Some(WorktreeView {
             path: plan.path.clone(),
             branch: plan.branch.clone(),
-            kept: rec.worktree_final.as_ref().map(|(changed, _)| *changed),
-            diff: rec.worktree_final.as_ref().and_then(|(_, d)| d.clone()),
+            kept: rec.worktree_final.as_deref().map(|(changed, _)| *changed),
+            diff: rec.worktree_final.as_deref().and_then(|(_, d)| d.clone()),
         })
     }
 }
@@ -452,7 +452,6 @@ pub(crate) struct RunView {
     pub(crate) now: u64,
 }
 
-/// Builds the view of a run.
 /// Issue 13: a task's validated structured result as JSON (journaled as compact JSON text).
 pub(crate) fn structured_value(r: &sortie_core::TaskResult) -> Option<serde_json::Value> {
     r.result
@@ -460,13 +459,36 @@ pub(crate) fn structured_value(r: &sortie_core::TaskResult) -> Option<serde_json
         .and_then(|t| serde_json::from_str(t).ok())
 }
 
+/// Builds the view of a run.
 pub(crate) fn view(
     run: &RunId,
     state: &RunState,
     live_pid: Option<u32>,
     with_text: bool,
 ) -> RunView {
-    let mut counts = BTreeMap::new();
+    let mut v = view_head(run, state, live_pid);
+    v.tasks = state
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, rec)| task_view(state, i, rec, v.now, with_text))
+        .collect();
+    v
+}
+
+/// The view of a run without its tasks (`tasks` is empty; `counts` counts every task): what
+/// a summary starts from that shows the tasks one [`task_view`] at a time, so that the views
+/// of a 100,000-task run never exist at once.
+pub(crate) fn view_head(run: &RunId, state: &RunState, live_pid: Option<u32>) -> RunView {
+    let mut by_state: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for rec in &state.tasks {
+        // Core names the display states (`interrupted`, `setting-up`).
+        *by_state.entry(rec.display_state()).or_insert(0) += 1;
+    }
+    let counts = by_state
+        .into_iter()
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect();
     let now = state
         .tasks
         .iter()
@@ -475,50 +497,6 @@ pub(crate) fn view(
         .max()
         .unwrap_or(0)
         .max(if live_pid.is_some() { now_ms() } else { 0 });
-    let spec_of = |i: usize| state.spec(sortie_core::TaskId(i as u32));
-    let tasks: Vec<TaskView> = state
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, rec)| {
-            // Core names the display states (`interrupted`, `setting-up`).
-            let name = rec.display_state().to_owned();
-            *counts.entry(name.clone()).or_insert(0) += 1;
-            let result = rec.result();
-            TaskView {
-                label: state.label(sortie_core::TaskId(i as u32)),
-                state: name,
-                attempts: rec.attempts.len(),
-                model: rec.attempts.last().and_then(|a| a.model.clone()),
-                stop_reason: result.map(|r| r.stop_reason.to_string()),
-                error: result.and_then(|r| r.error.clone()),
-                stalled: rec.live_attempt().is_some_and(|a| a.stalled),
-                usage: rec.usage(),
-                text: if with_text {
-                    result.map(|r| r.text.clone())
-                } else {
-                    None
-                },
-                models: models_tried(rec),
-                duration_ms: duration(rec, now),
-                artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
-                held: !rec.state.is_terminal()
-                    && state.control.is_held(sortie_core::TaskId(i as u32)),
-                worktree: WorktreeView::of(rec),
-                carried: rec.carried,
-                denials: rec.denials(),
-                waiting_for_pool: sortie_core::waiting_for_pool(
-                    state,
-                    sortie_core::TaskId(i as u32),
-                    sortie_core::Timestamp(now),
-                )
-                .map(str::to_owned),
-                role: spec_of(i).and_then(|s| s.role.clone()),
-                session: spec_of(i).and_then(|s| s.session.clone()),
-                result: result.and_then(structured_value),
-            }
-        })
-        .collect();
     let status = match (&state.status, live_pid) {
         (RunStatus::Finished { state }, _) => state.to_string(),
         (RunStatus::Interrupted { .. }, None) | (RunStatus::Running, None) => "interrupted".into(),
@@ -533,13 +511,56 @@ pub(crate) fn view(
         counts,
         usage,
         cost: usage.cost.to_string(),
-        tasks,
+        tasks: Vec::new(),
         events: state.next_seq.0,
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
         commands: Vec::new(),
         parent: state.parent.as_ref().map(ToString::to_string),
         pools: crate::pools::views(state, now),
         now,
+    }
+}
+
+/// The view of task `i` of `state` (its record `rec`), as of `now` (ms since the epoch).
+pub(crate) fn task_view(
+    state: &RunState,
+    i: usize,
+    rec: &sortie_core::TaskRecord,
+    now: u64,
+    with_text: bool,
+) -> TaskView {
+    let spec = state.spec(sortie_core::TaskId(i as u32));
+    let result = rec.result();
+    TaskView {
+        label: state.label(sortie_core::TaskId(i as u32)),
+        state: rec.display_state().to_owned(),
+        attempts: rec.attempts.len(),
+        model: rec.attempts.last().and_then(|a| a.model.clone()),
+        stop_reason: result.map(|r| r.stop_reason.to_string()),
+        error: result.and_then(|r| r.error.clone()),
+        stalled: rec.live_attempt().is_some_and(|a| a.stalled),
+        usage: rec.usage(),
+        text: if with_text {
+            result.map(|r| r.text.clone())
+        } else {
+            None
+        },
+        models: models_tried(rec),
+        duration_ms: duration(rec, now),
+        artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
+        held: !rec.state.is_terminal() && state.control.is_held(sortie_core::TaskId(i as u32)),
+        worktree: WorktreeView::of(rec),
+        carried: rec.carried.as_deref().copied(),
+        denials: rec.denials(),
+        waiting_for_pool: sortie_core::waiting_for_pool(
+            state,
+            sortie_core::TaskId(i as u32),
+            sortie_core::Timestamp(now),
+        )
+        .map(str::to_owned),
+        role: spec.and_then(|s| s.role.clone()),
+        session: spec.and_then(|s| s.session.clone()),
+        result: result.and_then(structured_value),
     }
 }
 
@@ -585,7 +606,7 @@ pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()
         .iter()
         .enumerate()
         .filter_map(|(i, rec)| {
-            let u = rec.carried?;
+            let u = *rec.carried.as_deref()?;
             Some((state.label(sortie_core::TaskId(u32::try_from(i).ok()?)), u))
         })
         .collect();

@@ -11,7 +11,7 @@ use crate::args::Global;
 use crate::board::{compact, cut, short_duration};
 use crate::error::Result;
 use crate::output::{self, RunView, TaskView};
-use sortie_core::ledger::ledger;
+use sortie_core::ledger::model_ledger;
 use sortie_core::{RunId, RunState};
 
 /// A run with at most this many tasks shows each task's output in its summary (more: only with
@@ -24,16 +24,21 @@ pub(crate) fn shows_outputs(g: &Global, state: &RunState) -> bool {
 }
 
 /// Prints a finished (or interrupted) run's summary on stdout.
+///
+/// The table shows the tasks one view at a time (`output::task_view`): a run of 100,000 tasks
+/// never holds all their views at once (they were the biggest part of `sortie run`'s peak
+/// memory). `--json` prints the whole view as one object.
 pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result<()> {
     let with_text = shows_outputs(g, state);
-    let mut view = output::view(run, state, None, with_text);
-    view.commands = commands(g, &view);
     let mut out = std::io::stdout().lock();
     if g.json {
+        let mut view = output::view(run, state, None, with_text);
+        view.commands = commands(g, &view);
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
         return Ok(());
     }
+    let mut view = output::view_head(run, state, None);
     if with_text {
         // The journal's text once the run finished (`RunFinished` carries it, made by core's
         // `summary_text`); a run not finished has none journaled, so the same function says it
@@ -44,11 +49,26 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
         }
         writeln!(out)?;
     }
-    print_table(&mut out, &view, colours())?;
+    let label_w = label_width(
+        state
+            .batch
+            .iter()
+            .flat_map(|b| b.tasks.iter().map(|t| t.label.as_str())),
+    );
+    let now = view.now;
+    let rows = state
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, rec)| output::task_view(state, i, rec, now, false));
+    // What the commands and the kept worktrees need: the tasks that did not complete, and
+    // those whose worktree was kept.
+    view.tasks = print_table(&mut out, &view, rows, label_w, colours())?;
+    view.commands = commands(g, &view);
     writeln!(out)?;
     output::print_kept(&mut out, &view)?;
     output::print_carried(&mut out, state)?;
-    let ledger = ledger(state);
+    let ledger = model_ledger(state);
     writeln!(
         out,
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  cost",
@@ -99,21 +119,39 @@ fn models_text(t: &TaskView) -> String {
     }
 }
 
-/// The table of the tasks, then the totals.
-pub(crate) fn print_table(out: &mut impl Write, v: &RunView, colour: bool) -> Result<()> {
-    let label_w = v
-        .tasks
-        .iter()
-        .map(|t| t.label.chars().count())
+/// The width of the label column: the longest label, within 4 to 28 characters.
+pub(crate) fn label_width<'a>(labels: impl Iterator<Item = &'a str>) -> usize {
+    labels
+        .map(|l| l.chars().count())
         .max()
         .unwrap_or(4)
-        .clamp(4, 28);
+        .clamp(4, 28)
+}
+
+/// Whether a task's view is one the summary's commands and kept worktrees name: it did not
+/// complete, or its worktree was kept.
+fn remarkable(t: &TaskView) -> bool {
+    t.state != "completed" || t.worktree.as_ref().is_some_and(|w| w.kept == Some(true))
+}
+
+/// The table of the tasks `rows` (the run's counts and usage from `v`), then the totals;
+/// returns the rows that are [`remarkable`].
+pub(crate) fn print_table(
+    out: &mut impl Write,
+    v: &RunView,
+    rows: impl Iterator<Item = TaskView>,
+    label_w: usize,
+    colour: bool,
+) -> Result<Vec<TaskView>> {
+    let (mut total, mut longest, mut remarkable_rows) = (0usize, None::<u64>, Vec::new());
     writeln!(
         out,
         "{:<label_w$}  {:<11} {:>3}  {:<24} {:>7} {:>9} {:>8}  result",
         "task", "state", "att", "models", "tokens", "cost", "time"
     )?;
-    for t in &v.tasks {
+    for t in rows {
+        total += 1;
+        longest = longest.max(t.duration_ms);
         let state = format!("{:<11}", t.state);
         let state = if colour {
             let style = match t.state.as_str() {
@@ -144,7 +182,7 @@ pub(crate) fn print_table(out: &mut impl Write, v: &RunView, colour: bool) -> Re
             "{:<label_w$}  {state} {:>3}  {:<24} {:>7} {:>9} {:>8}  {result}",
             cut(&t.label, label_w),
             t.attempts,
-            cut(&models_text(t), 24),
+            cut(&models_text(&t), 24),
             compact(t.usage.tokens()),
             t.usage.cost.to_string(),
             t.duration_ms.map_or("-".to_owned(), short_duration),
@@ -155,24 +193,23 @@ pub(crate) fn print_table(out: &mut impl Write, v: &RunView, colour: bool) -> Re
             let line = e.lines().next().unwrap_or_default();
             writeln!(out, "{:label_w$}  └ {}", "", cut(line, 100))?;
         }
+        if remarkable(&t) {
+            remarkable_rows.push(t);
+        }
     }
     let counts: Vec<String> = v.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    let span = v
-        .tasks
-        .iter()
-        .filter_map(|t| t.duration_ms)
-        .max()
+    let span = longest
         .map(|d| format!(" · longest {}", short_duration(d)))
         .unwrap_or_default();
     writeln!(
         out,
         "total: {} task(s) · {} · {} tokens · {}{span}",
-        v.tasks.len(),
+        total,
         counts.join(", "),
         v.usage.tokens(),
         v.cost
     )?;
-    Ok(())
+    Ok(remarkable_rows)
 }
 
 /// The commands to go on from here: resume an unfinished run, inspect what did not complete.

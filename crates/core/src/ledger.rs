@@ -41,6 +41,11 @@ impl Ledger {
     pub fn add(&mut self, task: TaskId, model: Option<&str>, usage: &Usage) {
         let t = self.tasks.entry(task).or_insert(Usage::ZERO);
         *t = t.plus(usage);
+        self.add_untasked(model, usage);
+    }
+
+    /// [`Ledger::add`] without the per-task part.
+    fn add_untasked(&mut self, model: Option<&str>, usage: &Usage) {
         let m = self
             .models
             .entry(model.map(str::to_owned))
@@ -162,6 +167,16 @@ pub fn ledger(state: &RunState) -> Ledger {
     ledger
 }
 
+/// [`ledger`] without its per-task part (`tasks` is empty): per model and in total, what a
+/// run's summary prints (the per-task map of a 100,000-task run is megabytes).
+pub fn model_ledger(state: &RunState) -> Ledger {
+    let mut ledger = Ledger::new();
+    for attempt in state.tasks.iter().flat_map(|t| t.attempts.iter()) {
+        ledger.add_untasked(attempt.model.as_deref(), &attempt.usage);
+    }
+    ledger
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +254,56 @@ mod tests {
             "the fold is from_events one event at a time"
         );
         assert_eq!(Ledger::from_events(std::iter::empty()), Ledger::new());
+    }
+
+    #[test]
+    fn the_model_ledger_is_the_ledger_without_its_tasks() {
+        use crate::ids::{RunId, Seq, Timestamp};
+        use crate::spec::{AgentProfile, Batch, RunConfig, TaskSpec};
+        let batch = Batch {
+            tasks: vec![TaskSpec::new("a", "/w"), TaskSpec::new("b", "/w")],
+            agents: AgentProfile::builtins(),
+            config: RunConfig::default(),
+            source: "t.toml".into(),
+        };
+        let mut events = vec![Event::RunStarted {
+            run_id: RunId::new("r").unwrap(),
+            batch,
+            batch_digest: 0,
+            host: "h".into(),
+            pid: 1,
+        }];
+        for (task, model, input) in [(0, Some("m"), 10), (1, None, 3)] {
+            events.push(Event::TaskQueued { task: TaskId(task) });
+            events.push(Event::AttemptLaunching {
+                task: TaskId(task),
+                attempt: Attempt(1),
+                model: model.map(str::to_owned),
+            });
+            events.push(Event::AttemptProgress {
+                task: TaskId(task),
+                attempt: Attempt(1),
+                usage: u(input, input),
+            });
+        }
+        let stamped: Vec<crate::event::Stamped> = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| crate::event::Stamped {
+                seq: Seq(i as u64),
+                at: Timestamp(1),
+                event,
+            })
+            .collect();
+        let state = RunState::replay(&stamped).unwrap();
+        let full = ledger(&state);
+        let models = model_ledger(&state);
+        assert!(models.tasks.is_empty());
+        assert_eq!(full.tasks.len(), 2);
+        assert_eq!(
+            (models.models, models.total, models.attempts),
+            (full.models, full.total, full.attempts)
+        );
     }
 
     #[test]

@@ -48,8 +48,8 @@ pub use plan::{Action, Facts, JobKind, Planner, Stopping};
 pub use slurm::{Executor, ExecutorKind, SlurmOptions};
 pub use spec::Permissions;
 pub use spec::{
-    AgentProfile, Batch, Isolation, MaxOutput, OutputMode, Protocol, RunBudget, RunConfig,
-    SpecError, TaskSpec, validate_batch,
+    AgentProfile, Batch, BodySharer, Isolation, MaxOutput, OutputMode, Protocol, RunBudget,
+    RunConfig, SpecBody, SpecError, TaskSpec, validate_batch,
 };
 pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,

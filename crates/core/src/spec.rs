@@ -2,6 +2,7 @@
 //! run settings, and the validation that must pass before anything runs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -254,13 +255,84 @@ impl AgentProfile {
     }
 }
 
-/// One task, every field resolved (defaults applied, paths absolute).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One task, every field resolved (defaults applied, paths absolute): its label and prompt,
+/// and the rest of its fields in a [`SpecBody`] that tasks alike share.
+///
+/// A batch of 100,000 generated tasks usually holds a handful of distinct bodies (a body is
+/// ~700 bytes and a few strings): [`Batch::share_bodies`] makes equal bodies one `Arc`, so a
+/// task costs its label, its prompt and a pointer. The body's fields read through `Deref`
+/// (`spec.cwd`); writing one (`DerefMut`) gives the task a body of its own first.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskSpec {
     /// Unique name within the batch.
     pub label: String,
     /// What the agent is asked (placeholders not yet substituted).
     pub prompt: Option<String>,
+    /// Every other field, shared with the tasks alike.
+    pub body: Arc<SpecBody>,
+}
+
+impl std::ops::Deref for TaskSpec {
+    type Target = SpecBody;
+    fn deref(&self) -> &SpecBody {
+        &self.body
+    }
+}
+
+impl std::ops::DerefMut for TaskSpec {
+    fn deref_mut(&mut self) -> &mut SpecBody {
+        Arc::make_mut(&mut self.body)
+    }
+}
+
+/// A task's serde form: its label, its prompt, then its body's fields, flat (the form a
+/// `TaskSpec` of one struct had; `sortie export` is pinned to it). A snapshot stores a batch
+/// through `state::compact`, never this form (bincode cannot encode a flattened struct).
+#[derive(Serialize)]
+struct SpecOut<'a> {
+    label: &'a str,
+    prompt: &'a Option<String>,
+    #[serde(flatten)]
+    body: &'a SpecBody,
+}
+
+#[derive(Deserialize)]
+struct SpecIn {
+    label: String,
+    prompt: Option<String>,
+    #[serde(flatten)]
+    body: SpecBody,
+}
+
+impl Serialize for TaskSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        SpecOut {
+            label: &self.label,
+            prompt: &self.prompt,
+            body: &self.body,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let SpecIn {
+            label,
+            prompt,
+            body,
+        } = SpecIn::deserialize(d)?;
+        Ok(TaskSpec {
+            label,
+            prompt,
+            body: Arc::new(body),
+        })
+    }
+}
+
+/// The fields of a task beyond its label and prompt (see [`TaskSpec`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecBody {
     /// An argv run as is with the plain protocol.
     pub command: Option<Vec<String>>,
     /// The agent profile's name.
@@ -382,6 +454,15 @@ impl TaskSpec {
         TaskSpec {
             label: label.into(),
             prompt: None,
+            body: Arc::new(SpecBody::new(cwd.into())),
+        }
+    }
+}
+
+impl SpecBody {
+    /// Every default, for a task in `cwd`.
+    fn new(cwd: String) -> SpecBody {
+        SpecBody {
             command: None,
             agent: "pi".into(),
             model: None,
@@ -396,7 +477,7 @@ impl TaskSpec {
             max_tokens: None,
             max_cost_nanos: None,
             grace_turns: 2,
-            cwd: cwd.into(),
+            cwd,
             isolation: Isolation::None,
             include_wip: false,
             output: None,
@@ -424,7 +505,9 @@ impl TaskSpec {
             output_schema: None,
         }
     }
+}
 
+impl TaskSpec {
     /// The most attempts this task may make that are not orphaned (a crash of sortie does
     /// not spend them): `1 + max(max_retries, fallbacks)`; orphaned attempts add up to
     /// `max_orphans` more (see [`TaskSpec::max_attempts_with`]).
@@ -483,6 +566,46 @@ pub struct Batch {
     pub source: String,
 }
 
+/// How many distinct bodies a [`BodySharer`] compares each task's with (the most recent
+/// ones): batches repeat a body in runs, and a batch of all-different bodies must not cost a
+/// quadratic pass.
+const RECENT_BODIES: usize = 8;
+
+/// Makes tasks whose bodies are equal share one (see [`TaskSpec`]), one task at a time: each
+/// task's body is compared with the few most recent distinct ones. A task stays equal to what
+/// it was; only memory shrinks. Whoever makes a batch's tasks one by one (the loader, the
+/// journal's decoding) shares each as it is made, so that the unshared batch never exists
+/// whole.
+#[derive(Debug, Default)]
+pub struct BodySharer {
+    recent: Vec<Arc<SpecBody>>,
+}
+
+impl BodySharer {
+    /// Gives `task` the recent body equal to its own, if there is one.
+    pub fn share(&mut self, task: &mut TaskSpec) {
+        match self.recent.iter().rev().find(|b| **b == task.body) {
+            Some(b) => task.body = Arc::clone(b),
+            None => {
+                if self.recent.len() == RECENT_BODIES {
+                    self.recent.remove(0);
+                }
+                self.recent.push(Arc::clone(&task.body));
+            }
+        }
+    }
+}
+
+impl Batch {
+    /// Makes the tasks whose bodies are equal share one (a [`BodySharer`] over the tasks).
+    pub fn share_bodies(&mut self) {
+        let mut sharer = BodySharer::default();
+        for task in &mut self.tasks {
+            sharer.share(task);
+        }
+    }
+}
+
 pub use crate::bounds::{self, MAX_CONCURRENCY};
 pub use crate::validate::{
     MAX_FALLBACKS, PromptPart, SpecError, chain_previous, chain_root, prompt_parts, validate_batch,
@@ -491,6 +614,29 @@ pub use crate::validate::{
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_serializes_flat_and_comes_back_equal() {
+        let mut t = TaskSpec::new("a", "/w");
+        t.prompt = Some("go".into());
+        t.max_retries = 7;
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["label"], "a");
+        assert_eq!(json["max_retries"], 7);
+        assert!(json.get("body").is_none(), "{json}");
+        let back: TaskSpec = serde_json::from_value(json).unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn equal_bodies_are_shared_and_a_write_gives_a_task_its_own() {
+        let mut b = batch(vec![task("a"), task("b"), task("c")]);
+        b.share_bodies();
+        assert!(Arc::ptr_eq(&b.tasks[0].body, &b.tasks[2].body));
+        b.tasks[1].max_retries = 9;
+        assert_eq!((b.tasks[0].max_retries, b.tasks[1].max_retries), (2, 9));
+        assert!(!Arc::ptr_eq(&b.tasks[0].body, &b.tasks[1].body));
+    }
 
     fn batch(tasks: Vec<TaskSpec>) -> Batch {
         Batch {

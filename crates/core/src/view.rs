@@ -126,12 +126,12 @@ mod tests {
         };
         let mut rec = record(queued.clone());
         assert_eq!(rec.display_state(), "queued", "no worktree");
-        rec.worktree = Some(worktree());
+        rec.worktree = Some(Box::new(worktree()));
         assert_eq!(rec.display_state(), "setting-up");
         rec.setup = Some(Some("/r/wt".into()));
         assert_eq!(rec.display_state(), "queued", "set up");
         let mut pending = record(TaskState::Pending);
-        pending.worktree = Some(worktree());
+        pending.worktree = Some(Box::new(worktree()));
         assert_eq!(pending.display_state(), "pending", "only a queued task");
     }
 }

@@ -86,7 +86,7 @@ fn format_v1_fixture_still_reads_and_replays() {
     );
     assert_eq!(t0.artifact.as_ref().unwrap().bytes, 17);
     assert_eq!(
-        t0.worktree_final,
+        t0.worktree_final.as_deref().cloned(),
         Some((true, Some("2 files changed, 10 insertions(+)".into())))
     );
     let total = state.usage();

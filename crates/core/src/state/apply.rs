@@ -75,12 +75,11 @@ impl RunState {
         self.run_id = Some(run_id);
         self.tasks = batch.tasks.iter().map(|_| TaskRecord::new()).collect();
         (self.done, self.tally) = (0, Usage::ZERO);
-        self.labels = batch
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.label.clone(), TaskId(i as u32)))
-            .collect();
+        self.labels = (0..batch.tasks.len() as u32).map(TaskId).collect();
+        self.labels.sort_unstable_by(|a, b| {
+            (batch.tasks[a.index()].label.as_str(), a)
+                .cmp(&(batch.tasks[b.index()].label.as_str(), b))
+        });
         self.pools = crate::pool::pools_used(&batch)
             .into_keys()
             .chain(batch.config.pools.keys().cloned())
@@ -147,12 +146,12 @@ impl RunState {
                 base,
                 ..
             } => {
-                rec.worktree = Some(PlannedWorktree {
+                rec.worktree = Some(Box::new(PlannedWorktree {
                     repo: repo.clone(),
                     path: path.clone(),
                     branch: branch.clone(),
                     base: base.clone(),
-                });
+                }));
             }
             Event::AttemptLaunching { attempt, model, .. } => {
                 // Most tasks make one attempt: no room for four (a Vec's first growth) in each
@@ -240,19 +239,19 @@ impl RunState {
                 digest,
                 ..
             } => {
-                rec.artifact = Some(Artifact {
+                rec.artifact = Some(Box::new(Artifact {
                     path: path.clone(),
                     bytes: *bytes,
                     digest: *digest,
-                });
+                }));
             }
             Event::WorktreeFinalized { changed, diff, .. } => {
-                rec.worktree_final = Some((*changed, diff.clone()));
+                rec.worktree_final = Some(Box::new((*changed, diff.clone())));
             }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
             Event::TaskCarried { result, usage, .. } => {
                 rec.state = TaskState::Finished(result.clone());
-                rec.carried = Some(*usage);
+                rec.carried = Some(Box::new(*usage));
             }
             Event::AttemptSideEffects { .. } => {
                 if let Some(a) = rec.attempts.last_mut() {

@@ -1,14 +1,15 @@
-//! The compact serde form of a run's state (what a journal snapshot stores): task specs that
-//! differ only in their label are stored once, and the big vectors are decoded into exactly
-//! the room they need.
+//! The compact serde form of a run's state (what a journal snapshot stores): task bodies (a
+//! task's fields but its label and prompt, see `TaskSpec`) are stored once each, and the big
+//! vectors are decoded into exactly the room they need.
 //!
-//! A batch of 100,000 generated tasks usually holds a handful of distinct specs: stored whole,
-//! its specs were most of a snapshot's bytes and of the time to decode one (each spec is ~30
-//! fields and a few strings, decoded one by one). Here a batch is stored as its distinct specs
-//! (label left empty) and, per task, its label and the index of its spec; decoding clones the
-//! spec and sets the label. serde's own `Vec` decoding grows a vector from a cautious guess
-//! (at most 1 MiB ahead) by doubling, so a 100,000-element vector of 368-byte records peaked at
-//! twice its size: [`exact`] reserves the length the encoding states (bounded).
+//! A batch of 100,000 generated tasks usually holds a handful of distinct bodies: stored whole,
+//! its specs were most of a snapshot's bytes and of the time to decode one (each body is ~30
+//! fields and a few strings, decoded one by one). Here a batch is stored as its distinct bodies
+//! and, per task, its label, its prompt and the index of its body; decoding shares each body's
+//! `Arc` among its tasks, as the loader does. serde's own `Vec` decoding grows a vector from a
+//! cautious guess (at most 1 MiB ahead) by doubling, so a 100,000-element vector of 368-byte
+//! records peaked at twice its size: [`exact`] reserves the length the encoding states
+//! (bounded).
 //!
 //! RunState's serde form is only ever the snapshot's (the snapshot's schema fingerprint covers
 //! this file).
@@ -16,19 +17,21 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use serde::de::{Deserializer, Error as _, SeqAccess, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{AgentProfile, Batch, RunConfig, TaskSpec};
+use crate::spec::{AgentProfile, Batch, RunConfig, SpecBody, TaskSpec};
 
 /// The most elements a vector reserves ahead from its stated length (more still decode, growing
 /// as serde's own would): a length in a damaged encoding never reserves gigabytes.
 const MAX_RESERVE: usize = 1 << 20;
 
-/// How many distinct specs the encoder compares each task with (the most recent ones): batches
-/// repeat a spec in runs, and a batch of all-different specs must not cost a quadratic pass.
+/// How many distinct bodies the encoder compares each task's with (the most recent ones):
+/// batches repeat a body in runs, and a batch of all-different bodies must not cost a
+/// quadratic pass.
 const RECENT: usize = 8;
 
 /// A vector, decoded into exactly the room its stated length needs.
@@ -60,8 +63,8 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for ExactVec<T> {
 
 #[derive(Serialize)]
 struct BatchOut<'a> {
-    specs: Vec<TaskSpec>,
-    tasks: Vec<(&'a str, u32)>,
+    bodies: Vec<&'a SpecBody>,
+    tasks: Vec<(&'a str, &'a Option<String>, u32)>,
     agents: &'a BTreeMap<String, AgentProfile>,
     config: &'a RunConfig,
     source: &'a str,
@@ -69,9 +72,9 @@ struct BatchOut<'a> {
 
 #[derive(Deserialize)]
 struct BatchIn {
-    specs: Vec<TaskSpec>,
+    bodies: Vec<SpecBody>,
     #[serde(deserialize_with = "exact")]
-    tasks: Vec<(String, u32)>,
+    tasks: Vec<(String, Option<String>, u32)>,
     agents: BTreeMap<String, AgentProfile>,
     config: RunConfig,
     source: String,
@@ -98,33 +101,28 @@ pub(super) mod batch {
     }
 }
 
-/// The batch with each distinct spec once. A task is compared with the recent distinct specs
-/// by giving each the task's label for the comparison (a label's copy, not a spec's clone: the
-/// clone per task was half of a snapshot's encoding, callgrind on the 100,000-task run).
+/// The batch with each distinct body once: a task's body is compared with the recent distinct
+/// ones, first as the same `Arc` (what `Batch::share_bodies` left), then by value.
 fn compact(batch: &Batch) -> BatchOut<'_> {
-    let mut specs: Vec<TaskSpec> = Vec::new();
+    let mut bodies: Vec<&Arc<SpecBody>> = Vec::new();
     let mut tasks = Vec::with_capacity(batch.tasks.len());
     for spec in &batch.tasks {
-        let recent = specs.len().saturating_sub(RECENT);
-        let found = specs[recent..].iter_mut().rposition(|s| {
-            s.label.clear();
-            s.label.push_str(&spec.label);
-            s == spec
-        });
+        let recent = bodies.len().saturating_sub(RECENT);
+        let found = bodies[recent..]
+            .iter()
+            .rposition(|b| Arc::ptr_eq(b, &spec.body))
+            .or_else(|| bodies[recent..].iter().rposition(|b| **b == spec.body));
         let index = match found {
             Some(i) => recent + i,
             None => {
-                specs.push(spec.clone());
-                specs.len() - 1
+                bodies.push(&spec.body);
+                bodies.len() - 1
             }
         };
-        tasks.push((spec.label.as_str(), index as u32));
-    }
-    for s in &mut specs {
-        s.label = String::new();
+        tasks.push((spec.label.as_str(), &spec.prompt, index as u32));
     }
     BatchOut {
-        specs,
+        bodies: bodies.into_iter().map(|b| &**b).collect(),
         tasks,
         agents: &batch.agents,
         config: &batch.config,
@@ -132,21 +130,23 @@ fn compact(batch: &Batch) -> BatchOut<'_> {
     }
 }
 
-/// The batch back, each task its spec with its label.
+/// The batch back, each task its label and prompt with its shared body.
 fn expand(b: BatchIn) -> Result<Batch, String> {
-    let tasks =
-        b.tasks
-            .into_iter()
-            .map(|(label, index)| {
-                let spec = b.specs.get(index as usize).ok_or_else(|| {
-                    format!("task {label} names spec {index} of {}", b.specs.len())
-                })?;
-                Ok(TaskSpec {
-                    label,
-                    ..spec.clone()
-                })
+    let bodies: Vec<Arc<SpecBody>> = b.bodies.into_iter().map(Arc::new).collect();
+    let tasks = b
+        .tasks
+        .into_iter()
+        .map(|(label, prompt, index)| {
+            let body = bodies
+                .get(index as usize)
+                .ok_or_else(|| format!("task {label} names body {index} of {}", bodies.len()))?;
+            Ok(TaskSpec {
+                label,
+                prompt,
+                body: Arc::clone(body),
             })
-            .collect::<Result<Vec<_>, String>>()?;
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Batch {
         tasks,
         agents: b.agents,
@@ -159,14 +159,15 @@ fn expand(b: BatchIn) -> Result<Batch, String> {
 mod tests {
     use super::*;
 
-    fn batch(prompts: &[&str]) -> Batch {
+    /// A batch of tasks in these directories, each with its own prompt.
+    fn batch(cwds: &[&str]) -> Batch {
         Batch {
-            tasks: prompts
+            tasks: cwds
                 .iter()
                 .enumerate()
-                .map(|(i, p)| TaskSpec {
-                    prompt: Some((*p).to_owned()),
-                    ..TaskSpec::new(format!("t{i}"), "/w")
+                .map(|(i, cwd)| TaskSpec {
+                    prompt: Some(format!("prompt {i}")),
+                    ..TaskSpec::new(format!("t{i}"), *cwd)
                 })
                 .collect(),
             agents: AgentProfile::builtins(),
@@ -176,21 +177,30 @@ mod tests {
     }
 
     #[test]
-    fn identical_specs_are_stored_once_and_come_back_with_their_labels() {
-        let b = batch(&["a", "a", "a", "b", "a", "b", "c"]);
+    fn equal_bodies_are_stored_once_and_come_back_shared_with_their_labels_and_prompts() {
+        let mut b = batch(&["/a", "/a", "/a", "/b", "/a", "/b", "/c"]);
+        b.share_bodies();
         let out = compact(&b);
-        assert_eq!(out.specs.len(), 3, "a, b and c once each");
+        assert_eq!(out.bodies.len(), 3, "/a, /b and /c once each");
         let json = serde_json::to_string(&out).unwrap();
-        let back: BatchIn = serde_json::from_str(&json).unwrap();
-        assert_eq!(expand(back).unwrap(), b);
+        let back = expand(serde_json::from_str(&json).unwrap()).unwrap();
+        assert_eq!(back, b);
+        assert!(Arc::ptr_eq(&back.tasks[0].body, &back.tasks[4].body));
+        assert!(!Arc::ptr_eq(&back.tasks[0].body, &back.tasks[3].body));
     }
 
     #[test]
-    fn a_spec_index_past_the_table_is_an_error_not_a_panic() {
-        let b = batch(&["a"]);
+    fn bodies_equal_but_not_shared_are_stored_once_too() {
+        let b = batch(&["/a", "/a", "/b"]);
+        assert_eq!(compact(&b).bodies.len(), 2);
+    }
+
+    #[test]
+    fn a_body_index_past_the_table_is_an_error_not_a_panic() {
+        let b = batch(&["/a"]);
         let mut json: serde_json::Value = serde_json::to_value(compact(&b)).unwrap();
-        json["tasks"][0][1] = 7.into();
+        json["tasks"][0][2] = 7.into();
         let back: BatchIn = serde_json::from_value(json).unwrap();
-        assert!(expand(back).unwrap_err().contains("spec 7 of 1"));
+        assert!(expand(back).unwrap_err().contains("body 7 of 1"));
     }
 }

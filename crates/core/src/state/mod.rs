@@ -9,8 +9,6 @@
 //! finalized without having been set up (a setup that failed or was cut short). Attempt reports carry their attempt number and are refused when that
 //! attempt is not the live one (fencing).
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 mod apply;
@@ -246,16 +244,17 @@ pub struct TaskRecord {
     pub ready_at: Option<Timestamp>,
     /// Whether `TaskSetUp` was recorded, and the worktree it named.
     pub setup: Option<Option<String>>,
-    /// The worktree `WorktreePlanned` recorded, if any.
-    pub worktree: Option<PlannedWorktree>,
+    /// The worktree `WorktreePlanned` recorded, if any. This and the other rare fields are
+    /// boxed: a big run's records stay small (392 bytes a record unboxed, 176 boxed).
+    pub worktree: Option<Box<PlannedWorktree>>,
     /// Its attempts, in order (attempt `i + 1` at index `i`).
     pub attempts: Vec<AttemptRecord>,
     /// Its artifact, once written.
-    pub artifact: Option<Artifact>,
+    pub artifact: Option<Box<Artifact>>,
     /// Its worktree's fate, once finalized: (changed, diff summary).
-    pub worktree_final: Option<(bool, Option<String>)>,
+    pub worktree_final: Option<Box<(bool, Option<String>)>>,
     /// Carried from the parent run (`TaskCarried`), with the usage it spent there.
-    pub carried: Option<Usage>,
+    pub carried: Option<Box<Usage>>,
 }
 
 impl TaskRecord {
@@ -476,8 +475,10 @@ pub struct RunState {
     pub resumes: u32,
     /// The summary text, once finished.
     pub summary: Option<String>,
-    /// Task ids by label.
-    labels: HashMap<String, TaskId>,
+    /// Task ids sorted by label (then id): each label is held once, in its spec, and a lookup
+    /// is a binary search (a map of label copies was ~90 bytes a task).
+    #[serde(deserialize_with = "compact::exact")]
+    labels: Vec<TaskId>,
     /// How many tasks have finished, kept as events apply (see [`RunState::done_count`]).
     done: usize,
     /// The counters of the run's usage, kept as events apply (see
@@ -539,7 +540,7 @@ impl RunState {
             host: String::new(),
             resumes: 0,
             summary: None,
-            labels: HashMap::new(),
+            labels: Vec::new(),
             done: 0,
             tally: Usage::ZERO,
             budget_warned: Vec::new(),
@@ -573,9 +574,16 @@ impl RunState {
             .unwrap_or_else(|| task.to_string())
     }
 
-    /// Finds a task by label.
+    /// Finds a task by label (of two with the same label, which validation refuses, the
+    /// later).
     pub fn task_by_label(&self, label: &str) -> Option<TaskId> {
-        self.labels.get(label).copied()
+        let tasks = &self.batch.as_ref()?.tasks;
+        let label_of = |t: &TaskId| tasks.get(t.index()).map(|s| s.label.as_str());
+        let end = self
+            .labels
+            .partition_point(|t| label_of(t).is_some_and(|l| l <= label));
+        let found = *self.labels.get(end.checked_sub(1)?)?;
+        (label_of(&found) == Some(label)).then_some(found)
     }
 
     /// The record of a task.
@@ -676,5 +684,52 @@ impl RunState {
         self.next_seq = Seq(self.next_seq.0 + 1);
         self.last_at = Some(at);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{AgentProfile, RunConfig};
+
+    fn started(labels: &[&str]) -> RunState {
+        let batch = Batch {
+            tasks: labels.iter().map(|l| TaskSpec::new(*l, "/w")).collect(),
+            agents: AgentProfile::builtins(),
+            config: RunConfig::default(),
+            source: "t.toml".into(),
+        };
+        let mut state = RunState::new();
+        state.start(
+            Timestamp(1),
+            RunId::new("r").unwrap(),
+            batch,
+            0,
+            "h".into(),
+            1,
+        );
+        state
+    }
+
+    #[test]
+    fn a_task_is_found_by_its_label_and_an_unknown_label_finds_none() {
+        let state = started(&["b", "task-10", "a", "task-2", "c"]);
+        for (i, label) in ["b", "task-10", "a", "task-2", "c"].iter().enumerate() {
+            assert_eq!(
+                state.task_by_label(label),
+                Some(TaskId(i as u32)),
+                "{label}"
+            );
+        }
+        for missing in ["", "task-1", "d", "0"] {
+            assert_eq!(state.task_by_label(missing), None, "{missing}");
+        }
+        assert_eq!(RunState::new().task_by_label("a"), None);
+    }
+
+    #[test]
+    fn of_two_tasks_with_one_label_the_later_is_found() {
+        let state = started(&["x", "a", "x"]);
+        assert_eq!(state.task_by_label("x"), Some(TaskId(2)));
     }
 }

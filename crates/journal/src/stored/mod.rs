@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sortie_core::spec::{AgentProfile, Batch, MaxOutput, RunConfig};
+use sortie_core::spec::{AgentProfile, Batch, MaxOutput, RunConfig, SpecBody};
 use sortie_core::{
     AttemptOutcome, AttemptStatus, Cost, Isolation, OrphanAction, OutputMode, Phase, Protocol,
     RunOutcome, StopReason, TaskResult, TaskSpec, TerminalState, Usage,
@@ -316,9 +316,7 @@ impl From<&TaskSpec> for TaskSpecV1 {
 impl TryFrom<TaskSpecV1> for TaskSpec {
     type Error = String;
     fn try_from(t: TaskSpecV1) -> Result<Self, String> {
-        Ok(TaskSpec {
-            label: t.label,
-            prompt: t.prompt,
+        let body = SpecBody {
             command: t.command,
             agent: t.agent,
             model: t.model,
@@ -362,6 +360,11 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             role: None,
             session: None,
             output_schema: None,
+        };
+        Ok(TaskSpec {
+            label: t.label,
+            prompt: t.prompt,
+            body: std::sync::Arc::new(body),
         })
     }
 }
@@ -421,12 +424,18 @@ impl From<&Batch> for BatchV1 {
 impl TryFrom<BatchV1> for Batch {
     type Error = String;
     fn try_from(b: BatchV1) -> Result<Self, String> {
+        // Tasks alike share one body as they are decoded (the journal stores each whole).
+        let mut sharer = sortie_core::BodySharer::default();
         Ok(Batch {
             tasks: b
                 .tasks
                 .into_iter()
-                .map(TryInto::try_into)
-                .collect::<Result<_, _>>()?,
+                .map(|t| {
+                    let mut spec = TaskSpec::try_from(t)?;
+                    sharer.share(&mut spec);
+                    Ok(spec)
+                })
+                .collect::<Result<_, String>>()?,
             agents: b.agents.into_iter().map(|(k, v)| (k, v.into())).collect(),
             config: b.config.into(),
             source: b.source,

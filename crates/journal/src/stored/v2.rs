@@ -650,11 +650,17 @@ impl TryFrom<BatchV2> for Batch {
             source: body.source,
         })?;
         batch.config = config;
+        // Tasks alike share one body as they are decoded (the journal stores each whole).
+        let mut sharer = sortie_core::BodySharer::default();
         batch.tasks = body
             .tasks
             .into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?;
+            .map(|t| {
+                let mut spec = TaskSpec::try_from(t)?;
+                sharer.share(&mut spec);
+                Ok(spec)
+            })
+            .collect::<Result<_, String>>()?;
         batch.agents = body
             .agents
             .into_iter()

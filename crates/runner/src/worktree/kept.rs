@@ -171,7 +171,7 @@ pub fn find(state: &RunState, state_dir: &StateDir, run: &RunId, label: &str) ->
         .worktree
         .clone()
         .ok_or_else(|| not_kept("it did not run in a worktree (isolation = \"none\")"))?;
-    let summary = match &rec.worktree_final {
+    let summary = match rec.worktree_final.as_deref() {
         // A finalize that failed keeps the worktree as it is (its task ended partial).
         None if rec.state.is_terminal() => None,
         None => return Err(not_kept("its task has not finished yet")),
@@ -662,7 +662,7 @@ async fn gc_run(
     }
     let mut repos: Vec<String> = Vec::new();
     for (i, rec) in state.tasks.iter().enumerate() {
-        let Some(PlannedWorktree { repo, .. }) = &rec.worktree else {
+        let Some(PlannedWorktree { repo, .. }) = rec.worktree.as_deref() else {
             continue;
         };
         let label = state.label(TaskId(i as u32));
