@@ -3,7 +3,9 @@
 //! speed over a realistic journal of about a million events.
 //!
 //! `cargo run --release -p sortie-journal --example journal_bench [-- --events N --secs S
-//! --writers W --dir PATH]` (`--dir` keeps the big journal there and reuses it next time).
+//! --writers W --dir PATH --replay-only]` (`--dir` keeps the big journal there and reuses it
+//! next time; `--replay-only` skips the appends and measures the reads alone, e.g. under
+//! `valgrind --tool=callgrind`).
 //!
 //! Prints a table and a last line `journal_bench key=value ...` for scripts (`cargo xtask
 //! bench`). The machine may be shared: wall-clock rates come with the CPU time spent and the
@@ -27,6 +29,7 @@ struct Args {
     secs: f64,
     writers: u32,
     dir: Option<PathBuf>,
+    replay_only: bool,
 }
 
 fn args() -> Args {
@@ -35,16 +38,23 @@ fn args() -> Args {
         secs: 2.0,
         writers: 16,
         dir: None,
+        replay_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--replay-only" {
+            a.replay_only = true;
+            continue;
+        }
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--events" => a.events = value.parse().unwrap(),
             "--secs" => a.secs = value.parse().unwrap(),
             "--writers" => a.writers = value.parse().unwrap(),
             "--dir" => a.dir = Some(value.into()),
-            other => panic!("unknown flag {other} (use --events, --secs, --writers, --dir)"),
+            other => panic!(
+                "unknown flag {other} (use --events, --secs, --writers, --dir, --replay-only)"
+            ),
         }
     }
     a
@@ -181,6 +191,8 @@ fn dir_size(dir: &Path) -> u64 {
 fn main() {
     let args = args();
     let w = args.writers;
+    // `--replay-only`: no time spent appending (the rows read as zero).
+    let secs = if args.replay_only { 0.0 } else { args.secs };
     let load_before = loadavg();
     println!(
         "journal_bench: {}s of appends per row, then replay of ~{} events (load average {load_before})",
@@ -191,15 +203,15 @@ fn main() {
         "{:<48} {:>12} {:>10} {:>9}",
         "durable appends", "rate", "appends", "per flush"
     );
-    let flush_1 = append_rate(1, args.secs, Durability::Flush);
+    let flush_1 = append_rate(1, secs, Durability::Flush);
     row("flush: 1 writer (one flush per event)", &flush_1);
-    let flush_w = append_rate(w, args.secs, Durability::Flush);
+    let flush_w = append_rate(w, secs, Durability::Flush);
     row(&format!("flush: {w} writers (group commit)"), &flush_w);
-    let sync_1 = append_rate(1, args.secs, Durability::Sync);
+    let sync_1 = append_rate(1, secs, Durability::Sync);
     row("sync: 1 writer (one fdatasync per event)", &sync_1);
-    let sync_w = append_rate(w, args.secs, Durability::Sync);
+    let sync_w = append_rate(w, secs, Durability::Sync);
     row(&format!("sync: {w} writers (group commit)"), &sync_w);
-    let sync_4w = append_rate(4 * w, args.secs, Durability::Sync);
+    let sync_4w = append_rate(4 * w, secs, Durability::Sync);
     row(&format!("sync: {} writers (group commit)", 4 * w), &sync_4w);
     let flush_ratio = flush_w.per_s / flush_1.per_s;
     let sync_ratio = sync_w.per_s / sync_1.per_s;
