@@ -58,7 +58,10 @@ impl Engine {
     /// Commits a round, then (#10) tells the transcripts' cutter: each `AttemptRead` in it is
     /// acknowledged (`process::write_read`: only once the journal holds it may the cutter cut
     /// below its offset), and the files of each placed attempt that finished in it are cut to
-    /// the cap (`process::trim_ended`: the journal holds its whole stream now).
+    /// the cap (`process::trim_ended`: the journal holds its whole stream now). An offset in
+    /// the same block as the one journaled before it is not written again
+    /// (`process::ack_moves`: the cutter reads an acknowledgement in whole blocks, so it would
+    /// cut nothing more); a skipped one only ever makes the cutter wait, never cut unread bytes.
     fn commit_acked(&mut self, round: Vec<Event>) -> Result<()> {
         let told: Vec<(TaskId, Attempt, Option<u64>)> = round
             .iter()
@@ -67,7 +70,14 @@ impl Engine {
                     task,
                     attempt,
                     offset,
-                } => Some((*task, *attempt, Some(*offset))),
+                } => {
+                    let before = self.journaled_read(*task, *attempt);
+                    crate::process::ack_moves(before, *offset).then_some((
+                        *task,
+                        *attempt,
+                        Some(*offset),
+                    ))
+                }
                 Event::AttemptFinished { task, attempt, .. } => Some((*task, *attempt, None)),
                 _ => None,
             })
@@ -93,6 +103,16 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The offset up to which the journal holds what a placed attempt's stdout said (0: none
+    /// yet, or not placed).
+    fn journaled_read(&self, task: TaskId, attempt: Attempt) -> u64 {
+        let record = self.state.task(task);
+        let placed = record.and_then(|r| r.attempts.iter().rev().find(|a| a.attempt == attempt));
+        placed
+            .and_then(|a| a.placed.as_deref())
+            .map_or(0, |p| p.read)
     }
 
     /// The event an attempt's report becomes; reports of an attempt that is not live anymore

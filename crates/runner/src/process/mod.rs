@@ -84,8 +84,8 @@ pub(crate) use transcript::{CHECK_EVERY, Trimmer};
 pub use shepherd::{SHEPHERD_ARG, SHEPHERD_MARKER, SWEEP_EVERY, shepherd_main};
 pub use shepherd_client::{Forget, Shepherded, release_shepherds, spawn_shepherded};
 pub use transcript::{
-    CAP_VAR, Cap, Cut, DEFAULT_CAP, HARD_FACTOR, Kept, KeptReader, WholeLines, cut_file, read_cut,
-    read_file, read_step, trim_ended, write_read,
+    CAP_VAR, Cap, Cut, DEFAULT_CAP, HARD_FACTOR, Kept, KeptReader, WholeLines, ack_moves, cut_file,
+    read_cut, read_file, read_step, trim_ended, write_read,
 };
 
 /// The longest stdout line delivered whole; longer lines are cut to this and flagged.
