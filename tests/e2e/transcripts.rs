@@ -360,6 +360,8 @@ fn the_cap_never_cuts_what_sortie_has_not_read_and_names_what_the_hard_bound_cut
     const CAP: u64 = 64 * 1024;
     let s = Scratch::new();
     let run = &unique_run("unread");
+    // An agent that waits for its go (the adopted one) outlives a failed assertion otherwise.
+    let _cleanup = sortie_testkit::procs::KillOnDrop(run.clone());
     let agent = s.write("cap-agent.py", CAP_AGENT);
     // (label, steps before the crash, steps while sortie is down, steps after resume, waits)
     // A step is about 1.2 KiB: 150 steps are about 2.8 times the cap, 260 about 4.9.

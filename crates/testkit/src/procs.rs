@@ -147,3 +147,25 @@ mod tests {
         assert_eq!(task_attempt("a/2"), None);
     }
 }
+
+/// Kills every process of a run (its attempts, their supervisors, its shepherds) when dropped:
+/// a test that SIGKILLs sortie and fails before its resume leaves nothing behind.
+#[derive(Debug)]
+pub struct KillOnDrop(pub String);
+
+impl Drop for KillOnDrop {
+    #[allow(clippy::disallowed_methods, reason = "the test kit runs `kill`")]
+    fn drop(&mut self) {
+        let pids = all_processes_of(&self.0)
+            .into_iter()
+            .chain(shepherds_of(&self.0).into_iter().map(|m| m.pid));
+        for pid in pids {
+            // `kill` from procps: the testkit has no signal crate, and a test's cleanup may
+            // fail silently (the process may be gone already).
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
