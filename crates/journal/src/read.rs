@@ -28,19 +28,7 @@ impl Journal {
     pub(crate) fn replay_onto(&self, mut state: RunState, upto: Option<Seq>) -> Result<RunState> {
         let mut failure = None;
         self.scan_from(state.next_seq, upto, |record| {
-            let applied = record.and_then(|r| {
-                let seq = r.seq;
-                state
-                    .apply_owned(r)
-                    .map_err(|violation| Error::Violation { seq, violation })
-            });
-            match applied {
-                Ok(()) => true,
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            }
+            fold_one(&mut state, record, &mut failure)
         });
         match failure {
             Some(e) => Err(e),
@@ -292,5 +280,27 @@ impl Iterator for Reader<'_> {
         };
         self.done = item.is_err();
         Some(item)
+    }
+}
+
+/// Applies one scanned record onto `state`: true to go on; false once the record is bad or
+/// does not apply, its error kept in `failure` (the scan stops there).
+pub(crate) fn fold_one(
+    state: &mut RunState,
+    record: Result<Stamped>,
+    failure: &mut Option<Error>,
+) -> bool {
+    let applied = record.and_then(|r| {
+        let seq = r.seq;
+        state
+            .apply_owned(r)
+            .map_err(|violation| Error::Violation { seq, violation })
+    });
+    match applied {
+        Ok(()) => true,
+        Err(e) => {
+            *failure = Some(e);
+            false
+        }
     }
 }

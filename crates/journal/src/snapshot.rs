@@ -352,19 +352,7 @@ impl Journal {
                 unusable = true;
                 return false;
             };
-            let applied = record.and_then(|r| {
-                let seq = r.seq;
-                state
-                    .apply_owned(r)
-                    .map_err(|violation| Error::Violation { seq, violation })
-            });
-            match applied {
-                Ok(()) => true,
-                Err(e) => {
-                    failure = Some(e);
-                    false
-                }
-            }
+            crate::read::fold_one(state, record, &mut failure)
         });
         if state.is_none() && !unusable {
             state = take();

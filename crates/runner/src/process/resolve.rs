@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -55,6 +56,34 @@ pub(super) fn resolve(program: &str, env: &[(String, String)]) -> Option<PathBuf
     let found = search(program, &key.1)?;
     lock(cache()).insert(key, found.clone());
     Some(found)
+}
+
+/// Starts `program` through `spawn`: by the path [`resolve`] found, else by its name. A cached
+/// path that no longer runs (moved, or lost its mode) is forgotten and the name is spawned
+/// again, so the error is the one a spawn by name gives.
+pub(super) fn spawn_resolved<T>(
+    program: &str,
+    env: &[(String, String)],
+    mut spawn: impl FnMut(&Path) -> io::Result<T>,
+) -> io::Result<T> {
+    let Some(path) = resolve(program, env) else {
+        return spawn(Path::new(program));
+    };
+    match spawn(&path) {
+        Err(e) if is_not_runnable(&e) => {
+            forget(program, env);
+            spawn(Path::new(program))
+        }
+        other => other,
+    }
+}
+
+/// A spawn that failed because the program is not there or not executable.
+fn is_not_runnable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+    )
 }
 
 /// Forgets what [`resolve`] said for `program` (its spawn failed: it moved, or lost its mode).

@@ -268,35 +268,9 @@ fn start(
         None => None,
     };
     // The program found on PATH once (see `resolve`); found no more, by its name again.
-    let resolved = super::resolve::resolve(program, env);
-    let spawned = match &resolved {
-        Some(path) => match spawn_one(path, argv, cwd, env, marker, &stdin, &out, &err) {
-            Err(e) if is_not_runnable(&e) => {
-                super::resolve::forget(program, env);
-                spawn_one(
-                    Path::new(program),
-                    argv,
-                    cwd,
-                    env,
-                    marker,
-                    &stdin,
-                    &out,
-                    &err,
-                )
-            }
-            other => other,
-        },
-        None => spawn_one(
-            Path::new(program),
-            argv,
-            cwd,
-            env,
-            marker,
-            &stdin,
-            &out,
-            &err,
-        ),
-    };
+    let spawned = super::resolve::spawn_resolved(program, env, |path| {
+        spawn_one(path, argv, cwd, env, marker, &stdin, &out, &err)
+    });
     let trimmers = super::transcript::Trimmer::for_attempt(dir, [&out, &err]);
     let child = spawned.map_err(|e| {
         let kind = match e.kind() {
@@ -308,14 +282,6 @@ fn start(
         (kind, e)
     })?;
     Ok((child, trimmers))
-}
-
-/// A spawn that failed because the program is not there or not executable.
-fn is_not_runnable(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
-    )
 }
 
 /// Spawns `program` (argv[0] stays `argv`'s) with the attempt's stdio, once.

@@ -208,18 +208,9 @@ async fn spawn_child(
     // Listening before the child exists: its SIGCHLD cannot be missed.
     let sigchld = signal_stream(SignalKind::child()).ok();
     // The program found on PATH once (see `resolve`); found no more, by its name again.
-    let resolved = super::resolve::resolve(program, &spec.env);
-    let mut spawned = match &resolved {
-        Some(path) => command(spec, path, &stdin).and_then(|mut c| c.spawn()),
-        None => command(spec, Path::new(program), &stdin).and_then(|mut c| c.spawn()),
-    };
-    if resolved.is_some()
-        && let Err(e) = &spawned
-        && is_not_runnable(e)
-    {
-        super::resolve::forget(program, &spec.env);
-        spawned = command(spec, Path::new(program), &stdin).and_then(|mut c| c.spawn());
-    }
+    let spawned = super::resolve::spawn_resolved(program, &spec.env, |path| {
+        command(spec, path, &stdin).and_then(|mut c| c.spawn())
+    });
     let mut child = spawned.map_err(|error| match error.kind() {
         io::ErrorKind::NotFound => SpawnError::NotFound {
             program: program.clone(),
@@ -301,14 +292,6 @@ async fn spawn_child(
         stdout_bytes,
         stdin,
     })
-}
-
-/// A spawn that failed because the program is not there or not executable.
-fn is_not_runnable(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
-    )
 }
 
 /// The command that starts `spec` as `program` (argv[0] stays the spec's).
