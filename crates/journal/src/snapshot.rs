@@ -21,7 +21,7 @@
 //! warning, and the older one or a full fold is used instead.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,17 +66,82 @@ fn crc(header: &[u8], payload: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// Encodes a snapshot of `state`, taken at `mark`: the payload is encoded after room left for
-/// the header, so a big state's encoding is not copied once more.
+/// Encodes a snapshot of `state`, taken at `mark`, into memory (see [`write_to`]).
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) fn encode(mark: Mark, state: &RunState) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; HEADER];
-    bincode::serde::encode_into_std_write(state, &mut out, config()).map_err(|e| {
-        Error::Unstorable {
-            event: "snapshot",
-            reason: e.to_string(),
+    let out = write_to(std::io::Cursor::new(Vec::new()), mark, state)
+        .map_err(|e| e.into_error(Path::new("memory")))?;
+    Ok(out.into_inner())
+}
+
+/// Why [`write_to`] failed: the writer's error, or the state's encoding.
+pub(crate) enum WriteError {
+    Io(std::io::Error),
+    Encode(String),
+}
+
+impl WriteError {
+    fn into_error(self, path: &Path) -> Error {
+        match self {
+            WriteError::Io(source) => Error::Io {
+                path: path.to_owned(),
+                source,
+            },
+            WriteError::Encode(reason) => Error::Unstorable {
+                event: "snapshot",
+                reason,
+            },
         }
+    }
+}
+
+/// A writer that counts and checksums what passes through it.
+struct Summing<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Write for Summing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        let done = buf.get(..n).unwrap_or_default();
+        self.crc.update(done);
+        self.len += done.len() as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes a snapshot of `state`, taken at `mark`, to `out` from its start: the payload is
+/// streamed after room left for the header, then the header is written over that room. A
+/// 100,000-task state encodes to tens of megabytes, which the run never holds whole in memory.
+pub(crate) fn write_to<W: Write + Seek>(
+    mut out: W,
+    mark: Mark,
+    state: &RunState,
+) -> std::result::Result<W, WriteError> {
+    out.write_all(&[0u8; HEADER]).map_err(WriteError::Io)?;
+    let summing = Summing {
+        inner: out,
+        crc: crc32fast::Hasher::new(),
+        len: 0,
+    };
+    let mut body = std::io::BufWriter::with_capacity(64 << 10, summing);
+    bincode::serde::encode_into_std_write(state, &mut body, config()).map_err(|e| match e {
+        bincode::error::EncodeError::Io { inner, .. } => WriteError::Io(inner),
+        other => WriteError::Encode(other.to_string()),
     })?;
-    let len = (out.len() - HEADER) as u64;
+    let Summing {
+        inner: mut out,
+        crc: payload,
+        len,
+    } = body
+        .into_inner()
+        .map_err(|e| WriteError::Io(e.into_error()))?;
     let mut header = Vec::with_capacity(HEADER);
     header.extend_from_slice(MAGIC);
     header.push(VERSION);
@@ -84,9 +149,12 @@ pub(crate) fn encode(mark: Mark, state: &RunState) -> Result<Vec<u8>> {
     header.extend_from_slice(&mark.records.to_le_bytes());
     header.extend_from_slice(&mark.digest.to_le_bytes());
     header.extend_from_slice(&len.to_le_bytes());
-    let check = crc(&header, &out[HEADER..]);
-    header.extend_from_slice(&check.to_le_bytes());
-    out[..HEADER].copy_from_slice(&header);
+    let mut check = crc32fast::Hasher::new();
+    check.update(&header);
+    check.combine(&payload);
+    header.extend_from_slice(&check.finalize().to_le_bytes());
+    out.seek(SeekFrom::Start(0)).map_err(WriteError::Io)?;
+    out.write_all(&header).map_err(WriteError::Io)?;
     Ok(out)
 }
 
@@ -215,7 +283,6 @@ impl Journal {
                 ),
             });
         };
-        let bytes = encode(at, state)?;
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let [newest, older] = paths(&self.run_dir);
         let tmp = self.run_dir.join(format!(
@@ -228,8 +295,8 @@ impl Journal {
             move |source| Error::Io { path, source }
         };
         let result = (|| {
-            let mut f = private_file(&tmp).map_err(io(&tmp))?;
-            f.write_all(&bytes).map_err(io(&tmp))?;
+            let f = private_file(&tmp).map_err(io(&tmp))?;
+            let f = write_to(f, at, state).map_err(|e| e.into_error(&tmp))?;
             f.sync_all().map_err(io(&tmp))?;
             match fs::rename(&newest, &older) {
                 Ok(()) => {}
