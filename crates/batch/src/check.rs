@@ -3,7 +3,6 @@
 //! file (the runner's preflight: binaries, credentials, directories, repositories) can look at
 //! it too and place what they find at the file, line and field of the task.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::{BatchError, BatchIssue, Issues};
@@ -27,9 +26,9 @@ pub struct Checked {
 struct Sites {
     file: PathBuf,
     line: Option<usize>,
-    keys: HashMap<&'static str, Option<usize>>,
+    keys: crate::fields::FieldLines,
     defaults_file: PathBuf,
-    defaults: HashMap<&'static str, Option<usize>>,
+    defaults: crate::fields::FieldLines,
 }
 
 /// Loads `path` as `run` would, keeping every issue and the batch as far as it resolves.
