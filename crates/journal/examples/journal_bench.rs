@@ -40,21 +40,38 @@ fn args() -> Args {
         dir: None,
         replay_only: false,
     };
+    const USAGE: &str = "journal_bench [--events N] [--secs S] [--writers N] [--dir DIR] \
+                         [--replay-only]";
+    let fail = |message: String| -> ! {
+        eprintln!("journal_bench: {message}\nusage: {USAGE}");
+        std::process::exit(2)
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--replay-only" {
-            a.replay_only = true;
-            continue;
-        }
-        let value = it.next().unwrap_or_default();
         match flag.as_str() {
-            "--events" => a.events = value.parse().unwrap(),
-            "--secs" => a.secs = value.parse().unwrap(),
-            "--writers" => a.writers = value.parse().unwrap(),
+            "--replay-only" => {
+                a.replay_only = true;
+                continue;
+            }
+            "-h" | "--help" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0)
+            }
+            _ => {}
+        }
+        let Some(value) = it.next() else {
+            fail(format!("{flag} needs a value"))
+        };
+        fn number<T: std::str::FromStr>(value: &str) -> Option<T> {
+            value.parse().ok()
+        }
+        let bad = || -> ! { fail(format!("{flag} takes a number, not {value:?}")) };
+        match flag.as_str() {
+            "--events" => a.events = number(&value).unwrap_or_else(|| bad()),
+            "--secs" => a.secs = number(&value).unwrap_or_else(|| bad()),
+            "--writers" => a.writers = number(&value).unwrap_or_else(|| bad()),
             "--dir" => a.dir = Some(value.into()),
-            other => panic!(
-                "unknown flag {other} (use --events, --secs, --writers, --dir, --replay-only)"
-            ),
+            other => fail(format!("unknown flag {other}")),
         }
     }
     a
