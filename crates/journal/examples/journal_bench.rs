@@ -62,14 +62,11 @@ fn args() -> Args {
         let Some(value) = it.next() else {
             fail(format!("{flag} needs a value"))
         };
-        fn number<T: std::str::FromStr>(value: &str) -> Option<T> {
-            value.parse().ok()
-        }
         let bad = || -> ! { fail(format!("{flag} takes a number, not {value:?}")) };
         match flag.as_str() {
-            "--events" => a.events = number(&value).unwrap_or_else(|| bad()),
-            "--secs" => a.secs = number(&value).unwrap_or_else(|| bad()),
-            "--writers" => a.writers = number(&value).unwrap_or_else(|| bad()),
+            "--events" => a.events = value.parse().unwrap_or_else(|_| bad()),
+            "--secs" => a.secs = value.parse().unwrap_or_else(|_| bad()),
+            "--writers" => a.writers = value.parse().unwrap_or_else(|_| bad()),
             "--dir" => a.dir = Some(value.into()),
             other => fail(format!("unknown flag {other}")),
         }
