@@ -19,7 +19,7 @@ const MARK_EVERY_EVENTS: u64 = 4096;
 /// the board read the newest snapshot and the tail after it, so the cadence bounds that tail.
 /// Measured on the 100,000-task run (`scale_bench`, 2026-12-02): a snapshot every 100,000
 /// events left a tail of 96,033 events at the crash and `status` 0.394 s, resume to its first
-/// spawn 0.475 s; every 25,000, a tail of 21,033, 0.339 s and 0.374 s. The run pays 16
+/// spawn 0.475 s; every 25,000, a tail of 21,033, 0.339 s and 0.374 s. Its writer pays 16
 /// snapshots instead of 4 over its 496,033 events: 1.6 s instead of 0.55 s (about half of it
 /// sled's reopen after every other one): 1.05 s more over a run that took 124 s (README), <1%.
 const SNAPSHOT_EVERY_EVENTS: u64 = 16_384;
