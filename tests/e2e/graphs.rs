@@ -112,8 +112,9 @@ fn graphs_chain_passes_outputs_and_artifacts_land_where_asked() {
         stdout.contains("[three] completed\nthree saw [two saw [alpha]] of [alpha]\n"),
         "{stdout}"
     );
+    // Whole lines only: the temp dir's random name can hold "l3" too.
     assert!(
-        !stdout.contains("l3"),
+        !stdout.lines().any(|l| l == "l3" || l == "l4"),
         "the cut lines are not shown: {stdout}"
     );
 }
