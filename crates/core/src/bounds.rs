@@ -45,6 +45,9 @@ pub mod ranges {
     pub const MAX_OUTPUT_LINES: u64 = 10_000_000;
     /// `max_rate_limits`: 0 (a rate limit spends a retry) to 1000 (issue 14).
     pub const MAX_RATE_LIMITS: u32 = 1000;
+    /// `max_orphans`: 0 (an attempt a crash of sortie cut short is not retried) to 1000
+    /// (issue 10).
+    pub const MAX_ORPHANS: u32 = 1000;
 
     /// A duration as its largest whole unit when exact (`7d`, `90s`), else in milliseconds.
     pub fn format(d: Duration) -> String {
@@ -125,6 +128,12 @@ pub(crate) fn bounds_errors(t: &TaskSpec) -> Vec<(&'static [&'static str], Strin
         u64::from(t.max_rate_limits),
         0,
         u64::from(MAX_RATE_LIMITS),
+    );
+    count(
+        &["max_orphans"],
+        u64::from(t.max_orphans),
+        0,
+        u64::from(MAX_ORPHANS),
     );
     if let Some(v) = t.max_turns {
         count(&["max_turns"], u64::from(v), 1, u64::from(MAX_TURNS));

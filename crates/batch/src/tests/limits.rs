@@ -26,7 +26,8 @@ fn batch_error_out_of_range_values_name_file_line_and_field_and_zero_is_off_wher
          grace_turns = 21\n\
          max_tokens = 0\n\
          max_cost = 0\n\
-         stall_after = \"2d\"\n",
+         stall_after = \"2d\"\n\
+         max_orphans = 5000\n",
     )
     .unwrap();
     let err = load(&path, None, &Overrides::default()).unwrap_err();
@@ -48,6 +49,7 @@ fn batch_error_out_of_range_values_name_file_line_and_field_and_zero_is_off_wher
             (Some(14), Some("max_tokens")),
             (Some(15), Some("max_cost")),
             (Some(16), Some("stall_after")),
+            (Some(17), Some("max_orphans")),
         ],
         "{text}"
     );
@@ -65,6 +67,12 @@ fn batch_error_out_of_range_values_name_file_line_and_field_and_zero_is_off_wher
     );
     assert!(
         text.contains("bounds.toml:16: field `stall_after`: must be 0 (off) to 1d (found 2d)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "bounds.toml:17: field `max_orphans`: must be between 0 and 1000 (found 5000)"
+        ),
         "{text}"
     );
     // The zeros of [defaults] are "off" and accepted: the task with them alone loads.
