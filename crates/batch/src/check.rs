@@ -39,7 +39,7 @@ pub fn load_for_check(
     overrides: &Overrides,
 ) -> Result<Checked, BatchError> {
     let (input, issues) = if is_jsonl(path) {
-        jsonl_input(path, defaults)?
+        jsonl_input(path, defaults, overrides)?
     } else if let Some(d) = defaults {
         let mut issues = Issues::default();
         issues.add(
@@ -50,7 +50,7 @@ pub fn load_for_check(
         );
         (None, issues)
     } else {
-        toml_input(path)?
+        toml_input(path, overrides)?
     };
     let order: Vec<PathBuf> = defaults
         .into_iter()
@@ -67,7 +67,7 @@ pub fn load_for_check(
         });
     };
     let sites = sites(&input);
-    let (loaded, issues, roles) = resolve_all(&input, overrides, issues);
+    let (loaded, issues, roles) = resolve_all(input, overrides, issues);
     Ok(Checked {
         loaded,
         issues: issues.0,

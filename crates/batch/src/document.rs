@@ -317,15 +317,23 @@ fn json_message(e: &serde_json::Error, lead: usize) -> String {
     format!("invalid JSON: {message} (column {})", e.column() + lead)
 }
 
-pub(crate) fn parse_jsonl_tasks(file: &Path, bytes: &[u8], issues: &mut Issues) -> Vec<RawTask> {
-    // At most a task a line: room for them all at once (a RawTask is ~1 KB; grown by doubling,
-    // 100,000 of them took room for 131,072, a quarter of `sortie run`'s peak memory).
-    // Bounded: untouched room costs no memory, but a huge file must not ask for terabytes.
-    let lines = bytes
+/// How many lines of a JSON Lines file may hold a task (those not blank): room for the tasks
+/// at once.
+pub(crate) fn jsonl_task_lines(bytes: &[u8]) -> usize {
+    bytes
         .split(|&b| b == b'\n')
         .filter(|l| l.iter().any(|b| !b.is_ascii_whitespace()))
-        .count();
-    let mut tasks = Vec::with_capacity(lines.min(1 << 20));
+        .count()
+}
+
+/// Reads the task lines of a JSON Lines file, handing each task to `add` as soon as it is
+/// read (the caller resolves it: the raw tasks never exist all at once).
+pub(crate) fn parse_jsonl_tasks(
+    file: &Path,
+    bytes: &[u8],
+    issues: &mut Issues,
+    add: &mut impl FnMut(RawTask, &mut Issues),
+) {
     for (n, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let line = n + 1;
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -355,13 +363,8 @@ pub(crate) fn parse_jsonl_tasks(file: &Path, bytes: &[u8], issues: &mut Issues) 
         match serde_json::from_str::<serde_json::Value>(trimmed) {
             Ok(v @ serde_json::Value::Object(_)) => {
                 if let Val::Table(entries) = Val::from_json(v, Some(line)) {
-                    tasks.push(RawTask::parse(
-                        &entries,
-                        file,
-                        Some(line),
-                        Scope::Task,
-                        issues,
-                    ));
+                    let task = RawTask::parse(&entries, file, Some(line), Scope::Task, issues);
+                    add(task, issues);
                 }
             }
             Ok(other) => {
@@ -376,5 +379,4 @@ pub(crate) fn parse_jsonl_tasks(file: &Path, bytes: &[u8], issues: &mut Issues) 
             Err(e) => issues.add(file, Some(line), None, json_message(&e, lead)),
         }
     }
-    tasks
 }

@@ -104,32 +104,26 @@ pub(crate) fn count(v: &Val) -> Result<u32, String> {
     }
 }
 
-/// Expands every template among `tasks` in place, in file order. `base`: where relative
-/// patterns and files start. A template with a problem is reported and left out.
-pub(crate) fn expand(tasks: Vec<RawTask>, base: &Path, issues: &mut Issues) -> Vec<RawTask> {
-    if tasks
-        .iter()
-        .all(|t| t.for_each.is_none() && t.count.is_none())
-    {
-        // No template: the tasks as they are (a copy of 100,000 raw tasks beside them was a
-        // third of `sortie run`'s peak memory).
-        return tasks;
+/// Hands `out` the task as it is, or the tasks it makes when it is a template, in file order.
+/// `base`: where relative patterns and files start. A template with a problem is reported and
+/// makes nothing.
+pub(crate) fn expand(
+    t: RawTask,
+    base: &Path,
+    issues: &mut Issues,
+    out: &mut impl FnMut(RawTask, &mut Issues),
+) {
+    if t.for_each.is_none() && t.count.is_none() {
+        out(t, issues);
+        return;
     }
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        if t.for_each.is_none() && t.count.is_none() {
-            out.push(t);
-            continue;
-        }
-        match expand_one(&t, base) {
-            Ok(made) => out.extend(made),
-            Err((field, message)) => {
-                let line = t.keys.get(field).copied().flatten().or(t.line);
-                issues.add(&t.file, line, Some(field), message);
-            }
+    match expand_one(&t, base) {
+        Ok(made) => made.into_iter().for_each(|m| out(m, issues)),
+        Err((field, message)) => {
+            let line = t.keys.get(field).copied().flatten().or(t.line);
+            issues.add(&t.file, line, Some(field), message);
         }
     }
-    out
 }
 
 /// The tasks one template makes, or the field at fault and why.

@@ -165,6 +165,24 @@ pub(crate) struct RawTask {
     pub(crate) output_schema: Option<String>,
 }
 
+/// What of a task's table outlives its resolution: where the task and each field it gave are
+/// written, the fields that failed to parse, the expansion it came from. Locating an issue
+/// (`locate`, `admission`, `sortie check`) needs nothing more, so a task's ~1 KB of raw values
+/// is dropped as soon as the task is resolved.
+#[derive(Clone)]
+pub(crate) struct Written {
+    /// The file the table is in.
+    pub(crate) file: PathBuf,
+    /// Where the task starts.
+    pub(crate) line: Option<usize>,
+    /// The line of each field given.
+    pub(crate) keys: FieldLines,
+    /// Fields given with a problem already reported.
+    pub(crate) failed: HashSet<&'static str>,
+    /// Set on a task made by expansion: where it came from.
+    pub(crate) expanded: Option<crate::expand::Origin>,
+}
+
 /// The fields a table gave, each with its line, in the order given. A task gives a few: a
 /// vector searched in order is smaller than a map (a 100,000-task batch held 100,000 maps of
 /// ~150 bytes each while it loaded).
@@ -220,6 +238,17 @@ impl RawTask {
             file: file.to_path_buf(),
             line,
             ..RawTask::default()
+        }
+    }
+
+    /// Where the table and its fields are written (see [`Written`]).
+    pub(crate) fn written(&self) -> Written {
+        Written {
+            file: self.file.clone(),
+            line: self.line,
+            keys: self.keys.clone(),
+            failed: self.failed.clone(),
+            expanded: self.expanded.clone(),
         }
     }
 

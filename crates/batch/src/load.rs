@@ -5,7 +5,9 @@ use std::path::{Component, Path, PathBuf};
 
 use sortie_core::digest::fnv1a;
 
-use crate::document::{RunDoc, parse_defaults_file, parse_jsonl_tasks, parse_toml_doc};
+use crate::document::{
+    RunDoc, jsonl_task_lines, parse_defaults_file, parse_jsonl_tasks, parse_toml_doc,
+};
 use crate::error::{BatchError, BatchIssue, Issues};
 use crate::expand::expand;
 use crate::fields::RawTask;
@@ -48,30 +50,31 @@ pub(crate) fn is_jsonl(path: &Path) -> bool {
 
 /// Loads a TOML batch: run settings, `[defaults]`, `[agents.NAME]` and `[[tasks]]`.
 pub fn load_toml(path: &Path, overrides: &Overrides) -> Result<LoadedBatch, BatchError> {
-    match toml_input(path)? {
+    match toml_input(path, overrides)? {
         (Some(input), issues) => resolve(input, overrides, issues),
         (None, issues) => Err(issues.into_error(&[path])),
     }
 }
 
-/// A TOML batch parsed and expanded, not yet resolved. None: it is not TOML at all.
-pub(crate) fn toml_input(path: &Path) -> Result<(Option<Input<'_>>, Issues), BatchError> {
+/// A TOML batch parsed, its tasks expanded and resolved, not yet validated. None: it is not
+/// TOML at all.
+pub(crate) fn toml_input<'a>(
+    path: &'a Path,
+    overrides: &Overrides,
+) -> Result<(Option<Input<'a>>, Issues), BatchError> {
     let bytes = read(path)?;
     let (source, base) = locate_file(path)?;
     let mut issues = Issues::default();
     let Some(mut run) = parse_toml_doc(path, &bytes, true, &mut issues) else {
         return Ok((None, issues));
     };
-    let tasks = expand(std::mem::take(&mut run.tasks), &base, &mut issues);
-    let input = Input {
-        file: path,
-        defaults_file: None,
-        source,
-        base,
-        run,
-        tasks,
-        digest: digest(&[&bytes]),
-    };
+    let tasks = std::mem::take(&mut run.tasks);
+    let digest = digest(&[&bytes]);
+    let mut input = Input::new(path, None, source, base, run, digest, &mut issues);
+    input.reserve(tasks.len());
+    for t in tasks {
+        input.add(t, overrides, &mut issues);
+    }
     Ok((Some(input), issues))
 }
 
@@ -85,7 +88,7 @@ pub fn load_jsonl(
     defaults: Option<&Path>,
     overrides: &Overrides,
 ) -> Result<LoadedBatch, BatchError> {
-    match jsonl_input(path, defaults)? {
+    match jsonl_input(path, defaults, overrides)? {
         (Some(input), issues) => resolve(input, overrides, issues),
         (None, issues) => {
             let order: Vec<&Path> = defaults.into_iter().chain([path]).collect();
@@ -94,11 +97,13 @@ pub fn load_jsonl(
     }
 }
 
-/// A JSON Lines batch (and its defaults file) parsed and expanded, not yet resolved. None: the
-/// defaults file could not be read as a document.
+/// A JSON Lines batch (and its defaults file) parsed, each task expanded and resolved as it is
+/// read, not yet validated. None: the defaults file could not be read as a document (the tasks
+/// are still read, for their own issues).
 pub(crate) fn jsonl_input<'a>(
     path: &'a Path,
     defaults: Option<&'a Path>,
+    overrides: &Overrides,
 ) -> Result<(Option<Input<'a>>, Issues), BatchError> {
     let bytes = read(path)?;
     let defaults_bytes = defaults.map(read).transpose()?;
@@ -108,27 +113,23 @@ pub(crate) fn jsonl_input<'a>(
         (Some(d), Some(db)) => parse_defaults_file(d, db, &mut issues),
         _ => Some(RunDoc::new(path)),
     };
-    let tasks = expand(
-        parse_jsonl_tasks(path, &bytes, &mut issues),
-        &base,
-        &mut issues,
-    );
     let Some(run) = run else {
+        let mut drop_it = |_, _: &mut Issues| {};
+        parse_jsonl_tasks(path, &bytes, &mut issues, &mut |t, issues| {
+            expand(t, &base, issues, &mut drop_it);
+        });
         return Ok((None, issues));
     };
     let mut parts: Vec<&[u8]> = vec![&bytes];
     if let Some(db) = &defaults_bytes {
         parts.push(db);
     }
-    let input = Input {
-        file: path,
-        defaults_file: defaults,
-        source,
-        base,
-        run,
-        tasks,
-        digest: digest(&parts),
-    };
+    let digest = digest(&parts);
+    let mut input = Input::new(path, defaults, source, base, run, digest, &mut issues);
+    input.reserve(jsonl_task_lines(&bytes));
+    parse_jsonl_tasks(path, &bytes, &mut issues, &mut |t, issues| {
+        input.add(t, overrides, issues);
+    });
     Ok((Some(input), issues))
 }
 
@@ -205,16 +206,11 @@ fn one_off(
         path: cwd.to_path_buf(),
         source,
     })?;
-    let input = Input {
-        file,
-        defaults_file: None,
-        source,
-        base: clean(&base),
-        run: RunDoc::new(file),
-        tasks: vec![task],
-        digest,
-    };
-    resolve(input, overrides, Issues::default())
+    let mut issues = Issues::default();
+    let run = RunDoc::new(file);
+    let mut input = Input::new(file, None, source, clean(&base), run, digest, &mut issues);
+    input.add(task, overrides, &mut issues);
+    resolve(input, overrides, issues)
 }
 
 /// The first line of `text`, cut to 60 characters.

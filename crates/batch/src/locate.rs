@@ -13,7 +13,7 @@ use sortie_core::{Batch, SpecError};
 
 use crate::Overrides;
 use crate::error::BatchIssue;
-use crate::fields::RawTask;
+use crate::fields::Written;
 use crate::resolve::{AgentFrom, Input, agent_from};
 
 /// The located issue for a validation error. None: the error follows from a problem already
@@ -49,9 +49,10 @@ pub(crate) fn issue(
         });
     };
     let (task, spec) = (input.tasks.get(i)?, batch.tasks.get(i)?);
+    let defaults = input.run.defaults.written();
     let layers = Layers {
         task,
-        defaults: &input.run.defaults,
+        defaults: &defaults,
         ov,
         profile_failed: input.run.agents.failed.contains(&spec.agent),
     };
@@ -78,8 +79,8 @@ pub(crate) fn issue(
 
 /// The layers a task's fields come from.
 struct Layers<'a> {
-    task: &'a RawTask,
-    defaults: &'a RawTask,
+    task: &'a Written,
+    defaults: &'a Written,
     ov: &'a Overrides,
     /// Whether the task's agent profile had a problem (reported with the profile).
     profile_failed: bool,
@@ -106,7 +107,7 @@ struct Site<'a> {
 impl Layers<'_> {
     fn site(&self, field: &str) -> Site<'_> {
         let (t, d) = (self.task, self.defaults);
-        let key = |layer: &RawTask, key: &str| layer.keys.get(key).copied().flatten();
+        let key = |layer: &Written, key: &str| layer.keys.get(key).copied().flatten();
         let own = |k: &str| Site {
             file: &t.file,
             line: key(t, k),
@@ -126,7 +127,7 @@ impl Layers<'_> {
             readable: true,
         };
         if field == "agent" {
-            let written = |layer: &RawTask, k: &str| layer.keys.contains_key(k);
+            let written = |layer: &Written, k: &str| layer.keys.contains_key(k);
             let mut site = match agent_from(t, d, self.ov, written) {
                 AgentFrom::Task => own("agent"),
                 AgentFrom::TaskCommand => own("command"),
@@ -152,7 +153,7 @@ impl Layers<'_> {
 
 /// The error with the expansion a task came from (its item and sample) named after it, so
 /// that two expanded tasks that collide say which of the template's tasks they are.
-fn expanded_from(e: &SpecError, task: &RawTask) -> SpecError {
+fn expanded_from(e: &SpecError, task: &Written) -> SpecError {
     let mut e = e.clone();
     if let Some(o) = &task.expanded {
         let from = match &o.item {

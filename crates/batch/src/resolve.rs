@@ -11,13 +11,15 @@ use sortie_core::{
 use crate::agents::Agents;
 use crate::document::RunDoc;
 use crate::error::{BatchError, Issues};
-use crate::fields::RawTask;
+use crate::fields::{RawTask, Written};
 use crate::load::clean;
-use crate::roles::{Role, RoleUse};
+use crate::roles::{Role, RoleBook, RoleUse};
 use crate::{LoadedBatch, Overrides};
 use crate::{admission, locate};
 
-/// A parsed batch, before resolution.
+/// A parsed batch: its run-level document, and its tasks resolved one by one as they are read
+/// ([`Input::add`]), never all raw at once (a raw task is ~1 KB: 100,000 of them held until
+/// the last was read were the peak of `sortie run`'s memory).
 pub(crate) struct Input<'a> {
     /// The batch file as the caller named it.
     pub(crate) file: &'a Path,
@@ -28,40 +30,127 @@ pub(crate) struct Input<'a> {
     /// Where relative paths start.
     pub(crate) base: PathBuf,
     pub(crate) run: RunDoc,
-    pub(crate) tasks: Vec<RawTask>,
+    /// Where each task was written, by task index.
+    pub(crate) tasks: Vec<Written>,
     pub(crate) digest: u64,
+    /// The tasks resolved so far.
+    resolved: Resolved,
 }
 
-/// Resolves the tasks, validates the batch and admits it.
+/// The tasks resolved so far, and what their resolution keeps between tasks.
+struct Resolved {
+    /// `base` as text; None: it is not UTF-8, and no task resolves.
+    base: Option<String>,
+    /// #13: the roles the tasks name, each looked up once.
+    roles: RoleBook,
+    /// Tasks alike share one body as they are resolved (see `TaskSpec`).
+    sharer: sortie_core::BodySharer,
+    specs: Vec<TaskSpec>,
+    env: Vec<Vec<(String, String)>>,
+}
+
+impl<'a> Input<'a> {
+    /// A batch with no task yet; its `[defaults]` (in `run`) are read.
+    pub(crate) fn new(
+        file: &'a Path,
+        defaults_file: Option<&'a Path>,
+        source: String,
+        base: PathBuf,
+        run: RunDoc,
+        digest: u64,
+        issues: &mut Issues,
+    ) -> Input<'a> {
+        let text = base.to_str().map(str::to_owned);
+        let mut roles = RoleBook::new(&base);
+        if text.is_some() {
+            roles.see(&run.defaults, issues);
+        }
+        let resolved = Resolved {
+            base: text,
+            roles,
+            sharer: sortie_core::BodySharer::default(),
+            specs: Vec::new(),
+            env: Vec::new(),
+        };
+        Input {
+            file,
+            defaults_file,
+            source,
+            base,
+            run,
+            tasks: Vec::new(),
+            digest,
+            resolved,
+        }
+    }
+
+    /// Room for `n` more tasks.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.tasks.reserve_exact(n);
+        self.resolved.specs.reserve_exact(n);
+        self.resolved.env.reserve_exact(n);
+    }
+
+    /// Adds a task as it is read: expanded when it is a template (see `expand`), each task it
+    /// makes resolved against the run's `[defaults]`, the flags and its role; only where it was
+    /// written is kept of its raw fields.
+    pub(crate) fn add(&mut self, raw: RawTask, ov: &Overrides, issues: &mut Issues) {
+        let Input {
+            base,
+            run,
+            tasks,
+            resolved,
+            ..
+        } = self;
+        crate::expand::expand(raw, base, issues, &mut |t, issues| {
+            let Some(base) = &resolved.base else { return };
+            resolved.roles.see(&t, issues);
+            let index = tasks.len();
+            let (mut spec, env) = resolve_task(
+                index,
+                &t,
+                &run.defaults,
+                ov,
+                base,
+                &run.agents,
+                &resolved.roles,
+            );
+            resolved.sharer.share(&mut spec);
+            resolved.specs.push(spec);
+            resolved.env.push(env);
+            tasks.push(t.written());
+        });
+    }
+
+    /// The files in the order their issues are listed: the defaults file, then the batch.
+    pub(crate) fn order(&self) -> Vec<&'a Path> {
+        self.defaults_file.into_iter().chain([self.file]).collect()
+    }
+}
+
+/// Validates the resolved batch and admits it.
 pub(crate) fn resolve(
     input: Input<'_>,
     ov: &Overrides,
     issues: Issues,
 ) -> Result<LoadedBatch, BatchError> {
     let order = input.order();
-    let (loaded, issues, _) = resolve_all(&input, ov, issues);
+    let (loaded, issues, _) = resolve_all(input, ov, issues);
     match loaded {
         Some(loaded) if issues.0.is_empty() => Ok(loaded),
         _ => Err(issues.into_error(&order)),
     }
 }
 
-impl Input<'_> {
-    /// The files in the order their issues are listed: the defaults file, then the batch.
-    pub(crate) fn order(&self) -> Vec<&Path> {
-        self.defaults_file.into_iter().chain([self.file]).collect()
-    }
-}
-
-/// Resolves, validates and admits, keeping the batch even when it has issues (`sortie check`
-/// looks further at what did resolve), with the roles its tasks use. None: not even the base
-/// directory could be named.
+/// Validates and admits the resolved batch, keeping it even when it has issues (`sortie
+/// check` looks further at what did resolve), with the roles its tasks use. None: not even the
+/// base directory could be named.
 pub(crate) fn resolve_all(
-    input: &Input<'_>,
+    mut input: Input<'_>,
     ov: &Overrides,
     mut issues: Issues,
 ) -> (Option<LoadedBatch>, Issues, Vec<RoleUse>) {
-    let Some(base) = input.base.to_str() else {
+    if input.resolved.base.is_none() {
         issues.add(
             input.file,
             None,
@@ -69,9 +158,7 @@ pub(crate) fn resolve_all(
             format!("the directory {} is not valid UTF-8", input.base.display()),
         );
         return (None, issues, Vec::new());
-    };
-    // #13: the roles the tasks name, each looked up once.
-    let roles = crate::roles::lookup(&input.tasks, &input.run.defaults, &input.base, &mut issues);
+    }
     let run = &input.run;
     let defaults_config = RunConfig::default();
     let config = RunConfig {
@@ -91,19 +178,10 @@ pub(crate) fn resolve_all(
             .collect(),
         on_task_end: run.on_task_end.clone(),
     };
-    // Tasks alike share one body as they are resolved (see `TaskSpec`).
-    let mut sharer = sortie_core::BodySharer::default();
-    let (tasks, env): (Vec<TaskSpec>, Vec<Vec<(String, String)>>) = input
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let (mut spec, env) = resolve_task(i, t, &run.defaults, ov, base, &run.agents, &roles);
-            sharer.share(&mut spec);
-            (spec, env)
-        })
-        .unzip();
-    let uses = role_uses(&tasks, &roles);
+    let tasks = std::mem::take(&mut input.resolved.specs);
+    let env = std::mem::take(&mut input.resolved.env);
+    let uses = role_uses(&tasks, &input.resolved.roles);
+    let run = &input.run;
     let batch = Batch {
         tasks,
         agents: run.agents.profiles.clone(),
@@ -128,12 +206,12 @@ pub(crate) fn resolve_all(
     }
     if let Err(errors) = validate_batch(&batch) {
         for e in &errors {
-            if let Some(issue) = locate::issue(e, input, &batch, ov) {
+            if let Some(issue) = locate::issue(e, &input, &batch, ov) {
                 issues.0.push(issue);
             }
         }
     } else if issues.0.is_empty() {
-        admission::admit(input, &batch, ov, &mut issues);
+        admission::admit(&input, &batch, ov, &mut issues);
     }
     let loaded = LoadedBatch {
         batch,
@@ -144,9 +222,9 @@ pub(crate) fn resolve_all(
 }
 
 /// The roles the resolved tasks use, by name, each with its tasks.
-fn role_uses(tasks: &[TaskSpec], roles: &BTreeMap<String, Role>) -> Vec<RoleUse> {
+fn role_uses(tasks: &[TaskSpec], roles: &RoleBook) -> Vec<RoleUse> {
     roles
-        .values()
+        .found()
         .map(|r| RoleUse {
             name: r.name.clone(),
             file: r.file.clone(),
@@ -203,11 +281,11 @@ pub(crate) enum AgentFrom {
 }
 
 /// Which level a task's agent comes from (see [`AgentFrom`]).
-pub(crate) fn agent_from(
-    t: &RawTask,
-    d: &RawTask,
+pub(crate) fn agent_from<L>(
+    t: &L,
+    d: &L,
     ov: &Overrides,
-    gives: impl Fn(&RawTask, &str) -> bool,
+    gives: impl Fn(&L, &str) -> bool,
 ) -> AgentFrom {
     if gives(t, "agent") {
         AgentFrom::Task
@@ -247,7 +325,7 @@ fn resolve_task(
     ov: &Overrides,
     base: &str,
     agents: &Agents,
-    roles: &BTreeMap<String, Role>,
+    roles: &RoleBook,
 ) -> (TaskSpec, Vec<(String, String)>) {
     let label = t
         .label

@@ -300,30 +300,42 @@ fn unquote(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
-/// The roles a batch's tasks (and `[defaults]`) name, each looked up once; a role that is
-/// nowhere, or whose file is malformed, is an issue (at the `role` key of every layer that
-/// names it, or in the file).
-pub(crate) fn lookup(
-    tasks: &[RawTask],
-    defaults: &RawTask,
-    base: &Path,
-    issues: &mut Issues,
-) -> BTreeMap<String, Role> {
-    let dirs = search_dirs(base);
-    // None: not found anywhere; a malformed file is reported where it is, and left out.
-    let mut looked_up: BTreeMap<String, Option<Option<Role>>> = BTreeMap::new();
-    let mut reported = std::collections::BTreeSet::new();
-    for layer in std::iter::once(defaults).chain(tasks) {
-        let Some(name) = &layer.role else { continue };
-        let found = looked_up
+/// The roles a batch's tasks (and `[defaults]`) name, each looked up once as the layers that
+/// name it are seen; a role that is nowhere, or whose file is malformed, is an issue (at the
+/// `role` key of every layer that names it, or in the file).
+pub(crate) struct RoleBook {
+    dirs: Vec<PathBuf>,
+    /// By name. None: not found anywhere; a malformed file is reported where it is, and left
+    /// out.
+    looked_up: BTreeMap<String, Option<Option<Role>>>,
+    /// The `role` keys reported unknown already (file, line).
+    reported: std::collections::BTreeSet<(PathBuf, Option<usize>)>,
+}
+
+impl RoleBook {
+    /// A book for a batch whose relative paths start at `base`.
+    pub(crate) fn new(base: &Path) -> RoleBook {
+        RoleBook {
+            dirs: search_dirs(base),
+            looked_up: BTreeMap::new(),
+            reported: std::collections::BTreeSet::new(),
+        }
+    }
+
+    /// Looks up the role `layer` names, if any, once per name.
+    pub(crate) fn see(&mut self, layer: &RawTask, issues: &mut Issues) {
+        let Some(name) = &layer.role else { return };
+        let dirs = &self.dirs;
+        let found = self
+            .looked_up
             .entry(name.clone())
-            .or_insert_with(|| find(name, &dirs, issues).ok());
+            .or_insert_with(|| find(name, dirs, issues).ok());
         if !matches!(found, Some(None)) {
-            continue;
+            return;
         }
         let line = layer.keys.get("role").copied().flatten();
-        if !reported.insert((layer.file.clone(), line)) {
-            continue;
+        if !self.reported.insert((layer.file.clone(), line)) {
+            return;
         }
         let places: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         issues.add(
@@ -338,10 +350,16 @@ pub(crate) fn lookup(
             ),
         );
     }
-    looked_up
-        .into_iter()
-        .filter_map(|(name, role)| Some((name, role??)))
-        .collect()
+
+    /// The role named `name`, if it was seen and found.
+    pub(crate) fn get(&self, name: &str) -> Option<&Role> {
+        self.looked_up.get(name)?.as_ref()?.as_ref()
+    }
+
+    /// The roles found, by name.
+    pub(crate) fn found(&self) -> impl Iterator<Item = &Role> {
+        self.looked_up.values().filter_map(|r| r.as_ref()?.as_ref())
+    }
 }
 
 #[cfg(test)]

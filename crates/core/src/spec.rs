@@ -604,6 +604,31 @@ impl Batch {
             sharer.share(task);
         }
     }
+
+    /// Each distinct task body once, in order of first use, and per task the index of its body
+    /// there (what a snapshot and the journal's `RunStarted` store): a task's body is compared
+    /// with the few most recent distinct ones, first as the same `Arc` (what
+    /// [`Batch::share_bodies`] left), then by value.
+    pub fn body_table(&self) -> (Vec<&Arc<SpecBody>>, Vec<u32>) {
+        let mut bodies: Vec<&Arc<SpecBody>> = Vec::new();
+        let mut index = Vec::with_capacity(self.tasks.len());
+        for spec in &self.tasks {
+            let recent = bodies.len().saturating_sub(RECENT_BODIES);
+            let found = bodies[recent..]
+                .iter()
+                .rposition(|b| Arc::ptr_eq(b, &spec.body))
+                .or_else(|| bodies[recent..].iter().rposition(|b| **b == spec.body));
+            let i = match found {
+                Some(i) => recent + i,
+                None => {
+                    bodies.push(&spec.body);
+                    bodies.len() - 1
+                }
+            };
+            index.push(i as u32);
+        }
+        (bodies, index)
+    }
 }
 
 pub use crate::bounds::{self, MAX_CONCURRENCY};

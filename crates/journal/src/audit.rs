@@ -2,7 +2,7 @@
 //! raw events (core's `Ledger::from_events`) against the replayed state's.
 
 use sortie_core::ledger::{Ledger, LedgerFold, ledger};
-use sortie_core::{RunState, Seq};
+use sortie_core::{Event, RunState, Seq};
 
 use crate::Error;
 use crate::journal::Journal;
@@ -36,15 +36,17 @@ impl Journal {
                     return false;
                 }
             };
-            if let Err(v) = state.apply(&record) {
-                let e = Error::Violation {
-                    seq: record.seq,
-                    violation: v,
-                };
-                first_bad = Some((record.seq, e.to_string()));
+            let seq = record.seq;
+            let applied = match record.event {
+                // Moved into the state, not copied (the ledger counts attempts only).
+                Event::RunStarted { .. } => state.apply_owned(record),
+                _ => state.apply(&record).map(|()| raw.observe(&record.event)),
+            };
+            if let Err(violation) = applied {
+                let e = Error::Violation { seq, violation };
+                first_bad = Some((seq, e.to_string()));
                 return false;
             }
-            raw.observe(&record.event);
             events += 1;
             compare(&state);
             true

@@ -37,7 +37,7 @@ pub(crate) fn encode(seq: Seq, at: Timestamp, event: &Event) -> Result<Vec<u8>, 
     let record = RecordV1 {
         seq: seq.0,
         at: at.0,
-        event: StoredEvent::from(event),
+        event: StoredEvent::to_write(event),
     };
     let mut out = vec![FORMAT_V1, 0, 0, 0, 0];
     bincode::serde::encode_into_std_write(&record, &mut out, config())
@@ -217,6 +217,42 @@ mod tests {
             (s.seq, s.at, s.event.name()),
             (Seq(7), Timestamp(1234), "AttemptLaunching")
         );
+    }
+
+    #[test]
+    fn a_run_start_is_written_with_its_bodies_shared_and_reads_back_equal() {
+        let tasks = (0..4)
+            .map(|i| sortie_core::TaskSpec::new(format!("t{i}"), "/w"))
+            .collect();
+        let batch = sortie_core::spec::Batch {
+            tasks,
+            agents: sortie_core::spec::AgentProfile::builtins(),
+            config: sortie_core::spec::RunConfig::default(),
+            source: "b.toml".into(),
+        };
+        let start = Event::RunStarted {
+            run_id: sortie_core::RunId::new("r").unwrap(),
+            batch,
+            batch_digest: 7,
+            host: "h".into(),
+            pid: 1,
+        };
+        let bytes = encode(Seq(0), Timestamp(1), &start).unwrap();
+        let (record, _): (RecordV1, usize) =
+            bincode::serde::decode_from_slice(&bytes[HEADER..], config()).unwrap();
+        assert!(
+            matches!(record.event, StoredEvent::RunStartedShared { .. }),
+            "{record:?}"
+        );
+        let back = decode(&bytes).unwrap().event;
+        assert_eq!(back, start);
+        let Event::RunStarted { batch, .. } = back else {
+            unreachable!()
+        };
+        assert!(std::sync::Arc::ptr_eq(
+            &batch.tasks[0].body,
+            &batch.tasks[3].body
+        ));
     }
 
     #[test]

@@ -80,8 +80,8 @@ impl RunState {
             (batch.tasks[a.index()].label.as_str(), a)
                 .cmp(&(batch.tasks[b.index()].label.as_str(), b))
         });
-        self.pools = crate::pool::pools_used(&batch)
-            .into_keys()
+        self.pools = crate::pool::pool_names(&batch)
+            .into_iter()
             .chain(batch.config.pools.keys().cloned())
             .map(|name| {
                 let pool = crate::pool::PoolState::new(batch.config.pools.get(&name));

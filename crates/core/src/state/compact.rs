@@ -29,11 +29,6 @@ use crate::spec::{AgentProfile, Batch, RunConfig, SpecBody, TaskSpec};
 /// as serde's own would): a length in a damaged encoding never reserves gigabytes.
 const MAX_RESERVE: usize = 1 << 20;
 
-/// How many distinct bodies the encoder compares each task's with (the most recent ones):
-/// batches repeat a body in runs, and a batch of all-different bodies must not cost a
-/// quadratic pass.
-const RECENT: usize = 8;
-
 /// A vector, decoded into exactly the room its stated length needs.
 pub(super) fn exact<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where
@@ -101,26 +96,15 @@ pub(super) mod batch {
     }
 }
 
-/// The batch with each distinct body once: a task's body is compared with the recent distinct
-/// ones, first as the same `Arc` (what `Batch::share_bodies` left), then by value.
+/// The batch with each distinct body once (`Batch::body_table`).
 fn compact(batch: &Batch) -> BatchOut<'_> {
-    let mut bodies: Vec<&Arc<SpecBody>> = Vec::new();
-    let mut tasks = Vec::with_capacity(batch.tasks.len());
-    for spec in &batch.tasks {
-        let recent = bodies.len().saturating_sub(RECENT);
-        let found = bodies[recent..]
-            .iter()
-            .rposition(|b| Arc::ptr_eq(b, &spec.body))
-            .or_else(|| bodies[recent..].iter().rposition(|b| **b == spec.body));
-        let index = match found {
-            Some(i) => recent + i,
-            None => {
-                bodies.push(&spec.body);
-                bodies.len() - 1
-            }
-        };
-        tasks.push((spec.label.as_str(), &spec.prompt, index as u32));
-    }
+    let (bodies, index) = batch.body_table();
+    let tasks = batch
+        .tasks
+        .iter()
+        .zip(index)
+        .map(|(spec, i)| (spec.label.as_str(), &spec.prompt, i))
+        .collect();
     BatchOut {
         bodies: bodies.into_iter().map(|b| &**b).collect(),
         tasks,

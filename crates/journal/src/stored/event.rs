@@ -4,12 +4,13 @@
 //! event gets a variant appended at the end; a core event whose payload grew is written as its
 //! `...V2` variant (the v1 payload plus the ext of `v2`), and its v1 variant still reads.
 //! The V2 variants serialize under their v1 names for `sortie export` (`rename(serialize)`);
-//! bincode ignores names.
+//! bincode ignores names. A run's start is written as `RunStartedShared` (each distinct task body
+//! once, [`StoredEvent::to_write`]); export prints it from the decoded event as `RunStartedV2`.
 
 use serde::{Deserialize, Serialize};
 use sortie_core::{Attempt, ControlAction, Event, RunId, Seq, TaskId};
 
-use super::v2::{AttemptOutcomeV2, BatchV2, BudgetLimitV2, TaskResultV2};
+use super::v2::{AttemptOutcomeV2, BatchV2, BudgetLimitV2, SharedBatchV2, TaskResultV2};
 use super::{
     AttemptOutcomeV1, BatchV1, DurationV1, OrphanActionV1, RunOutcomeV1, TaskResultV1, UsageV1,
 };
@@ -189,6 +190,42 @@ pub(crate) enum StoredEvent {
         attempt: u32,
         session: String,
     },
+    /// `Event::RunStarted` with each distinct task body stored once (every run started since
+    /// writes this, see [`StoredEvent::to_write`]; `RunStartedV2` stores each task whole).
+    /// `sortie export` prints a run's start as `RunStartedV2`, whichever variant stored it.
+    RunStartedShared {
+        run_id: String,
+        batch: SharedBatchV2,
+        batch_digest: u64,
+        host: String,
+        pid: u32,
+    },
+}
+
+impl StoredEvent {
+    /// The variant this build writes for `e`: as [`StoredEvent::from`] (which `sortie export`
+    /// prints), but a run's start with each distinct task body once (`RunStartedShared`).
+    pub(crate) fn to_write(e: &Event) -> Self {
+        let Event::RunStarted {
+            run_id,
+            batch,
+            batch_digest,
+            host,
+            pid,
+        } = e
+        else {
+            return StoredEvent::from(e);
+        };
+        let (run_id, host) = (run_id.as_str().to_owned(), host.clone());
+        let (batch, batch_digest, pid) = (batch.into(), *batch_digest, *pid);
+        StoredEvent::RunStartedShared {
+            run_id,
+            batch,
+            batch_digest,
+            host,
+            pid,
+        }
+    }
 }
 
 /// Mirrors `sortie_core::ControlAction`. Never remove or reorder a variant.
@@ -728,6 +765,19 @@ impl TryFrom<StoredEvent> for Event {
                 task: TaskId(task),
                 attempt: Attempt(attempt),
                 session,
+            },
+            StoredEvent::RunStartedShared {
+                run_id,
+                batch,
+                batch_digest,
+                host,
+                pid,
+            } => Event::RunStarted {
+                run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
+                batch: batch.try_into()?,
+                batch_digest,
+                host,
+                pid,
             },
         })
     }

@@ -613,23 +613,92 @@ pub(crate) struct BatchBodyV2 {
 /// Mirrors `sortie_core::Batch`, v2.
 pub(crate) type BatchV2 = V2<BatchBodyV2, BatchExtV2>;
 
+/// A batch as `StoredEvent::RunStartedShared` stores it: like [`BatchBodyV2`], but with each
+/// distinct task body stored once (as a task spec with an empty label and no prompt) and, per
+/// task, its label, its prompt and the index of its body. A batch of 100,000 generated tasks
+/// holds a handful of distinct bodies: stored whole, they were nearly all of its record's bytes
+/// and of the time to read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SharedBatchBodyV2 {
+    bodies: Vec<TaskSpecV2>,
+    tasks: Vec<TaskRefV2>,
+    parts: BatchPartsV2,
+}
+
+/// One task of a [`SharedBatchBodyV2`]: what is its own, and the index of its body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TaskRefV2 {
+    label: String,
+    prompt: Option<String>,
+    body: u32,
+}
+
+/// The parts of a stored batch beside its tasks (bincode stores a nested struct as its fields
+/// in order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BatchPartsV2 {
+    agents: BTreeMap<String, AgentProfileV2>,
+    config: RunConfigV2,
+    source: String,
+}
+
+/// Mirrors `sortie_core::Batch`, v2, each distinct task body once.
+pub(crate) type SharedBatchV2 = V2<SharedBatchBodyV2, BatchExtV2>;
+
+/// The parts of `b` beside its tasks, stored.
+fn parts_of(b: &Batch) -> BatchPartsV2 {
+    BatchPartsV2 {
+        agents: b
+            .agents
+            .iter()
+            .map(|(k, v)| (k.clone(), v.into()))
+            .collect(),
+        config: V2 {
+            v1: RunConfigV1::from(&b.config),
+            ext: RunConfigExtV2::of(&b.config),
+        },
+        source: b.source.clone(),
+    }
+}
+
+/// The batch of `tasks` (decoded) with its other parts as stored.
+fn batch_of(tasks: Vec<TaskSpec>, parts: BatchPartsV2, ext: BatchExtV2) -> Result<Batch, String> {
+    let mut config = RunConfig::from(parts.config.v1);
+    parts.config.ext.apply(&mut config)?;
+    // Through the v1 conversion, so that fields added to `Batch` since v1 get their v1
+    // defaults in one place; the parts are then set from their v2 forms.
+    let mut batch = Batch::try_from(BatchV1 {
+        tasks: Vec::new(),
+        agents: BTreeMap::new(),
+        config: (&config).into(),
+        source: parts.source,
+    })?;
+    batch.config = config;
+    batch.tasks = tasks;
+    batch.agents = parts
+        .agents
+        .into_iter()
+        .map(|(k, v)| Ok((k, v.try_into()?)))
+        .collect::<Result<_, String>>()?;
+    ext.apply(&mut batch)?;
+    Ok(batch)
+}
+
 impl From<&Batch> for BatchV2 {
     fn from(b: &Batch) -> Self {
-        let body = BatchBodyV2 {
-            tasks: b.tasks.iter().map(Into::into).collect(),
-            agents: b
-                .agents
-                .iter()
-                .map(|(k, v)| (k.clone(), v.into()))
-                .collect(),
-            config: V2 {
-                v1: RunConfigV1::from(&b.config),
-                ext: RunConfigExtV2::of(&b.config),
-            },
-            source: b.source.clone(),
-        };
+        let BatchPartsV2 {
+            agents,
+            config,
+            source,
+        } = parts_of(b);
+        let tasks = b.tasks.iter().map(Into::into).collect();
         V2 {
-            v1: body,
+            v1: BatchBodyV2 {
+                tasks,
+                agents,
+                config,
+                source,
+            },
             ext: BatchExtV2::of(b),
         }
     }
@@ -638,22 +707,15 @@ impl From<&Batch> for BatchV2 {
 impl TryFrom<BatchV2> for Batch {
     type Error = String;
     fn try_from(b: BatchV2) -> Result<Self, String> {
-        let body = b.v1;
-        let mut config = RunConfig::from(body.config.v1);
-        body.config.ext.apply(&mut config)?;
-        // Through the v1 conversion, so that fields added to `Batch` since v1 get their v1
-        // defaults in one place; the parts are then set from their v2 forms.
-        let mut batch = Batch::try_from(BatchV1 {
-            tasks: Vec::new(),
-            agents: BTreeMap::new(),
-            config: (&config).into(),
-            source: body.source,
-        })?;
-        batch.config = config;
-        // Tasks alike share one body as they are decoded (the journal stores each whole).
+        let BatchBodyV2 {
+            tasks,
+            agents,
+            config,
+            source,
+        } = b.v1;
+        // Tasks alike share one body as they are decoded (this form stores each whole).
         let mut sharer = sortie_core::BodySharer::default();
-        batch.tasks = body
-            .tasks
+        let tasks = tasks
             .into_iter()
             .map(|t| {
                 let mut spec = TaskSpec::try_from(t)?;
@@ -661,13 +723,76 @@ impl TryFrom<BatchV2> for Batch {
                 Ok(spec)
             })
             .collect::<Result<_, String>>()?;
-        batch.agents = body
-            .agents
+        let parts = BatchPartsV2 {
+            agents,
+            config,
+            source,
+        };
+        batch_of(tasks, parts, b.ext)
+    }
+}
+
+impl From<&Batch> for SharedBatchV2 {
+    fn from(b: &Batch) -> Self {
+        let (bodies, index) = b.body_table();
+        let bodies = bodies
             .into_iter()
-            .map(|(k, v)| Ok((k, v.try_into()?)))
+            .map(|body| {
+                let spec = TaskSpec {
+                    label: String::new(),
+                    prompt: None,
+                    body: std::sync::Arc::clone(body),
+                };
+                TaskSpecV2::from(&spec)
+            })
+            .collect();
+        let tasks = b
+            .tasks
+            .iter()
+            .zip(index)
+            .map(|(t, body)| TaskRefV2 {
+                label: t.label.clone(),
+                prompt: t.prompt.clone(),
+                body,
+            })
+            .collect();
+        V2 {
+            v1: SharedBatchBodyV2 {
+                bodies,
+                tasks,
+                parts: parts_of(b),
+            },
+            ext: BatchExtV2::of(b),
+        }
+    }
+}
+
+impl TryFrom<SharedBatchV2> for Batch {
+    type Error = String;
+    fn try_from(b: SharedBatchV2) -> Result<Self, String> {
+        let SharedBatchBodyV2 {
+            bodies,
+            tasks,
+            parts,
+        } = b.v1;
+        let bodies = bodies
+            .into_iter()
+            .map(|t| Ok(TaskSpec::try_from(t)?.body))
+            .collect::<Result<Vec<_>, String>>()?;
+        let tasks = tasks
+            .into_iter()
+            .map(|t| {
+                let shared = bodies.get(t.body as usize).ok_or_else(|| {
+                    format!("task {} names body {} of {}", t.label, t.body, bodies.len())
+                })?;
+                Ok(TaskSpec {
+                    label: t.label,
+                    prompt: t.prompt,
+                    body: std::sync::Arc::clone(shared),
+                })
+            })
             .collect::<Result<_, String>>()?;
-        b.ext.apply(&mut batch)?;
-        Ok(batch)
+        batch_of(tasks, parts, b.ext)
     }
 }
 
@@ -750,6 +875,61 @@ mod tests {
     fn json_shows_the_extension_as_the_struct_itself() {
         let json = serde_json::to_value(Grow(Before { a: 1, b: None })).unwrap();
         assert_eq!(json, serde_json::json!({"a": 1, "b": null}));
+    }
+
+    /// Nine tasks whose bodies take turns among three directories, the fifth with a body of
+    /// its own: four distinct bodies.
+    fn four_bodies() -> Batch {
+        let mut batch = Batch {
+            tasks: (0..9)
+                .map(|i| TaskSpec {
+                    prompt: Some(format!("prompt {i}")),
+                    ..TaskSpec::new(format!("t{i}"), ["/a", "/b", "/c"][i % 3])
+                })
+                .collect(),
+            agents: AgentProfile::builtins(),
+            config: RunConfig::default(),
+            source: "batch.toml".into(),
+        };
+        batch.tasks[4].max_retries = 9;
+        batch
+    }
+
+    fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap()
+    }
+
+    fn decode<T: DeserializeOwned>(bytes: &[u8]) -> T {
+        bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn a_shared_batch_stores_each_distinct_body_once_and_reads_back_equal_and_shared() {
+        let batch = four_bodies();
+        let stored = SharedBatchV2::from(&batch);
+        assert_eq!(stored.v1.bodies.len(), 4);
+        let bytes = encode(&stored);
+        let back = Batch::try_from(decode::<SharedBatchV2>(&bytes)).unwrap();
+        assert_eq!(back, batch);
+        assert!(std::sync::Arc::ptr_eq(
+            &back.tasks[1].body,
+            &back.tasks[7].body
+        ));
+        assert!(!std::sync::Arc::ptr_eq(
+            &back.tasks[1].body,
+            &back.tasks[4].body
+        ));
+        assert!(bytes.len() < encode(&BatchV2::from(&batch)).len());
+    }
+
+    #[test]
+    fn a_body_index_past_the_table_is_an_error_not_a_panic() {
+        let mut stored = SharedBatchV2::from(&four_bodies());
+        stored.v1.tasks[2].body = 4;
+        let err = Batch::try_from(stored).unwrap_err();
+        assert_eq!(err, "task t2 names body 4 of 4");
     }
 
     proptest! {
