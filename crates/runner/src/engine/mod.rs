@@ -384,7 +384,9 @@ impl Engine {
             journal: Arc::new(parts.journal),
             _lock: parts.lock,
             env: parts.env,
-            planner: Planner::new(&state),
+            // Both callers build the planner once the state is complete (after `RunStarted`,
+            // or after resume's own events): a 100,000-task state is indexed once.
+            planner: Planner::new(&RunState::new()),
             state,
             live: HashMap::new(),
             tx,
