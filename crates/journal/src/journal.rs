@@ -46,6 +46,19 @@ impl Drop for SnapshotDir {
     }
 }
 
+/// A journal being closed on a thread of its own ([`Journal::close_beside`]); dropping this
+/// waits until it is closed.
+#[derive(Debug)]
+pub struct Closing(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The journal of one run. `Send + Sync`: share it with an `Arc`.
 pub struct Journal {
     // Field order matters: the store closes before its snapshot copy is removed.
@@ -214,6 +227,18 @@ impl Journal {
         })
     }
 
+    /// Closes this handle on a thread of its own: sled's flush and the end of its threads,
+    /// and for a read-only copy the removal of its files (tens of milliseconds for a
+    /// 100,000-task journal), while the caller goes on. The returned [`Closing`] waits for it
+    /// when dropped, so that nothing is left behind when the process exits.
+    pub fn close_beside(self) -> Closing {
+        // A thread that cannot be started drops its closure: the journal is closed here.
+        let thread = std::thread::Builder::new()
+            .name("journal-close".into())
+            .spawn(move || drop(self));
+        Closing(thread.ok())
+    }
+
     /// The run directory this journal belongs to.
     pub fn path(&self) -> &Path {
         &self.run_dir
@@ -283,4 +308,25 @@ fn private_temp_dir() -> Result<PathBuf> {
             source,
         })?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_closed_beside_is_removed_once_its_closing_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Journal::create(dir.path()).unwrap());
+        let copy = Journal::open_read_only(dir.path()).unwrap();
+        let files = copy._snapshot.as_ref().unwrap().0.clone();
+        assert!(files.join("db").is_file(), "the copy holds sled's log");
+        let closing = copy.close_beside();
+        drop(closing);
+        assert!(!files.exists(), "{} left behind", files.display());
+        assert!(
+            db_dir(dir.path()).join("db").is_file(),
+            "the original stays"
+        );
+    }
 }

@@ -80,7 +80,7 @@ mod test_util;
 pub use audit::Audit;
 pub use commit::Durability;
 pub use export::{EXPORT_VERSION, ExportRecord};
-pub use journal::{Journal, db_dir};
+pub use journal::{Closing, Journal, db_dir};
 pub use mark::{Mark, mark_path};
 pub use salvage::Salvage;
 pub use snapshot::{Prefetch, remove_snapshots, snapshot_paths};

@@ -21,7 +21,7 @@ mod logs;
 mod results;
 
 use sortie_core::{RunId, RunState};
-use sortie_journal::Journal;
+use sortie_journal::{Closing, Journal};
 use sortie_runner::control::Request;
 use sortie_runner::layout::{StateDir, index};
 
@@ -203,23 +203,7 @@ fn read_latest(state_dir: &StateDir, run: &RunId) -> Result<(RunState, Closing)>
     let prefetch = sortie_journal::Prefetch::start(state_dir.run(run).path());
     let journal = open_read(state_dir, run)?;
     let state = journal.replay_latest_from(prefetch)?;
-    let closing = std::thread::Builder::new()
-        .name("journal-close".into())
-        .spawn(move || drop(journal))
-        .ok();
-    Ok((state, Closing(closing)))
-}
-
-/// A journal being closed on a thread of its own ([`read_latest`]): dropping this waits for
-/// it, so that the process never ends with the journal's private copy left behind.
-struct Closing(Option<std::thread::JoinHandle<()>>);
-
-impl Drop for Closing {
-    fn drop(&mut self) {
-        if let Some(closing) = self.0.take() {
-            let _ = closing.join();
-        }
-    }
+    Ok((state, journal.close_beside()))
 }
 
 /// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.

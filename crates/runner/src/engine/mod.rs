@@ -234,23 +234,25 @@ pub async fn take_over(
         if let Some(mark) = index::acked(state_dir, &run_id) {
             journal.check_mark(&mark)?;
         }
-        if known_damaged {
+        let state = if known_damaged {
             journal.replay(None)
         } else {
             journal.replay_latest_from(prefetch)
-        }
+        }?;
+        // The copy is closed (and its files removed) beside the in-place open below.
+        Ok((journal.close_beside(), state))
     });
-    let checked = match checked {
+    let (_copy_closing, checked) = match checked {
         Err(e) if e.is_damage() => {
             let _ = index::record_damage(state_dir, &run_id, &e.to_string());
             return Err(e.into());
         }
         Err(e) => return Err(e.into()),
-        Ok(state) => {
+        Ok(checked) => {
             if known_damaged {
                 let _ = index::clear_damage(state_dir, &run_id);
             }
-            state
+            checked
         }
     };
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
@@ -382,7 +384,9 @@ impl Engine {
             journal: Arc::new(parts.journal),
             _lock: parts.lock,
             env: parts.env,
-            planner: Planner::new(&state),
+            // Both callers build the planner once the state is complete (after `RunStarted`,
+            // or after resume's own events): a 100,000-task state is indexed once.
+            planner: Planner::new(&RunState::new()),
             state,
             live: HashMap::new(),
             tx,
