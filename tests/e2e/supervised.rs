@@ -99,12 +99,13 @@ fn index_of(j: &Journal, label: &str) -> u64 {
         .expect("the label is a task") as u64
 }
 
-/// How many attempts of `run` have their exit recorded (an `exit` file in their dir).
+/// How many attempts of `run` have their exit recorded (an `exit` file in their dir, or an
+/// exit line in the shepherd's status log beside it).
 fn exits_recorded(s: &Scratch, run: &str) -> usize {
     let dir = s.state_dir().join("runs").join(run).join("attempts");
     std::fs::read_dir(dir).map_or(0, |d| {
         d.flatten()
-            .filter(|e| e.path().join("exit").exists())
+            .filter(|e| e.path().is_dir() && sortie_testkit::exit_recorded(&e.path()))
             .count()
     })
 }

@@ -17,13 +17,16 @@ use crate::support::{Background, Scratch, fake_command, finish, poll, unique_run
 /// How long a bounded wait may last, in seconds.
 const PATIENCE: u64 = 60;
 
-fn attempt_file(s: &Scratch, run: &str, task: u32, attempt: u32, name: &str) -> PathBuf {
+fn attempt_dir(s: &Scratch, run: &str, task: u32, attempt: u32) -> PathBuf {
     s.state_dir()
         .join("runs")
         .join(run)
         .join("attempts")
         .join(format!("{task}.{attempt}"))
-        .join(name)
+}
+
+fn attempt_file(s: &Scratch, run: &str, task: u32, attempt: u32, name: &str) -> PathBuf {
+    attempt_dir(s, run, task, attempt).join(name)
 }
 
 fn task_status(s: &Scratch, run: &str, label: &str) -> Value {
@@ -415,7 +418,7 @@ fn the_cap_never_cuts_what_sortie_has_not_read_and_names_what_the_hard_bound_cut
     poll("the agents' steps while sortie is down", PATIENCE, || {
         let ended = [0, 2]
             .iter()
-            .all(|t| attempt_file(&s, run, *t, 1, "exit").exists());
+            .all(|t| sortie_testkit::exit_recorded(&attempt_dir(&s, run, *t, 1)));
         (ended && marker("adopted.phase2")).then_some(())
     });
     for (task, label) in [(0, "recorded"), (1, "adopted")] {

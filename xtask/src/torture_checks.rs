@@ -66,7 +66,7 @@ impl Torture {
     }
 
     /// What must hold right after a kill; returns the journal. Also notes the live attempts
-    /// that have already ended (their supervisor wrote the exit file): they ended while sortie
+    /// that have already ended (their supervisor recorded their exit): they ended while sortie
     /// was down, and must be recorded from their files, never run again.
     pub(super) fn check_after_kill(&mut self, g: &mut Gen) -> Result<Journal> {
         let j = g.journal(&self.sortie)?;
@@ -77,7 +77,8 @@ impl Torture {
                 .iter()
                 .find(|b| num(&b["attempt"]) == a)
                 .and_then(|b| b["dir"].as_str().map(PathBuf::from));
-            if dir.is_some_and(|d| d.join("exit").exists()) && g.ended_down.insert((t, a)) {
+            if dir.is_some_and(|d| sortie_testkit::exit_recorded(&d)) && g.ended_down.insert((t, a))
+            {
                 self.report.ended_down += 1;
             }
         }

@@ -143,7 +143,12 @@ pub fn gc(
         if now.0.saturating_sub(ended) < u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX) {
             continue;
         }
-        let count = std::fs::read_dir(&attempts).map_or(0, |d| d.flatten().count());
+        // The attempt dirs (not the shepherd's status log beside them).
+        let count = std::fs::read_dir(&attempts).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .count()
+        });
         let bytes = disk_usage(&attempts) + disk_usage(&prompts);
         let removed = [&attempts, &prompts]
             .iter()

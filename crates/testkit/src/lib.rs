@@ -12,11 +12,14 @@
 //!   errs) naming the command, its cwd, its status, stdout and stderr;
 //! - [`real_agent`]: the gate of the tests that run a real agent CLI: skipped with a printed
 //!   reason when the CLI is missing, unless `CI` is set; a cookie names the ones that ran;
+//! - [`attempts`]: whether an attempt's exit is recorded ([`exit_recorded`]);
 //! - [`unique_run`]: run ids that no other test uses.
 //!
 //! A dev-only crate: no product crate may have it in `[dependencies]` (`cargo xtask tidy`
 //! checks); xtask may, for the torture.
 
+// #10: attempt dirs and the shepherd's status log.
+pub mod attempts;
 pub mod cmd;
 pub mod export;
 pub mod procs;
@@ -25,6 +28,7 @@ pub mod wait;
 // #11: the gate of the tests against a real Slurm cluster, and their view of it.
 pub mod slurm;
 
+pub use attempts::exit_recorded;
 pub use cmd::{CommandFailed, git, run, try_git, try_run};
 pub use export::{Journal, Usage};
 pub use procs::{Marked, live_processes_of, marked_processes};

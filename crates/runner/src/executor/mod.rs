@@ -17,7 +17,8 @@
 //!
 //! Output comes from files for every executor that outlives sortie: the attempt dir holds the
 //! attempt's `stdout` (the agent's whole event stream, kept as its transcript), its `stderr`,
-//! and an `exit` file written atomically by whatever survives sortie. The direct executor
+//! and its exit status, recorded by whatever survives sortie (an `exit` file written atomically,
+//! or a line of the run's shepherd's status log beside the attempt dirs). The direct executor
 //! (today's behaviour: a child of sortie with pipes) is the exception: it dies with sortie.
 //!
 //! The implementations: `direct.rs` (a child of sortie, pipes) and `supervised.rs` (a small
@@ -79,7 +80,9 @@ impl Placement {
         self.dir.join(process::STDERR_FILE)
     }
 
-    /// The exit file: the attempt's exit status, written atomically once it ended.
+    /// The exit file: the attempt's exit status, written atomically once it ended (by a
+    /// supervisor of its own or the direct executor; the run's shepherd records it in its
+    /// status log instead).
     pub fn exit_file(&self) -> PathBuf {
         self.dir.join(process::EXIT_FILE)
     }
@@ -104,7 +107,7 @@ pub struct LaunchRequest {
 pub enum Presence {
     /// It still runs.
     Alive,
-    /// It ended, and this is how (its exit file).
+    /// It ended, and this is how (its exit record).
     Ended(Exit),
     /// Neither: nothing of it runs and no status was recorded (a reboot, a killed supervisor,
     /// an executor that does not outlive sortie).

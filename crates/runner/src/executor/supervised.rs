@@ -6,8 +6,9 @@
 //!
 //! By default the supervisor is the run's shepherd (`process::shepherd`: one long-lived
 //! process that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt`
-//! gives each attempt its own (`sortie __supervise`). Both write the same files, so adoption
-//! and resume do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor
+//! gives each attempt its own (`sortie __supervise`). Both record the same (the shepherd its
+//! `started` and `exit` records in the run's status log, `process::status_log`, not in two files
+//! per attempt), read by the same functions, so adoption and resume do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor
 //! per attempt is an exec of the sortie binary per attempt (see ARCHITECTURE.md).
 
 use std::io;

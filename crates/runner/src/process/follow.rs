@@ -1,6 +1,6 @@
 //! Following a supervised attempt from its files (see `supervise`): its stdout as bounded
 //! lines, read from the start of the file (or, adopted, from the journaled offset) as it
-//! grows, across the transcript's cut, its exit from the exit file once the
+//! grows, across the transcript's cut, its exit from its exit record once the
 //! supervisor recorded it, and a [`Stopper`] over its process group (behind the pid-reuse
 //! guard). The same follower serves an attempt this process launched (it waits on the
 //! supervisor, its child) and one adopted after a crash (it polls the files and `/proc`).
@@ -165,7 +165,7 @@ enum Ended {
 }
 
 /// Publishes the attempt's end: the supervisor's exit (when it is our child) or the
-/// shepherd's word, else the exit file, polled.
+/// shepherd's word, else the exit record (file or status log), polled.
 async fn watch_exit(
     dir: PathBuf,
     started: StartedFile,
@@ -178,7 +178,7 @@ async fn watch_exit(
     };
     let watcher = match watcher {
         Ended::Shepherd(ended) => match ended.await {
-            // Said with the `exit` line, once its exit file was written.
+            // Said with the `exit` line, once its exit was recorded.
             Ok(Some(exit)) => {
                 tx.send_replace(Some(Ok(exit)));
                 return;

@@ -56,6 +56,7 @@ mod supervise;
 // #10: the per-run shepherd and sortie's side of it.
 mod shepherd;
 mod shepherd_client;
+mod status_log;
 mod tool;
 // #10: transcripts kept under a cap
 mod transcript;

@@ -6,19 +6,20 @@
 //! line each ([`Request`]), from its stdin:
 //! - `spawn`: starts the agent in its own process group, stdout and stderr going to the
 //!   attempt dir's `stdout` and `stderr`, records its pid and start time (and the shepherd's)
-//!   in `started`, and says `started <id> <pid> <start> <shepherd pid> <shepherd start>` (or
+//!   in the status log beside the attempt dir (`status_log`: what a supervisor's `started`
+//!   file holds), and says `started <id> <pid> <start> <shepherd pid> <shepherd start>` (or
 //!   `error <id> <kind> <message>`);
 //! - `forget`: the attempt's sortie dropped it (a second Ctrl-C, a journal failure): its
-//!   `started` is removed and its group killed, and no status is recorded (resume finds it
+//!   `started` is taken back (a `forgot` record) and its group killed, and no status is recorded (resume finds it
 //!   gone: orphaned);
 //! - `close`: sortie's run ended; the shepherd exits once its last attempt is gone (so does
 //!   the end of its stdin: sortie died).
 //!
 //! When an agent's leader exits, the shepherd kills what is left of its group (the leader is
-//! still an unreaped zombie, so its group id cannot be reused), reaps it, writes its exit
-//! status atomically to `exit` (the same files as the per-attempt supervisor's, see
-//! `supervise.rs`, so that `presence`, adoption and resume read both alike), and says `exit
-//! <id> code <n>` (or `signal <n>`: what the file holds): sortie is woken by that line, not by
+//! still an unreaped zombie, so its group id cannot be reused), reaps it, records its exit
+//! status in the status log (what the per-attempt supervisor writes to its `exit` file, see
+//! `supervise.rs`; `presence`, adoption and resume read both alike), and says `exit <id> code
+//! <n>` (or `signal <n>`: what the record holds): sortie is woken by that line, not by
 //! polling, and reads the status from it, not from the file. Descendants that left the agent's group
 //! and were reparented to the shepherd are killed by a sweep of `/proc` once their attempt
 //! ended: at once when no sweep ran in the last [`SWEEP_EVERY`], else by the next one, within
@@ -29,7 +30,7 @@
 //! is placed but never started, and resume finds it gone.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -45,7 +46,8 @@ use serde::{Deserialize, Serialize};
 use sortie_protocol::Exit;
 
 use super::procfs::{children_of, env_value, process_start_time};
-use super::supervise::{EXIT_FILE, STARTED_FILE, STDERR_FILE, STDOUT_FILE, StartedFile};
+use super::status_log::{Record, StatusLog};
+use super::supervise::{STDERR_FILE, STDOUT_FILE, StartedFile};
 use super::{lock, pid_of};
 
 /// The hidden subcommand that runs a shepherd.
@@ -110,6 +112,23 @@ struct State {
     /// An attempt ended since the last sweep.
     sweep_due: bool,
     last_sweep: Option<Instant>,
+    /// The status logs, by the directory of attempt dirs they are in.
+    logs: HashMap<PathBuf, StatusLog>,
+}
+
+impl State {
+    /// Records `record` of the attempt dir `dir` in its status log.
+    fn record(&mut self, dir: &Path, record: &Record) -> io::Result<()> {
+        let parent = dir.parent().unwrap_or(dir);
+        let log = match self.logs.get_mut(parent) {
+            Some(log) => log,
+            None => self
+                .logs
+                .entry(parent.to_path_buf())
+                .or_insert(StatusLog::open(dir)?),
+        };
+        log.append(dir, record)
+    }
 }
 
 struct Shared {
@@ -193,7 +212,8 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                             supervisor: me.0,
                             supervisor_start: me.1,
                         };
-                        let _ = write_file(&dir, STARTED_FILE, started.text().as_bytes());
+                        // Not fsynced: a reboot that loses it loses the processes too.
+                        let _ = st.record(&dir, &Record::Started(started));
                         st.ids.insert(id, pid);
                         st.live.insert(
                             pid,
@@ -219,7 +239,8 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                     && let Some(w) = st.live.get_mut(&pid)
                 {
                     w.forgotten = true;
-                    let _ = fs::remove_file(w.dir.join(STARTED_FILE));
+                    let dir = w.dir.clone();
+                    let _ = st.record(&dir, &Record::Forgot);
                     let _ = killpg(pid_of(pid), Signal::SIGKILL);
                 }
             }
@@ -411,13 +432,13 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     if w.forgotten {
         return;
     }
-    let text = match exit {
-        Exit::Code(c) => format!("code {c}\n"),
-        Exit::Signal(s) => format!("signal {s}\n"),
-    };
-    // Renamed into place, not fsynced: like the supervisor's (see `supervise.rs`).
-    if write_file(&w.dir, EXIT_FILE, text.as_bytes()).is_ok() {
-        say(&format!("exit {} {}", w.id, text.trim_end()));
+    // Not fsynced: like the supervisor's exit file (see `supervise.rs`).
+    if st.record(&w.dir, &Record::Exit(exit)).is_ok() {
+        say(&format!(
+            "exit {} {}",
+            w.id,
+            super::supervise::exit_text(exit).trim_end()
+        ));
     }
 }
 
@@ -488,12 +509,4 @@ fn reap_all(me: u32) {
             Err(_) => return,
         }
     }
-}
-
-/// Writes `dir/name` atomically (a temp file renamed).
-fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    fs::rename(&tmp, dir.join(name))
 }

@@ -65,7 +65,7 @@ pub struct Shepherded {
     /// The attempt's `started` record (the shepherd as its supervisor).
     pub started: StartedFile,
     /// Resolves once the shepherd recorded the attempt's exit, with the exit it recorded
-    /// (`None` from a shepherd that does not say it: the follower reads the exit file); an
+    /// (`None` from a shepherd that does not say it: the follower reads the exit record); an
     /// error when the shepherd is gone before (the follower then looks at the files).
     pub ended: oneshot::Receiver<Option<Exit>>,
     /// Drops the attempt (see [`Forget::forget`]).
@@ -272,7 +272,7 @@ fn reply(pending: &Mutex<Pending>, line: &str) {
                 let _ = tx.send(Err(e));
             }
         }
-        // `exit <id> code <n>` or `exit <id> signal <n>`: what its exit file holds.
+        // `exit <id> code <n>` or `exit <id> signal <n>`: what its exit record holds.
         "exit" => {
             if let Some(tx) = p.running.remove(&id) {
                 let _ = tx.send(super::supervise::parse_exit(rest));

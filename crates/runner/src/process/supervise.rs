@@ -95,14 +95,21 @@ impl StartedFile {
     }
 }
 
-/// Reads an attempt dir's `started`, if it is there and whole.
+/// Reads an attempt dir's `started`, if it is there and whole (the run's shepherd records it
+/// in its status log instead: see `status_log`).
 pub fn read_started(dir: &Path) -> Option<StartedFile> {
-    StartedFile::parse(&fs::read_to_string(dir.join(STARTED_FILE)).ok()?)
+    fs::read_to_string(dir.join(STARTED_FILE))
+        .ok()
+        .and_then(|text| StartedFile::parse(&text))
+        .or_else(|| super::status_log::lookup(dir).started)
 }
 
-/// Reads an attempt dir's `exit`, if it is there and whole.
+/// Reads an attempt dir's `exit`, if it is there and whole (or the shepherd's status log's).
 pub fn read_exit(dir: &Path) -> Option<Exit> {
-    parse_exit(&fs::read_to_string(dir.join(EXIT_FILE)).ok()?)
+    fs::read_to_string(dir.join(EXIT_FILE))
+        .ok()
+        .and_then(|text| parse_exit(&text))
+        .or_else(|| super::status_log::lookup(dir).exit)
 }
 
 /// An exit as the exit file (and the shepherd's `exit` line) says it: `code <n>` or
@@ -117,6 +124,14 @@ pub(super) fn parse_exit(text: &str) -> Option<Exit> {
     }
 }
 
+/// What [`parse_exit`] reads, with a newline.
+pub(super) fn exit_text(exit: Exit) -> String {
+    match exit {
+        Exit::Code(c) => format!("code {c}\n"),
+        Exit::Signal(s) => format!("signal {s}\n"),
+    }
+}
+
 /// Where a supervised attempt stands, from its dir and `/proc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DirPresence {
@@ -128,8 +143,8 @@ pub enum DirPresence {
     Gone,
 }
 
-/// Where the supervised attempt in `dir` stands. The exit file is read again after a dead
-/// supervisor is seen (it writes the file before it exits).
+/// Where the supervised attempt in `dir` stands. The exit is read again after a dead
+/// supervisor is seen (it records the exit before it exits).
 pub fn presence(dir: &Path) -> DirPresence {
     if let Some(exit) = read_exit(dir) {
         return DirPresence::Ended(exit);
@@ -354,10 +369,7 @@ pub fn supervise_main(args: &[String]) -> i32 {
     if let Some(k) = keeper {
         k.finish();
     }
-    let text = match exit {
-        Exit::Code(c) => format!("code {c}\n"),
-        Exit::Signal(s) => format!("signal {s}\n"),
-    };
+    let text = exit_text(exit);
     // Renamed into place, not fsynced: it must survive sortie, not a power loss (which takes
     // the attempt's processes, and most of its work, with it; resume then finds it gone).
     // Measured: the two fsyncs per attempt cost more than the rest of the supervisor.
