@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    one_malloc_arena();
     // The per-attempt supervisor (`sortie_runner::process::supervise_main`): hidden, before
     // clap, so that it starts as fast as it can and its argv is taken as is.
     let raw: Vec<String> = std::env::args_os()
@@ -45,5 +46,29 @@ fn main() -> ExitCode {
             err.print();
             err.code().into()
         }
+    }
+}
+
+/// One malloc arena for the whole process. glibc gives each thread that allocates an arena of
+/// its own (tokio's workers and blocking threads, sled's threads), and memory freed in one is
+/// not reused by another: measured on `sortie run` of 100,000 × `true` (one build, load average
+/// 14 to 17), 208.8 MB peak RSS with glibc's default, 178.5 MB with one arena
+/// (`MALLOC_ARENA_MAX=1`, which this sets in-process; a `MALLOC_ARENA_MAX` in the environment
+/// is left to glibc).
+fn one_malloc_arena() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(
+        unsafe_code,
+        reason = "mallopt is only reachable through libc; the product's one unsafe call"
+    )]
+    // SAFETY: `mallopt(M_ARENA_MAX, 1)` only sets a tunable of glibc's allocator: it takes no
+    // pointer, glibc serializes it with its own lock, and it is called first thing in `main`,
+    // before this process starts a thread. A refusal (return value 0) keeps glibc's default,
+    // which is correct, only bigger.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
