@@ -19,7 +19,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    one_malloc_arena();
     // The per-attempt supervisor (`sortie_runner::process::supervise_main`): hidden, before
     // clap, so that it starts as fast as it can and its argv is taken as is.
     let raw: Vec<String> = std::env::args_os()
@@ -39,6 +38,13 @@ fn main() -> ExitCode {
         sortie_runner::executor::use_supervisor(exe);
     }
     let args = args::Cli::parse();
+    // Still one thread here: the arena setting must come before any other starts.
+    if matches!(
+        args.command,
+        args::Command::Run(_) | args::Command::Rerun(_)
+    ) {
+        one_malloc_arena();
+    }
     output::init_tracing(args.global.verbose);
     match commands::dispatch(args) {
         Ok(code) => code.into(),
@@ -49,12 +55,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// One malloc arena for the whole process. glibc gives each thread that allocates an arena of
-/// its own (tokio's workers and blocking threads, sled's threads), and memory freed in one is
-/// not reused by another: measured on `sortie run` of 100,000 × `true` (one build, load average
-/// 14 to 17), 208.8 MB peak RSS with glibc's default, 178.5 MB with one arena
+/// One malloc arena for the whole process, for `run` and `rerun` (a new run, whose memory
+/// grows with its tasks for hours). glibc gives each thread that allocates an arena of its own
+/// (tokio's workers and blocking threads, sled's threads), and memory freed in one is not
+/// reused by another: measured on `sortie run` of 100,000 × `true` (one build, load average 14
+/// to 17), 208.8 MB peak RSS with glibc's default, 178.5 MB with one arena
 /// (`MALLOC_ARENA_MAX=1`, which this sets in-process; a `MALLOC_ARENA_MAX` in the environment
-/// is left to glibc).
+/// is left to glibc). Not for `status` and `resume`: their snapshot decode and journal scanners
+/// allocate on three threads at once, and one arena made them slower (the 100,000-task run,
+/// quiet machine: `status` 0.274 -> 0.318 s, `resume` to its first spawn 0.279 -> 0.338 s).
 fn one_malloc_arena() {
     if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
         return;
