@@ -398,7 +398,10 @@ impl Engine {
             wt_tx,
             wt_rx,
             setup_failed: BTreeMap::new(),
-            marked: (0, std::time::Instant::now()),
+            // Counted from the records found at open (checked against the mark, if any): a
+            // resumed run's first commit does not rewrite the mark and the index (four fsyncs
+            // before its first spawn); the clock (`MARK_EVERY`) brings them up to date.
+            marked: (state_seq, std::time::Instant::now()),
             slurm: std::sync::OnceLock::new(),
             snapshotted: state_seq,
             session_links: std::sync::OnceLock::new(),
