@@ -4,8 +4,9 @@
 //!
 //! `cargo run --release -p sortie-journal --example journal_bench [-- --events N --secs S
 //! --writers W --dir PATH --replay-only]` (`--dir` keeps the big journal there and reuses it
-//! next time; `--replay-only` skips the appends and measures the reads alone, e.g. under
-//! `valgrind --tool=callgrind`).
+//! next time; `--replay-only` skips the appends and measures the reads alone; `--only replay`
+//! or `--only audit` measures that one read alone, for `valgrind --tool=callgrind`, whose
+//! instruction counts then hold the journal's opens and that read only).
 //!
 //! Prints a table and a last line `journal_bench key=value ...` for scripts (`cargo xtask
 //! bench`). The machine may be shared: wall-clock rates come with the CPU time spent and the
@@ -30,6 +31,8 @@ struct Args {
     writers: u32,
     dir: Option<PathBuf>,
     replay_only: bool,
+    /// `--only replay|audit`: measure that read alone (with `--replay-only`, for callgrind).
+    only: Option<String>,
 }
 
 fn args() -> Args {
@@ -39,9 +42,10 @@ fn args() -> Args {
         writers: 16,
         dir: None,
         replay_only: false,
+        only: None,
     };
     const USAGE: &str = "journal_bench [--events N] [--secs S] [--writers N] [--dir DIR] \
-                         [--replay-only]";
+                         [--replay-only] [--only replay|audit]";
     let fail = |message: String| -> ! {
         eprintln!("journal_bench: {message}\nusage: {USAGE}");
         std::process::exit(2)
@@ -68,6 +72,7 @@ fn args() -> Args {
             "--secs" => a.secs = value.parse().unwrap_or_else(|_| bad()),
             "--writers" => a.writers = value.parse().unwrap_or_else(|_| bad()),
             "--dir" => a.dir = Some(value.into()),
+            "--only" if value == "replay" || value == "audit" => a.only = Some(value),
             other => fail(format!("unknown flag {other}")),
         }
     }
@@ -204,6 +209,10 @@ fn dir_size(dir: &Path) -> u64 {
 
 fn main() {
     let args = args();
+    if let Some(only) = args.only.as_deref() {
+        measure_alone(&args, only);
+        return;
+    }
     let w = args.writers;
     // `--replay-only`: no time spent appending (the rows read as zero).
     let secs = if args.replay_only { 0.0 } else { args.secs };
@@ -337,4 +346,30 @@ fn main() {
         sync_4w.per_s,
         4 * w,
     );
+}
+
+/// `--only replay|audit`: that read alone on the big journal, nothing else measured (no
+/// appends), so that `valgrind --tool=callgrind` counts its instructions only (and the open's).
+fn measure_alone(args: &Args, only: &str) {
+    let tasks = u32::try_from(args.events.saturating_sub(2) / 8).unwrap();
+    let total = support::realistic_len(tasks, 3);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_owned());
+    build(&dir, tasks, total);
+    let j = Journal::open_read_only(&dir).unwrap();
+    if only == "replay" {
+        let (state, secs, cpu) = timed(|| j.replay(None).unwrap());
+        assert!(state.is_finished() && state.next_seq.0 == total);
+        println!(
+            "replay alone: {:.0}/s, {secs:.3} s, {cpu:.3} s CPU",
+            total as f64 / secs
+        );
+    } else {
+        let (audit, secs, cpu) = timed(|| j.audit());
+        assert!(audit.is_clean(), "{:?}", audit.first_bad);
+        println!(
+            "audit alone: {:.0}/s, {secs:.3} s, {cpu:.3} s CPU",
+            total as f64 / secs
+        );
+    }
 }
