@@ -38,8 +38,11 @@ impl Journal {
             };
             let seq = record.seq;
             let applied = match record.event {
-                // Moved into the state, not copied (the ledger counts attempts only).
-                Event::RunStarted { .. } => state.apply_owned(record),
+                // Moved into the state, not copied (the ledger counts attempts only). No event
+                // applies before it: the fold is still empty, and now knows the run's tasks.
+                Event::RunStarted { .. } => state
+                    .apply_owned(record)
+                    .map(|()| raw = LedgerFold::with_tasks(state.tasks.len())),
                 _ => state.apply(&record).map(|()| raw.observe(&record.event)),
             };
             if let Err(violation) = applied {
