@@ -23,6 +23,7 @@
 //! `AttemptOrphaned`, in `RunState::apply`): nothing about pools is journaled apart, and
 //! replay reproduces every decision.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,12 +76,16 @@ pub fn default_backoff(streak: u32) -> Duration {
 /// - `grok-*`: `xai`; `deepseek-*`: `deepseek`; `command-*`: `cohere`;
 /// - anything else: None (the agent's provider, if known, is the pool).
 pub fn provider_of(model: &str) -> Option<String> {
-    let m = model.trim().to_ascii_lowercase();
+    provider_in(&model.trim().to_ascii_lowercase()).map(Cow::into_owned)
+}
+
+/// [`provider_of`] of a model already trimmed and lowercase, borrowed from it where it can.
+fn provider_in(m: &str) -> Option<Cow<'_, str>> {
     if let Some((provider, rest)) = m.split_once('/')
         && !provider.is_empty()
         && !rest.is_empty()
     {
-        return Some(provider.to_owned());
+        return Some(Cow::Borrowed(provider));
     }
     let starts = |ps: &[&str]| ps.iter().any(|p| m.starts_with(p));
     let family = |names: &[&str]| {
@@ -109,21 +114,45 @@ pub fn provider_of(model: &str) -> Option<String> {
     } else {
         return None;
     };
-    Some(provider.to_owned())
+    Some(Cow::Borrowed(provider))
+}
+
+/// [`provider_of`] without allocating when the model's name is already trimmed and lowercase
+/// (as nearly all are): replay asks for the pool of every attempt's launch and end.
+fn provider_ref(model: &str) -> Option<Cow<'_, str>> {
+    // Trimming is a no-op when both ends are visible ASCII (whitespace is either ASCII or not).
+    let bytes = model.as_bytes();
+    let plain = bytes.first().is_some_and(u8::is_ascii_graphic)
+        && bytes.last().is_some_and(u8::is_ascii_graphic)
+        && !bytes.iter().any(u8::is_ascii_uppercase);
+    if plain {
+        provider_in(model)
+    } else {
+        provider_of(model).map(Cow::Owned)
+    }
 }
 
 /// The pool of an attempt of `spec` on `model` (see the module's doc).
 pub fn pool_of(batch: &Batch, spec: &TaskSpec, model: Option<&str>) -> Option<String> {
+    pool_ref(batch, spec, model).map(Cow::into_owned)
+}
+
+/// [`pool_of`], borrowed where it can be (no allocation for a pool found by a name).
+pub(crate) fn pool_ref<'a>(
+    batch: &'a Batch,
+    spec: &'a TaskSpec,
+    model: Option<&'a str>,
+) -> Option<Cow<'a, str>> {
     if let Some(p) = &spec.pool {
-        return Some(p.clone());
+        return Some(Cow::Borrowed(p));
     }
-    if let Some(p) = model.and_then(provider_of) {
+    if let Some(p) = model.and_then(provider_ref) {
         return Some(p);
     }
     let profile = batch.agents.get(&spec.agent)?;
     match profile.protocol {
-        Protocol::ClaudeStreamJson => Some("anthropic".to_owned()),
-        Protocol::CodexJson => Some("openai".to_owned()),
+        Protocol::ClaudeStreamJson => Some(Cow::Borrowed("anthropic")),
+        Protocol::CodexJson => Some(Cow::Borrowed("openai")),
         _ => None,
     }
 }
@@ -322,6 +351,34 @@ pub fn waiting_for_pool(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The borrowed provider is the allocated one, whatever the name (case, spaces,
+        /// slashes, families).
+        #[test]
+        fn the_borrowed_provider_is_the_provider(
+            model in "[ \t]?(Claude|claude|GPT-|gpt-|o1|O3|o4x|gemini|Mistral|grok|deepseek|command-|x|/)?[a-zA-Z0-9./ -]{0,12}[ \t]?",
+        ) {
+            proptest::prop_assert_eq!(
+                provider_ref(&model).map(Cow::into_owned),
+                provider_of(&model)
+            );
+        }
+    }
+
+    #[test]
+    fn the_borrowed_provider_borrows_a_plain_name_and_lowercases_others() {
+        assert!(matches!(
+            provider_ref("anthropic/claude"),
+            Some(Cow::Borrowed("anthropic"))
+        ));
+        assert!(matches!(
+            provider_ref("gpt-5"),
+            Some(Cow::Borrowed("openai"))
+        ));
+        assert_eq!(provider_ref(" OpenAI/GPT-5").as_deref(), Some("openai"));
+        assert_eq!(provider_ref("llama"), None);
+    }
 
     #[test]
     fn the_pool_names_are_the_pools_used_whether_bodies_are_shared_or_not() {

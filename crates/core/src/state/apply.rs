@@ -46,11 +46,22 @@ impl RunState {
                 let Some(rec) = self.tasks.get_mut(task.index()) else {
                     return;
                 };
-                let (was_done, before) = (rec.state.is_terminal(), rec.usage());
+                // Only these change an attempt's usage: the others spare two sums.
+                let moves_usage = matches!(
+                    event,
+                    Event::AttemptLaunching { .. }
+                        | Event::AttemptProgress { .. }
+                        | Event::AttemptFinished { .. }
+                );
+                let was_done = rec.state.is_terminal();
+                let before = moves_usage.then(|| rec.usage());
                 Self::mutate_task(rec, at, event, resumes);
-                let (is_done, after) = (rec.state.is_terminal(), rec.usage());
-                if after != before {
-                    self.tally = counters_minus(&self.tally.plus(&after), &before);
+                let is_done = rec.state.is_terminal();
+                if let Some(before) = before {
+                    let after = rec.usage();
+                    if after != before {
+                        self.tally = counters_minus(&self.tally.plus(&after), &before);
+                    }
                 }
                 match (was_done, is_done) {
                     (false, true) => self.done += 1,
@@ -110,14 +121,19 @@ impl RunState {
         else {
             return;
         };
-        let Some(name) = crate::pool::pool_of(batch, spec, attempt.model.as_deref()) else {
+        let Some(name) = crate::pool::pool_ref(batch, spec, attempt.model.as_deref()) else {
             return;
         };
         let run = self.control.concurrency.unwrap_or(batch.config.concurrency);
-        let pool = self
-            .pools
-            .entry(name)
-            .or_insert_with_key(|n| crate::pool::PoolState::new(batch.config.pools.get(n)));
+        // The pool is nearly always known (the run's start made every pool its tasks name):
+        // found by the borrowed name, without allocating a key.
+        if !self.pools.contains_key(name.as_ref()) {
+            let pool = crate::pool::PoolState::new(batch.config.pools.get(name.as_ref()));
+            self.pools.insert(name.clone().into_owned(), pool);
+        }
+        let Some(pool) = self.pools.get_mut(name.as_ref()) else {
+            return;
+        };
         match (&attempt.end, ended) {
             (_, false) => pool.launched(),
             (Some(AttemptEnd::Finished { outcome, .. }), true) => {

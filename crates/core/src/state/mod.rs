@@ -643,16 +643,21 @@ impl RunState {
 
     /// Applies one journal record: its seq must be the next one, and the event legal.
     pub fn apply(&mut self, stamped: &Stamped) -> Result<(), Violation> {
-        if stamped.seq != self.next_seq {
+        self.apply_parts(stamped.seq, stamped.at, &stamped.event)
+    }
+
+    /// [`RunState::apply`] of a record given by its parts.
+    fn apply_parts(&mut self, seq: Seq, at: Timestamp, event: &Event) -> Result<(), Violation> {
+        if seq != self.next_seq {
             return Err(Violation::SeqGap {
                 expected: self.next_seq,
-                got: stamped.seq,
+                got: seq,
             });
         }
-        self.check(&stamped.event)?;
-        self.mutate(stamped.at, &stamped.event);
+        self.check(event)?;
+        self.mutate(at, event);
         self.next_seq = Seq(self.next_seq.0 + 1);
-        self.last_at = Some(stamped.at);
+        self.last_at = Some(at);
         Ok(())
     }
 
@@ -669,7 +674,8 @@ impl RunState {
             pid,
         } = event
         else {
-            return self.apply(&Stamped { seq, at, event });
+            // By reference, without moving the event into a new record.
+            return self.apply_parts(seq, at, &event);
         };
         if seq != self.next_seq {
             return Err(Violation::SeqGap {
