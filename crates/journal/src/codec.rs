@@ -256,6 +256,42 @@ mod tests {
     }
 
     #[test]
+    fn the_strings_read_borrowed_read_as_written_and_refuse_bad_utf8() {
+        use sortie_core::AttemptOutcome;
+        for model in [
+            None,
+            Some(String::new()),
+            Some("anthropic/claude-é".to_owned()),
+        ] {
+            let e = Event::AttemptLaunching {
+                task: TaskId(1),
+                attempt: Attempt(2),
+                model,
+            };
+            assert_eq!(
+                decode(&encode(Seq(0), Timestamp(1), &e).unwrap())
+                    .unwrap()
+                    .event,
+                e
+            );
+        }
+        let finished = Event::AttemptFinished {
+            task: TaskId(1),
+            attempt: Attempt(2),
+            outcome: AttemptOutcome::completed(),
+            usage: sortie_core::Usage::ZERO,
+            output: "done: ünïcode ✓ zzzz".to_owned(),
+        };
+        let bytes = encode(Seq(0), Timestamp(1), &finished).unwrap();
+        assert_eq!(decode(&bytes).unwrap().event, finished);
+        // The output's last bytes made invalid UTF-8 (and the record framed anew).
+        let mut payload = bytes[HEADER..].to_vec();
+        let at = payload.windows(4).position(|w| w == b"zzzz").unwrap();
+        payload[at + 3] = 0xff;
+        assert!(decode(&frame(&payload)).is_err());
+    }
+
+    #[test]
     fn every_flipped_byte_is_detected() {
         let good = sample();
         for i in 0..good.len() {

@@ -43,6 +43,7 @@ pub(crate) enum StoredEvent {
     AttemptLaunching {
         task: u32,
         attempt: u32,
+        #[serde(deserialize_with = "option_string")]
         model: Option<String>,
     },
     /// `Event::AttemptStarted`.
@@ -130,6 +131,7 @@ pub(crate) enum StoredEvent {
         attempt: u32,
         outcome: AttemptOutcomeV2,
         usage: UsageV1,
+        #[serde(deserialize_with = "string")]
         output: String,
     },
     /// `Event::TaskFinished` with a v2 result.
@@ -200,6 +202,46 @@ pub(crate) enum StoredEvent {
         host: String,
         pid: u32,
     },
+}
+
+/// Reads a `String` as a borrowed `str` copied once: for `String` itself, bincode zeroes a
+/// buffer, then copies the bytes into it (a third of the decoding of a small record). The same
+/// bytes give the same string; for the hot fields of the records a run writes most.
+fn string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    /// Takes a borrowed or an owned string.
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_owned())
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<String, E> {
+            Ok(v)
+        }
+    }
+    d.deserialize_str(Text)
+}
+
+/// [`string`] of an `Option<String>`.
+fn option_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    /// None, or a string read by [`string`].
+    struct MaybeText;
+    impl<'de> serde::de::Visitor<'de> for MaybeText {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an optional string")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+            string(d).map(Some)
+        }
+    }
+    d.deserialize_option(MaybeText)
 }
 
 impl StoredEvent {
