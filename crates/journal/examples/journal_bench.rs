@@ -357,6 +357,7 @@ fn measure_alone(args: &Args, only: &str) {
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_owned());
     build(&dir, tasks, total);
     let j = Journal::open_read_only(&dir).unwrap();
+    let sys_before = sys_secs();
     if only == "replay" {
         let (state, secs, cpu) = timed(|| j.replay(None).unwrap());
         assert!(state.is_finished() && state.next_seq.0 == total);
@@ -372,4 +373,17 @@ fn measure_alone(args: &Args, only: &str) {
             total as f64 / secs
         );
     }
+    println!("of which system: {:.3} s", sys_secs() - sys_before);
+}
+
+/// System CPU seconds (all threads) this process has used.
+fn sys_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    stat.rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().nth(12))
+        .and_then(|f| f.parse::<f64>().ok())
+        .map_or(0.0, |ticks| ticks / 100.0)
 }
