@@ -67,6 +67,7 @@ pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
 
 /// Decodes one record, checking its version and CRC. The returned seq is the one stored in the
 /// record; the caller compares it with the key.
+#[inline(always)]
 pub(crate) fn decode(bytes: &[u8]) -> Result<Stamped, String> {
     let (&version, rest) = bytes
         .split_first()

@@ -234,6 +234,7 @@ struct Checker {
 }
 
 impl Checker {
+    #[inline(always)]
     fn check(&mut self, raw: &store::RawRecord) -> Result<Stamped> {
         let seq = Seq(self.expected);
         let corrupt = |reason: String| Error::Corrupt { seq, reason };
