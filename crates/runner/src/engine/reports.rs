@@ -1,6 +1,6 @@
-//! Attempt reports become events: a task's reports in arrival order, one write for each task's
-//! first report of the batch, one for each task's second, and so on; reports of an attempt that
-//! is not live any more are dropped (fencing).
+//! Attempt reports become events: a batch of reports in arrival order, in as few writes as
+//! the fencing allows (see `Engine::handle`); reports of an attempt that is not live any more
+//! are dropped (fencing).
 
 use std::collections::HashMap;
 
@@ -11,22 +11,15 @@ use crate::Result;
 use crate::attempt::Msg;
 
 impl Engine {
-    /// Turns attempt reports into events. A round holds at most one event per task (see
-    /// `commit`), so the batch is cut into rounds: the k-th round holds each task's k-th
-    /// report, in arrival order. A task's reports keep their order; the rounds are as few as
-    /// the most reports one task sent (an attempt that started and ended while the loop was
-    /// busy: two), not one per task that repeats.
+    /// Turns attempt reports into events, a round (one write, `commit`) at a time. A round may
+    /// hold several reports of one task (`check_round` checks each against the task's record
+    /// as the earlier ones leave it: an attempt's start and end share a write), but a report
+    /// that follows the end of its task's attempt, or a second `SideEffects`, `Session` or
+    /// `Read` of it, goes to a later round: whether it becomes an event at all (`event_for`'s
+    /// fencing, once-only and forward-only checks) is read from the state the earlier ones
+    /// made. A task's reports keep their order; the rounds are as few as that allows.
     pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
-        let mut rounds: Vec<Vec<Msg>> = Vec::new();
-        let mut count: HashMap<TaskId, usize> = HashMap::new();
-        for msg in msgs {
-            let k = count.entry(msg.task()).or_insert(0);
-            if rounds.len() <= *k {
-                rounds.push(Vec::new());
-            }
-            rounds[*k].push(msg);
-            *k += 1;
-        }
+        let rounds = cut_rounds(msgs);
         for round in rounds {
             let mut events: Vec<Event> = Vec::with_capacity(round.len());
             for msg in round {
@@ -216,5 +209,163 @@ impl Engine {
                 }
             }
         })
+    }
+}
+
+/// Cuts a batch of reports into rounds (see `Engine::handle`).
+fn cut_rounds(msgs: Vec<Msg>) -> Vec<Vec<Msg>> {
+    /// Where a task's next report goes: its round, and the reports that round holds
+    /// that `event_for` judges against the state.
+    #[derive(Default)]
+    struct Slot {
+        round: usize,
+        side_effects: bool,
+        session: bool,
+        read: bool,
+    }
+    let mut rounds: Vec<Vec<Msg>> = Vec::new();
+    let mut slots: HashMap<TaskId, Slot> = HashMap::new();
+    for msg in msgs {
+        let slot = slots.entry(msg.task()).or_default();
+        let flag = match &msg {
+            Msg::SideEffects { .. } => Some(&mut slot.side_effects),
+            Msg::Session { .. } => Some(&mut slot.session),
+            Msg::Read { .. } => Some(&mut slot.read),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            if *flag {
+                *slot = Slot {
+                    round: slot.round + 1,
+                    ..Slot::default()
+                };
+            }
+            match &msg {
+                Msg::SideEffects { .. } => slot.side_effects = true,
+                Msg::Session { .. } => slot.session = true,
+                _ => slot.read = true,
+            }
+        }
+        while rounds.len() <= slot.round {
+            rounds.push(Vec::new());
+        }
+        let ends = matches!(msg, Msg::Finished { .. });
+        rounds[slot.round].push(msg);
+        if ends {
+            *slot = Slot {
+                round: slot.round + 1,
+                ..Slot::default()
+            };
+        }
+    }
+    rounds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sortie_core::{AttemptOutcome, Usage};
+
+    const A: TaskId = TaskId(0);
+    const B: TaskId = TaskId(1);
+
+    fn started(task: TaskId) -> Msg {
+        Msg::Started {
+            task,
+            attempt: Attempt(1),
+            pid: 1,
+            start_time: 1,
+        }
+    }
+
+    fn finished(task: TaskId) -> Msg {
+        Msg::Finished {
+            task,
+            attempt: Attempt(1),
+            outcome: AttemptOutcome::completed(),
+            usage: Usage::ZERO,
+            output: String::new(),
+        }
+    }
+
+    fn side_effects(task: TaskId) -> Msg {
+        Msg::SideEffects {
+            task,
+            attempt: Attempt(1),
+        }
+    }
+
+    fn read(task: TaskId, offset: u64) -> Msg {
+        Msg::Read {
+            task,
+            attempt: Attempt(1),
+            offset,
+        }
+    }
+
+    /// What each round holds: (task, report name).
+    fn shape(rounds: &[Vec<Msg>]) -> Vec<Vec<(u32, &'static str)>> {
+        rounds
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|m| {
+                        let name = match m {
+                            Msg::Started { .. } => "started",
+                            Msg::Finished { .. } => "finished",
+                            Msg::SideEffects { .. } => "side_effects",
+                            Msg::Read { .. } => "read",
+                            _ => "other",
+                        };
+                        (m.task().0, name)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_attempts_start_and_end_share_a_round() {
+        let rounds = cut_rounds(vec![started(A), started(B), finished(A), finished(B)]);
+        assert_eq!(
+            shape(&rounds),
+            vec![vec![
+                (0, "started"),
+                (1, "started"),
+                (0, "finished"),
+                (1, "finished")
+            ]]
+        );
+    }
+
+    #[test]
+    fn a_report_after_its_attempts_end_or_a_second_once_only_report_waits_a_round() {
+        let rounds = cut_rounds(vec![
+            side_effects(A),
+            read(A, 10),
+            started(B),
+            side_effects(A),
+            read(A, 20),
+            finished(B),
+            started(B),
+            finished(A),
+        ]);
+        assert_eq!(
+            shape(&rounds),
+            vec![
+                vec![
+                    (0, "side_effects"),
+                    (0, "read"),
+                    (1, "started"),
+                    (1, "finished")
+                ],
+                vec![
+                    (0, "side_effects"),
+                    (0, "read"),
+                    (1, "started"),
+                    (0, "finished")
+                ],
+            ]
+        );
     }
 }
