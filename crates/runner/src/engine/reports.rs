@@ -1,6 +1,6 @@
-//! Attempt reports become events: a batch of reports in arrival order, in as few writes as
-//! the fencing allows (see `Engine::handle`); reports of an attempt that is not live any more
-//! are dropped (fencing).
+//! Attempt reports become events: a task's reports in arrival order, one write for each task's
+//! first report of the batch, one for each task's second, and so on (an attempt's start and
+//! end share one); reports of an attempt that is not live any more are dropped (fencing).
 
 use std::collections::HashMap;
 
@@ -11,13 +11,13 @@ use crate::Result;
 use crate::attempt::Msg;
 
 impl Engine {
-    /// Turns attempt reports into events, a round (one write, `commit`) at a time. A round may
-    /// hold several reports of one task (`check_round` checks each against the task's record
-    /// as the earlier ones leave it: an attempt's start and end share a write), but a report
-    /// that follows the end of its task's attempt, or a second `SideEffects`, `Session` or
-    /// `Read` of it, goes to a later round: whether it becomes an event at all (`event_for`'s
-    /// fencing, once-only and forward-only checks) is read from the state the earlier ones
-    /// made. A task's reports keep their order; the rounds are as few as that allows.
+    /// Turns attempt reports into events, a round (one write, `commit`) at a time: the k-th
+    /// round holds each task's k-th report, in arrival order (whether a report becomes an event
+    /// at all, `event_for`'s fencing and once-only checks, is read from the state the earlier
+    /// rounds made), except that an attempt's `Finished` right after its `Started` shares its
+    /// round (`check_round` checks it against the task's record as the start leaves it): an
+    /// attempt that started and ended while the loop was busy costs one write, not two. A
+    /// task's reports keep their order.
     pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
         let rounds = cut_rounds(msgs);
         for round in rounds {
@@ -212,51 +212,25 @@ impl Engine {
     }
 }
 
-/// Cuts a batch of reports into rounds (see `Engine::handle`).
+/// Cuts a batch of reports into rounds (see `Engine::handle`): the k-th round holds each
+/// task's k-th report, in arrival order, except that an attempt's `Finished` right after its
+/// `Started` joins its round.
 fn cut_rounds(msgs: Vec<Msg>) -> Vec<Vec<Msg>> {
-    /// Where a task's next report goes: its round, and the reports that round holds
-    /// that `event_for` judges against the state.
-    #[derive(Default)]
-    struct Slot {
-        round: usize,
-        side_effects: bool,
-        session: bool,
-        read: bool,
-    }
     let mut rounds: Vec<Vec<Msg>> = Vec::new();
-    let mut slots: HashMap<TaskId, Slot> = HashMap::new();
+    // Per task: the round of its last report, and whether that report was `Started`.
+    let mut last: HashMap<TaskId, (usize, bool)> = HashMap::new();
     for msg in msgs {
-        let slot = slots.entry(msg.task()).or_default();
-        let flag = match &msg {
-            Msg::SideEffects { .. } => Some(&mut slot.side_effects),
-            Msg::Session { .. } => Some(&mut slot.session),
-            Msg::Read { .. } => Some(&mut slot.read),
-            _ => None,
+        let started = matches!(msg, Msg::Started { .. });
+        let round = match last.get(&msg.task()) {
+            None => 0,
+            Some((k, true)) if matches!(msg, Msg::Finished { .. }) => *k,
+            Some((k, _)) => k + 1,
         };
-        if let Some(flag) = flag {
-            if *flag {
-                *slot = Slot {
-                    round: slot.round + 1,
-                    ..Slot::default()
-                };
-            }
-            match &msg {
-                Msg::SideEffects { .. } => slot.side_effects = true,
-                Msg::Session { .. } => slot.session = true,
-                _ => slot.read = true,
-            }
-        }
-        while rounds.len() <= slot.round {
+        last.insert(msg.task(), (round, started));
+        while rounds.len() <= round {
             rounds.push(Vec::new());
         }
-        let ends = matches!(msg, Msg::Finished { .. });
-        rounds[slot.round].push(msg);
-        if ends {
-            *slot = Slot {
-                round: slot.round + 1,
-                ..Slot::default()
-            };
-        }
+        rounds[round].push(msg);
     }
     rounds
 }
@@ -339,13 +313,11 @@ mod tests {
     }
 
     #[test]
-    fn a_report_after_its_attempts_end_or_a_second_once_only_report_waits_a_round() {
+    fn other_reports_of_a_task_go_one_per_round() {
         let rounds = cut_rounds(vec![
             side_effects(A),
             read(A, 10),
             started(B),
-            side_effects(A),
-            read(A, 20),
             finished(B),
             started(B),
             finished(A),
@@ -353,18 +325,9 @@ mod tests {
         assert_eq!(
             shape(&rounds),
             vec![
-                vec![
-                    (0, "side_effects"),
-                    (0, "read"),
-                    (1, "started"),
-                    (1, "finished")
-                ],
-                vec![
-                    (0, "side_effects"),
-                    (0, "read"),
-                    (1, "started"),
-                    (0, "finished")
-                ],
+                vec![(0, "side_effects"), (1, "started"), (1, "finished")],
+                vec![(0, "read"), (1, "started")],
+                vec![(0, "finished")],
             ]
         );
     }
