@@ -402,3 +402,66 @@ fn found_attempts_end_once_and_the_generator_makes_all_three() {
     eprintln!("adopted {adopted}, recorded {recorded}, orphaned after placed {orphaned_placed}");
     assert!(adopted > 0 && recorded > 0 && orphaned_placed > 0);
 }
+
+/// #10: `check_round` (one check for a round appended in one write) accepts and refuses
+/// exactly as checking then applying the round's events one by one on a copy of the state
+/// does. Rounds are cut from a legal run (what the runner appends: several events of one
+/// task in order, such as a launch and its placement) with probes mixed in (most illegal),
+/// run events and controls included.
+#[test]
+fn a_round_is_checked_as_its_events_one_after_another() {
+    let strategy = (
+        scenario_strategy(),
+        any::<Index>(),
+        1usize..7,
+        prop::collection::vec((any::<Index>(), any::<Index>(), any::<bool>()), 0..3),
+    );
+    property(
+        "a_round_is_checked_as_its_events_one_after_another",
+        strategy,
+        |(s, start, len, mixed)| {
+            let t = trace(&s);
+            let k = start.index(t.events.len());
+            let state = &t.lives[k];
+            let at = t.events[k].at;
+            let mut round: Vec<Event> = t.events[k + 1..]
+                .iter()
+                .take(len)
+                .map(|e| e.event.clone())
+                .collect();
+            let probes = probes(state, &t.events);
+            for (which, place, swap) in mixed {
+                if probes.is_empty() {
+                    break;
+                }
+                let probe = probes[which.index(probes.len())].clone();
+                let i = place.index(round.len() + 1);
+                if swap && i < round.len() {
+                    round[i] = probe;
+                } else {
+                    round.insert(i, probe);
+                }
+            }
+            let mut copy = state.clone();
+            let mut one_by_one = Ok(());
+            for e in &round {
+                let stamped = Stamped {
+                    seq: copy.next_seq,
+                    at,
+                    event: e.clone(),
+                };
+                if let Err(v) = copy.apply(&stamped) {
+                    one_by_one = Err(v);
+                    break;
+                }
+            }
+            prop_assert_eq!(
+                state.check_round(at, &round),
+                one_by_one,
+                "round {:?}",
+                round
+            );
+            Ok(())
+        },
+    );
+}

@@ -148,7 +148,7 @@ impl RunState {
         }
     }
 
-    fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event, resumes: u32) {
+    pub(super) fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event, resumes: u32) {
         match event {
             Event::TaskQueued { .. } => {
                 rec.ready_at = Some(at);

@@ -1,6 +1,8 @@
 //! `RunState::check`: whether an event may be applied now, one exhaustive match per event
 //! against the run's and the task's state (fencing of stale attempts included).
 
+use std::collections::HashMap;
+
 use super::*;
 
 impl RunState {
@@ -76,6 +78,95 @@ impl RunState {
         let Some(rec) = self.tasks.get(task.index()) else {
             return Err(Violation::UnknownTask { event: name, task });
         };
+        self.check_task_event(event, task, rec)
+    }
+
+    /// Checks a round of events as one: accepts it exactly when checking each event, then
+    /// applying it (at `at`), one after the other on a copy of the state would, and refuses
+    /// it with the first refusal that would meet. The runner appends an accepted round in one
+    /// durable write, then applies its events in order.
+    ///
+    /// A round of task events only (no run event, no control) is checked without a copy: a
+    /// task event changes nothing that another task's check reads, so each event is checked
+    /// against the state, its task's record projected through the round's earlier events of
+    /// that task (`mutate_task`, as apply does). A round with a run event or a control among
+    /// several events is checked on a copy of the state (rare: a rerun's prelude).
+    pub fn check_round(&self, at: Timestamp, events: &[Event]) -> Result<(), Violation> {
+        let [first, rest @ ..] = events else {
+            return Ok(());
+        };
+        if rest.is_empty() {
+            return self.check(first);
+        }
+        let task_event = |e: &Event| !matches!(e, Event::Control { .. }) && e.task().is_some();
+        if !events.iter().all(task_event) {
+            let mut copy = self.clone();
+            for e in events {
+                copy.check(e)?;
+                copy.mutate(at, e);
+            }
+            return Ok(());
+        }
+        // The tasks with several events in the round (none in a round that queues a whole
+        // batch: its events are checked against the state, no map of them built).
+        let mut tasks: Vec<TaskId> = events.iter().filter_map(Event::task).collect();
+        tasks.sort_unstable();
+        let repeated: Vec<TaskId> = tasks
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        drop(tasks);
+        if repeated.is_empty() {
+            return events.iter().try_for_each(|e| self.check(e));
+        }
+        // How many events of each repeated task are still to come.
+        let mut left: HashMap<TaskId, usize> = HashMap::new();
+        for e in events {
+            if let Some(task) = e.task()
+                && repeated.binary_search(&task).is_ok()
+            {
+                *left.entry(task).or_insert(0) += 1;
+            }
+        }
+        // Only the records of tasks with several events in the round are projected.
+        let mut projected: HashMap<TaskId, TaskRecord> = HashMap::new();
+        for e in events {
+            let Some(task) = e.task() else { continue };
+            match projected.get(&task) {
+                Some(rec) if self.status == RunStatus::Running => {
+                    self.check_task_event(e, task, rec)?;
+                }
+                _ => self.check(e)?,
+            }
+            let remaining = left.get_mut(&task).map_or(0, |n| {
+                *n -= 1;
+                *n
+            });
+            if remaining > 0 {
+                let base = match projected.remove(&task) {
+                    Some(rec) => Some(rec),
+                    None => self.tasks.get(task.index()).cloned(),
+                };
+                if let Some(mut rec) = base {
+                    Self::mutate_task(&mut rec, at, e, self.resumes);
+                    projected.insert(task, rec);
+                }
+            } else {
+                projected.remove(&task);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a task event against the task's record `rec` (the run is running).
+    fn check_task_event(
+        &self,
+        event: &Event,
+        task: TaskId,
+        rec: &TaskRecord,
+    ) -> Result<(), Violation> {
+        let name = event.name();
         let cx = TaskCheck {
             run: self,
             task,

@@ -12,8 +12,9 @@ use crate::{Result, files};
 use crate::{attempt, executor};
 
 impl Engine {
-    /// Appends the round's events in one durable write, then performs its effects: launches,
-    /// then task ends, then worktree jobs.
+    /// Appends the round's events in one durable write, with the placements of its launches
+    /// and its task ends that are only their event, then performs its effects: launches, then
+    /// the other task ends, then worktree jobs.
     pub(super) async fn perform(&mut self, actions: Vec<Action>) -> Result<()> {
         let mut events = Vec::new();
         let mut launches = Vec::new();
@@ -34,25 +35,31 @@ impl Engine {
                 Action::WindDown(reason) => wind_down = Some(reason),
             }
         }
+        // #10: an attempt that outlives sortie (supervised, or a Slurm job) is placed before
+        // it starts (resume finds it again from its placement): its `AttemptPlaced` follows
+        // its `AttemptLaunching` in the round's write (`check_round` checks it against the
+        // launch), so a launch costs one durable write, not two.
+        let placed: Vec<Event> = launches
+            .iter()
+            .filter_map(|task| self.placed_event(&events, *task))
+            .collect();
+        events.extend(placed);
+        // A task end that is only its event (no artifact to write first, no worktree to
+        // finalize) shares the write too.
+        let (plain, effectful): (Vec<_>, Vec<_>) = ends
+            .into_iter()
+            .partition(|(_, _, artifact, finalize)| !artifact && !finalize);
+        let mut plain_tasks = Vec::with_capacity(plain.len());
+        for (task, result, ..) in plain {
+            plain_tasks.push(task);
+            events.push(Event::TaskFinished { task, result });
+        }
         self.commit(events)?;
         if let Some(reason) = wind_down {
             self.wind_down(&reason);
         }
-        // A task end that is only its event (no artifact to write first, no worktree to
-        // finalize) shares the write of the launches' placements: they are of other tasks.
-        let (plain, effectful): (Vec<_>, Vec<_>) = ends
-            .into_iter()
-            .partition(|(_, _, artifact, finalize)| !artifact && !finalize);
-        let plain: Vec<TaskId> = {
-            let mut finished = Vec::with_capacity(plain.len());
-            let tasks = plain.iter().map(|(task, ..)| *task).collect();
-            for (task, result, ..) in plain {
-                finished.push(Event::TaskFinished { task, result });
-            }
-            self.launch_all(launches, finished)?;
-            tasks
-        };
-        for task in plain {
+        self.launch_all(launches)?;
+        for task in plain_tasks {
             self.discard_copy(task).await;
         }
         for (task, result, artifact, finalize) in effectful {
@@ -64,12 +71,33 @@ impl Engine {
         Ok(())
     }
 
-    /// Starts the attempts that were just journaled as launching. An attempt that continues
-    /// an interrupted attempt's session has `AttemptContinues` journaled first; an attempt
-    /// that outlives sortie has its placement journaled (`AttemptPlaced`, one write for the
-    /// round's launches, with `finished`, the round's plain task ends) before its executor
-    /// starts it.
-    fn launch_all(&mut self, tasks: Vec<TaskId>, finished: Vec<Event>) -> Result<()> {
+    /// The placement event of the attempt `events` launch for `task`, when it outlives
+    /// sortie (not direct).
+    fn placed_event(&self, events: &[Event], task: TaskId) -> Option<Event> {
+        let attempt = events.iter().find_map(|e| match e {
+            Event::AttemptLaunching {
+                task: t, attempt, ..
+            } if *t == task => Some(*attempt),
+            _ => None,
+        })?;
+        let (executor, placement) = self.new_placement(task, attempt)?;
+        if executor.kind() == executor::DIRECT {
+            return None;
+        }
+        Some(Event::AttemptPlaced {
+            task,
+            attempt,
+            executor: placement.executor,
+            dir: placement.dir.to_string_lossy().into_owned(),
+        })
+    }
+
+    /// Starts the attempts that were just journaled as launching (and placed, see
+    /// `perform`). An attempt that continues an interrupted attempt's session has
+    /// `AttemptContinues` journaled first; an attempt that outlives sortie and was not placed
+    /// in its launch's write has its placement journaled (one write for the round's
+    /// launches) before its executor starts it.
+    fn launch_all(&mut self, tasks: Vec<TaskId>) -> Result<()> {
         let mut ready = Vec::with_capacity(tasks.len());
         let mut placed = Vec::new();
         for task in tasks {
@@ -88,8 +116,6 @@ impl Engine {
                 .task(task)
                 .and_then(|r| r.live_attempt())
                 .is_some_and(|a| a.placed.is_none());
-            // Every attempt that outlives sortie (supervised, or a Slurm job) is placed before it
-            // starts: resume finds it again from its placement.
             if unplaced && ctx.executor.kind() != executor::DIRECT {
                 placed.push(Event::AttemptPlaced {
                     task,
@@ -100,7 +126,6 @@ impl Engine {
             }
             ready.push(ctx);
         }
-        placed.extend(finished);
         self.commit(placed)?;
         for ctx in ready {
             self.start_attempt(ctx);

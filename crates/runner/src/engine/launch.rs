@@ -66,14 +66,10 @@ impl Engine {
                 .iter()
                 .map(|a| &a.usage),
         );
-        let deadline_at = match (spec.deadline, rec.ready_at) {
-            (Some(d), Some(ready)) => Some(ready.plus(d)),
-            _ => None,
-        };
+        let deadline_at = deadline_of(spec, rec);
         let continues = plan.continues.clone();
         // A placed attempt keeps its executor and dir (resume follows it there); a new one
-        // is supervised unless its task or profile says not (one driven over stdin too: its
-        // supervisor forwards a FIFO to its stdin).
+        // is placed by `new_placement`.
         let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
             Some(p) => {
                 let executor = self.executor_of(&p.executor, task)?;
@@ -86,26 +82,7 @@ impl Engine {
                 };
                 (executor, placement)
             }
-            // #11: a Slurm task's attempts are Slurm jobs.
-            None if let Some(executor) = self.slurm_executor(spec, deadline_at) => {
-                let dir = self.run_dir.attempt_dir(task.0, live.attempt.0);
-                let placement = executor.place(dir, task, live.attempt);
-                (executor, placement)
-            }
-            None => {
-                let dir = self.run_dir.attempt_dir(task.0, live.attempt.0);
-                let executor: Arc<dyn Executor> = match executor::supervisor() {
-                    // The dir is journaled as text: a path that is not UTF-8 runs direct.
-                    Some(program)
-                        if spec.supervise && profile.supervise && dir.to_str().is_some() =>
-                    {
-                        Arc::new(Supervised::new(program.to_path_buf()))
-                    }
-                    _ => Arc::new(Direct),
-                };
-                let placement = executor.place(dir, task, live.attempt);
-                (executor, placement)
-            }
+            None => self.new_placement(task, live.attempt)?,
         };
         Some((
             AttemptCtx {
@@ -148,5 +125,54 @@ impl Engine {
             },
             continues,
         ))
+    }
+
+    /// Where a new attempt (`attempt` of `task`, journaled as launching or about to be) runs:
+    /// a Slurm task's attempts are Slurm jobs (#11); the others are supervised unless their
+    /// task or profile says not (one driven over stdin too: its supervisor forwards a FIFO to
+    /// its stdin). Read from the spec and its profile only, so that the placement is known
+    /// before the launch is applied and is journaled in the launch's write (see `perform`).
+    pub(super) fn new_placement(
+        &self,
+        task: TaskId,
+        attempt: sortie_core::Attempt,
+    ) -> Option<(Arc<dyn Executor>, Placement)> {
+        let batch = self.state.batch.as_ref()?;
+        let spec = self.state.spec(task)?;
+        let rec = self.state.task(task)?;
+        let profile_name = if spec.command.is_some() {
+            "command"
+        } else {
+            spec.agent.as_str()
+        };
+        let profile = batch
+            .agents
+            .get(profile_name)
+            .or_else(|| batch.agents.get(&spec.agent))?;
+        let dir = self.run_dir.attempt_dir(task.0, attempt.0);
+        if let Some(executor) = self.slurm_executor(spec, deadline_of(spec, rec)) {
+            let placement = executor.place(dir, task, attempt);
+            return Some((executor, placement));
+        }
+        let executor: Arc<dyn Executor> = match executor::supervisor() {
+            // The dir is journaled as text: a path that is not UTF-8 runs direct.
+            Some(program) if spec.supervise && profile.supervise && dir.to_str().is_some() => {
+                Arc::new(Supervised::new(program.to_path_buf()))
+            }
+            _ => Arc::new(Direct),
+        };
+        let placement = executor.place(dir, task, attempt);
+        Some((executor, placement))
+    }
+}
+
+/// A task's deadline as a time: its ready time plus the spec's deadline.
+fn deadline_of(
+    spec: &sortie_core::TaskSpec,
+    rec: &sortie_core::TaskRecord,
+) -> Option<sortie_core::Timestamp> {
+    match (spec.deadline, rec.ready_at) {
+        (Some(d), Some(ready)) => Some(ready.plus(d)),
+        _ => None,
     }
 }

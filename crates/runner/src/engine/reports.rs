@@ -1,6 +1,6 @@
 //! Attempt reports become events: a task's reports in arrival order, one write for each task's
-//! first report of the batch, one for each task's second, and so on; reports of an attempt that
-//! is not live any more are dropped (fencing).
+//! first report of the batch, one for each task's second, and so on (an attempt's start and
+//! end share one); reports of an attempt that is not live any more are dropped (fencing).
 
 use std::collections::HashMap;
 
@@ -11,22 +11,15 @@ use crate::Result;
 use crate::attempt::Msg;
 
 impl Engine {
-    /// Turns attempt reports into events. A round holds at most one event per task (see
-    /// `commit`), so the batch is cut into rounds: the k-th round holds each task's k-th
-    /// report, in arrival order. A task's reports keep their order; the rounds are as few as
-    /// the most reports one task sent (an attempt that started and ended while the loop was
-    /// busy: two), not one per task that repeats.
+    /// Turns attempt reports into events, a round (one write, `commit`) at a time: the k-th
+    /// round holds each task's k-th report, in arrival order (whether a report becomes an event
+    /// at all, `event_for`'s fencing and once-only checks, is read from the state the earlier
+    /// rounds made), except that an attempt's `Finished` right after its `Started` shares its
+    /// round (`check_round` checks it against the task's record as the start leaves it): an
+    /// attempt that started and ended while the loop was busy costs one write, not two. A
+    /// task's reports keep their order.
     pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
-        let mut rounds: Vec<Vec<Msg>> = Vec::new();
-        let mut count: HashMap<TaskId, usize> = HashMap::new();
-        for msg in msgs {
-            let k = count.entry(msg.task()).or_insert(0);
-            if rounds.len() <= *k {
-                rounds.push(Vec::new());
-            }
-            rounds[*k].push(msg);
-            *k += 1;
-        }
+        let rounds = cut_rounds(msgs);
         for round in rounds {
             let mut events: Vec<Event> = Vec::with_capacity(round.len());
             for msg in round {
@@ -216,5 +209,126 @@ impl Engine {
                 }
             }
         })
+    }
+}
+
+/// Cuts a batch of reports into rounds (see `Engine::handle`): the k-th round holds each
+/// task's k-th report, in arrival order, except that an attempt's `Finished` right after its
+/// `Started` joins its round.
+fn cut_rounds(msgs: Vec<Msg>) -> Vec<Vec<Msg>> {
+    let mut rounds: Vec<Vec<Msg>> = Vec::new();
+    // Per task: the round of its last report, and whether that report was `Started`.
+    let mut last: HashMap<TaskId, (usize, bool)> = HashMap::new();
+    for msg in msgs {
+        let started = matches!(msg, Msg::Started { .. });
+        let round = match last.get(&msg.task()) {
+            None => 0,
+            Some((k, true)) if matches!(msg, Msg::Finished { .. }) => *k,
+            Some((k, _)) => k + 1,
+        };
+        last.insert(msg.task(), (round, started));
+        while rounds.len() <= round {
+            rounds.push(Vec::new());
+        }
+        rounds[round].push(msg);
+    }
+    rounds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sortie_core::{AttemptOutcome, Usage};
+
+    const A: TaskId = TaskId(0);
+    const B: TaskId = TaskId(1);
+
+    fn started(task: TaskId) -> Msg {
+        Msg::Started {
+            task,
+            attempt: Attempt(1),
+            pid: 1,
+            start_time: 1,
+        }
+    }
+
+    fn finished(task: TaskId) -> Msg {
+        Msg::Finished {
+            task,
+            attempt: Attempt(1),
+            outcome: AttemptOutcome::completed(),
+            usage: Usage::ZERO,
+            output: String::new(),
+        }
+    }
+
+    fn side_effects(task: TaskId) -> Msg {
+        Msg::SideEffects {
+            task,
+            attempt: Attempt(1),
+        }
+    }
+
+    fn read(task: TaskId, offset: u64) -> Msg {
+        Msg::Read {
+            task,
+            attempt: Attempt(1),
+            offset,
+        }
+    }
+
+    /// What each round holds: (task, report name).
+    fn shape(rounds: &[Vec<Msg>]) -> Vec<Vec<(u32, &'static str)>> {
+        rounds
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|m| {
+                        let name = match m {
+                            Msg::Started { .. } => "started",
+                            Msg::Finished { .. } => "finished",
+                            Msg::SideEffects { .. } => "side_effects",
+                            Msg::Read { .. } => "read",
+                            _ => "other",
+                        };
+                        (m.task().0, name)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_attempts_start_and_end_share_a_round() {
+        let rounds = cut_rounds(vec![started(A), started(B), finished(A), finished(B)]);
+        assert_eq!(
+            shape(&rounds),
+            vec![vec![
+                (0, "started"),
+                (1, "started"),
+                (0, "finished"),
+                (1, "finished")
+            ]]
+        );
+    }
+
+    #[test]
+    fn other_reports_of_a_task_go_one_per_round() {
+        let rounds = cut_rounds(vec![
+            side_effects(A),
+            read(A, 10),
+            started(B),
+            finished(B),
+            started(B),
+            finished(A),
+        ]);
+        assert_eq!(
+            shape(&rounds),
+            vec![
+                vec![(0, "side_effects"), (1, "started"), (1, "finished")],
+                vec![(0, "read"), (1, "started")],
+                vec![(0, "finished")],
+            ]
+        );
     }
 }

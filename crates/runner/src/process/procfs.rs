@@ -34,7 +34,22 @@ impl Stat {
 }
 
 pub(super) fn read_stat(pid: u32) -> Option<Stat> {
-    let bytes = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    use std::io::Read;
+    // One read into a buffer larger than any stat line: `std::fs::read` sizes its buffer by
+    // the file's size, which `/proc` says is 0 (a `statx`, then a read per few dozen bytes),
+    // and the shepherd's sweeps read the stat of every process on the machine.
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 1024];
+    let n = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            read => break read.ok()?,
+        }
+    };
+    let mut bytes = buf[..n].to_vec();
+    if n == buf.len() {
+        file.read_to_end(&mut bytes).ok()?;
+    }
     parse_stat(&String::from_utf8_lossy(&bytes))
 }
 
