@@ -255,6 +255,15 @@ pub async fn take_over(
             checked
         }
     };
+    // The environment values (a JSON file of one list per task: ~25 M instructions for
+    // 100,000 tasks) are read on a thread of their own while sled opens the journal in place.
+    let env_loading = {
+        let (dir, tasks) = (dir.clone(), checked.tasks.len());
+        std::thread::Builder::new()
+            .name("load-env".into())
+            .spawn(move || dir.load_env(tasks))
+            .ok()
+    };
     // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
     // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
     // is refused: appending to it would write over what was lost.
@@ -283,7 +292,12 @@ pub async fn take_over(
     if let RunStatus::Finished { state: s } = state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
     }
-    let env = dir.load_env(state.tasks.len())?;
+    let mut env = match env_loading.map(std::thread::JoinHandle::join) {
+        Some(Ok(loaded)) => loaded?,
+        // No thread, or it panicked: read them here.
+        _ => dir.load_env(state.tasks.len())?,
+    };
+    env.resize(state.tasks.len(), Vec::new());
     let parts = Parts {
         state_dir: state_dir.clone(),
         run_id,
