@@ -669,6 +669,23 @@ fn summary_lists_each_task_with_its_state_and_text() {
          pending\n(not finished)"
     );
     assert_eq!(summary_text(&RunState::new()), "");
+    // A run whose budget ran out says so after the tasks, as one more block.
+    let mut state = state;
+    let exceeded = Stamped {
+        seq: state.next_seq,
+        at: Timestamp(9),
+        event: Event::RunBudgetExceeded {
+            limit: sortie_core::BudgetLimit::Cost,
+            reason: "spent $2.00 of $1.00".into(),
+        },
+    };
+    state.apply(&exceeded).expect("apply");
+    assert!(
+        summary_text(&state)
+            .ends_with("[c] pending\n(not finished)\n\nRun budget exceeded: spent $2.00 of $1.00"),
+        "{}",
+        summary_text(&state)
+    );
 }
 
 // #10: a crash of sortie spends `max_orphans`, never a retry.
