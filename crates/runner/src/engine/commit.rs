@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sortie_core::{Event, RunStatus, Seq, Stamped, Timestamp};
+use sortie_core::{Event, RunStatus, Seq, Stamped};
 
 use super::Engine;
 use crate::clock::now;
@@ -42,16 +42,15 @@ impl Engine {
         }
         let at = now();
         self.state.check_round(at, &events)?;
-        let stamped_events: Vec<(Timestamp, Event)> = events.into_iter().map(|e| (at, e)).collect();
         // On the loop's own worker thread, without `block_in_place`: the append is a flush and
         // an `fdatasync` of a few hundred microseconds, and `block_in_place` hands the worker's
         // core to another thread at every commit (a thread woken and a core moved, each time);
         // the runtime's other worker runs the attempts meanwhile.
         let first = self
             .journal
-            .append_all(&stamped_events)
+            .append_all_at(at, &events)
             .map_err(|e| self.journal_error(e))?;
-        for (i, (at, event)) in stamped_events.into_iter().enumerate() {
+        for (i, event) in events.into_iter().enumerate() {
             let stamped = Stamped {
                 seq: Seq(first.0 + i as u64),
                 at,
