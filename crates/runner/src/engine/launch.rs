@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sortie_core::{Isolation, TaskId, Usage};
+use sortie_core::spec::{AgentProfile, Batch};
+use sortie_core::{Isolation, TaskId, TaskSpec, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
@@ -27,15 +28,7 @@ impl Engine {
             (Isolation::Copy, _) => self.run_dir.copy_dir(task.0),
             _ => PathBuf::from(&spec.cwd),
         };
-        let profile_name = if spec.command.is_some() {
-            "command"
-        } else {
-            spec.agent.as_str()
-        };
-        let profile = batch
-            .agents
-            .get(profile_name)
-            .or_else(|| batch.agents.get(&spec.agent))?;
+        let profile = launch_profile(batch, spec)?;
         let env = self.env.get(task.index()).cloned().unwrap_or_default();
         // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
         // its session's).
@@ -140,15 +133,7 @@ impl Engine {
         let batch = self.state.batch.as_ref()?;
         let spec = self.state.spec(task)?;
         let rec = self.state.task(task)?;
-        let profile_name = if spec.command.is_some() {
-            "command"
-        } else {
-            spec.agent.as_str()
-        };
-        let profile = batch
-            .agents
-            .get(profile_name)
-            .or_else(|| batch.agents.get(&spec.agent))?;
+        let profile = launch_profile(batch, spec)?;
         let dir = self.run_dir.attempt_dir(task.0, attempt.0);
         if let Some(executor) = self.slurm_executor(spec, deadline_of(spec, rec)) {
             let placement = executor.place(dir, task, attempt);
@@ -175,4 +160,18 @@ fn deadline_of(
         (Some(d), Some(ready)) => Some(ready.plus(d)),
         _ => None,
     }
+}
+
+/// The agent profile a task's attempts launch with: `command` for a task's own command, else
+/// its agent's.
+fn launch_profile<'b>(batch: &'b Batch, spec: &TaskSpec) -> Option<&'b AgentProfile> {
+    let name = if spec.command.is_some() {
+        "command"
+    } else {
+        spec.agent.as_str()
+    };
+    batch
+        .agents
+        .get(name)
+        .or_else(|| batch.agents.get(&spec.agent))
 }
