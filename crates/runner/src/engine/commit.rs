@@ -42,6 +42,16 @@ impl Engine {
         }
         let at = now();
         self.state.check_round(at, &events)?;
+        self.append_apply(at, events)
+    }
+
+    /// Appends a round that `check_round` accepted at `at` in one durable write, then applies
+    /// its events in order and tells the planner and the observer.
+    pub(super) fn append_apply(
+        &mut self,
+        at: sortie_core::Timestamp,
+        events: Vec<Event>,
+    ) -> Result<()> {
         // On the loop's own worker thread, without `block_in_place`: the append is a flush and
         // an `fdatasync` of a few hundred microseconds, and `block_in_place` hands the worker's
         // core to another thread at every commit (a thread woken and a core moved, each time);

@@ -69,7 +69,8 @@ impl Engine {
             plain_tasks.push(task);
             events.push(Event::TaskFinished { task, result });
         }
-        self.commit(events)?;
+        // The reports that arrived meanwhile share the write (`commit_with_reports`).
+        let reports = self.commit_with_reports(events)?;
         if let Some(reason) = wind_down {
             self.wind_down(&reason);
         }
@@ -82,6 +83,9 @@ impl Engine {
         }
         for (task, kind) in jobs {
             self.start_job(task, kind, None);
+        }
+        if !reports.is_empty() {
+            self.handle(reports)?;
         }
         Ok(())
     }

@@ -65,6 +65,11 @@ pub const TEST_PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 /// How often the run loop checks, between appends, that its journal was not removed.
 const JOURNAL_CHECK: Duration = Duration::from_secs(2);
 
+/// How long the loop lets more reports gather after one arrives while other attempts are
+/// live, before it journals them (group commit: one durable write for the reports of several
+/// attempts instead of one each; a report is journaled at most this much later).
+const REPORT_LINGER: Duration = Duration::from_millis(1);
+
 /// Something that wants to see each event as it is applied (progress display, logs).
 pub trait Observer: Send {
     /// Called after `stamped` was made durable and applied to `state`.
@@ -476,6 +481,10 @@ impl Engine {
                 msg = self.rx.recv() => {
                     let mut msgs = Vec::new();
                     msgs.extend(msg);
+                    // Other live attempts may report too: their reports share the write.
+                    if self.live.len() > 1 {
+                        tokio::time::sleep(REPORT_LINGER).await;
+                    }
                     while let Ok(m) = self.rx.try_recv() {
                         msgs.push(m);
                     }

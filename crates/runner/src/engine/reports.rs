@@ -1,14 +1,21 @@
 //! Attempt reports become events: a task's reports in arrival order, one write for each task's
 //! first report of the batch, one for each task's second, and so on (an attempt's start and
-//! end share one); reports of an attempt that is not live any more are dropped (fencing).
+//! end share one); reports of an attempt that is not live any more are dropped (fencing). The
+//! reports that arrived while the loop was busy join the write of the round it planned
+//! ([`Engine::commit_with_reports`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sortie_core::{Attempt, Event, TaskId};
 
 use super::Engine;
 use crate::Result;
 use crate::attempt::Msg;
+use crate::clock::now;
+
+/// What the transcripts' cutter is told once a round is durable: an `AttemptRead`'s offset
+/// acknowledged, or (`None`) the attempt finished.
+type Told = Vec<(TaskId, Attempt, Option<u64>)>;
 
 impl Engine {
     /// Turns attempt reports into events, a round (one write, `commit`) at a time: the k-th
@@ -21,31 +28,82 @@ impl Engine {
     pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
         let rounds = cut_rounds(msgs);
         for round in rounds {
-            let mut events: Vec<Event> = Vec::with_capacity(round.len());
-            for msg in round {
-                let task = msg.task();
-                if let Msg::Finished { .. } = msg {
-                    self.live.remove(&task);
-                }
-                if let Msg::Activity {
-                    task,
-                    attempt,
-                    text,
-                } = &msg
-                {
-                    let live = self.state.task(*task).and_then(|r| r.live_attempt());
-                    if live.is_some_and(|a| a.attempt == *attempt) {
-                        self.observer.activity(&self.state, *task, *attempt, text);
-                    }
-                    continue;
-                }
-                if let Some(event) = self.event_for(msg) {
-                    events.push(event);
-                }
-            }
+            let events = self.report_events(round);
             self.commit_acked(events)?;
         }
         Ok(())
+    }
+
+    /// Group commit of a planned round with the reports waiting in the loop's queue: the
+    /// first round of those reports (as `handle` cuts them) joins the planned events' one
+    /// durable write, after them, when none of them is of a task the planned events are of
+    /// (a task the round ends or launches has no live attempt to report: its reports are
+    /// stale, and wait) and the round holds task events only; `check_round` checks the whole,
+    /// as if each event were checked and applied in turn (else the two parts are committed
+    /// one after the other). Every event is still durable before it is applied, and before
+    /// the effects the planned round announces start. Returns the reports left for `handle`
+    /// (later rounds, and those of the planned round's tasks), in their order.
+    pub(super) fn commit_with_reports(&mut self, planned: Vec<Event>) -> Result<Vec<Msg>> {
+        let mut msgs = Vec::new();
+        while let Ok(m) = self.rx.try_recv() {
+            msgs.push(m);
+        }
+        let task_events = planned
+            .iter()
+            .all(|e| !matches!(e, Event::Control { .. }) && e.task().is_some());
+        if msgs.is_empty() || planned.is_empty() || !task_events {
+            self.commit(planned)?;
+            return Ok(msgs);
+        }
+        let touched: HashSet<TaskId> = planned.iter().filter_map(Event::task).collect();
+        let (first, rest) = split_joining(&touched, msgs);
+        let reports = self.report_events(first);
+        if reports.is_empty() {
+            self.commit(planned)?;
+            return Ok(rest);
+        }
+        let told = self.told(&reports);
+        let split = planned.len();
+        let mut events = planned;
+        events.extend(reports);
+        let at = now();
+        if self.state.check_round(at, &events).is_ok() {
+            self.append_apply(at, events)?;
+        } else {
+            let reports = events.split_off(split);
+            self.commit(events)?;
+            self.commit(reports)?;
+        }
+        self.tell(told);
+        Ok(rest)
+    }
+
+    /// The events of one round of reports (activity goes to the observer; an attempt's
+    /// `Finished` ends its count as live).
+    fn report_events(&mut self, round: Vec<Msg>) -> Vec<Event> {
+        let mut events: Vec<Event> = Vec::with_capacity(round.len());
+        for msg in round {
+            let task = msg.task();
+            if let Msg::Finished { .. } = msg {
+                self.live.remove(&task);
+            }
+            if let Msg::Activity {
+                task,
+                attempt,
+                text,
+            } = &msg
+            {
+                let live = self.state.task(*task).and_then(|r| r.live_attempt());
+                if live.is_some_and(|a| a.attempt == *attempt) {
+                    self.observer.activity(&self.state, *task, *attempt, text);
+                }
+                continue;
+            }
+            if let Some(event) = self.event_for(msg) {
+                events.push(event);
+            }
+        }
+        events
     }
 
     /// Commits a round, then (#10) tells the transcripts' cutter: each `AttemptRead` in it is
@@ -56,7 +114,15 @@ impl Engine {
     /// (`process::ack_moves`: the cutter reads an acknowledgement in whole blocks, so it would
     /// cut nothing more); a skipped one only ever makes the cutter wait, never cut unread bytes.
     fn commit_acked(&mut self, round: Vec<Event>) -> Result<()> {
-        let told: Vec<(TaskId, Attempt, Option<u64>)> = round
+        let told = self.told(&round);
+        self.commit(round)?;
+        self.tell(told);
+        Ok(())
+    }
+
+    /// What the cutter is to be told of `round` once it is durable (see `commit_acked`).
+    fn told(&self, round: &[Event]) -> Told {
+        round
             .iter()
             .filter_map(|e| match e {
                 Event::AttemptRead {
@@ -74,8 +140,11 @@ impl Engine {
                 Event::AttemptFinished { task, attempt, .. } => Some((*task, *attempt, None)),
                 _ => None,
             })
-            .collect();
-        self.commit(round)?;
+            .collect()
+    }
+
+    /// Tells the cutter what `told` holds (its round is durable).
+    fn tell(&self, told: Told) {
         for (task, attempt, read) in told {
             let Some(record) = self.state.task(task) else {
                 continue;
@@ -95,7 +164,6 @@ impl Engine {
                 None => crate::process::trim_ended(dir),
             }
         }
-        Ok(())
     }
 
     /// The offset up to which the journal holds what a placed attempt's stdout said (0: none
@@ -235,6 +303,18 @@ fn cut_rounds(msgs: Vec<Msg>) -> Vec<Vec<Msg>> {
     rounds
 }
 
+/// The reports that join a planned round's write (the first round `cut_rounds` makes of those
+/// not of a task in `touched`, the planned round's tasks), and the rest, in their order: a
+/// task's reports either all wait or keep their order across the two.
+fn split_joining(touched: &HashSet<TaskId>, msgs: Vec<Msg>) -> (Vec<Msg>, Vec<Msg>) {
+    let (mut rest, free): (Vec<Msg>, Vec<Msg>) =
+        msgs.into_iter().partition(|m| touched.contains(&m.task()));
+    let mut rounds = cut_rounds(free).into_iter();
+    let first = rounds.next().unwrap_or_default();
+    rest.extend(rounds.flatten());
+    (first, rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +389,32 @@ mod tests {
                 (0, "finished"),
                 (1, "finished")
             ]]
+        );
+    }
+
+    #[test]
+    fn reports_join_a_planned_round_unless_of_its_tasks() {
+        const C: TaskId = TaskId(2);
+        let touched: HashSet<TaskId> = [C].into_iter().collect();
+        let (first, rest) = split_joining(
+            &touched,
+            vec![
+                started(A),
+                finished(C),
+                side_effects(B),
+                finished(A),
+                read(B, 10),
+                started(C),
+            ],
+        );
+        // A's start and end join; B's first report joins, its second waits; C's all wait.
+        assert_eq!(
+            shape(&[first]),
+            vec![vec![(0, "started"), (1, "side_effects"), (0, "finished")]]
+        );
+        assert_eq!(
+            shape(&[rest]),
+            vec![vec![(2, "finished"), (2, "started"), (1, "read")]]
         );
     }
 
