@@ -279,20 +279,26 @@ fn start(
     };
     let out = open(STDOUT_FILE).map_err(io)?;
     let err = open(STDERR_FILE).map_err(io)?;
+    let prompt;
     let stdin = match stdin {
-        Some(file) => Some(File::open(file).map_err(|e| {
-            io(io::Error::new(
-                e.kind(),
-                format!("cannot open its stdin {}: {e}", file.display()),
-            ))
-        })?),
-        None => None,
+        Some(file) => {
+            prompt = File::open(file).map_err(|e| {
+                io(io::Error::new(
+                    e.kind(),
+                    format!("cannot open its stdin {}: {e}", file.display()),
+                ))
+            })?;
+            &prompt
+        }
+        // `/dev/null`, opened once: the spawn duplicates it.
+        None => dev_null().map_err(io)?,
     };
     // The program found on PATH once (see `resolve`); found no more, by its name again.
     let spawned = super::resolve::spawn_resolved(program, env, |path| {
-        spawn_one(path, argv, cwd, env, marker, &stdin, &out, &err)
+        spawn_one(path, argv, cwd, env, marker, stdin, &out, &err)
     });
-    let trimmers = super::transcript::Trimmer::for_attempt(dir, [&out, &err]);
+    // The handles on the files go to their trimmers (the agent has its own).
+    let trimmers = super::transcript::Trimmer::for_attempt(dir, [out, err]);
     let child = spawned.map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => "not_found",
@@ -305,6 +311,16 @@ fn start(
     Ok((child, trimmers))
 }
 
+/// `/dev/null`, opened once for the shepherd's life (an attempt's stdin when it has no file).
+fn dev_null() -> io::Result<&'static File> {
+    static NULL: std::sync::OnceLock<File> = std::sync::OnceLock::new();
+    if let Some(f) = NULL.get() {
+        return Ok(f);
+    }
+    let f = File::open("/dev/null")?;
+    Ok(NULL.get_or_init(|| f))
+}
+
 /// Spawns `program` (argv[0] stays `argv`'s) with the attempt's stdio, once.
 #[allow(clippy::too_many_arguments, reason = "one spawn's parts")]
 fn spawn_one(
@@ -313,14 +329,11 @@ fn spawn_one(
     cwd: &Path,
     env: &[(String, String)],
     marker: &(String, String),
-    stdin: &Option<File>,
+    stdin: &File,
     out: &File,
     err: &File,
 ) -> io::Result<std::process::Child> {
-    let stdin = match stdin {
-        Some(f) => Stdio::from(f.try_clone()?),
-        None => Stdio::null(),
-    };
+    let stdin = Stdio::from(stdin.try_clone()?);
     #[allow(
         clippy::disallowed_methods,
         reason = "the shepherd's spawn of an attempt"

@@ -259,10 +259,11 @@ impl Trimmer {
         Ok(t)
     }
 
-    /// The trimmers of an attempt dir's `stdout` and `stderr`, already created (and opened for
-    /// writing: `files`, duplicated, not opened again) by the agent's spawn, under this
-    /// process's cap; none when the cap is off.
-    pub(super) fn for_attempt(dir: &Path, files: [&File; 2]) -> Vec<Trimmer> {
+    /// The trimmers of an attempt dir's `stdout` and `stderr`, just created (truncated) for
+    /// the agent's spawn, which hands over its own handles on them (`files`: nothing opened or
+    /// duplicated again), under this process's cap; none when the cap is off. A file just
+    /// truncated has no cut: its cut record is not looked for.
+    pub(super) fn for_attempt(dir: &Path, files: [File; 2]) -> Vec<Trimmer> {
         let cap = Cap::from_env();
         if cap.is_unbounded() {
             return Vec::new();
@@ -270,10 +271,10 @@ impl Trimmer {
         [super::STDOUT_FILE, super::STDERR_FILE]
             .iter()
             .zip(files)
-            .filter_map(|(name, file)| {
-                let mut t = Trimmer::with(&dir.join(name), file.try_clone().ok()?, cap);
+            .map(|(name, file)| {
+                let mut t = Trimmer::fresh(&dir.join(name), file, cap);
                 t.acked = *name == super::STDOUT_FILE;
-                Some(t)
+                t
             })
             .collect()
     }
@@ -295,9 +296,16 @@ impl Trimmer {
     }
 
     fn with(path: &Path, file: File, cap: Cap) -> Trimmer {
+        let mut t = Trimmer::fresh(path, file, cap);
+        t.cut = read_cut(path);
+        t
+    }
+
+    /// A trimmer of a file that has no cut yet.
+    fn fresh(path: &Path, file: File, cap: Cap) -> Trimmer {
         Trimmer {
             path: path.to_path_buf(),
-            cut: read_cut(path),
+            cut: None,
             file,
             cap,
             unsupported: false,
@@ -549,7 +557,9 @@ impl KeptReader {
         if self.file.is_none() {
             match File::open(&self.path) {
                 Ok(mut f) => {
-                    f.seek(SeekFrom::Start(self.pos))?;
+                    if self.pos > 0 {
+                        f.seek(SeekFrom::Start(self.pos))?;
+                    }
                     self.file = Some(f);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Kept::Idle),
@@ -729,6 +739,34 @@ mod tests {
         for _ in 0..n / line.len() {
             f.write_all(line).unwrap();
         }
+    }
+
+    #[test]
+    fn an_attempts_fresh_files_have_no_cut_whatever_a_stale_record_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let stdout = dir.path().join(super::super::STDOUT_FILE);
+        // A cut record left beside a file that the spawn truncates: it says nothing of it.
+        fs::write(cut_file(&stdout), "4096 8192\n").unwrap();
+        let create = |name: &str| {
+            OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(dir.path().join(name))
+                .unwrap()
+        };
+        let files = [
+            create(super::super::STDOUT_FILE),
+            create(super::super::STDERR_FILE),
+        ];
+        let trimmers = Trimmer::for_attempt(dir.path(), files);
+        if Cap::from_env().is_unbounded() {
+            assert!(trimmers.is_empty());
+            return;
+        }
+        assert_eq!(trimmers.len(), 2);
+        assert!(trimmers.iter().all(|t| t.cut.is_none()));
+        assert!(trimmers[0].acked && !trimmers[1].acked);
     }
 
     #[test]
