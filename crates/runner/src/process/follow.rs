@@ -17,7 +17,7 @@ use nix::sys::signal::{Signal, kill, killpg};
 use tokio::sync::{mpsc, watch};
 
 use super::child::Stopper;
-use super::lines::{LINE_QUEUE, LineSplitter, TailBuffer};
+use super::lines::{FIRST_CHUNK, LINE_QUEUE, LineSplitter, TailBuffer, grow};
 use super::procfs::is_running;
 use super::shepherd_client::{Forget, Shepherded};
 use super::supervise::{DirPresence, STDERR_FILE, STDOUT_FILE, StartedFile, presence, read_exit};
@@ -28,8 +28,6 @@ use super::{ExitSlot, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES, WaitError, pid_of
 const FOLLOW_POLL: Duration = Duration::from_millis(50);
 /// How often an adopted attempt's dir is looked at for its end.
 const ADOPT_POLL: Duration = Duration::from_millis(100);
-/// The read size.
-const READ_CHUNK: usize = 64 * 1024;
 
 /// A supervised attempt, followed through its files.
 #[derive(Debug)]
@@ -231,7 +229,7 @@ async fn follow_stdout(
     mut exit: watch::Receiver<ExitSlot>,
 ) {
     let mut reader = KeptReader::new(&path, from);
-    let mut buf = vec![0u8; READ_CHUNK];
+    let mut buf = vec![0u8; FIRST_CHUNK];
     let mut splitter = LineSplitter::new(MAX_LINE_BYTES);
     if from > 0 {
         // Read on from a line's start (the journaled offset of an adopted attempt is one).
@@ -245,6 +243,8 @@ async fn follow_stdout(
         match reader.read(&mut buf).unwrap_or(Kept::Idle) {
             Kept::Bytes(n) => {
                 splitter.push_at(&buf[..n], base, &mut ready);
+                // Small first: most streams are (see `lines::grow`).
+                grow(&mut buf, n);
                 bytes.store(reader.offset(), Ordering::Relaxed);
                 for line in ready.drain(..) {
                     if tx.send(line).await.is_err() {

@@ -18,6 +18,16 @@ use super::{DRAIN_AFTER_EXIT, ExitSlot, MAX_LINE_BYTES, lock};
 pub(super) const LINE_QUEUE: usize = 16;
 /// The read size for stdout and stderr.
 const READ_CHUNK: usize = 64 * 1024;
+/// The first read size: a reader's buffer grows to [`READ_CHUNK`] once a read fills it (most
+/// streams are small, and two readers per attempt zeroed 64 KiB each).
+pub(super) const FIRST_CHUNK: usize = 4 * 1024;
+
+/// Grows `buf` to [`READ_CHUNK`] once a read of `n` bytes filled it.
+pub(super) fn grow(buf: &mut Vec<u8>, n: usize) {
+    if n == buf.len() && buf.len() < READ_CHUNK {
+        buf.resize(READ_CHUNK, 0);
+    }
+}
 
 /// One stdout line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +80,7 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
     mut exit: watch::Receiver<ExitSlot>,
     mut transcript: Option<Trimmer>,
 ) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    let mut buf = vec![0u8; FIRST_CHUNK];
     let mut splitter = LineSplitter::new(MAX_LINE_BYTES);
     let mut ready = Vec::new();
     let mut deadline = None;
@@ -84,6 +94,7 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
         bytes.fetch_add(n as u64, Ordering::Relaxed);
         keep(&mut transcript, &buf[..n]);
         splitter.push(&buf[..n], &mut ready);
+        grow(&mut buf, n);
         for line in ready.drain(..) {
             if listening && tx.send(line).await.is_err() {
                 listening = false;
@@ -107,7 +118,7 @@ pub(super) async fn read_stderr<R: AsyncRead + Unpin>(
     mut exit: watch::Receiver<ExitSlot>,
     mut transcript: Option<Trimmer>,
 ) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    let mut buf = vec![0u8; FIRST_CHUNK];
     let mut deadline = None;
     loop {
         let n = read_some(&mut src, &mut buf, &mut exit, &mut deadline).await;
@@ -116,6 +127,7 @@ pub(super) async fn read_stderr<R: AsyncRead + Unpin>(
         }
         keep(&mut transcript, &buf[..n]);
         lock(&tail).push(&buf[..n]);
+        grow(&mut buf, n);
     }
     if let Some(t) = transcript.as_mut() {
         let _ = t.check(true);
@@ -270,6 +282,17 @@ impl TailBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_buffer_grows_only_once_a_read_fills_it() {
+        let mut buf = vec![0u8; FIRST_CHUNK];
+        grow(&mut buf, FIRST_CHUNK - 1);
+        assert_eq!(buf.len(), FIRST_CHUNK);
+        grow(&mut buf, FIRST_CHUNK);
+        assert_eq!(buf.len(), READ_CHUNK);
+        grow(&mut buf, READ_CHUNK);
+        assert_eq!(buf.len(), READ_CHUNK);
+    }
 
     fn split(chunks: &[&[u8]], max: usize) -> Vec<Line> {
         let mut s = LineSplitter::new(max);
