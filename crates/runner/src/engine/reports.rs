@@ -280,6 +280,11 @@ impl Engine {
     }
 }
 
+/// Whether `msgs` are all attempts' starts (see `STARTS_LINGER`; none: false).
+pub(super) fn only_starts(msgs: &[Msg]) -> bool {
+    !msgs.is_empty() && msgs.iter().all(|m| matches!(m, Msg::Started { .. }))
+}
+
 /// Cuts a batch of reports into rounds (see `Engine::handle`): the k-th round holds each
 /// task's k-th report, in arrival order, except that an attempt's `Finished` right after its
 /// `Started` joins its round.
@@ -390,6 +395,14 @@ mod tests {
                 (1, "finished")
             ]]
         );
+    }
+
+    #[test]
+    fn only_starts_linger() {
+        assert!(only_starts(&[started(A), started(B)]));
+        assert!(!only_starts(&[started(A), finished(A)]));
+        assert!(!only_starts(&[read(B, 10)]));
+        assert!(!only_starts(&[]));
     }
 
     #[test]
