@@ -11,7 +11,7 @@ use sortie_core::Seq;
 
 use crate::commit::{Commit, Durability};
 use crate::mark::Mark;
-use crate::store::{self, Store};
+use crate::store::{self, Role, Store};
 use crate::{Error, Result};
 
 /// The sled directory inside a run directory.
@@ -121,7 +121,7 @@ impl Journal {
         let exists = || Error::Exists {
             path: run_dir.to_owned(),
         };
-        match Store::open(&db, WRITER_PATIENCE) {
+        match Store::open(&db, WRITER_PATIENCE, Role::Writer) {
             Ok(store) if store.last_seq()?.is_some() => Err(exists()),
             Ok(store) => {
                 // A mark left by a create that died is not this journal's.
@@ -142,8 +142,12 @@ impl Journal {
     pub fn open(run_dir: &Path) -> Result<Journal> {
         let db = existing_db_dir(run_dir)?;
         let mark = Mark::read(run_dir);
-        let journal =
-            Journal::with_store(Store::open(&db, WRITER_PATIENCE)?, run_dir, false, None)?;
+        let journal = Journal::with_store(
+            Store::open(&db, WRITER_PATIENCE, Role::Writer)?,
+            run_dir,
+            false,
+            None,
+        )?;
         journal.checked(mark)
     }
 
@@ -196,7 +200,7 @@ impl Journal {
                 }
             }
             // The copy is private: nothing else can hold its lock.
-            match Store::open(&copy.0, Duration::ZERO) {
+            match Store::open(&copy.0, Duration::ZERO, Role::Reader) {
                 Ok(store) => return Journal::with_store(store, run_dir, true, Some(copy)),
                 Err(e) => last_err = Some(e),
             }
