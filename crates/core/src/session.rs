@@ -23,8 +23,12 @@ use crate::state::{AttemptRecord, RunState};
 pub const SESSION_ARGS: &str = "{session_args}";
 
 /// For each task, the task of its session listed just before it (its implicit dependency), if
-/// any.
+/// any; empty when no task has a session (a big batch of independent tasks holds no `None`
+/// per task).
 pub fn session_links(batch: &Batch) -> Vec<Option<usize>> {
+    if batch.tasks.iter().all(|t| t.session.is_none()) {
+        return Vec::new();
+    }
     let mut last: HashMap<&str, usize> = HashMap::new();
     batch
         .tasks
