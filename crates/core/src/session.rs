@@ -188,6 +188,13 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_without_sessions_has_no_links_at_all() {
+        let b = batch(vec![task("a", None, "claude"), task("b", None, "codex")]);
+        assert!(session_links(&b).is_empty());
+        assert_eq!(validate_batch(&b), Ok(()));
+    }
+
+    #[test]
     fn a_session_needs_one_agent_that_can_continue_and_a_prompt() {
         let mut cmd = task("cmd", Some("s2"), "command");
         cmd.prompt = None;

@@ -9,6 +9,7 @@
 //! finalized without having been set up (a setup that failed or was cut short). Attempt reports carry their attempt number and are refused when that
 //! attempt is not the live one (fencing).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use compact_str::CompactString;
@@ -265,11 +266,9 @@ struct AttemptMore {
 /// [`Placed::dir`]): a big run holds no copy of them per attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placed {
-    /// The executor's name.
-    executor: Arc<str>,
-    /// The attempt dir: its parent (ending with its `/`) and its name; `dir` is the two
-    /// joined.
-    parent: Arc<str>,
+    /// The executor's name and the attempt dir's parent, shared.
+    at: Arc<PlacedAt>,
+    /// The attempt dir's name: the dir is its parent and its name joined.
     name: CompactString,
     /// The executor's own id, once known.
     pub handle: Option<String>,
@@ -291,8 +290,7 @@ impl Placed {
     pub(crate) fn interned(executor: &str, dir: &str, strings: &mut Interner) -> Self {
         let cut = dir.rfind('/').map_or(0, |i| i + 1);
         Placed {
-            executor: strings.get(executor),
-            parent: strings.get(&dir[..cut]),
+            at: strings.get(executor, &dir[..cut]),
             name: CompactString::new(&dir[cut..]),
             handle: None,
             found: None,
@@ -302,31 +300,46 @@ impl Placed {
 
     /// The executor's name.
     pub fn executor(&self) -> &str {
-        &self.executor
+        &self.at.executor
     }
 
     /// The attempt dir, as `AttemptPlaced` named it.
     pub fn dir(&self) -> String {
-        let mut dir = String::with_capacity(self.parent.len() + self.name.len());
-        dir.push_str(&self.parent);
+        let parent = &self.at.parent;
+        let mut dir = String::with_capacity(parent.len() + self.name.len());
+        dir.push_str(parent);
         dir.push_str(&self.name);
         dir
     }
 }
 
-/// The strings placements share (executors' names, attempt dirs' parents): each distinct one
-/// is held once. A cache, not state: two states are equal whatever their interners hold.
+/// Where placements are: an executor's name and an attempt dir's parent (ending with its `/`,
+/// or empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct PlacedAt {
+    executor: Box<str>,
+    parent: Box<str>,
+}
+
+/// The executors and dir parents placements share, by executor then parent: each distinct
+/// pair is held once. A cache, not state: two states are equal whatever their interners hold.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Interner(std::collections::BTreeSet<Arc<str>>);
+pub(crate) struct Interner(BTreeMap<Box<str>, BTreeMap<Box<str>, Arc<PlacedAt>>>);
 
 impl Interner {
-    /// The shared copy of `s`.
-    fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.0.get(s) {
+    /// The shared copy of (`executor`, `parent`).
+    fn get(&mut self, executor: &str, parent: &str) -> Arc<PlacedAt> {
+        if let Some(shared) = self.0.get(executor).and_then(|p| p.get(parent)) {
             return Arc::clone(shared);
         }
-        let shared: Arc<str> = Arc::from(s);
-        self.0.insert(Arc::clone(&shared));
+        let shared = Arc::new(PlacedAt {
+            executor: executor.into(),
+            parent: parent.into(),
+        });
+        self.0
+            .entry(executor.into())
+            .or_default()
+            .insert(parent.into(), Arc::clone(&shared));
         shared
     }
 }
@@ -1015,7 +1028,7 @@ mod tests {
         assert_eq!(size_of::<TaskRecord>(), 128);
         assert_eq!(size_of::<AttemptRecord>(), 104);
         assert_eq!(size_of::<OutcomeRecord>(), 32);
-        assert_eq!(size_of::<Placed>(), 96);
+        assert_eq!(size_of::<Placed>(), 72);
     }
 
     #[test]
@@ -1032,7 +1045,13 @@ mod tests {
         }
         let a = Placed::interned("local", "/run/attempts/1.1", &mut strings);
         let b = Placed::interned("local", "/run/attempts/2.1", &mut strings);
-        assert!(Arc::ptr_eq(&a.parent, &b.parent) && Arc::ptr_eq(&a.executor, &b.executor));
+        assert!(Arc::ptr_eq(&a.at, &b.at));
+        let c = Placed::interned("slurm", "/run/attempts/3.1", &mut strings);
+        assert!(!Arc::ptr_eq(&a.at, &c.at));
+        assert_eq!(
+            (c.executor(), c.dir()),
+            ("slurm", "/run/attempts/3.1".to_owned())
+        );
         assert_ne!(a, b);
     }
 
