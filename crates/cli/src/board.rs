@@ -247,7 +247,7 @@ impl Model {
         let row = self.rows.entry(task).or_insert_with(|| Row {
             label: state.label(task),
             attempt: live.attempt,
-            model: live.model.clone(),
+            model: live.model().map(str::to_owned),
             launched_at: live.launched_at.0,
             tokens: 0,
             activity: None,
@@ -256,12 +256,12 @@ impl Model {
         });
         if row.attempt != live.attempt {
             row.attempt = live.attempt;
-            row.model = live.model.clone();
+            row.model = live.model().map(str::to_owned);
             row.launched_at = live.launched_at.0;
             row.activity = None;
             row.held = false;
         }
-        row.tokens = live.usage.tokens();
+        row.tokens = live.usage().tokens();
         row.stalled = match (&s.event, live.stalled, row.stalled) {
             (Event::AttemptStalled { .. }, _, _) => Some((s.at.0, stall_after)),
             (_, true, Some(known)) => Some(known),

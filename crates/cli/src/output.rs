@@ -85,7 +85,7 @@ fn task_end_hook(
     let rec = state.task(task);
     let usage = rec.map(|r| r.usage()).unwrap_or_default();
     let artifact = rec
-        .and_then(|r| r.artifact.as_ref())
+        .and_then(|r| r.steps().artifact.as_ref())
         .map(|a| a.path.clone())
         .unwrap_or_default();
     let env = vec![
@@ -321,12 +321,20 @@ pub(crate) struct WorktreeView {
 
 impl WorktreeView {
     fn of(rec: &sortie_core::TaskRecord) -> Option<WorktreeView> {
-        let plan = rec.worktree.as_ref()?;
+        let plan = rec.steps().worktree.as_ref()?;
         Some(WorktreeView {
             path: plan.path.clone(),
             branch: plan.branch.clone(),
-            kept: rec.worktree_final.as_deref().map(|(changed, _)| *changed),
-            diff: rec.worktree_final.as_deref().and_then(|(_, d)| d.clone()),
+            kept: rec
+                .steps()
+                .worktree_final
+                .as_ref()
+                .map(|(changed, _)| *changed),
+            diff: rec
+                .steps()
+                .worktree_final
+                .as_ref()
+                .and_then(|(_, d)| d.clone()),
         })
     }
 }
@@ -537,7 +545,10 @@ pub(crate) fn task_view(
         label: state.label(sortie_core::TaskId(i as u32)),
         state: rec.display_state().to_owned(),
         attempts: rec.attempts.len(),
-        model: rec.attempts.last().and_then(|a| a.model.clone()),
+        model: rec
+            .attempts
+            .last()
+            .and_then(|a| a.model().map(str::to_owned)),
         stop_reason: result.map(|r| r.stop_reason.as_str().to_owned()),
         error: result.and_then(|r| r.error.clone()),
         stalled: rec.live_attempt().is_some_and(|a| a.stalled),
@@ -549,10 +560,10 @@ pub(crate) fn task_view(
         },
         models: models_tried(rec),
         duration_ms: duration(rec, now),
-        artifact: rec.artifact.as_ref().map(|a| a.path.clone()),
+        artifact: rec.steps().artifact.as_ref().map(|a| a.path.clone()),
         held: !rec.state.is_terminal() && state.control.is_held(sortie_core::TaskId(i as u32)),
         worktree: WorktreeView::of(rec),
-        carried: rec.carried.as_deref().copied(),
+        carried: rec.steps().carried,
         denials: if rec.attempts.iter().any(names_denials) {
             rec.denials()
         } else {
@@ -574,15 +585,16 @@ pub(crate) fn task_view(
 /// most tasks have none, and `TaskRecord::denials` clones each attempt's outcome to find out
 /// (16 M instructions of `sortie status` of a 100,000-task run).
 fn names_denials(a: &sortie_core::AttemptRecord) -> bool {
-    matches!(&a.end, Some(sortie_core::state::AttemptEnd::Finished { outcome, .. }) if !outcome.denials.is_empty())
+    matches!(&a.end, Some(sortie_core::state::AttemptEnd::Finished { outcome, .. }) if !outcome.denials().is_empty())
 }
 
 /// The models a task's attempts ran on, in order, each once.
 fn models_tried(rec: &sortie_core::TaskRecord) -> Vec<Option<String>> {
     let mut models: Vec<Option<String>> = Vec::new();
     for a in &rec.attempts {
-        if !models.contains(&a.model) {
-            models.push(a.model.clone());
+        let model = a.model().map(str::to_owned);
+        if !models.contains(&model) {
+            models.push(model);
         }
     }
     models
@@ -619,7 +631,7 @@ pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()
         .iter()
         .enumerate()
         .filter_map(|(i, rec)| {
-            let u = *rec.carried.as_deref()?;
+            let u = rec.steps().carried?;
             Some((state.label(sortie_core::TaskId(u32::try_from(i).ok()?)), u))
         })
         .collect();
@@ -744,43 +756,32 @@ mod tests {
     fn a_task_view_names_the_denied_tool_calls_of_its_finished_attempts_only() {
         use sortie_core::state::AttemptEnd;
         use sortie_core::{AttemptOutcome, AttemptRecord, Denial, OrphanAction, TaskRecord};
-        let attempt = |n: u32, end: AttemptEnd| AttemptRecord {
-            attempt: Attempt(n),
-            model: None,
-            launched_at: sortie_core::Timestamp(1),
-            pid: None,
-            start_time: None,
-            usage: Usage::ZERO,
-            stalled: false,
-            side_effects: false,
-            continues: None,
-            end: Some(end),
-            placed: None,
-            session: None,
+        let attempt = |n: u32, end: AttemptEnd| {
+            let mut a = AttemptRecord::new(Attempt(n), None, sortie_core::Timestamp(1));
+            a.end = Some(end);
+            a
         };
         let orphaned = AttemptEnd::Orphaned {
             action: OrphanAction::Killed,
             at: sortie_core::Timestamp(2),
         };
         let finished = |denials: Vec<Denial>| AttemptEnd::Finished {
-            outcome: AttemptOutcome {
-                denials,
-                ..AttemptOutcome::completed()
-            },
-            output: String::new(),
+            outcome: sortie_core::OutcomeRecord::new(
+                &AttemptOutcome {
+                    denials,
+                    ..AttemptOutcome::completed()
+                },
+                "",
+            ),
             at: sortie_core::Timestamp(3),
         };
-        let record = |attempts| TaskRecord {
-            state: sortie_core::TaskState::Ended {
+        let record = |attempts| {
+            let mut rec = TaskRecord::new();
+            rec.state = sortie_core::TaskState::Ended {
                 attempt: Attempt(2),
-            },
-            ready_at: None,
-            setup: None,
-            worktree: None,
-            attempts,
-            artifact: None,
-            worktree_final: None,
-            carried: None,
+            };
+            rec.attempts = attempts;
+            rec
         };
         let bash = Denial {
             tool: "bash".into(),

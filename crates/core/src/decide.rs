@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::ids::{Attempt, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, AttemptStatus, Phase, StopReason, TaskResult, TerminalState};
 use crate::spec::{Isolation, TaskSpec};
-use crate::state::{RunState, TaskRecord, TaskState};
+use crate::state::{AttemptRecord, RunState, TaskRecord, TaskState};
 
 /// The base of the retry backoff.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -145,26 +145,29 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     }
     let next = Attempt(rec.attempts.len() as u32 + 1);
     // Models that raised a model_error are never tried again.
-    let banned: Vec<&Option<String>> = rec
+    let banned: Vec<Option<&str>> = rec
         .attempts
         .iter()
         .filter(|a| {
             a.outcome()
                 .is_some_and(|o| o.stop_reason == StopReason::ModelError)
         })
-        .map(|a| &a.model)
+        .map(AttemptRecord::model)
         .collect();
     // An orphan's retry stays on its model; otherwise the fallbacks go by the attempts that
     // were not orphaned.
     let first = if last.orphaned() || last_limited {
-        last.model.clone()
+        last.model().map(str::to_owned)
     } else {
         model_for_attempt(spec, Attempt(used + 1))
     };
     let candidates = std::iter::once(first)
         .chain(spec.fallback_models.iter().cloned().map(Some))
         .chain(std::iter::once(spec.model.clone()));
-    let Some(model) = candidates.into_iter().find(|m| !banned.contains(&m)) else {
+    let Some(model) = candidates
+        .into_iter()
+        .find(|m| !banned.contains(&m.as_deref()))
+    else {
         return give_up(&outcome);
     };
     // A crash or an interrupt of sortie says nothing about the provider: retry at once.
@@ -182,8 +185,12 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
             || backoff_delay(streak.saturating_sub(1), jitter),
             Duration::from_millis,
         )
-    } else if model == last.model {
-        let same = rec.attempts.iter().filter(|a| a.model == model).count() as u32;
+    } else if model.as_deref() == last.model() {
+        let same = rec
+            .attempts
+            .iter()
+            .filter(|a| a.model() == model.as_deref())
+            .count() as u32;
         backoff_delay(same.saturating_sub(1), jitter)
     } else {
         Duration::ZERO
@@ -280,7 +287,7 @@ pub fn finish_result(rec: &TaskRecord, outcome: &AttemptOutcome, output: &str) -
             let models: Vec<&str> = rec
                 .attempts
                 .iter()
-                .map(|a| a.model.as_deref().unwrap_or("default"))
+                .map(|a| a.model().unwrap_or("default"))
                 .collect();
             format!(
                 "{e} (after {} attempts: {})",

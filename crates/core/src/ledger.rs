@@ -250,7 +250,7 @@ pub fn ledger(state: &RunState) -> Ledger {
         let id = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
         task.attempts
             .iter()
-            .map(move |attempt| (id, attempt.model.as_deref(), &attempt.usage))
+            .map(move |attempt| (id, attempt.model(), attempt.usage()))
     }))
 }
 
@@ -259,7 +259,7 @@ pub fn ledger(state: &RunState) -> Ledger {
 pub fn model_ledger(state: &RunState) -> Ledger {
     let mut ledger = Ledger::new();
     for attempt in state.tasks.iter().flat_map(|t| t.attempts.iter()) {
-        ledger.add_untasked(attempt.model.as_deref(), &attempt.usage);
+        ledger.add_untasked(attempt.model(), attempt.usage());
     }
     ledger
 }

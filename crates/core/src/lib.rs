@@ -55,7 +55,7 @@ pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,
 };
 // #10: attempts that outlive sortie.
-pub use state::{Found, Placed};
+pub use state::{Found, OutcomeRecord, Placed, TaskSteps};
 pub use summary::summary_text;
 pub use usage::{Cost, Usage};
 // #14: shared rate limits.

@@ -23,8 +23,12 @@ use crate::state::{AttemptRecord, RunState};
 pub const SESSION_ARGS: &str = "{session_args}";
 
 /// For each task, the task of its session listed just before it (its implicit dependency), if
-/// any.
+/// any; empty when no task has a session (a big batch of independent tasks holds no `None`
+/// per task).
 pub fn session_links(batch: &Batch) -> Vec<Option<usize>> {
+    if batch.tasks.iter().all(|t| t.session.is_none()) {
+        return Vec::new();
+    }
     let mut last: HashMap<&str, usize> = HashMap::new();
     batch
         .tasks
@@ -180,6 +184,13 @@ mod tests {
             task("d", Some("s"), "claude"),
         ]);
         assert_eq!(session_links(&b), vec![None, None, None, Some(0), Some(3)]);
+        assert_eq!(validate_batch(&b), Ok(()));
+    }
+
+    #[test]
+    fn a_batch_without_sessions_has_no_links_at_all() {
+        let b = batch(vec![task("a", None, "claude"), task("b", None, "codex")]);
+        assert!(session_links(&b).is_empty());
         assert_eq!(validate_batch(&b), Ok(()));
     }
 

@@ -23,7 +23,9 @@ impl TaskRecord {
             {
                 "interrupted"
             }
-            TaskState::Queued { .. } if self.worktree.is_some() && self.setup.is_none() => {
+            TaskState::Queued { .. }
+                if self.steps().worktree.is_some() && self.steps().setup.is_none() =>
+            {
                 "setting-up"
             }
             state => state.name(),
@@ -37,43 +39,23 @@ mod tests {
     use crate::event::OrphanAction;
     use crate::ids::{Attempt, Timestamp};
     use crate::outcome::AttemptOutcome;
-    use crate::state::{AttemptEnd, AttemptRecord, PlannedWorktree};
-    use crate::usage::Usage;
+    use crate::state::{AttemptEnd, AttemptRecord, OutcomeRecord, PlannedWorktree};
 
     fn record(state: TaskState) -> TaskRecord {
-        TaskRecord {
-            state,
-            ready_at: None,
-            setup: None,
-            worktree: None,
-            attempts: Vec::new(),
-            artifact: None,
-            worktree_final: None,
-            carried: None,
-        }
+        let mut rec = TaskRecord::new();
+        rec.state = state;
+        rec
     }
 
     fn attempt(end: Option<AttemptEnd>) -> AttemptRecord {
-        AttemptRecord {
-            attempt: Attempt(1),
-            model: None,
-            launched_at: Timestamp(0),
-            pid: None,
-            start_time: None,
-            usage: Usage::ZERO,
-            stalled: false,
-            side_effects: false,
-            continues: None,
-            end,
-            placed: None,
-            session: None,
-        }
+        let mut a = AttemptRecord::new(Attempt(1), None, Timestamp(0));
+        a.end = end;
+        a
     }
 
     fn finished(stop_reason: StopReason) -> Option<AttemptEnd> {
         Some(AttemptEnd::Finished {
-            outcome: AttemptOutcome::failed(stop_reason, "x"),
-            output: String::new(),
+            outcome: OutcomeRecord::new(&AttemptOutcome::failed(stop_reason, "x"), ""),
             at: Timestamp(1),
         })
     }
@@ -126,12 +108,12 @@ mod tests {
         };
         let mut rec = record(queued.clone());
         assert_eq!(rec.display_state(), "queued", "no worktree");
-        rec.worktree = Some(Box::new(worktree()));
+        rec.steps_mut().worktree = Some(worktree());
         assert_eq!(rec.display_state(), "setting-up");
-        rec.setup = Some(Some("/r/wt".into()));
+        rec.steps_mut().setup = Some(Some("/r/wt".into()));
         assert_eq!(rec.display_state(), "queued", "set up");
         let mut pending = record(TaskState::Pending);
-        pending.worktree = Some(Box::new(worktree()));
+        pending.steps_mut().worktree = Some(worktree());
         assert_eq!(pending.display_state(), "pending", "only a queued task");
     }
 }

@@ -75,7 +75,7 @@ fn format_v1_fixture_still_reads_and_replays() {
     let states: Vec<&str> = state.tasks.iter().map(|t| t.state.name()).collect();
     assert_eq!(states, ["completed", "timeout", "skipped"]);
     let t0 = &state.tasks[0];
-    let models: Vec<_> = t0.attempts.iter().map(|a| a.model.as_deref()).collect();
+    let models: Vec<_> = t0.attempts.iter().map(|a| a.model()).collect();
     assert_eq!(
         models,
         [
@@ -84,9 +84,9 @@ fn format_v1_fixture_still_reads_and_replays() {
             Some("anthropic/claude-sonnet")
         ]
     );
-    assert_eq!(t0.artifact.as_ref().unwrap().bytes, 17);
+    assert_eq!(t0.steps().artifact.as_ref().unwrap().bytes, 17);
     assert_eq!(
-        t0.worktree_final.as_deref().cloned(),
+        t0.steps().worktree_final.clone(),
         Some((true, Some("2 files changed, 10 insertions(+)".into())))
     );
     let total = state.usage();
@@ -159,13 +159,13 @@ fn variants_appended_after_the_fixture_round_trip() {
         );
     }
     let state = j.replay(None).unwrap();
-    let planned = state.tasks[0].worktree.as_ref().unwrap();
+    let planned = state.tasks[0].steps().worktree.as_ref().unwrap();
     assert_eq!(planned.branch, "sortie/fixture-v1/t0");
     assert_eq!(planned.base.len(), 40);
     let attempts = &state.tasks[0].attempts;
     assert!(attempts[0].side_effects, "AttemptSideEffects is replayed");
     assert_eq!(
-        attempts[2].continues.as_deref(),
+        attempts[2].continues(),
         Some("/work/project/.sortie/runs/fixture-v1/sessions/0.2/s.jsonl")
     );
     assert!(j.audit().is_clean());

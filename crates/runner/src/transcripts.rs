@@ -47,7 +47,7 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
         .iter()
         .map(|a| {
             let (executor, dir) = match a.placed.as_deref() {
-                Some(p) => (p.executor.clone(), PathBuf::from(&p.dir)),
+                Some(p) => (p.executor().to_owned(), PathBuf::from(p.dir())),
                 None => (
                     crate::executor::DIRECT.to_owned(),
                     run_dir.attempt_dir(task.0, a.attempt.0),

@@ -257,12 +257,9 @@ pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
         .filter(|(i, _)| !selected[*i])
         .filter_map(|(i, rec)| {
             let result = rec.result()?.clone();
-            let usage = rec.usage().plus(
-                &rec.carried
-                    .as_deref()
-                    .copied()
-                    .unwrap_or(sortie_core::Usage::ZERO),
-            );
+            let usage = rec
+                .usage()
+                .plus(&rec.steps().carried.unwrap_or(sortie_core::Usage::ZERO));
             Some((TaskId(u32::try_from(i).ok()?), result, usage))
         })
         .collect();

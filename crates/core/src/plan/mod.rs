@@ -155,7 +155,7 @@ impl Round<'_> {
 
     /// Ends `task` with `result`: at once, or through its effects.
     fn end(&mut self, task: TaskId, rec: &TaskRecord, result: TaskResult, artifact: bool) {
-        let finalize = rec.worktree.is_some() && rec.worktree_final.is_none();
+        let finalize = rec.steps().worktree.is_some() && rec.steps().worktree_final.is_none();
         if artifact || finalize {
             self.push(Action::EndTask {
                 task,
@@ -189,7 +189,8 @@ impl Planner {
                     isolated.insert(TaskId(i as u32));
                 }
                 // A task carried from a parent run failed there, not here.
-                failed |= rec.carried.is_none() && rec.result().is_some_and(|r| trips(r.state));
+                failed |=
+                    rec.steps().carried.is_none() && rec.result().is_some_and(|r| trips(r.state));
             }
         }
         Planner {
@@ -224,7 +225,7 @@ impl Planner {
         state: &'s RunState,
     ) -> impl Iterator<Item = (TaskId, &'s str)> + 's {
         self.isolated.iter().filter_map(|&t| {
-            let plan = state.task(t)?.worktree.as_ref()?;
+            let plan = state.task(t)?.steps().worktree.as_ref()?;
             Some((t, plan.path.as_str()))
         })
     }
@@ -340,7 +341,7 @@ impl Planner {
                     model,
                     delay,
                     reason,
-                } if !no_launch && rec.worktree_final.is_none() => {
+                } if !no_launch && rec.steps().worktree_final.is_none() => {
                     round.push(Action::Append(Event::RetryScheduled {
                         task,
                         next_attempt: attempt,
@@ -364,8 +365,8 @@ impl Planner {
                     // fail_fast: nothing launches from the round that decides a failure on.
                     self.fail_fast_tripped |= fail_fast && trips(result.state);
                     let mut result = result;
-                    let mut artifact = spec.output.is_some() && rec.artifact.is_none();
-                    if artifact && rec.worktree_final.is_some() {
+                    let mut artifact = spec.output.is_some() && rec.steps().artifact.is_none();
+                    if artifact && rec.steps().worktree_final.is_some() {
                         // The artifact comes before the finalize: a crash after a failed write
                         // left this. The grammar allows no artifact after the finalize.
                         artifact = false;
@@ -397,7 +398,7 @@ impl Planner {
             .filter(|&&t| {
                 state.task(t).is_some_and(|r| {
                     matches!(r.state, TaskState::Queued { .. })
-                        && r.worktree_final.is_none()
+                        && r.steps().worktree_final.is_none()
                         && worktree_ready(t, r, &facts)
                 })
             })
@@ -423,8 +424,11 @@ impl Planner {
                 || self.fail_fast_tripped
                 || self.budget_out.is_some()
                 || expired;
-            if rec.worktree_final.is_some() || (failed.is_some() || ending) {
-                if rec.worktree_final.is_none() && rec.worktree.is_none() && failed.is_none() {
+            if rec.steps().worktree_final.is_some() || (failed.is_some() || ending) {
+                if rec.steps().worktree_final.is_none()
+                    && rec.steps().worktree.is_none()
+                    && failed.is_none()
+                {
                     continue; // nothing to finalize: pass 4 ends it
                 }
                 let result = self.waiting_result(state, task, rec, &facts);
@@ -434,9 +438,11 @@ impl Planner {
             if no_launch || slots == 0 || state.control.is_held(task) {
                 continue;
             }
-            let kind = match &rec.worktree {
+            let kind = match &rec.steps().worktree {
                 None => JobKind::Plan,
-                Some(_) if rec.setup.is_none() || facts.missing_worktrees.contains(&task) => {
+                Some(_)
+                    if rec.steps().setup.is_none() || facts.missing_worktrees.contains(&task) =>
+                {
                     JobKind::Create
                 }
                 Some(_) => continue,
@@ -597,7 +603,7 @@ impl Planner {
             (Some(d), Some(ready)) if facts.now >= ready.plus(d));
         if expired {
             let output = rec.attempts.last().and_then(|a| a.output());
-            let phase = if rec.attempts.is_empty() && rec.worktree.is_none() {
+            let phase = if rec.attempts.is_empty() && rec.steps().worktree.is_none() {
                 Phase::Queued
             } else {
                 Phase::Starting
@@ -645,7 +651,9 @@ fn setup_jobs(facts: &Facts<'_>) -> usize {
 
 /// Whether an isolated task's worktree is planned, set up, and there.
 fn worktree_ready(task: TaskId, rec: &TaskRecord, facts: &Facts<'_>) -> bool {
-    rec.worktree.is_some() && rec.setup.is_some() && !facts.missing_worktrees.contains(&task)
+    rec.steps().worktree.is_some()
+        && rec.steps().setup.is_some()
+        && !facts.missing_worktrees.contains(&task)
 }
 
 /// The deterministic jitter seed of a task's retry: a digest of run, task and attempt count.

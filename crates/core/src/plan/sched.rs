@@ -23,11 +23,13 @@ pub(crate) struct Sched {
     pub(crate) ended: BTreeSet<TaskId>,
     /// Pending tasks to look at (their dependencies may have ended).
     pub(crate) check_pending: Vec<TaskId>,
-    /// Dependents of each task.
+    /// Dependents of each task (empty when no task has any: a batch of independent tasks
+    /// holds no empty list per task).
     dependents: Vec<Vec<TaskId>>,
     /// Deadlines of unfinished tasks that have one, by (deadline, id).
     deadlines: BTreeSet<(Timestamp, TaskId)>,
-    /// #13: the task of each task's session listed just before it (an implicit dependency).
+    /// #13: the task of each task's session listed just before it (an implicit dependency);
+    /// empty when no task has a session.
     pub(crate) session_prev: Vec<Option<TaskId>>,
 }
 
@@ -36,11 +38,19 @@ impl Sched {
     pub(crate) fn new(state: &RunState) -> Sched {
         let mut s = Sched::default();
         let Some(batch) = &state.batch else { return s };
-        s.dependents = vec![Vec::new(); batch.tasks.len()];
+        let n = batch.tasks.len();
+        let depend = |dependents: &mut Vec<Vec<TaskId>>, dep: TaskId, on_it: usize| {
+            if dependents.is_empty() {
+                *dependents = vec![Vec::new(); n];
+            }
+            if let Some(d) = dependents.get_mut(dep.index()) {
+                d.push(TaskId(on_it as u32));
+            }
+        };
         for (i, spec) in batch.tasks.iter().enumerate() {
             for need in &spec.needs {
                 if let Some(dep) = state.task_by_label(need) {
-                    s.dependents[dep.index()].push(TaskId(i as u32));
+                    depend(&mut s.dependents, dep, i);
                 }
             }
         }
@@ -50,7 +60,7 @@ impl Sched {
             .collect();
         for (i, prev) in s.session_prev.iter().enumerate() {
             if let Some(prev) = prev {
-                s.dependents[prev.index()].push(TaskId(i as u32));
+                depend(&mut s.dependents, *prev, i);
             }
         }
         for i in 0..state.tasks.len() {
@@ -155,7 +165,7 @@ impl Sched {
             match &rec.state {
                 TaskState::Queued { .. } => {
                     // A worktree being set up counts as starting.
-                    let started = !rec.attempts.is_empty() || rec.worktree.is_some();
+                    let started = !rec.attempts.is_empty() || rec.steps().worktree.is_some();
                     out.push((
                         task,
                         if started {

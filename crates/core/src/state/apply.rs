@@ -55,7 +55,7 @@ impl RunState {
                 );
                 let was_done = rec.state.is_terminal();
                 let before = moves_usage.then(|| rec.usage());
-                Self::mutate_task(rec, at, event, resumes);
+                Self::mutate_task(rec, at, event, resumes, &mut self.strings);
                 let is_done = rec.state.is_terminal();
                 if let Some(before) = before {
                     let after = rec.usage();
@@ -121,7 +121,7 @@ impl RunState {
         else {
             return;
         };
-        let Some(name) = crate::pool::pool_ref(batch, spec, attempt.model.as_deref()) else {
+        let Some(name) = crate::pool::pool_ref(batch, spec, attempt.model()) else {
             return;
         };
         let run = self.control.concurrency.unwrap_or(batch.config.concurrency);
@@ -139,22 +139,30 @@ impl RunState {
             (Some(AttemptEnd::Finished { outcome, .. }), true) => {
                 // `max_rate_limits = 0`: a rate limit is an ordinary transient error, and
                 // the pool still learns from it.
-                let limited = outcome
-                    .rate_limited
-                    .then(|| outcome.retry_after_ms.map(std::time::Duration::from_millis));
+                let limited = outcome.rate_limited.then(|| {
+                    outcome
+                        .retry_after_ms()
+                        .map(std::time::Duration::from_millis)
+                });
                 pool.ended(at, attempt.launched_at, limited, run);
             }
             _ => pool.orphaned(),
         }
     }
 
-    pub(super) fn mutate_task(rec: &mut TaskRecord, at: Timestamp, event: &Event, resumes: u32) {
+    pub(super) fn mutate_task(
+        rec: &mut TaskRecord,
+        at: Timestamp,
+        event: &Event,
+        resumes: u32,
+        strings: &mut Interner,
+    ) {
         match event {
             Event::TaskQueued { .. } => {
                 rec.ready_at = Some(at);
                 rec.state = TaskState::Queued { since: at };
             }
-            Event::TaskSetUp { worktree, .. } => rec.setup = Some(worktree.clone()),
+            Event::TaskSetUp { worktree, .. } => rec.steps_mut().setup = Some(worktree.clone()),
             Event::WorktreePlanned {
                 repo,
                 path,
@@ -162,31 +170,19 @@ impl RunState {
                 base,
                 ..
             } => {
-                rec.worktree = Some(Box::new(PlannedWorktree {
+                rec.steps_mut().worktree = Some(PlannedWorktree {
                     repo: repo.clone(),
                     path: path.clone(),
                     branch: branch.clone(),
                     base: base.clone(),
-                }));
+                });
             }
             Event::AttemptLaunching { attempt, model, .. } => {
                 // Most tasks make one attempt: no room for four (a Vec's first growth) in each
                 // of a big run's 100,000 records.
                 rec.attempts.reserve_exact(1);
-                rec.attempts.push(AttemptRecord {
-                    attempt: *attempt,
-                    model: model.clone(),
-                    launched_at: at,
-                    pid: None,
-                    start_time: None,
-                    usage: Usage::ZERO,
-                    stalled: false,
-                    side_effects: false,
-                    continues: None,
-                    end: None,
-                    placed: None,
-                    session: None,
-                });
+                rec.attempts
+                    .push(AttemptRecord::new(*attempt, model.clone(), at));
                 rec.state = TaskState::Running { attempt: *attempt };
             }
             Event::AttemptStarted {
@@ -199,7 +195,7 @@ impl RunState {
             }
             Event::AttemptProgress { usage, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
-                    a.usage = *usage;
+                    a.set_usage(*usage);
                     a.stalled = false;
                 }
             }
@@ -216,11 +212,10 @@ impl RunState {
                 ..
             } => {
                 if let Some(a) = rec.attempts.last_mut() {
-                    a.usage = *usage;
+                    a.set_usage(*usage);
                     a.side_effects |= outcome.side_effects;
                     a.end = Some(AttemptEnd::Finished {
-                        outcome: outcome.clone(),
-                        output: output.clone(),
+                        outcome: OutcomeRecord::new(outcome, output),
                         at,
                     });
                 }
@@ -255,19 +250,19 @@ impl RunState {
                 digest,
                 ..
             } => {
-                rec.artifact = Some(Box::new(Artifact {
+                rec.steps_mut().artifact = Some(Artifact {
                     path: path.clone(),
                     bytes: *bytes,
                     digest: *digest,
-                }));
+                });
             }
             Event::WorktreeFinalized { changed, diff, .. } => {
-                rec.worktree_final = Some(Box::new((*changed, diff.clone())));
+                rec.steps_mut().worktree_final = Some((*changed, diff.clone()));
             }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
             Event::TaskCarried { result, usage, .. } => {
                 rec.state = TaskState::Finished(result.clone());
-                rec.carried = Some(Box::new(*usage));
+                rec.steps_mut().carried = Some(*usage);
             }
             Event::AttemptSideEffects { .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
@@ -276,23 +271,17 @@ impl RunState {
             }
             Event::AttemptContinues { session, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
-                    a.continues = Some(session.clone());
+                    a.set_continues(Some(session.clone()));
                 }
             }
             Event::AttemptSession { session, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
-                    a.session = Some(session.clone());
+                    a.set_session(Some(session.clone()));
                 }
             }
             Event::AttemptPlaced { executor, dir, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
-                    a.placed = Some(Box::new(Placed {
-                        executor: executor.clone(),
-                        dir: dir.clone(),
-                        handle: None,
-                        found: None,
-                        read: 0,
-                    }));
+                    a.placed = Some(Box::new(Placed::interned(executor, dir, strings)));
                 }
             }
             Event::AttemptHandle { handle, .. } => {

@@ -131,6 +131,8 @@ impl RunState {
         }
         // Only the records of tasks with several events in the round are projected.
         let mut projected: HashMap<TaskId, TaskRecord> = HashMap::new();
+        // The projections' placements share nothing with the state's: they are dropped.
+        let mut strings = Interner::default();
         for e in events {
             let Some(task) = e.task() else { continue };
             match projected.get(&task) {
@@ -149,7 +151,7 @@ impl RunState {
                     None => self.tasks.get(task.index()).cloned(),
                 };
                 if let Some(mut rec) = base {
-                    Self::mutate_task(&mut rec, at, e, self.resumes);
+                    Self::mutate_task(&mut rec, at, e, self.resumes, &mut strings);
                     projected.insert(task, rec);
                 }
             } else {
@@ -272,9 +274,11 @@ impl TaskCheck<'_> {
         match event {
             Event::AttemptLaunching { attempt, model, .. } => match &self.rec.state {
                 // The worktree is gone once finalized: nothing runs in it again.
-                _ if self.rec.worktree_final.is_some() => Err(self.illegal()),
+                _ if self.rec.steps().worktree_final.is_some() => Err(self.illegal()),
                 // A planned worktree must exist before anything runs in it.
-                _ if self.rec.worktree.is_some() && self.rec.setup.is_none() => Err(self.illegal()),
+                _ if self.rec.steps().worktree.is_some() && self.rec.steps().setup.is_none() => {
+                    Err(self.illegal())
+                }
                 TaskState::Queued { .. } => self.number_ok(*attempt),
                 TaskState::Retrying {
                     next,
@@ -313,7 +317,7 @@ impl TaskCheck<'_> {
             | Event::AttemptFinished { attempt, usage, .. } => {
                 self.live(*attempt)?;
                 match self.rec.attempts.last() {
-                    Some(a) if usage.dominates(&a.usage) => Ok(()),
+                    Some(a) if usage.dominates(a.usage()) => Ok(()),
                     _ => Err(Violation::UsageDecreased {
                         task: self.task,
                         attempt: *attempt,
@@ -334,7 +338,7 @@ impl TaskCheck<'_> {
             Event::AttemptContinues { attempt, .. } => {
                 self.live(*attempt)?;
                 match self.rec.attempts.last() {
-                    Some(a) if a.continues.is_some() => Err(self.duplicate()),
+                    Some(a) if a.continues().is_some() => Err(self.duplicate()),
                     // Only before the process exists: it is how the process is started.
                     Some(a) if a.pid.is_none() => Ok(()),
                     _ => Err(self.illegal()),
@@ -345,7 +349,7 @@ impl TaskCheck<'_> {
             } => {
                 self.live(*attempt)?;
                 match self.rec.attempts.last() {
-                    Some(a) if a.session.is_some() => Err(self.duplicate()),
+                    Some(a) if a.session().is_some() => Err(self.duplicate()),
                     Some(_) if session.is_empty() => Err(self.illegal()),
                     Some(_) => Ok(()),
                     None => Err(self.illegal()),
@@ -398,18 +402,19 @@ impl TaskCheck<'_> {
             },
             Event::TaskSetUp { .. } => match self.rec.state {
                 TaskState::Queued { .. }
-                    if self.rec.setup.is_none() && self.rec.worktree_final.is_none() =>
+                    if self.rec.steps().setup.is_none()
+                        && self.rec.steps().worktree_final.is_none() =>
                 {
                     Ok(())
                 }
                 _ => Err(self.illegal()),
             },
             Event::WorktreePlanned { .. } => match self.rec.state {
-                _ if self.rec.worktree.is_some() => Err(self.duplicate()),
+                _ if self.rec.steps().worktree.is_some() => Err(self.duplicate()),
                 TaskState::Queued { .. }
-                    if self.rec.setup.is_none()
+                    if self.rec.steps().setup.is_none()
                         && self.rec.attempts.is_empty()
-                        && self.rec.worktree_final.is_none() =>
+                        && self.rec.steps().worktree_final.is_none() =>
                 {
                     Ok(())
                 }
@@ -418,22 +423,25 @@ impl TaskCheck<'_> {
             Event::RetryScheduled { next_attempt, .. } => match self.rec.state {
                 // Artifact and worktree steps only come once the task gave up.
                 TaskState::Ended { .. }
-                    if self.rec.artifact.is_none() && self.rec.worktree_final.is_none() =>
+                    if self.rec.steps().artifact.is_none()
+                        && self.rec.steps().worktree_final.is_none() =>
                 {
                     self.number_ok(*next_attempt)
                 }
                 _ => Err(self.illegal()),
             },
             Event::ArtifactWritten { .. } => match self.rec.state {
-                TaskState::Ended { .. } if self.rec.worktree_final.is_some() => Err(self.illegal()),
-                TaskState::Ended { .. } if self.rec.artifact.is_none() => Ok(()),
+                TaskState::Ended { .. } if self.rec.steps().worktree_final.is_some() => {
+                    Err(self.illegal())
+                }
+                TaskState::Ended { .. } if self.rec.steps().artifact.is_none() => Ok(()),
                 TaskState::Ended { .. } => Err(self.duplicate()),
                 _ => Err(self.illegal()),
             },
             Event::WorktreeFinalized { .. } => match self.rec.state {
-                _ if self.rec.worktree_final.is_some() => Err(self.duplicate()),
+                _ if self.rec.steps().worktree_final.is_some() => Err(self.duplicate()),
                 TaskState::Ended { .. } | TaskState::Queued { .. } | TaskState::Retrying { .. }
-                    if self.rec.setup.is_some() || self.rec.worktree.is_some() =>
+                    if self.rec.steps().setup.is_some() || self.rec.steps().worktree.is_some() =>
                 {
                     Ok(())
                 }

@@ -9,15 +9,24 @@
 //! finalized without having been set up (a setup that failed or was cut short). Attempt reports carry their attempt number and are refused when that
 //! attempt is not the live one (fencing).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 mod apply;
 mod check;
 mod compact;
+mod rare;
+
+use rare::Rare;
 
 use crate::event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
-use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
+use crate::outcome::{
+    AttemptOutcome, AttemptStatus, Denial, Phase, RunOutcome, StopReason, TaskResult, aggregate,
+};
 use crate::spec::{Batch, TaskSpec};
 use crate::usage::Usage;
 
@@ -97,10 +106,8 @@ impl TaskState {
 pub enum AttemptEnd {
     /// It finished and reported.
     Finished {
-        /// Its outcome.
-        outcome: AttemptOutcome,
-        /// Its text.
-        output: String,
+        /// Its outcome and text.
+        outcome: OutcomeRecord,
         /// When.
         at: Timestamp,
     },
@@ -113,46 +120,156 @@ pub enum AttemptEnd {
     },
 }
 
-/// One attempt of a task.
+/// A finished attempt's outcome (`AttemptFinished`) and text, as the state keeps them: what
+/// every outcome has inline, its texts and rarer fields in one box that most outcomes of a
+/// plain command never need (32 bytes, where the outcome and its text were 136).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// Completed, partial or failed.
+    pub status: AttemptStatus,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// For timeouts, where the task was.
+    pub phase: Option<Phase>,
+    /// True when the agent ran side-effecting tools.
+    pub side_effects: bool,
+    /// The provider refused the attempt for its rate limit.
+    pub rate_limited: bool,
+    /// The exit code, when the process exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the process, when one did.
+    pub signal: Option<i32>,
+    /// The rest, once any of it is set.
+    rest: Rare<OutcomeRest>,
+}
+
+/// What an [`OutcomeRecord`] keeps boxed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+struct OutcomeRest {
+    error: Option<String>,
+    denials: Vec<Denial>,
+    retry_after_ms: Option<u64>,
+    result: Option<String>,
+    output: String,
+}
+
+impl OutcomeRecord {
+    /// The record of `outcome` and the attempt's text.
+    pub fn new(outcome: &AttemptOutcome, output: &str) -> Self {
+        let rest = OutcomeRest {
+            error: outcome.error.clone(),
+            denials: outcome.denials.clone(),
+            retry_after_ms: outcome.retry_after_ms,
+            result: outcome.result.clone(),
+            output: output.to_owned(),
+        };
+        let mut record = OutcomeRecord {
+            status: outcome.status,
+            stop_reason: outcome.stop_reason,
+            phase: outcome.phase,
+            side_effects: outcome.side_effects,
+            rate_limited: outcome.rate_limited,
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            rest: Rare::default(),
+        };
+        if rest != OutcomeRest::default() {
+            *record.rest.get_mut() = rest;
+        }
+        record
+    }
+
+    /// The outcome, whole.
+    pub fn outcome(&self) -> AttemptOutcome {
+        let rest = self.rest.get();
+        AttemptOutcome {
+            status: self.status,
+            stop_reason: self.stop_reason,
+            phase: self.phase,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            error: rest.and_then(|r| r.error.clone()),
+            side_effects: self.side_effects,
+            denials: rest.map(|r| r.denials.clone()).unwrap_or_default(),
+            rate_limited: self.rate_limited,
+            retry_after_ms: rest.and_then(|r| r.retry_after_ms),
+            result: rest.and_then(|r| r.result.clone()),
+        }
+    }
+
+    /// The attempt's text.
+    pub fn output(&self) -> &str {
+        self.rest.get().map_or("", |r| &r.output)
+    }
+
+    /// The outcome's error.
+    pub fn error(&self) -> Option<&str> {
+        self.rest.get().and_then(|r| r.error.as_deref())
+    }
+
+    /// The tool calls its agent's permissions denied.
+    pub fn denials(&self) -> &[Denial] {
+        self.rest.get().map_or(&[], |r| &r.denials)
+    }
+
+    /// The wait the provider asked for (milliseconds).
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        self.rest.get().and_then(|r| r.retry_after_ms)
+    }
+
+    /// The structured result, as compact JSON text.
+    pub fn result(&self) -> Option<&str> {
+        self.rest.get().and_then(|r| r.result.as_deref())
+    }
+}
+
+/// One attempt of a task. A big run holds one for each attempt of each of its tasks: what most
+/// attempts of a plain command never set (a model, a usage, sessions) is boxed and its end kept
+/// compact ([`OutcomeRecord`]), so a record is 104 bytes (it was 336).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptRecord {
     /// Its number.
     pub attempt: Attempt,
-    /// Its model.
-    pub model: Option<String>,
+    /// Whether it is marked stalled.
+    pub stalled: bool,
+    /// Whether it ran a side-effecting tool (`AttemptSideEffects`, or its finished outcome
+    /// says so).
+    pub side_effects: bool,
     /// When it was launched.
     pub launched_at: Timestamp,
     /// Its process id, once started.
     pub pid: Option<u32>,
     /// Its process start time, once started.
     pub start_time: Option<u64>,
-    /// Its last known usage.
-    pub usage: Usage,
-    /// Whether it is marked stalled.
-    pub stalled: bool,
-    /// Whether it ran a side-effecting tool (`AttemptSideEffects`, or its finished outcome
-    /// says so).
-    pub side_effects: bool,
-    /// The session of an earlier attempt it continues (`AttemptContinues`).
-    pub continues: Option<String>,
     /// How it ended, once it has.
     pub end: Option<AttemptEnd>,
     /// Where it runs (`AttemptPlaced`), and what resume found of it; boxed: a big run's
     /// records stay small.
     pub placed: Option<Box<Placed>>,
-    /// #13: the agent's own id of the conversation it is in (`AttemptSession`), once its
-    /// stream named it: what a later attempt resumes.
-    pub session: Option<String>,
+    /// Its last known usage, once it is not zero (see [`AttemptRecord::usage`]).
+    usage: Rare<Usage>,
+    /// Its model and sessions, once it has any of them.
+    more: Rare<AttemptMore>,
+}
+
+/// What an [`AttemptRecord`] keeps boxed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+struct AttemptMore {
+    model: Option<String>,
+    continues: Option<String>,
+    session: Option<String>,
 }
 
 /// Where an attempt runs and how it is found again (`AttemptPlaced`, `AttemptHandle`), and
-/// what resumes found of it (`AttemptAdopted`, `AttemptRecorded`).
+/// what resumes found of it (`AttemptAdopted`, `AttemptRecorded`). The executor's name and the
+/// attempt dir's parent are shared by the run's attempts (see [`Placed::executor`] and
+/// [`Placed::dir`]): a big run holds no copy of them per attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placed {
-    /// The executor's name.
-    pub executor: String,
-    /// The attempt dir.
-    pub dir: String,
+    /// The executor's name and the attempt dir's parent, shared.
+    at: Arc<PlacedAt>,
+    /// The attempt dir's name: the dir is its parent and its name joined.
+    name: CompactString,
     /// The executor's own id, once known.
     pub handle: Option<String>,
     /// What the last resume that found it alive or ended saw, and which resume that was (the
@@ -162,6 +279,78 @@ pub struct Placed {
     #[serde(default)]
     pub read: u64,
 }
+
+impl Placed {
+    /// A placement on `executor` in `dir`, not yet found by a resume.
+    pub fn new(executor: &str, dir: &str) -> Self {
+        Placed::interned(executor, dir, &mut Interner::default())
+    }
+
+    /// [`Placed::new`], its executor and dir parent shared through `strings`.
+    pub(crate) fn interned(executor: &str, dir: &str, strings: &mut Interner) -> Self {
+        let cut = dir.rfind('/').map_or(0, |i| i + 1);
+        Placed {
+            at: strings.get(executor, &dir[..cut]),
+            name: CompactString::new(&dir[cut..]),
+            handle: None,
+            found: None,
+            read: 0,
+        }
+    }
+
+    /// The executor's name.
+    pub fn executor(&self) -> &str {
+        &self.at.executor
+    }
+
+    /// The attempt dir, as `AttemptPlaced` named it.
+    pub fn dir(&self) -> String {
+        let parent = &self.at.parent;
+        let mut dir = String::with_capacity(parent.len() + self.name.len());
+        dir.push_str(parent);
+        dir.push_str(&self.name);
+        dir
+    }
+}
+
+/// Where placements are: an executor's name and an attempt dir's parent (ending with its `/`,
+/// or empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct PlacedAt {
+    executor: Box<str>,
+    parent: Box<str>,
+}
+
+/// The executors and dir parents placements share, by executor then parent: each distinct
+/// pair is held once. A cache, not state: two states are equal whatever their interners hold.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Interner(BTreeMap<Box<str>, BTreeMap<Box<str>, Arc<PlacedAt>>>);
+
+impl Interner {
+    /// The shared copy of (`executor`, `parent`).
+    fn get(&mut self, executor: &str, parent: &str) -> Arc<PlacedAt> {
+        if let Some(shared) = self.0.get(executor).and_then(|p| p.get(parent)) {
+            return Arc::clone(shared);
+        }
+        let shared = Arc::new(PlacedAt {
+            executor: executor.into(),
+            parent: parent.into(),
+        });
+        self.0
+            .entry(executor.into())
+            .or_default()
+            .insert(parent.into(), Arc::clone(&shared));
+        shared
+    }
+}
+
+impl PartialEq for Interner {
+    fn eq(&self, _: &Interner) -> bool {
+        true
+    }
+}
+
+impl Eq for Interner {}
 
 /// What a resume found of a placed attempt that was live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,11 +363,74 @@ pub enum Found {
 }
 
 impl AttemptRecord {
+    /// A new attempt launched at `launched_at`, on `model`.
+    pub fn new(attempt: Attempt, model: Option<String>, launched_at: Timestamp) -> Self {
+        let mut record = AttemptRecord {
+            attempt,
+            stalled: false,
+            side_effects: false,
+            launched_at,
+            pid: None,
+            start_time: None,
+            end: None,
+            placed: None,
+            usage: Rare::default(),
+            more: Rare::default(),
+        };
+        if model.is_some() {
+            record.set_model(model);
+        }
+        record
+    }
+
+    /// Its last known usage.
+    pub fn usage(&self) -> &Usage {
+        self.usage.get().unwrap_or(&Usage::ZERO)
+    }
+
+    /// Sets its usage.
+    pub fn set_usage(&mut self, usage: Usage) {
+        if usage != *self.usage() {
+            *self.usage.get_mut() = usage;
+        }
+    }
+
+    /// Its model.
+    pub fn model(&self) -> Option<&str> {
+        self.more.get().and_then(|m| m.model.as_deref())
+    }
+
+    /// The session of an earlier attempt it continues (`AttemptContinues`).
+    pub fn continues(&self) -> Option<&str> {
+        self.more.get().and_then(|m| m.continues.as_deref())
+    }
+
+    /// #13: the agent's own id of the conversation it is in (`AttemptSession`), once its
+    /// stream named it: what a later attempt resumes.
+    pub fn session(&self) -> Option<&str> {
+        self.more.get().and_then(|m| m.session.as_deref())
+    }
+
+    /// Sets its model.
+    pub fn set_model(&mut self, model: Option<String>) {
+        self.more.get_mut().model = model;
+    }
+
+    /// Sets the session it continues.
+    pub fn set_continues(&mut self, session: Option<String>) {
+        self.more.get_mut().continues = session;
+    }
+
+    /// Sets its own session.
+    pub fn set_session(&mut self, session: Option<String>) {
+        self.more.get_mut().session = session;
+    }
+
     /// The outcome that decisions see: an orphaned attempt counts as interrupted, with the
     /// side effects its `AttemptSideEffects` recorded.
     pub fn outcome(&self) -> Option<AttemptOutcome> {
         match &self.end {
-            Some(AttemptEnd::Finished { outcome, .. }) => Some(outcome.clone()),
+            Some(AttemptEnd::Finished { outcome, .. }) => Some(outcome.outcome()),
             Some(AttemptEnd::Orphaned { action, .. }) => {
                 let what = match action {
                     OrphanAction::Killed => "its process was still running and was killed",
@@ -205,7 +457,7 @@ impl AttemptRecord {
     /// The attempt's text, when it finished.
     pub fn output(&self) -> Option<&str> {
         match &self.end {
-            Some(AttemptEnd::Finished { output, .. }) => Some(output),
+            Some(AttemptEnd::Finished { outcome, .. }) => Some(outcome.output()),
             _ => None,
         }
     }
@@ -235,45 +487,75 @@ pub struct PlannedWorktree {
     pub base: String,
 }
 
-/// One task's state and history.
+/// One task's state and history. A big run holds one for each of its tasks: its rarer steps
+/// are boxed together ([`TaskSteps`]), so a record is 128 bytes (it was 176).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
     /// Where it stands.
     pub state: TaskState,
     /// When it became ready (queued).
     pub ready_at: Option<Timestamp>,
-    /// Whether `TaskSetUp` was recorded, and the worktree it named.
-    pub setup: Option<Option<String>>,
-    /// The worktree `WorktreePlanned` recorded, if any. This and the other rare fields are
-    /// boxed: a big run's records stay small (392 bytes a record unboxed, 176 boxed).
-    pub worktree: Option<Box<PlannedWorktree>>,
     /// Its attempts, in order (attempt `i + 1` at index `i`).
     pub attempts: Vec<AttemptRecord>,
+    /// Its worktree and artifact steps and its carrying, once it has any.
+    steps: Rare<TaskSteps>,
+}
+
+/// A task's worktree and artifact steps and its carrying: what most tasks of a big run never
+/// record (see [`TaskRecord::steps`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TaskSteps {
+    /// Whether `TaskSetUp` was recorded, and the worktree it named.
+    pub setup: Option<Option<String>>,
+    /// The worktree `WorktreePlanned` recorded, if any.
+    pub worktree: Option<PlannedWorktree>,
     /// Its artifact, once written.
-    pub artifact: Option<Box<Artifact>>,
+    pub artifact: Option<Artifact>,
     /// Its worktree's fate, once finalized: (changed, diff summary).
-    pub worktree_final: Option<Box<(bool, Option<String>)>>,
+    pub worktree_final: Option<(bool, Option<String>)>,
     /// Carried from the parent run (`TaskCarried`), with the usage it spent there.
-    pub carried: Option<Box<Usage>>,
+    pub carried: Option<Usage>,
+}
+
+/// The steps of a task that has recorded none.
+static NO_STEPS: TaskSteps = TaskSteps {
+    setup: None,
+    worktree: None,
+    artifact: None,
+    worktree_final: None,
+    carried: None,
+};
+
+impl Default for TaskRecord {
+    fn default() -> Self {
+        TaskRecord::new()
+    }
 }
 
 impl TaskRecord {
-    fn new() -> Self {
+    /// A pending task's record, before any of its events.
+    pub fn new() -> Self {
         TaskRecord {
             state: TaskState::Pending,
             ready_at: None,
-            setup: None,
-            worktree: None,
             attempts: Vec::new(),
-            artifact: None,
-            worktree_final: None,
-            carried: None,
+            steps: Rare::default(),
         }
+    }
+
+    /// Its worktree and artifact steps and its carrying.
+    pub fn steps(&self) -> &TaskSteps {
+        self.steps.get().unwrap_or(&NO_STEPS)
+    }
+
+    /// [`TaskRecord::steps`], to change them.
+    pub fn steps_mut(&mut self) -> &mut TaskSteps {
+        self.steps.get_mut()
     }
 
     /// The task's usage: the sum over its attempts of each attempt's last known usage.
     pub fn usage(&self) -> Usage {
-        Usage::sum(self.attempts.iter().map(|a| &a.usage))
+        Usage::sum(self.attempts.iter().map(AttemptRecord::usage))
     }
 
     /// The tool calls its agent's permissions denied, summed over its attempts.
@@ -494,6 +776,9 @@ pub struct RunState {
     pub parent: Option<RunId>,
     /// The pools' state (issue 14), by name: a fold of their attempts (see `crate::pool`).
     pub pools: std::collections::BTreeMap<String, crate::pool::PoolState>,
+    /// The strings the placements share.
+    #[serde(skip)]
+    strings: Interner,
 }
 
 /// What `Event::Control` changed, as the planner and the runner need it.
@@ -548,6 +833,7 @@ impl RunState {
             control: ControlState::default(),
             parent: None,
             pools: std::collections::BTreeMap::new(),
+            strings: Interner::default(),
         }
     }
 
@@ -596,7 +882,7 @@ impl RunState {
         Usage::sum(
             self.tasks
                 .iter()
-                .flat_map(|t| t.attempts.iter().map(|a| &a.usage)),
+                .flat_map(|t| t.attempts.iter().map(AttemptRecord::usage)),
         )
     }
 
@@ -731,6 +1017,96 @@ mod tests {
             assert_eq!(state.task_by_label(missing), None, "{missing}");
         }
         assert_eq!(RunState::new().task_by_label("a"), None);
+    }
+
+    /// A big run holds a task record, an attempt record and a placement per task: their sizes
+    /// are pinned (on 64-bit targets), so that a field added inline is a decision.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_big_runs_records_stay_small() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<TaskRecord>(), 128);
+        assert_eq!(size_of::<AttemptRecord>(), 104);
+        assert_eq!(size_of::<OutcomeRecord>(), 32);
+        assert_eq!(size_of::<Placed>(), 72);
+    }
+
+    #[test]
+    fn a_placement_keeps_its_dir_whole_and_shares_its_parent_and_executor() {
+        let mut strings = Interner::default();
+        for dir in ["/run/attempts/7.1", "7.1", "/", "", "/run/", "a/b"] {
+            let p = Placed::interned("local", dir, &mut strings);
+            assert_eq!((p.dir(), p.executor()), (dir.to_owned(), "local"));
+            assert_eq!(
+                p,
+                Placed::new("local", dir),
+                "equal whatever shares its strings"
+            );
+        }
+        let a = Placed::interned("local", "/run/attempts/1.1", &mut strings);
+        let b = Placed::interned("local", "/run/attempts/2.1", &mut strings);
+        assert!(Arc::ptr_eq(&a.at, &b.at));
+        let c = Placed::interned("slurm", "/run/attempts/3.1", &mut strings);
+        assert!(!Arc::ptr_eq(&a.at, &c.at));
+        assert_eq!(
+            (c.executor(), c.dir()),
+            ("slurm", "/run/attempts/3.1".to_owned())
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn an_outcome_record_gives_back_the_outcome_and_text_it_was_made_of() {
+        let plain = AttemptOutcome::completed();
+        let rich = AttemptOutcome {
+            denials: vec![Denial {
+                tool: "Bash".into(),
+                count: 2,
+            }],
+            retry_after_ms: Some(5),
+            result: Some("{}".into()),
+            exit_code: Some(3),
+            signal: Some(9),
+            phase: Some(Phase::Running),
+            rate_limited: true,
+            side_effects: true,
+            ..AttemptOutcome::failed(StopReason::Error, "boom")
+        };
+        for (o, text) in [(&plain, ""), (&plain, "said"), (&rich, ""), (&rich, "said")] {
+            let r = OutcomeRecord::new(o, text);
+            assert_eq!((r.outcome(), r.output()), (o.clone(), text));
+        }
+        assert!(
+            OutcomeRecord::new(&plain, "").rest.get().is_none(),
+            "nothing boxed"
+        );
+    }
+
+    #[test]
+    fn an_attempts_boxed_fields_read_back_and_a_zero_usage_is_no_box() {
+        let mut a = AttemptRecord::new(Attempt(1), None, Timestamp(0));
+        assert_eq!((a.model(), a.continues(), a.session()), (None, None, None));
+        assert!(a.more.get().is_none());
+        a.set_usage(Usage::ZERO);
+        assert!(a.usage.get().is_none());
+        let used = Usage {
+            input: 3,
+            ..Usage::ZERO
+        };
+        a.set_usage(used);
+        a.set_model(Some("m".into()));
+        a.set_continues(Some("c".into()));
+        a.set_session(Some("s".into()));
+        assert_eq!(*a.usage(), used);
+        assert_eq!(
+            (a.model(), a.continues(), a.session()),
+            (Some("m"), Some("c"), Some("s"))
+        );
+        let mut b = AttemptRecord::new(Attempt(1), Some("m".into()), Timestamp(0));
+        b.set_usage(used);
+        b.set_continues(Some("c".into()));
+        b.set_session(Some("s".into()));
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -718,7 +718,7 @@ impl<B: Backend> Driver<B> {
             Op::Session(sel) => {
                 if let Some(t) = self.pick(*sel, |r| {
                     r.live_attempt()
-                        .is_some_and(|a| a.pid.is_some() && a.session.is_none())
+                        .is_some_and(|a| a.pid.is_some() && a.session().is_none())
                 }) {
                     let attempt = self.live_attempt(t);
                     self.emit(Event::AttemptSession {
@@ -732,7 +732,7 @@ impl<B: Backend> Driver<B> {
                 if let Some(t) = self.pick(*sel, |r| {
                     r.attempts.len() >= 2
                         && r.live_attempt()
-                            .is_some_and(|a| a.pid.is_none() && a.continues.is_none())
+                            .is_some_and(|a| a.pid.is_none() && a.continues().is_none())
                 }) {
                     let attempt = self.live_attempt(t);
                     let session =
@@ -934,10 +934,10 @@ impl<B: Backend> Driver<B> {
             }),
             JobKind::Create => {
                 let rec = &self.st()?.tasks[task.index()];
-                if rec.setup.is_some() {
+                if rec.steps().setup.is_some() {
                     return Some(()); // a missing worktree was made again
                 }
-                let worktree = rec.worktree.as_ref().map(|p| p.path.clone());
+                let worktree = rec.steps().worktree.as_ref().map(|p| p.path.clone());
                 self.emit(Event::TaskSetUp { task, worktree })
             }
             JobKind::Finalize => Some(()),
@@ -971,7 +971,7 @@ impl<B: Backend> Driver<B> {
         let attempt = a.attempt;
         let (outcome, usage) = if a.pid.is_none() {
             // Without a process, the only way for an attempt to end is a spawn error.
-            (OutcomeKind::SpawnError.outcome(false), a.usage)
+            (OutcomeKind::SpawnError.outcome(false), *a.usage())
         } else {
             // The reader that reported side effects live says so again at the end.
             let side_effects = side_effects || a.side_effects;
@@ -1038,7 +1038,7 @@ impl<B: Backend> Driver<B> {
         for t in self.tasks() {
             let rec = &self.st()?.tasks[t.index()];
             if let Some(a) = rec.live_attempt() {
-                let (attempt, stored) = (a.attempt, a.usage);
+                let (attempt, stored) = (a.attempt, *a.usage());
                 let usage = self.final_usage(t, attempt, stored);
                 self.emit(Event::AttemptFinished {
                     task: t,
@@ -1222,7 +1222,7 @@ impl<B: Backend> Driver<B> {
                     let states: Vec<String> = st
                         .tasks
                         .iter()
-                        .map(|t| format!("{:?} worktree {:?}", t.state, t.worktree_final))
+                        .map(|t| format!("{:?} worktree {:?}", t.state, t.steps().worktree_final))
                         .collect();
                     panic!("the run is stuck: nothing to do, nothing to wait for: {states:?}")
                 }

@@ -495,7 +495,7 @@ pub(crate) fn check_usage(t: &Trace) -> Result<(), String> {
                     .get(&(TaskId(i as u32), a.attempt))
                     .copied()
                     .unwrap_or(Usage::ZERO);
-                if a.usage != stored {
+                if *a.usage() != stored {
                     return Err(format!(
                         "task #{i} attempt {} usage is not its last report",
                         a.attempt

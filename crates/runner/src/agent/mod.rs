@@ -283,7 +283,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
     });
     let vars = Vars {
         prompt: std::mem::take(&mut launch.prompt),
-        model: input.live.model.clone(),
+        model: input.live.model().map(str::to_owned),
         cwd: input.cwd.display().to_string(),
         attempt: input.live.attempt.0,
         label: input.spec.label.clone(),
@@ -325,13 +325,13 @@ pub(crate) fn resumable(input: &LaunchInput<'_>) -> Option<(String, Usage)> {
     let id = input
         .conversation
         .iter()
-        .find_map(|(_, a)| a.session.clone())?;
+        .find_map(|(_, a)| a.session().map(str::to_owned))?;
     let base = Usage::sum(
         input
             .conversation
             .iter()
-            .filter(|(_, a)| a.session.as_deref() == Some(id.as_str()))
-            .map(|(_, a)| &a.usage),
+            .filter(|(_, a)| a.session() == Some(id.as_str()))
+            .map(|(_, a)| a.usage()),
     );
     Some((id, base))
 }
@@ -354,39 +354,21 @@ mod tests {
 #[cfg(test)]
 mod plan_tests {
     use sortie_core::state::AttemptEnd;
-    use sortie_core::{Attempt, AttemptOutcome, StopReason, TaskState, Timestamp};
+    use sortie_core::{Attempt, AttemptOutcome, OutcomeRecord, StopReason, Timestamp};
 
     use super::*;
     use sortie_batch::{Overrides, one_off_command, one_off_prompt};
 
     fn attempt(n: u32, end: Option<AttemptEnd>) -> AttemptRecord {
-        AttemptRecord {
-            attempt: Attempt(n),
-            model: None,
-            launched_at: Timestamp(0),
-            pid: None,
-            start_time: None,
-            usage: sortie_core::Usage::ZERO,
-            stalled: false,
-            side_effects: false,
-            continues: None,
-            end,
-            placed: None,
-            session: None,
-        }
+        let mut a = AttemptRecord::new(Attempt(n), None, Timestamp(0));
+        a.end = end;
+        a
     }
 
     fn record(attempts: Vec<AttemptRecord>) -> TaskRecord {
-        TaskRecord {
-            state: TaskState::Pending,
-            ready_at: None,
-            setup: None,
-            worktree: None,
-            attempts,
-            artifact: None,
-            worktree_final: None,
-            carried: None,
-        }
+        let mut rec = TaskRecord::new();
+        rec.attempts = attempts;
+        rec
     }
 
     /// The plan of the last attempt of `rec` for a one-off task, in run `t` of the state dir
@@ -553,8 +535,10 @@ mod plan_tests {
         let file = first.join("s.jsonl");
         std::fs::write(&file, "{}").unwrap();
         let interrupted = AttemptEnd::Finished {
-            outcome: AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
-            output: String::new(),
+            outcome: OutcomeRecord::new(
+                &AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
+                "",
+            ),
             at: Timestamp(1),
         };
         let rec = record(vec![attempt(1, Some(interrupted)), attempt(2, None)]);
@@ -570,17 +554,19 @@ mod plan_tests {
     #[test]
     fn claude_and_codex_resume_the_session_an_interrupted_attempt_named() {
         let interrupted = AttemptEnd::Finished {
-            outcome: AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
-            output: String::new(),
+            outcome: OutcomeRecord::new(
+                &AttemptOutcome::failed(StopReason::Interrupted, "interrupted"),
+                "",
+            ),
             at: Timestamp(1),
         };
         let mut first = attempt(1, Some(interrupted));
-        first.session = Some("sess-1".into());
-        first.usage = sortie_core::Usage {
+        first.set_session(Some("sess-1".into()));
+        first.set_usage(sortie_core::Usage {
             input: 100,
             output: 12,
             ..sortie_core::Usage::ZERO
-        };
+        });
         let rec = record(vec![first, attempt(2, None)]);
         let has = |argv: &[String], pair: [&str; 2]| argv.windows(2).any(|w| w == pair);
 
@@ -617,12 +603,11 @@ mod plan_tests {
         let mut failed = attempt(
             1,
             Some(AttemptEnd::Finished {
-                outcome: AttemptOutcome::failed(StopReason::Error, "500"),
-                output: String::new(),
+                outcome: OutcomeRecord::new(&AttemptOutcome::failed(StopReason::Error, "500"), ""),
                 at: Timestamp(1),
             }),
         );
-        failed.session = Some("sess-1".into());
+        failed.set_session(Some("sess-1".into()));
         let rec = record(vec![failed, attempt(2, None)]);
         let p = plan(&one_off("claude"), &rec, Path::new("/run"));
         assert!(!p.argv.unwrap().iter().any(|a| a == "--resume"));

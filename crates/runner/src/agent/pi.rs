@@ -189,8 +189,8 @@ fn session_plan(
     let dir = run_dir.sessions(task.0, attempt.0);
     let mut args = vec!["--session-dir".to_owned(), dir.display().to_string()];
     let continued = conversation.iter().find_map(|(t, p)| {
-        p.continues
-            .clone()
+        p.continues()
+            .map(str::to_owned)
             .filter(|s| Path::new(s).is_file())
             .or_else(|| latest_session(&run_dir.sessions(t.0, p.attempt.0)))
     });

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sortie_core::spec::{AgentProfile, Batch};
-use sortie_core::{Isolation, TaskId, TaskSpec, Usage};
+use sortie_core::{AttemptRecord, Isolation, TaskId, TaskSpec, Usage};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
@@ -22,7 +22,7 @@ impl Engine {
         let rec = self.state.task(task)?;
         let live = rec.live_attempt()?;
         let prompt_text = sortie_core::prompt::render(&self.state, task);
-        let cwd = match (&spec.isolation, &rec.worktree) {
+        let cwd = match (&spec.isolation, &rec.steps().worktree) {
             (Isolation::Worktree, Some(plan)) => worktree::agent_cwd(plan, &spec.cwd),
             // #14: the task's copy, made by its attempt before the spawn.
             (Isolation::Copy, _) => self.run_dir.copy_dir(task.0),
@@ -57,7 +57,7 @@ impl Engine {
         let prior = Usage::sum(
             rec.attempts[..rec.attempts.len().saturating_sub(1)]
                 .iter()
-                .map(|a| &a.usage),
+                .map(AttemptRecord::usage),
         );
         let deadline_at = deadline_of(spec, rec);
         let continues = plan.continues.clone();
@@ -65,12 +65,12 @@ impl Engine {
         // is placed by `new_placement`.
         let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
             Some(p) => {
-                let executor = self.executor_of(&p.executor, task)?;
+                let executor = self.executor_of(p.executor(), task)?;
                 let placement = Placement {
-                    executor: p.executor.clone(),
+                    executor: p.executor().to_owned(),
                     task,
                     attempt: live.attempt,
-                    dir: PathBuf::from(&p.dir),
+                    dir: PathBuf::from(p.dir()),
                     handle: p.handle.clone(),
                 };
                 (executor, placement)

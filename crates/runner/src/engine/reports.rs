@@ -150,10 +150,10 @@ impl Engine {
                 continue;
             };
             let placed = record.attempts.iter().rev().find(|a| a.attempt == attempt);
-            let Some(dir) = placed.and_then(|a| a.placed.as_deref()).map(|p| &p.dir) else {
+            let Some(dir) = placed.and_then(|a| a.placed.as_deref()).map(|p| p.dir()) else {
                 continue;
             };
-            let dir = std::path::Path::new(dir);
+            let dir = std::path::Path::new(&dir);
             match read {
                 Some(offset) => {
                     let stdout = dir.join(crate::process::STDOUT_FILE);
@@ -267,7 +267,7 @@ impl Engine {
                 attempt,
                 session,
             } => {
-                if self.state.task(task)?.attempts.last()?.session.is_some() {
+                if self.state.task(task)?.attempts.last()?.session().is_some() {
                     return None;
                 }
                 Event::AttemptSession {

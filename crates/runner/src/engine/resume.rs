@@ -159,10 +159,10 @@ impl Engine {
         };
         Some(Adoption {
             placement: Placement {
-                executor: p.executor.clone(),
+                executor: p.executor().to_owned(),
                 task,
                 attempt: a.attempt,
-                dir: p.dir.clone().into(),
+                dir: p.dir().into(),
                 handle: p.handle.clone(),
             },
             started,
@@ -181,7 +181,7 @@ impl Engine {
             return;
         };
         let live = self.state.task(task).and_then(|r| r.live_attempt());
-        let seen = live.map_or(sortie_core::Usage::ZERO, |a| a.usage);
+        let seen = live.map_or(sortie_core::Usage::ZERO, |a| *a.usage());
         // #10: the lines before the journaled offset only rebuild the reader.
         ctx.read_until = live.and_then(|a| a.placed.as_deref()).map_or(0, |p| p.read);
         let last_output = std::fs::metadata(adoption.placement.stdout())

@@ -35,7 +35,7 @@ impl Engine {
             (Some(d), Some(ready)) => ready.plus(d).since(now()),
             _ => Duration::MAX,
         };
-        let handle = match (kind, rec.worktree.clone()) {
+        let handle = match (kind, rec.steps().worktree.clone()) {
             (JobKind::Plan, _) => {
                 let state_dir = self.state_dir.canonical();
                 let (path, branch) =
@@ -101,10 +101,10 @@ impl Engine {
                 let Some(rec) = self.state.task(task) else {
                     return Ok(());
                 };
-                if rec.setup.is_some() {
+                if rec.steps().setup.is_some() {
                     return Ok(()); // a missing worktree was made again
                 }
-                let worktree = rec.worktree.as_ref().map(|p| p.path.clone());
+                let worktree = rec.steps().worktree.as_ref().map(|p| p.path.clone());
                 (task, Event::TaskSetUp { task, worktree })
             }
             WtMsg::Finalized(task, Ok(f)) => {

@@ -168,10 +168,11 @@ pub fn find(state: &RunState, state_dir: &StateDir, run: &RunId, label: &str) ->
         why: why.to_owned(),
     };
     let plan = rec
+        .steps()
         .worktree
         .clone()
         .ok_or_else(|| not_kept("it did not run in a worktree (isolation = \"none\")"))?;
-    let summary = match rec.worktree_final.as_deref() {
+    let summary = match rec.steps().worktree_final.as_ref() {
         // A finalize that failed keeps the worktree as it is (its task ended partial).
         None if rec.state.is_terminal() => None,
         None => return Err(not_kept("its task has not finished yet")),
@@ -662,7 +663,7 @@ async fn gc_run(
     }
     let mut repos: Vec<String> = Vec::new();
     for (i, rec) in state.tasks.iter().enumerate() {
-        let Some(PlannedWorktree { repo, .. }) = rec.worktree.as_deref() else {
+        let Some(PlannedWorktree { repo, .. }) = rec.steps().worktree.as_ref() else {
             continue;
         };
         let label = state.label(TaskId(i as u32));
