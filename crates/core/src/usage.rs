@@ -147,6 +147,24 @@ impl Usage {
         }
     }
 
+    /// What `self` counted beyond `earlier`: each counter's difference, never below zero
+    /// (`context_tokens`, a level, is 0).
+    pub fn minus(&self, earlier: &Usage) -> Usage {
+        Usage {
+            input: self.input.saturating_sub(earlier.input),
+            output: self.output.saturating_sub(earlier.output),
+            cache_read: self.cache_read.saturating_sub(earlier.cache_read),
+            cache_write: self.cache_write.saturating_sub(earlier.cache_write),
+            reasoning: self.reasoning.saturating_sub(earlier.reasoning),
+            cost: Cost {
+                nanos: self.cost.nanos.saturating_sub(earlier.cost.nanos),
+                unreported: self.cost.unreported.saturating_sub(earlier.cost.unreported),
+            },
+            turns: self.turns.saturating_sub(earlier.turns),
+            context_tokens: 0,
+        }
+    }
+
     /// True when no counter of `self` is below the same counter of `earlier`: a live checkpoint
     /// must never go backwards. (`context_tokens` is a level and may shrink, e.g. on compaction.)
     pub fn dominates(&self, earlier: &Usage) -> bool {

@@ -28,6 +28,10 @@ use crate::classify::{
 use crate::shared::{ProgressGate, count, parse_line, shorten, tool_activity};
 use crate::{Exit, Finished, Progress, ProtocolReader};
 
+/// The id under which messages cut from the transcript are counted (see `seed`): no message id
+/// of Claude's has a NUL in it.
+const CUT_MESSAGES: &str = "\0cut";
+
 /// Claude Code's tools that change the world.
 const SIDE_EFFECT_TOOLS: &[&str] = &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"];
 
@@ -476,6 +480,18 @@ impl ClaudeReader {
 }
 
 impl ProtocolReader for ClaudeReader {
+    /// The cut messages count as one more message of the sum (the `result` line's run totals,
+    /// when it comes, are the larger).
+    fn seed(&mut self, usage: Usage) {
+        let cut = Usage {
+            context_tokens: 0,
+            cost: Cost::default(),
+            ..usage
+        };
+        self.messages.insert(0, (CUT_MESSAGES.to_owned(), cut));
+        self.live = self.live.plus(&cut);
+    }
+
     fn line(&mut self, line: &str) -> Option<Progress> {
         let line = line.trim();
         if line.is_empty() {

@@ -475,6 +475,12 @@ struct ThreadStarted {
 }
 
 impl ProtocolReader for CodexReader {
+    /// The tokens of `turn.completed` are the thread's running totals (the next covers the
+    /// cut ones); its turns are counted one by one, so the cut ones are added.
+    fn seed(&mut self, usage: Usage) {
+        self.usage.turns = self.usage.turns.saturating_add(usage.turns);
+    }
+
     fn session(&self) -> Option<&str> {
         self.session.as_deref()
     }

@@ -131,6 +131,13 @@ pub trait ProtocolReader: Send {
     /// Classifies the attempt from everything read, its exit and the tail of its stderr.
     fn finish(self: Box<Self>, exit: Exit, stderr_tail: &str) -> Finished;
 
+    /// #10: lines this reader never saw were counted before: a resumed attempt's transcript was
+    /// cut (its cap) below the offset the journal had read it to, and `usage` is what those
+    /// lines reported (the journaled checkpoint less what the reader made of the lines it
+    /// read up to that offset). The reader counts it as if it had read them; a reader whose
+    /// readings are running totals of the whole run needs nothing (its next total covers them).
+    fn seed(&mut self, usage: Usage);
+
     /// How many lines could not be parsed so far.
     fn parse_errors(&self) -> u64 {
         0

@@ -445,6 +445,14 @@ impl PiReader {
 }
 
 impl ProtocolReader for PiReader {
+    /// pi reports each call's usage: the cut calls are added to the sum.
+    fn seed(&mut self, usage: Usage) {
+        self.usage = self.usage.plus(&Usage {
+            context_tokens: 0,
+            ..usage
+        });
+    }
+
     fn line(&mut self, line: &str) -> Option<Progress> {
         let line = line.trim();
         if line.is_empty() {

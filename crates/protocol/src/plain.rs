@@ -80,6 +80,9 @@ impl PlainReader {
 }
 
 impl ProtocolReader for PlainReader {
+    /// `SORTIE_USAGE` lines are running totals: the next one covers what was cut.
+    fn seed(&mut self, _usage: Usage) {}
+
     fn line(&mut self, line: &str) -> Option<Progress> {
         if let Some(json) = directive(line, "SORTIE_USAGE") {
             return match serde_json::from_str::<UsageLine>(json) {

@@ -37,6 +37,10 @@ fn less(usage: &Usage, base: &Usage) -> Usage {
 }
 
 impl ProtocolReader for Rebased {
+    fn seed(&mut self, usage: Usage) {
+        self.inner.seed(usage);
+    }
+
     fn line(&mut self, line: &str) -> Option<Progress> {
         self.inner.line(line).map(|mut p| {
             p.usage = less(&p.usage, &self.base);

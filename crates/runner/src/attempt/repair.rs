@@ -289,7 +289,7 @@ async fn repair_run(
         activity: None,
         offset: 0,
         read_sent: 0,
-        replaying: false,
+        replaying: None,
         session_sent: false,
         steer_repair: SteerRepair::Off,
     };
@@ -355,6 +355,10 @@ impl Offset {
 }
 
 impl ProtocolReader for Offset {
+    fn seed(&mut self, usage: Usage) {
+        self.inner.seed(usage);
+    }
+
     fn line(&mut self, line: &str) -> Option<Progress> {
         self.inner.line(line).map(|mut p| {
             p.usage = self.base.with(&p.usage);

@@ -129,7 +129,7 @@ pub(super) async fn run(
         activity: None,
         offset: 0,
         read_sent: 0,
-        replaying: ctx.read_until > 0,
+        replaying: (ctx.read_until > 0).then_some(Usage::ZERO),
         session_sent: false,
         steer_repair: super::repair::SteerRepair::of(&ctx),
     };
@@ -354,9 +354,10 @@ pub(super) struct Driver<'a> {
     pub(super) offset: u64,
     /// #10: the offset last sent as read (`Msg::Read`).
     pub(super) read_sent: u64,
-    /// #10: while an adopted attempt's lines before the journaled offset are read again: they
-    /// rebuild the reader's state and are not reported (the journal has what they said).
-    pub(super) replaying: bool,
+    /// #10: while an adopted attempt's lines before the journaled offset are read again (they
+    /// rebuild the reader's state and are not reported: the journal has what they said), the
+    /// usage the reader made of them so far.
+    pub(super) replaying: Option<Usage>,
     /// #13: whether the agent's session id was sent.
     pub(super) session_sent: bool,
     /// Issue 13: the repair request of a structured result, for an agent steered over stdin.
@@ -395,18 +396,21 @@ impl Driver<'_> {
             let decisions = match step {
                 Step::Exit(exit) => return exit,
                 Step::Line(Some(line)) => {
+                    if child.stdout_offset() > self.ctx.read_until {
+                        self.end_replay(child, reader);
+                    }
                     let progress = reader.line(&line.text);
                     // #13: also while replaying (the engine journals it once).
                     self.report_session(reader.session());
-                    if self.replaying {
-                        if child.stdout_offset() <= self.ctx.read_until {
-                            // A run that ended before the crash: its stdin is closed now.
-                            if matches!(reader.run_phase(), RunPhase::Ended { failed: false }) {
-                                self.stdin = None;
-                            }
-                            continue;
+                    if let Some(replayed) = &mut self.replaying {
+                        if let Some(p) = &progress {
+                            *replayed = p.usage;
                         }
-                        self.replaying = false;
+                        // A run that ended before the crash: its stdin is closed now.
+                        if matches!(reader.run_phase(), RunPhase::Ended { failed: false }) {
+                            self.stdin = None;
+                        }
+                        continue;
                     }
                     self.offset = child.stdout_offset();
                     self.report_activity(progress.as_ref());
@@ -414,6 +418,7 @@ impl Driver<'_> {
                         .on_line(now, progress.as_ref(), reader.run_phase())
                 }
                 Step::Line(None) => {
+                    self.end_replay(child, reader);
                     stdout_open = false;
                     continue;
                 }
@@ -443,6 +448,29 @@ impl Driver<'_> {
             let decisions = self.steer_repair(decisions, phase, answer).await;
             self.carry_out(decisions).await;
             self.report_read();
+        }
+    }
+
+    /// #10: the lines read again are over. If the transcript was cut below the journaled
+    /// offset, the reader never saw the cut lines: what the journal counted of the lines up to
+    /// that offset (its checkpoint, taken at that offset: see `engine::reports`) less what the
+    /// reader made of the ones it saw is theirs, and the reader counts it
+    /// (`ProtocolReader::seed`). Without a cut the reader saw every line and needs nothing.
+    fn end_replay(&mut self, child: &dyn Execution, reader: &mut dyn ProtocolReader) {
+        let Some(replayed) = self.replaying.take() else {
+            return;
+        };
+        if let Some((seen, _)) = self.ctx.resumed
+            && child.cut_before()
+        {
+            let cut = seen.minus(&replayed);
+            if cut != Usage::ZERO {
+                tracing::debug!(
+                    "attempt {}: the cut lines counted {cut:?}",
+                    self.ctx.attempt
+                );
+                reader.seed(cut);
+            }
         }
     }
 
@@ -502,7 +530,7 @@ impl Driver<'_> {
     /// is sent as read, so that the transcript's cutter may cut below it (it never cuts what
     /// the journal does not hold) even while the agent reports no usage.
     fn report_read(&mut self) {
-        if self.replaying
+        if self.replaying.is_some()
             || self.offset < self.read_sent.saturating_add(process::read_step())
             || !self.watch.all_reported()
             || !self.follows_files()

@@ -287,19 +287,27 @@ pub(super) fn only_starts(msgs: &[Msg]) -> bool {
 
 /// Cuts a batch of reports into rounds (see `Engine::handle`): the k-th round holds each
 /// task's k-th report, in arrival order, except that an attempt's `Finished` right after its
-/// `Started` joins its round.
+/// `Started` joins its round, and so does a `Read` right after a `Progress`: the journal then
+/// never holds a usage checkpoint without the read offset it was taken at, which is what a
+/// resume rebuilds a cut transcript's usage from (see `attempt::run`).
 fn cut_rounds(msgs: Vec<Msg>) -> Vec<Vec<Msg>> {
     let mut rounds: Vec<Vec<Msg>> = Vec::new();
-    // Per task: the round of its last report, and whether that report was `Started`.
-    let mut last: HashMap<TaskId, (usize, bool)> = HashMap::new();
+    // Per task: the round of its last report, and the report after which the next one may
+    // join that round.
+    let mut last: HashMap<TaskId, (usize, Joins)> = HashMap::new();
     for msg in msgs {
-        let started = matches!(msg, Msg::Started { .. });
+        let joins = match msg {
+            Msg::Started { .. } => Joins::Finished,
+            Msg::Progress { .. } => Joins::Read,
+            _ => Joins::Nothing,
+        };
         let round = match last.get(&msg.task()) {
             None => 0,
-            Some((k, true)) if matches!(msg, Msg::Finished { .. }) => *k,
+            Some((k, Joins::Finished)) if matches!(msg, Msg::Finished { .. }) => *k,
+            Some((k, Joins::Read)) if matches!(msg, Msg::Read { .. }) => *k,
             Some((k, _)) => k + 1,
         };
-        last.insert(msg.task(), (round, started));
+        last.insert(msg.task(), (round, joins));
         while rounds.len() <= round {
             rounds.push(Vec::new());
         }
@@ -318,6 +326,14 @@ fn split_joining(touched: &HashSet<TaskId>, msgs: Vec<Msg>) -> (Vec<Msg>, Vec<Ms
     let first = rounds.next().unwrap_or_default();
     rest.extend(rounds.flatten());
     (first, rest)
+}
+
+/// Which report of the same task may join the round of the one before it.
+#[derive(Clone, Copy)]
+enum Joins {
+    Finished,
+    Read,
+    Nothing,
 }
 
 #[cfg(test)]
@@ -354,6 +370,14 @@ mod tests {
         }
     }
 
+    fn progress(task: TaskId) -> Msg {
+        Msg::Progress {
+            task,
+            attempt: Attempt(1),
+            usage: Usage::ZERO,
+        }
+    }
+
     fn read(task: TaskId, offset: u64) -> Msg {
         Msg::Read {
             task,
@@ -374,6 +398,7 @@ mod tests {
                             Msg::Finished { .. } => "finished",
                             Msg::SideEffects { .. } => "side_effects",
                             Msg::Read { .. } => "read",
+                            Msg::Progress { .. } => "progress",
                             _ => "other",
                         };
                         (m.task().0, name)
@@ -447,6 +472,29 @@ mod tests {
                 vec![(0, "side_effects"), (1, "started"), (1, "finished")],
                 vec![(0, "read"), (1, "started")],
                 vec![(0, "finished")],
+            ]
+        );
+    }
+
+    /// A usage checkpoint and the read offset it was taken at go in one write: a crash between
+    /// two writes would leave a checkpoint past the journaled offset, and a resume whose
+    /// transcript was cut below that offset would count the lines between twice.
+    #[test]
+    fn a_checkpoint_and_its_read_offset_share_a_round() {
+        let rounds = cut_rounds(vec![
+            progress(A),
+            read(A, 10),
+            progress(B),
+            side_effects(B),
+            read(B, 20),
+            read(A, 30),
+        ]);
+        assert_eq!(
+            shape(&rounds),
+            vec![
+                vec![(0, "progress"), (0, "read"), (1, "progress")],
+                vec![(1, "side_effects"), (0, "read")],
+                vec![(1, "read")],
             ]
         );
     }

@@ -197,6 +197,12 @@ pub trait Execution: Send {
     /// journals); for pipes, the bytes read so far.
     fn stdout_offset(&self) -> u64;
 
+    /// #10: whether its transcript was cut somewhere before the last line
+    /// [`Execution::next_line`] gave (the cap cut lines the reader never saw).
+    fn cut_before(&self) -> bool {
+        false
+    }
+
     /// The handle that stops and signals it.
     fn control(&self) -> Arc<dyn Control>;
 

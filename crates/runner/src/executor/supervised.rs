@@ -162,6 +162,10 @@ impl Execution for SupervisedExecution {
         self.followed.line_end()
     }
 
+    fn cut_before(&self) -> bool {
+        self.followed.cut_before()
+    }
+
     fn control(&self) -> Arc<dyn Control> {
         Arc::new(self.followed.stopper())
     }

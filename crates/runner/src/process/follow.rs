@@ -39,6 +39,8 @@ pub struct Followed {
     lines: mpsc::Receiver<(Line, u64)>,
     exit: watch::Receiver<ExitSlot>,
     stdout_bytes: Arc<AtomicU64>,
+    /// The end of the last cut jumped over (0: none yet).
+    cut_to: Arc<AtomicU64>,
     /// The end of the last line delivered (a line's end in the stdout file).
     line_end: u64,
     forget: Option<Forget>,
@@ -69,11 +71,12 @@ impl Followed {
         tokio::spawn(watch_exit(dir.clone(), started, watcher, exit_tx));
         let (line_tx, lines) = mpsc::channel(LINE_QUEUE);
         let stdout_bytes = Arc::new(AtomicU64::new(0));
+        let cut_to = Arc::new(AtomicU64::new(0));
         tokio::spawn(follow_stdout(
             dir.join(STDOUT_FILE),
             from,
             line_tx,
-            Arc::clone(&stdout_bytes),
+            [Arc::clone(&stdout_bytes), Arc::clone(&cut_to)],
             exit_rx.clone(),
         ));
         Followed {
@@ -83,6 +86,7 @@ impl Followed {
             lines,
             exit: exit_rx,
             stdout_bytes,
+            cut_to,
             line_end: from,
             forget,
         }
@@ -99,6 +103,12 @@ impl Followed {
     /// where an adopted attempt's reader may read on from).
     pub fn line_end(&self) -> u64 {
         self.line_end
+    }
+
+    /// Whether a cut of the transcript was jumped over before the last line delivered.
+    pub fn cut_before(&self) -> bool {
+        let to = self.cut_to.load(Ordering::Relaxed);
+        to > 0 && to <= self.line_end
     }
 
     /// Waits for the attempt's end.
@@ -220,12 +230,12 @@ async fn watch_exit(
 
 /// Reads the stdout file from byte `from` as it grows, jumping over its cut (the transcript's
 /// cap: `transcript`), until the attempt ended and the file is read to its end. `bytes` is the
-/// offset reached.
+/// offset reached, `cut_to` the end of the last cut jumped over.
 async fn follow_stdout(
     path: PathBuf,
     from: u64,
     tx: mpsc::Sender<(Line, u64)>,
-    bytes: Arc<AtomicU64>,
+    [bytes, cut_to]: [Arc<AtomicU64>; 2],
     mut exit: watch::Receiver<ExitSlot>,
 ) {
     let mut reader = KeptReader::new(&path, from);
@@ -269,6 +279,7 @@ async fn follow_stdout(
                     );
                 }
                 splitter.cut();
+                cut_to.fetch_max(cut.to, Ordering::Relaxed);
                 bytes.store(reader.offset(), Ordering::Relaxed);
                 continue;
             }
