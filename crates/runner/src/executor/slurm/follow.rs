@@ -26,7 +26,8 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Starts following `path`; lines arrive on the receiver, which closes once the job is over
 /// and the file read to its end. The counter holds the end of the last line read (the offset
-/// just after it: what the journal may record as read, `AttemptRead`).
+/// just after it: what the journal may record as read, `AttemptRead`); the second, the end of
+/// the last cut of the file the reads jumped (0: none).
 ///
 /// #10: sortie's follower is the one cutter of a job's files while the job runs (nothing of
 /// sortie's runs beside the job on its node): its stdout is cut to the cap below what the
@@ -34,17 +35,23 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(super) fn follow(
     path: PathBuf,
     job: watch::Receiver<Seen>,
-) -> (mpsc::Receiver<Line>, Arc<AtomicU64>) {
+) -> (mpsc::Receiver<Line>, [Arc<AtomicU64>; 2]) {
     let (tx, rx) = mpsc::channel(1024);
     let bytes = Arc::new(AtomicU64::new(0));
-    tokio::spawn(follow_file(path, tx, Arc::clone(&bytes), job));
-    (rx, bytes)
+    let cut_to = Arc::new(AtomicU64::new(0));
+    tokio::spawn(follow_file(
+        path,
+        tx,
+        [Arc::clone(&bytes), Arc::clone(&cut_to)],
+        job,
+    ));
+    (rx, [bytes, cut_to])
 }
 
 async fn follow_file(
     path: PathBuf,
     tx: mpsc::Sender<Line>,
-    bytes: Arc<AtomicU64>,
+    [bytes, cut_to]: [Arc<AtomicU64>; 2],
     mut job: watch::Receiver<Seen>,
 ) {
     let mut reader = KeptReader::new(&path, 0);
@@ -68,8 +75,9 @@ async fn follow_file(
                 quiet_since_over = None;
                 continue;
             }
-            Kept::Cut(_) => {
+            Kept::Cut(cut) => {
                 split.cut();
+                cut_to.fetch_max(cut.to, Ordering::Relaxed);
                 continue;
             }
             Kept::Idle => {}
@@ -172,7 +180,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stdout");
         let (tx, rx) = watch::channel(Seen::Nothing);
-        let (mut lines, bytes) = follow(path.clone(), rx);
+        let (mut lines, [bytes, cut_to]) = follow(path.clone(), rx);
         std::fs::write(&path, "one\ntw").unwrap();
         assert_eq!(lines.recv().await.unwrap().text, "one");
         std::fs::write(&path, "one\ntwo\nthree").unwrap();
@@ -181,6 +189,31 @@ mod tests {
         assert_eq!(lines.recv().await.unwrap().text, "three");
         assert!(lines.recv().await.is_none());
         assert_eq!(bytes.load(Ordering::Relaxed), 13);
+        assert_eq!(cut_to.load(Ordering::Relaxed), 0, "nothing was cut");
+    }
+
+    /// #10: a job's stdout cut below what the journal acknowledged (by the follower of a
+    /// sortie that died since): a new follower reads from the start, jumps the cut and says
+    /// where it ended, so that a resume counts the cut lines' usage from the journal.
+    #[tokio::test]
+    async fn a_follower_says_where_the_cut_it_jumped_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(crate::process::STDOUT_FILE);
+        let line = format!("{}\n", "x".repeat(99));
+        std::fs::write(&path, line.repeat(640)).unwrap();
+        crate::process::write_read(&path, 48 * 1024).unwrap();
+        let cap = Cap::parse("16KiB").unwrap();
+        crate::process::Trimmer::open(&path, cap)
+            .unwrap()
+            .check(true)
+            .unwrap();
+        let cut = crate::process::read_cut(&path).expect("the file was cut");
+        let (tx, rx) = watch::channel(Seen::Unknown);
+        let (mut lines, [bytes, cut_to]) = follow(path.clone(), rx);
+        while lines.recv().await.is_some() {}
+        drop(tx);
+        assert_eq!(cut_to.load(Ordering::Relaxed), cut.to);
+        assert!(cut.to > 0 && cut.to <= bytes.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -153,7 +153,7 @@ impl Slurm {
     fn follow(&self, p: &Placement, id: JobId) -> Box<dyn Execution> {
         let name = self.name(p);
         let status = self.cluster.track(name, id);
-        let (lines, bytes) = follow::follow(p.stdout(), status.clone());
+        let (lines, [bytes, cut_to]) = follow::follow(p.stdout(), status.clone());
         let control = Arc::new(JobControl {
             cluster: Arc::clone(&self.cluster),
             job: id,
@@ -166,6 +166,7 @@ impl Slurm {
             status,
             lines,
             bytes,
+            cut_to,
             stderr: p.stderr(),
             control,
         })
@@ -333,6 +334,8 @@ struct JobExecution {
     status: watch::Receiver<Seen>,
     lines: mpsc::Receiver<Line>,
     bytes: Arc<AtomicU64>,
+    /// The end of the last cut of its stdout the follower jumped (0: none).
+    cut_to: Arc<AtomicU64>,
     stderr: PathBuf,
     control: Arc<JobControl>,
 }
@@ -392,6 +395,11 @@ impl Execution for JobExecution {
 
     fn stdout_offset(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn cut_before(&self) -> bool {
+        let to = self.cut_to.load(Ordering::Relaxed);
+        to > 0 && to <= self.bytes.load(Ordering::Relaxed)
     }
 
     fn control(&self) -> Arc<dyn Control> {
