@@ -9,24 +9,24 @@
 //! finalized without having been set up (a setup that failed or was cut short). Attempt reports carry their attempt number and are refused when that
 //! attempt is not the live one (fencing).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 mod apply;
 mod check;
 mod compact;
+mod outcome_record;
+mod placed;
 mod rare;
+
+pub use outcome_record::OutcomeRecord;
+pub(crate) use placed::Interner;
+pub use placed::{Found, Placed};
 
 use rare::Rare;
 
 use crate::event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
-use crate::outcome::{
-    AttemptOutcome, AttemptStatus, Denial, Phase, RunOutcome, StopReason, TaskResult, aggregate,
-};
+use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
 use crate::usage::Usage;
 
@@ -120,109 +120,6 @@ pub enum AttemptEnd {
     },
 }
 
-/// A finished attempt's outcome (`AttemptFinished`) and text, as the state keeps them: what
-/// every outcome has inline, its texts and rarer fields in one box that most outcomes of a
-/// plain command never need (32 bytes, where the outcome and its text were 136).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutcomeRecord {
-    /// Completed, partial or failed.
-    pub status: AttemptStatus,
-    /// Why it stopped.
-    pub stop_reason: StopReason,
-    /// For timeouts, where the task was.
-    pub phase: Option<Phase>,
-    /// True when the agent ran side-effecting tools.
-    pub side_effects: bool,
-    /// The provider refused the attempt for its rate limit.
-    pub rate_limited: bool,
-    /// The exit code, when the process exited.
-    pub exit_code: Option<i32>,
-    /// The signal that ended the process, when one did.
-    pub signal: Option<i32>,
-    /// The rest, once any of it is set.
-    rest: Rare<OutcomeRest>,
-}
-
-/// What an [`OutcomeRecord`] keeps boxed.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-struct OutcomeRest {
-    error: Option<String>,
-    denials: Vec<Denial>,
-    retry_after_ms: Option<u64>,
-    result: Option<String>,
-    output: String,
-}
-
-impl OutcomeRecord {
-    /// The record of `outcome` and the attempt's text.
-    pub fn new(outcome: &AttemptOutcome, output: &str) -> Self {
-        let rest = OutcomeRest {
-            error: outcome.error.clone(),
-            denials: outcome.denials.clone(),
-            retry_after_ms: outcome.retry_after_ms,
-            result: outcome.result.clone(),
-            output: output.to_owned(),
-        };
-        let mut record = OutcomeRecord {
-            status: outcome.status,
-            stop_reason: outcome.stop_reason,
-            phase: outcome.phase,
-            side_effects: outcome.side_effects,
-            rate_limited: outcome.rate_limited,
-            exit_code: outcome.exit_code,
-            signal: outcome.signal,
-            rest: Rare::default(),
-        };
-        if rest != OutcomeRest::default() {
-            *record.rest.get_mut() = rest;
-        }
-        record
-    }
-
-    /// The outcome, whole.
-    pub fn outcome(&self) -> AttemptOutcome {
-        let rest = self.rest.get();
-        AttemptOutcome {
-            status: self.status,
-            stop_reason: self.stop_reason,
-            phase: self.phase,
-            exit_code: self.exit_code,
-            signal: self.signal,
-            error: rest.and_then(|r| r.error.clone()),
-            side_effects: self.side_effects,
-            denials: rest.map(|r| r.denials.clone()).unwrap_or_default(),
-            rate_limited: self.rate_limited,
-            retry_after_ms: rest.and_then(|r| r.retry_after_ms),
-            result: rest.and_then(|r| r.result.clone()),
-        }
-    }
-
-    /// The attempt's text.
-    pub fn output(&self) -> &str {
-        self.rest.get().map_or("", |r| &r.output)
-    }
-
-    /// The outcome's error.
-    pub fn error(&self) -> Option<&str> {
-        self.rest.get().and_then(|r| r.error.as_deref())
-    }
-
-    /// The tool calls its agent's permissions denied.
-    pub fn denials(&self) -> &[Denial] {
-        self.rest.get().map_or(&[], |r| &r.denials)
-    }
-
-    /// The wait the provider asked for (milliseconds).
-    pub fn retry_after_ms(&self) -> Option<u64> {
-        self.rest.get().and_then(|r| r.retry_after_ms)
-    }
-
-    /// The structured result, as compact JSON text.
-    pub fn result(&self) -> Option<&str> {
-        self.rest.get().and_then(|r| r.result.as_deref())
-    }
-}
-
 /// One attempt of a task. A big run holds one for each attempt of each of its tasks: what most
 /// attempts of a plain command never set (a model, a usage, sessions) is boxed and its end kept
 /// compact ([`OutcomeRecord`]), so a record is 104 bytes (it was 336).
@@ -258,108 +155,6 @@ struct AttemptMore {
     model: Option<String>,
     continues: Option<String>,
     session: Option<String>,
-}
-
-/// Where an attempt runs and how it is found again (`AttemptPlaced`, `AttemptHandle`), and
-/// what resumes found of it (`AttemptAdopted`, `AttemptRecorded`). The executor's name and the
-/// attempt dir's parent are shared by the run's attempts (see [`Placed::executor`] and
-/// [`Placed::dir`]): a big run holds no copy of them per attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Placed {
-    /// The executor's name and the attempt dir's parent, shared.
-    at: Arc<PlacedAt>,
-    /// The attempt dir's name: the dir is its parent and its name joined.
-    name: CompactString,
-    /// The executor's own id, once known.
-    pub handle: Option<String>,
-    /// What the last resume that found it alive or ended saw, and which resume that was (the
-    /// run's `resumes` count then).
-    pub found: Option<(u32, Found)>,
-    /// The offset in its stdout up to which the journal holds what it said (`AttemptRead`).
-    #[serde(default)]
-    pub read: u64,
-}
-
-impl Placed {
-    /// A placement on `executor` in `dir`, not yet found by a resume.
-    pub fn new(executor: &str, dir: &str) -> Self {
-        Placed::interned(executor, dir, &mut Interner::default())
-    }
-
-    /// [`Placed::new`], its executor and dir parent shared through `strings`.
-    pub(crate) fn interned(executor: &str, dir: &str, strings: &mut Interner) -> Self {
-        let cut = dir.rfind('/').map_or(0, |i| i + 1);
-        Placed {
-            at: strings.get(executor, &dir[..cut]),
-            name: CompactString::new(&dir[cut..]),
-            handle: None,
-            found: None,
-            read: 0,
-        }
-    }
-
-    /// The executor's name.
-    pub fn executor(&self) -> &str {
-        &self.at.executor
-    }
-
-    /// The attempt dir, as `AttemptPlaced` named it.
-    pub fn dir(&self) -> String {
-        let parent = &self.at.parent;
-        let mut dir = String::with_capacity(parent.len() + self.name.len());
-        dir.push_str(parent);
-        dir.push_str(&self.name);
-        dir
-    }
-}
-
-/// Where placements are: an executor's name and an attempt dir's parent (ending with its `/`,
-/// or empty).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct PlacedAt {
-    executor: Box<str>,
-    parent: Box<str>,
-}
-
-/// The executors and dir parents placements share, by executor then parent: each distinct
-/// pair is held once. A cache, not state: two states are equal whatever their interners hold.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Interner(BTreeMap<Box<str>, BTreeMap<Box<str>, Arc<PlacedAt>>>);
-
-impl Interner {
-    /// The shared copy of (`executor`, `parent`).
-    fn get(&mut self, executor: &str, parent: &str) -> Arc<PlacedAt> {
-        if let Some(shared) = self.0.get(executor).and_then(|p| p.get(parent)) {
-            return Arc::clone(shared);
-        }
-        let shared = Arc::new(PlacedAt {
-            executor: executor.into(),
-            parent: parent.into(),
-        });
-        self.0
-            .entry(executor.into())
-            .or_default()
-            .insert(parent.into(), Arc::clone(&shared));
-        shared
-    }
-}
-
-impl PartialEq for Interner {
-    fn eq(&self, _: &Interner) -> bool {
-        true
-    }
-}
-
-impl Eq for Interner {}
-
-/// What a resume found of a placed attempt that was live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Found {
-    /// Still running: adopted.
-    Adopted,
-    /// Ended while no sortie watched: recorded from its files.
-    Recorded,
 }
 
 impl AttemptRecord {
@@ -980,138 +775,4 @@ impl RunState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::spec::{AgentProfile, RunConfig};
-
-    fn started(labels: &[&str]) -> RunState {
-        let batch = Batch {
-            tasks: labels.iter().map(|l| TaskSpec::new(*l, "/w")).collect(),
-            agents: AgentProfile::builtins(),
-            config: RunConfig::default(),
-            source: "t.toml".into(),
-        };
-        let mut state = RunState::new();
-        state.start(
-            Timestamp(1),
-            RunId::new("r").unwrap(),
-            batch,
-            0,
-            "h".into(),
-            1,
-        );
-        state
-    }
-
-    #[test]
-    fn a_task_is_found_by_its_label_and_an_unknown_label_finds_none() {
-        let state = started(&["b", "task-10", "a", "task-2", "c"]);
-        for (i, label) in ["b", "task-10", "a", "task-2", "c"].iter().enumerate() {
-            assert_eq!(
-                state.task_by_label(label),
-                Some(TaskId(i as u32)),
-                "{label}"
-            );
-        }
-        for missing in ["", "task-1", "d", "0"] {
-            assert_eq!(state.task_by_label(missing), None, "{missing}");
-        }
-        assert_eq!(RunState::new().task_by_label("a"), None);
-    }
-
-    /// A big run holds a task record, an attempt record and a placement per task: their sizes
-    /// are pinned (on 64-bit targets), so that a field added inline is a decision.
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn a_big_runs_records_stay_small() {
-        use std::mem::size_of;
-        assert_eq!(size_of::<TaskRecord>(), 128);
-        assert_eq!(size_of::<AttemptRecord>(), 104);
-        assert_eq!(size_of::<OutcomeRecord>(), 32);
-        assert_eq!(size_of::<Placed>(), 72);
-    }
-
-    #[test]
-    fn a_placement_keeps_its_dir_whole_and_shares_its_parent_and_executor() {
-        let mut strings = Interner::default();
-        for dir in ["/run/attempts/7.1", "7.1", "/", "", "/run/", "a/b"] {
-            let p = Placed::interned("local", dir, &mut strings);
-            assert_eq!((p.dir(), p.executor()), (dir.to_owned(), "local"));
-            assert_eq!(
-                p,
-                Placed::new("local", dir),
-                "equal whatever shares its strings"
-            );
-        }
-        let a = Placed::interned("local", "/run/attempts/1.1", &mut strings);
-        let b = Placed::interned("local", "/run/attempts/2.1", &mut strings);
-        assert!(Arc::ptr_eq(&a.at, &b.at));
-        let c = Placed::interned("slurm", "/run/attempts/3.1", &mut strings);
-        assert!(!Arc::ptr_eq(&a.at, &c.at));
-        assert_eq!(
-            (c.executor(), c.dir()),
-            ("slurm", "/run/attempts/3.1".to_owned())
-        );
-        assert_ne!(a, b);
-    }
-
-    #[test]
-    fn an_outcome_record_gives_back_the_outcome_and_text_it_was_made_of() {
-        let plain = AttemptOutcome::completed();
-        let rich = AttemptOutcome {
-            denials: vec![Denial {
-                tool: "Bash".into(),
-                count: 2,
-            }],
-            retry_after_ms: Some(5),
-            result: Some("{}".into()),
-            exit_code: Some(3),
-            signal: Some(9),
-            phase: Some(Phase::Running),
-            rate_limited: true,
-            side_effects: true,
-            ..AttemptOutcome::failed(StopReason::Error, "boom")
-        };
-        for (o, text) in [(&plain, ""), (&plain, "said"), (&rich, ""), (&rich, "said")] {
-            let r = OutcomeRecord::new(o, text);
-            assert_eq!((r.outcome(), r.output()), (o.clone(), text));
-        }
-        assert!(
-            OutcomeRecord::new(&plain, "").rest.get().is_none(),
-            "nothing boxed"
-        );
-    }
-
-    #[test]
-    fn an_attempts_boxed_fields_read_back_and_a_zero_usage_is_no_box() {
-        let mut a = AttemptRecord::new(Attempt(1), None, Timestamp(0));
-        assert_eq!((a.model(), a.continues(), a.session()), (None, None, None));
-        assert!(a.more.get().is_none());
-        a.set_usage(Usage::ZERO);
-        assert!(a.usage.get().is_none());
-        let used = Usage {
-            input: 3,
-            ..Usage::ZERO
-        };
-        a.set_usage(used);
-        a.set_model(Some("m".into()));
-        a.set_continues(Some("c".into()));
-        a.set_session(Some("s".into()));
-        assert_eq!(*a.usage(), used);
-        assert_eq!(
-            (a.model(), a.continues(), a.session()),
-            (Some("m"), Some("c"), Some("s"))
-        );
-        let mut b = AttemptRecord::new(Attempt(1), Some("m".into()), Timestamp(0));
-        b.set_usage(used);
-        b.set_continues(Some("c".into()));
-        b.set_session(Some("s".into()));
-        assert_eq!(a, b);
-    }
-
-    #[test]
-    fn of_two_tasks_with_one_label_the_later_is_found() {
-        let state = started(&["x", "a", "x"]);
-        assert_eq!(state.task_by_label("x"), Some(TaskId(2)));
-    }
-}
+mod tests;
