@@ -83,7 +83,7 @@ impl Ledger {
             match other.tasks.get(task) {
                 Some(u) if u == usage => {}
                 Some(u) => return Some(format!("task {task}: {usage:?} against {u:?}")),
-                None => return Some(format!("task {task} is missing from the other ledger")),
+                None => return Some(missing_from_other(*task)),
             }
         }
         if let Some(task) = other.tasks.keys().find(|t| !self.tasks.contains_key(t)) {
@@ -100,17 +100,90 @@ impl Ledger {
         }
         None
     }
+
+    /// `self.difference(&ledger(state))`, without building the state's ledger: its per-task
+    /// sums are made one task at a time and compared as they come (for a 100,000-task run the
+    /// second ledger was a map of 100,000 entries, built, searched and dropped after the scan).
+    pub fn difference_from_state(&self, state: &RunState) -> Option<String> {
+        // Per model and in total, in (task, attempt) order as `ledger` adds them.
+        let mut untasked = Ledger::new();
+        // The first difference `difference` would find while walking `self.tasks`, and the
+        // first task of the state missing from `self` (reported only after those).
+        let mut first_walk = None;
+        let mut first_missing = None;
+        let mut mine = self.tasks.iter().peekable();
+        for (i, task) in state.tasks.iter().enumerate() {
+            let id = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
+            let mut sum: Option<Usage> = None;
+            for attempt in &task.attempts {
+                let usage = attempt.usage();
+                sum = Some(sum.unwrap_or(Usage::ZERO).plus(usage));
+                untasked.add_untasked(attempt.model(), usage);
+            }
+            let Some(sum) = sum else { continue };
+            if first_walk.is_some() && first_missing.is_some() {
+                continue;
+            }
+            // Tasks of `self` before this one are missing from the state's ledger.
+            while let Some((t, _)) = mine.next_if(|(t, _)| **t < id) {
+                first_walk.get_or_insert_with(|| missing_from_other(*t));
+            }
+            match mine.next_if(|(t, _)| **t == id) {
+                Some((_, usage)) if *usage == sum => {}
+                Some((_, usage)) => {
+                    first_walk
+                        .get_or_insert_with(|| format!("task {id}: {usage:?} against {sum:?}"));
+                }
+                None => {
+                    first_missing
+                        .get_or_insert_with(|| format!("task {id} is missing from this ledger"));
+                }
+            }
+        }
+        if let Some((t, _)) = mine.next() {
+            first_walk.get_or_insert_with(|| missing_from_other(*t));
+        }
+        if self.attempts != untasked.attempts {
+            return Some(format!(
+                "{} attempts counted against {}",
+                self.attempts, untasked.attempts
+            ));
+        }
+        if let Some(d) = first_walk.or(first_missing) {
+            return Some(d);
+        }
+        if self.models != untasked.models {
+            return Some(format!(
+                "per-model usage differs: {:?} against {:?}",
+                self.models, untasked.models
+            ));
+        }
+        if self.total != untasked.total {
+            return Some(format!(
+                "total {:?} against {:?}",
+                self.total, untasked.total
+            ));
+        }
+        None
+    }
+}
+
+/// What [`Ledger::difference`] says of a task the other ledger lacks.
+fn missing_from_other(task: TaskId) -> String {
+    format!("task {task} is missing from the other ledger")
 }
 
 impl Ledger {
     /// The ledger of attempts given in (task, attempt) order, as [`Ledger::add`] of each in
     /// turn makes it, but with the per-task map built at once from the sorted sums (inserting
     /// 100,000 tasks one at a time cost audit a tenth of a second).
+    /// `tasks` is how many tasks there may be (the sums' vector is made that big at once).
     fn from_ordered<'a>(
+        tasks: usize,
         attempts: impl IntoIterator<Item = (TaskId, Option<&'a str>, &'a Usage)>,
     ) -> Ledger {
         let mut ledger = Ledger::new();
-        let mut tasks: Vec<(TaskId, Usage)> = Vec::new();
+        let mut tasks: Vec<(TaskId, Usage)> = Vec::with_capacity(tasks);
         for (task, model, usage) in attempts {
             match tasks.last_mut() {
                 Some((t, sum)) if *t == task => *sum = sum.plus(usage),
@@ -144,12 +217,77 @@ impl Ledger {
 /// journal that may not fit in memory).
 #[derive(Debug, Clone, Default)]
 pub struct LedgerFold {
-    /// The attempts of tasks `0..by_task.len()`, by task index: (attempt, model, last reported
-    /// usage), in attempt order. A search per usage report in a map of every attempt of a big
-    /// run cost audit more than a tenth of its time.
-    by_task: Vec<Vec<(Attempt, Option<String>, Usage)>>,
+    /// The models seen, each once (a run uses a few): an attempt names its model by index
+    /// here, so that counting an attempt allocates nothing.
+    models: Vec<Option<String>>,
+    /// The attempts of tasks `0..by_task.len()`, by task index. A search per usage report in
+    /// a map of every attempt of a big run cost audit more than a tenth of its time, and a
+    /// vector per task an allocation per task.
+    by_task: Vec<Slot>,
     /// The attempts of any other task: (task, attempt) -> (model, last reported usage).
-    attempts: BTreeMap<(TaskId, Attempt), (Option<String>, Usage)>,
+    attempts: BTreeMap<(TaskId, Attempt), Entry>,
+}
+
+/// One attempt as the fold counts it: its model (an index into [`LedgerFold::models`]) and
+/// its last reported usage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Entry {
+    attempt: Attempt,
+    model: u32,
+    usage: Usage,
+}
+
+/// A task's attempts in attempt order: most tasks make one, kept inline.
+#[derive(Debug, Clone, Default)]
+enum Slot {
+    #[default]
+    None,
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+impl Slot {
+    fn entries(&self) -> &[Entry] {
+        match self {
+            Slot::None => &[],
+            Slot::One(e) => std::slice::from_ref(e),
+            Slot::Many(v) => v,
+        }
+    }
+
+    /// The entry of `attempt`, the task's last one looked at first (the attempt reporting is
+    /// nearly always the task's last).
+    fn get_mut(&mut self, attempt: Attempt) -> Option<&mut Entry> {
+        match self {
+            Slot::None => None,
+            Slot::One(e) => (e.attempt == attempt).then_some(e),
+            Slot::Many(v) => {
+                if v.last().is_some_and(|e| e.attempt == attempt) {
+                    return v.last_mut();
+                }
+                let k = v.binary_search_by_key(&attempt, |e| e.attempt).ok()?;
+                v.get_mut(k)
+            }
+        }
+    }
+
+    /// Opens `entry`'s attempt (again: a relaunch starts its usage over), in attempt order.
+    fn launch(&mut self, entry: Entry) {
+        match self {
+            Slot::None => *self = Slot::One(entry),
+            Slot::One(e) if e.attempt == entry.attempt => *e = entry,
+            Slot::One(e) => {
+                let first = *e;
+                let mut v = vec![first, entry];
+                v.sort_by_key(|e| e.attempt);
+                *self = Slot::Many(v);
+            }
+            Slot::Many(v) => match v.binary_search_by_key(&entry.attempt, |e| e.attempt) {
+                Ok(k) => v[k] = entry,
+                Err(k) => v.insert(k, entry),
+            },
+        }
+    }
 }
 
 impl LedgerFold {
@@ -162,10 +300,25 @@ impl LedgerFold {
     /// (any other task's in a map, as by [`LedgerFold::new`]; the ledger is the same).
     pub fn with_tasks(tasks: usize) -> LedgerFold {
         let tasks = tasks.min(u32::MAX as usize);
+        let mut by_task = Vec::new();
+        by_task.resize_with(tasks, Slot::default);
         LedgerFold {
-            by_task: vec![Vec::new(); tasks],
+            models: Vec::new(),
+            by_task,
             attempts: BTreeMap::new(),
         }
+    }
+
+    /// The index of `model` in [`LedgerFold::models`], added if new.
+    fn model_index(&mut self, model: Option<&str>) -> u32 {
+        let k = match self.models.iter().position(|m| m.as_deref() == model) {
+            Some(k) => k,
+            None => {
+                self.models.push(model.map(str::to_owned));
+                self.models.len() - 1
+            }
+        };
+        u32::try_from(k).unwrap_or(u32::MAX)
     }
 
     /// Takes one event into account (only attempt launches and usage reports count).
@@ -175,23 +328,19 @@ impl LedgerFold {
                 task,
                 attempt,
                 model,
-            } => match self.by_task.get_mut(task.index()) {
-                Some(attempts) => {
-                    let entry = (*attempt, model.clone(), Usage::ZERO);
-                    match attempts.binary_search_by_key(attempt, |a| a.0) {
-                        Ok(k) => attempts[k] = entry,
-                        Err(k) => {
-                            // Most tasks make one attempt.
-                            attempts.reserve_exact(1);
-                            attempts.insert(k, entry);
-                        }
+            } => {
+                let entry = Entry {
+                    attempt: *attempt,
+                    model: self.model_index(model.as_deref()),
+                    usage: Usage::ZERO,
+                };
+                match self.by_task.get_mut(task.index()) {
+                    Some(slot) => slot.launch(entry),
+                    None => {
+                        self.attempts.insert((*task, *attempt), entry);
                     }
                 }
-                None => {
-                    self.attempts
-                        .insert((*task, *attempt), (model.clone(), Usage::ZERO));
-                }
-            },
+            }
             Event::AttemptProgress {
                 task,
                 attempt,
@@ -202,56 +351,55 @@ impl LedgerFold {
                 attempt,
                 usage,
                 ..
-            } => match self.by_task.get_mut(task.index()) {
-                Some(attempts) => {
-                    // The attempt reporting is nearly always the task's last.
-                    let found = match attempts.last_mut() {
-                        Some(last) if last.0 == *attempt => Some(last),
-                        _ => attempts
-                            .binary_search_by_key(attempt, |a| a.0)
-                            .ok()
-                            .and_then(|k| attempts.get_mut(k)),
-                    };
-                    if let Some(entry) = found {
-                        entry.2 = *usage;
-                    }
+            } => {
+                let found = match self.by_task.get_mut(task.index()) {
+                    Some(slot) => slot.get_mut(*attempt),
+                    None => self.attempts.get_mut(&(*task, *attempt)),
+                };
+                if let Some(entry) = found {
+                    entry.usage = *usage;
                 }
-                None => {
-                    if let Some(entry) = self.attempts.get_mut(&(*task, *attempt)) {
-                        entry.1 = *usage;
-                    }
-                }
-            },
+            }
             _ => {}
         }
     }
 
     /// The ledger of the events seen, attempts added in (task, attempt) order.
     pub fn finish(self) -> Ledger {
+        let models = &self.models;
+        let model = move |e: &Entry| -> Option<&str> {
+            usize::try_from(e.model)
+                .ok()
+                .and_then(|k| models.get(k))
+                .and_then(|m| m.as_deref())
+        };
         // The tasks by index come first: the map holds only tasks at or past `by_task.len()`.
-        let by_index = self.by_task.iter().enumerate().flat_map(|(i, attempts)| {
+        let by_index = self.by_task.iter().enumerate().flat_map(|(i, slot)| {
             let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
-            attempts
+            slot.entries()
                 .iter()
-                .map(move |(_, model, usage)| (task, model.as_deref(), usage))
+                .map(move |e| (task, model(e), &e.usage))
         });
         let by_map = self
             .attempts
             .iter()
-            .map(|((task, _), (model, usage))| (*task, model.as_deref(), usage));
-        Ledger::from_ordered(by_index.chain(by_map))
+            .map(|((task, _), e)| (*task, model(e), &e.usage));
+        Ledger::from_ordered(self.by_task.len(), by_index.chain(by_map))
     }
 }
 
 /// The ledger of a replayed run: every attempt of every task, counted once with its last known
 /// usage (attempts cut short by a crash count with their last checkpoint).
 pub fn ledger(state: &RunState) -> Ledger {
-    Ledger::from_ordered(state.tasks.iter().enumerate().flat_map(|(i, task)| {
-        let id = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
-        task.attempts
-            .iter()
-            .map(move |attempt| (id, attempt.model(), attempt.usage()))
-    }))
+    Ledger::from_ordered(
+        state.tasks.len(),
+        state.tasks.iter().enumerate().flat_map(|(i, task)| {
+            let id = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
+            task.attempts
+                .iter()
+                .map(move |attempt| (id, attempt.model(), attempt.usage()))
+        }),
+    )
 }
 
 /// [`ledger`] without its per-task part (`tasks` is empty): per model and in total, what a
@@ -410,7 +558,7 @@ mod tests {
             for (t, m, usage) in &usages {
                 one_by_one.add(*t, *m, usage);
             }
-            let at_once = Ledger::from_ordered(usages.iter().map(|(t, m, usage)| (*t, *m, usage)));
+            let at_once = Ledger::from_ordered(0, usages.iter().map(|(t, m, usage)| (*t, *m, usage)));
             proptest::prop_assert_eq!(at_once, one_by_one);
         }
     }

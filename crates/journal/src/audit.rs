@@ -1,7 +1,7 @@
 //! Audit: the whole journal checked record by record, and the usage ledger recomputed from the
 //! raw events (core's `Ledger::from_events`) against the replayed state's.
 
-use sortie_core::ledger::{Ledger, LedgerFold, ledger};
+use sortie_core::ledger::{Ledger, LedgerFold};
 use sortie_core::{Event, RunState, Seq};
 
 use crate::Error;
@@ -55,9 +55,8 @@ impl Journal {
             true
         });
         let recomputed = raw.finish();
-        let replayed = ledger(&state);
         let ledger_mismatch = recomputed
-            .difference(&replayed)
+            .difference_from_state(&state)
             .map(|d| format!("ledger from the raw events differs from the replayed state: {d}"))
             .or_else(|| {
                 let usage = state.usage();

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sortie_core::ledger::{Ledger, LedgerFold};
 use sortie_core::{
     Attempt, AttemptOutcome, Batch, Event, OrphanAction, RunOutcome, RunState, Seq, Stamped,
     TaskId, TaskResult, TerminalState, Usage,
@@ -489,6 +490,7 @@ pub(crate) fn check_usage(t: &Trace) -> Result<(), String> {
         if l.total != state.usage() || l.total.reasoning != sum_usage(last.values()).reasoning {
             return Err("the ledger total is not the run's usage".into());
         }
+        check_ledger_comparisons(&t.events, state, &l)?;
         for (i, rec) in state.tasks.iter().enumerate() {
             for a in &rec.attempts {
                 let stored = last
@@ -502,6 +504,71 @@ pub(crate) fn check_usage(t: &Trace) -> Result<(), String> {
                     ));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// The raw ledger folded one way and another is the same, and comparing a ledger with the
+/// state (`difference_from_state`, what audit does) says what comparing it with the state's
+/// ledger (`difference`) says: for the raw ledger and for ledgers changed in each way audit
+/// must notice.
+fn check_ledger_comparisons(
+    events: &[Stamped],
+    state: &RunState,
+    l: &Ledger,
+) -> Result<(), String> {
+    let raw = Ledger::from_events(events.iter().map(|e| &e.event));
+    let mut fold = LedgerFold::with_tasks(state.tasks.len());
+    events.iter().for_each(|e| fold.observe(&e.event));
+    if fold.finish() != raw {
+        return Err("the task-indexed fold differs from from_events".into());
+    }
+    let mut variants = vec![raw.clone()];
+    let bump = |u: &mut Usage| u.input += 1;
+    if let Some((&first, _)) = raw.tasks.iter().next() {
+        let mut v = raw.clone();
+        v.tasks.remove(&first);
+        variants.push(v);
+        let mut v = raw.clone();
+        v.tasks.entry(first).and_modify(bump);
+        variants.push(v);
+    }
+    if let Some((&last, _)) = raw.tasks.iter().next_back() {
+        let mut v = raw.clone();
+        v.tasks.entry(last).and_modify(bump);
+        variants.push(v);
+        let mut v = raw.clone();
+        v.tasks.remove(&last);
+        v.tasks.insert(TaskId(last.0 + 1), Usage::ZERO);
+        variants.push(v);
+    }
+    let mut v = raw.clone();
+    v.tasks.insert(
+        TaskId(u32::try_from(state.tasks.len()).unwrap_or(u32::MAX)),
+        Usage::ZERO,
+    );
+    variants.push(v);
+    let mut v = raw.clone();
+    v.attempts += 1;
+    variants.push(v);
+    let mut v = raw.clone();
+    bump(&mut v.total);
+    variants.push(v);
+    let mut v = raw.clone();
+    v.models
+        .insert(Some("a model nobody used".into()), Usage::ZERO);
+    variants.push(v);
+    for (k, v) in variants.iter().enumerate() {
+        let slow = v.difference(l);
+        let fast = v.difference_from_state(state);
+        if slow != fast {
+            return Err(format!(
+                "variant {k}: difference says {slow:?}, difference_from_state {fast:?}"
+            ));
+        }
+        if k > 0 && fast.is_none() && v != l {
+            return Err(format!("variant {k} differs from the ledger unnoticed"));
         }
     }
     Ok(())
