@@ -300,6 +300,11 @@ async fn follow_stdout(
 
 /// The end of a stderr file, at a char boundary.
 fn stderr_tail(path: &Path) -> String {
+    // Most attempts write nothing there: one `statx` instead of opening and reading it
+    // (six syscalls an attempt).
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+        return String::new();
+    }
     let mut tail = TailBuffer::new(STDERR_TAIL_BYTES);
     if let Ok(mut f) = File::open(path) {
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
