@@ -554,6 +554,13 @@ impl Engine {
     /// when a stop was asked for and nothing is in flight any more.
     fn ending(&mut self) -> Result<Option<End>> {
         if self.state.all_finished() {
+            // sled's reopen (when its log grew enough) now rather than after the last event,
+            // in the snapshot that follows it: the reopen's memory and that of the summary
+            // (3.6 MB for 100,000 tasks, held by the event, its encoding and sled at once) no
+            // longer add up at the run's end, its peak of memory.
+            let journal = Arc::clone(&self.journal);
+            tokio::task::block_in_place(|| journal.reopen_if_grown())
+                .map_err(|e| self.journal_error(e))?;
             let state = self.state.aggregate();
             let summary = sortie_core::summary_text(&self.state);
             self.commit(vec![Event::RunFinished { state, summary }])?;
