@@ -45,6 +45,8 @@ fn main() -> ExitCode {
     ) {
         tune_malloc();
     }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    sortie_runner::engine::on_release_memory(trim_malloc);
     output::init_tracing(args.global.verbose);
     match commands::dispatch(args) {
         Ok(code) => code.into(),
@@ -88,11 +90,34 @@ fn tune_malloc() {
     }
 }
 
+/// Gives the free memory of glibc's heap back to the system (`malloc_trim`), called by a run's
+/// owner after each snapshot and before the run's last event (see
+/// `sortie_runner::engine::on_release_memory`). The heap's free space in the middle (what a
+/// round's buffers, sled's page table before a reopen and the tasks' attempts in flight left) is
+/// otherwise never given back, and the run's end, its peak, comes on top of it. Measured on
+/// `sortie run` of 100,000 × `true` at 64 (2026-12-03, load average 2 to 4, one run each):
+/// peak RSS 100.4 MB without it; 94.3 MB with the trim before the last event alone (which gave
+/// back 9 MB there); 95.9 and 96.9 MB with both (the gain depends on how much of the free space
+/// lies in whole pages: ~2 MB before the last event in the first of those).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(
+    unsafe_code,
+    reason = "malloc_trim is only reachable through libc, like mallopt below"
+)]
+fn trim_malloc() {
+    // SAFETY: `malloc_trim` takes no pointer and only returns free pages of glibc's heaps to
+    // the system (madvise), under glibc's own arena locks; it may be called from any thread at
+    // any time. Its result (whether anything was released) needs no handling.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Sets one of glibc's allocator tunables.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(
     unsafe_code,
-    reason = "mallopt is only reachable through libc; the product's one unsafe call"
+    reason = "mallopt is only reachable through libc; with malloc_trim, the product's only unsafe calls"
 )]
 fn mallopt(param: libc::c_int, value: libc::c_int) {
     // SAFETY: `mallopt` only sets a tunable of glibc's allocator: it takes no pointer, glibc

@@ -313,19 +313,30 @@ impl Journal {
             let _ = d.sync_all();
         }
         high.write(&self.run_dir)?;
-        // And sled's own snapshot of its page table, which it writes only when it opens a
-        // database: the next open (a resume after a crash, a reader's copy) then reads only
-        // the log after this point instead of all of it (see `Store::reopen`). Not for a short
-        // log: reading it costs an open less than the reopen does.
-        if high
-            .records
-            .saturating_sub(self.opened_at.load(Ordering::Relaxed))
-            >= REOPEN_AFTER
-        {
-            self.store.reopen(crate::journal::WRITER_PATIENCE)?;
-            self.opened_at.store(high.records, Ordering::Relaxed);
-        }
+        self.reopen_if_grown()?;
         Ok(Some(high))
+    }
+
+    /// Closes and opens sled's database again once its log grew by [`REOPEN_AFTER`] records
+    /// since sled last opened it: sled writes the snapshot of its own page table only when it
+    /// opens a database, and the next open (a resume after a crash, a reader's copy) then
+    /// reads only the log after this point instead of all of it (see `Store::reopen`). Not for
+    /// a short log: reading it costs an open less than the reopen does. [`Journal::write_snapshot`]
+    /// calls it; the run's owner also calls it just before it appends the run's last event, so
+    /// that the reopen's memory is not added to that of the last event (a 100,000-task run's
+    /// summary) and the snapshot after it has nothing left to reopen. Returns whether it
+    /// reopened; a reopen that fails leaves the journal unable to append.
+    pub fn reopen_if_grown(&self) -> Result<bool> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let records = self.next_seq().0;
+        if records.saturating_sub(self.opened_at.load(Ordering::Relaxed)) < REOPEN_AFTER {
+            return Ok(false);
+        }
+        self.store.reopen(crate::journal::WRITER_PATIENCE)?;
+        self.opened_at.store(records, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// The newest snapshot that checks out against this journal (see the module docs), with

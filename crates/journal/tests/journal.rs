@@ -546,6 +546,46 @@ fn a_snapshot_leaves_sleds_own_beside_the_log_and_the_writer_goes_on() {
 }
 
 #[test]
+fn a_reopen_before_the_last_event_leaves_sleds_page_table_and_the_snapshot_none_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    let events: Vec<_> = support::realistic(12_000, 2).collect();
+    let (first, rest) = events.split_at(events.len() * 3 / 4);
+    assert!(first.len() > 32_768, "{} records", first.len());
+    // A short log is not worth a reopen.
+    j.append_all(&first[..100]).unwrap();
+    assert!(!j.reopen_if_grown().unwrap());
+    j.append_all(&first[100..]).unwrap();
+    let before = sled_snapshots(tmp.path());
+    assert!(
+        j.reopen_if_grown().unwrap(),
+        "the log grew past the threshold"
+    );
+    let after = sled_snapshots(tmp.path());
+    assert!(
+        !after.is_empty() && after != before,
+        "sled wrote its page table after the log written so far: {before:?} then {after:?}"
+    );
+    // Nothing grew since: neither this nor the snapshot that follows reopens again.
+    assert!(!j.reopen_if_grown().unwrap());
+    j.append_all(rest).unwrap();
+    j.write_snapshot(&j.replay(None).unwrap()).unwrap();
+    assert_eq!(
+        sled_snapshots(tmp.path()),
+        after,
+        "no reopen after the snapshot"
+    );
+    let reader = Journal::open_read_only(tmp.path()).unwrap();
+    assert_eq!(reader.next_seq().0, events.len() as u64);
+    assert!(reader.audit().is_clean());
+    assert_eq!(reader.replay_latest().unwrap(), j.replay(None).unwrap());
+    assert!(matches!(
+        reader.reopen_if_grown(),
+        Err(sortie_journal::Error::ReadOnly)
+    ));
+}
+
+#[test]
 fn a_snapshot_whose_header_holds_but_whose_body_does_not_is_passed_over() {
     let tmp = tempfile::tempdir().unwrap();
     let j = Journal::create(tmp.path()).unwrap();

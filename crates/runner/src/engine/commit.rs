@@ -123,6 +123,7 @@ impl Engine {
         };
         if snapshot && mark.is_some() {
             self.snapshotted = self.state.next_seq.0;
+            super::release_memory();
         }
         self.marked = (
             mark.map_or(self.marked.0, |m| m.records),

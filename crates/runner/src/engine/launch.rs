@@ -29,7 +29,7 @@ impl Engine {
             _ => PathBuf::from(&spec.cwd),
         };
         let profile = launch_profile(batch, spec)?;
-        let env = self.env.get(task.index()).cloned().unwrap_or_default();
+        let env = self.env.get(&task.index()).cloned().unwrap_or_default();
         // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
         // its session's).
         let links = self
