@@ -176,8 +176,8 @@ fn missing_from_other(task: TaskId) -> String {
 impl Ledger {
     /// The ledger of attempts given in (task, attempt) order, as [`Ledger::add`] of each in
     /// turn makes it, but with the per-task map built at once from the sorted sums (inserting
-    /// 100,000 tasks one at a time cost audit a tenth of a second).
-    /// `tasks` is how many tasks there may be (the sums' vector is made that big at once).
+    /// 100,000 tasks one at a time cost audit a tenth of a second). `tasks` is how many tasks
+    /// there may be: the vector of sums is made that big at once.
     fn from_ordered<'a>(
         tasks: usize,
         attempts: impl IntoIterator<Item = (TaskId, Option<&'a str>, &'a Usage)>,
