@@ -406,6 +406,15 @@ async fn apply_to(kept: &Kept, index: bool) -> Result<Applied> {
     outcome
 }
 
+/// Gives `copy` the modification time of `original`.
+fn keep_modified(original: &Path, copy: &Path) -> std::io::Result<()> {
+    let modified = std::fs::metadata(original)?.modified()?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(copy)?
+        .set_modified(modified)
+}
+
 /// Merges `patch` three ways into a scratch index made of the checkout's files; on success
 /// writes to `out` the patch from the checkout's files to the merged result and returns None;
 /// on a conflict returns what git said. The checkout and its index are left alone.
@@ -422,7 +431,10 @@ async fn merge_on_scratch(
     )
     .await?;
     match std::fs::copy(&index, scratch) {
-        Ok(_) => {}
+        // The copy keeps the index's modification time: git trusts a file's cached stat data
+        // only when the file is older than the index, so a copy dated now would hide a file
+        // rewritten since with the same size in the same second ("racy git").
+        Ok(_) => keep_modified(Path::new(&index), scratch).map_err(io(scratch))?,
         // A repository with no index yet: the scratch index starts empty.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(scratch)(e)),
