@@ -100,12 +100,21 @@ fn index_of(j: &Journal, label: &str) -> u64 {
 }
 
 /// How many attempts of `run` have their exit recorded (an `exit` file in their dir, or an
-/// exit line in the shepherd's status log beside it).
+/// exit line in the shepherd's status log beside it; the shepherd's attempts have no dir, only
+/// their files beside its name).
 fn exits_recorded(s: &Scratch, run: &str) -> usize {
     let dir = s.state_dir().join("runs").join(run).join("attempts");
-    std::fs::read_dir(dir).map_or(0, |d| {
+    std::fs::read_dir(&dir).map_or(0, |d| {
         d.flatten()
-            .filter(|e| e.path().is_dir() && sortie_testkit::exit_recorded(&e.path()))
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_owned();
+                let attempt = match name.strip_suffix(".stdout") {
+                    Some(attempt) => dir.join(attempt),
+                    None if e.path().is_dir() => e.path(),
+                    None => return None,
+                };
+                sortie_testkit::exit_recorded(&attempt).then_some(())
+            })
             .count()
     })
 }
@@ -533,7 +542,7 @@ fn an_adopted_attempt_reads_on_from_the_journaled_offset() {
         .state_dir()
         .join("runs")
         .join(run)
-        .join("attempts/0.1/stdout");
+        .join("attempts/0.1.stdout");
     let len = std::fs::metadata(&transcript).expect("transcript").len();
     assert!(
         offsets.last().is_some_and(|o| *o <= len),

@@ -1,5 +1,5 @@
 //! End-to-end tests of transcripts (#10): every attempt, supervised or not, keeps the agent's
-//! whole stdout in its attempt dir; `sortie status --task` lists them (path, size, cut),
+//! whole stdout (in its attempt dir, or beside the dir's name for the shepherd's attempts); `sortie status --task` lists them (path, size, cut),
 //! `sortie logs` prints them (the last attempt by default, `--attempt N`, `--follow` tailing a
 //! live one from another terminal until it ends), a chatty agent is cut to the cap
 //! (`SORTIE_TRANSCRIPT_CAP`: its head and tail kept, what was cut said), and `sortie gc`
@@ -25,8 +25,16 @@ fn attempt_dir(s: &Scratch, run: &str, task: u32, attempt: u32) -> PathBuf {
         .join(format!("{task}.{attempt}"))
 }
 
+/// The attempt's file `name` (`stdout`, `stderr`): inside its dir (the direct executor's, a
+/// supervisor's of its own), or beside the dir's name when it has none (the shepherd's).
 fn attempt_file(s: &Scratch, run: &str, task: u32, attempt: u32, name: &str) -> PathBuf {
-    attempt_dir(s, run, task, attempt).join(name)
+    let dir = attempt_dir(s, run, task, attempt);
+    if dir.is_dir() {
+        return dir.join(name);
+    }
+    let mut beside = dir.into_os_string();
+    beside.push(format!(".{name}"));
+    PathBuf::from(beside)
 }
 
 fn task_status(s: &Scratch, run: &str, label: &str) -> Value {
@@ -73,6 +81,17 @@ fn every_attempt_keeps_its_transcript_and_logs_prints_it() {
         b.to_str().expect("utf-8"),
     ]);
 
+    // The shepherd's attempts have no dir: their files lie beside the dir's name, where
+    // `status` says they are; the direct executor's are in a dir each.
+    for attempt in [1, 2] {
+        assert!(!attempt_dir(&s, run, 0, attempt).exists());
+        assert!(attempt_dir(&s, run, 1, attempt).join("stdout").is_file());
+    }
+    let dir = attempt_dir(&s, run, 0, 1);
+    let attempts = dir.parent().expect("the attempts dir");
+    for name in ["0.1.stdout", "0.1.stderr", "0.2.stdout", "0.2.stderr"] {
+        assert!(attempts.join(name).is_file(), "{name}");
+    }
     for (task, label, executor) in [(0, "sup", "local"), (1, "pipes", "direct")] {
         let last = std::fs::read(attempt_file(&s, run, task, 2, "stdout")).expect("kept");
         let text = String::from_utf8_lossy(&last);
@@ -173,6 +192,57 @@ fn every_attempt_keeps_its_transcript_and_logs_prints_it() {
 /// file keeps its length but takes about the cap on disk, its first lines and its last lines
 /// are kept, `status --task` says what was cut, and `logs` prints only whole lines, saying on
 /// stderr what it jumped over. The task still completes: its end was kept.
+/// A run that an earlier sortie started kept every shepherd's attempt in a dir of its own
+/// (`attempts/0.1/stdout`): `logs` and `status --task` still find the files there.
+#[test]
+fn the_transcripts_of_an_earlier_sorties_dir_per_attempt_are_still_read() {
+    let s = Scratch::new();
+    let run = &unique_run("olddirs");
+    let b = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"sup\"\ncommand = {}\n",
+            fake_command(&["--turns", "2", "--answer", "kept"])
+        ),
+    );
+    s.run_ok(&[
+        "--quiet",
+        "run",
+        "--run-id",
+        run,
+        b.to_str().expect("utf-8"),
+    ]);
+    // What the shepherd's attempt looked like before: its files inside its dir.
+    let dir = attempt_dir(&s, run, 0, 1);
+    let (stdout, stderr) = (
+        attempt_file(&s, run, 0, 1, "stdout"),
+        attempt_file(&s, run, 0, 1, "stderr"),
+    );
+    assert!(!dir.exists() && stdout.is_file() && stderr.is_file());
+    let text = std::fs::read(&stdout).expect("stdout");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::rename(&stdout, dir.join("stdout")).expect("mv stdout");
+    std::fs::rename(&stderr, dir.join("stderr")).expect("mv stderr");
+
+    let out = s.run_ok(&["logs", run, "sup"]);
+    assert_eq!(out.stdout, text);
+    assert!(String::from_utf8_lossy(&text).contains("kept"));
+    let v = task_status(&s, run, "sup");
+    let t = &v["transcripts"][0];
+    assert_eq!(
+        t["path"],
+        dir.join("stdout").to_str().expect("utf-8"),
+        "{v}"
+    );
+    assert_eq!(
+        t["stderr"],
+        dir.join("stderr").to_str().expect("utf-8"),
+        "{v}"
+    );
+    assert_eq!(t["exists"], true, "{v}");
+    assert_eq!(t["bytes"], text.len(), "{v}");
+}
+
 #[test]
 fn a_chatty_agent_is_cut_to_the_cap_keeping_its_head_and_tail() {
     let s = Scratch::new();

@@ -1,5 +1,5 @@
 //! A run's transcripts (#10): each attempt's `stdout` (the agent's whole event stream) and
-//! `stderr` in its attempt dir, where they are, how big, what the cap cut (`process::transcript`),
+//! `stderr`, in its attempt dir or beside it (`process::AttemptFiles`), where they are, how big, what the cap cut (`process::transcript`),
 //! and whether anything may still write to one (`sortie logs --follow`). Read from the journal's
 //! placements and the files; nothing here writes.
 
@@ -36,6 +36,9 @@ pub struct Transcript {
     pub stderr: PathBuf,
     /// See `stderr`.
     pub stderr_bytes: u64,
+    /// The attempt dir it was placed with (its exit and start records are found by it).
+    #[serde(skip)]
+    pub dir: PathBuf,
 }
 
 /// The transcripts of `task`'s attempts, in order.
@@ -53,8 +56,8 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
                     run_dir.attempt_dir(task.0, a.attempt.0),
                 ),
             };
-            let path = dir.join(process::STDOUT_FILE);
-            let stderr = dir.join(process::STDERR_FILE);
+            let files = crate::executor::attempt_files(&executor, &dir);
+            let (path, stderr) = (files.stdout, files.stderr);
             let meta = std::fs::metadata(&path).ok();
             let end = match &a.end {
                 None => "running".to_owned(),
@@ -76,6 +79,7 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
                 stderr_bytes: std::fs::metadata(&stderr).map_or(0, |m| m.len()),
                 path,
                 stderr,
+                dir,
             }
         })
         .collect()
@@ -85,9 +89,7 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
 /// supervised attempt) or its run's owner does (a direct one, whose output sortie writes; a
 /// batch job, followed by its owner).
 pub fn may_grow(t: &Transcript, run_dir: &RunDir) -> bool {
-    let Some(dir) = t.path.parent() else {
-        return false;
-    };
+    let dir = t.dir.as_path();
     if process::read_exit(dir).is_some() {
         return false;
     }
@@ -143,10 +145,16 @@ pub fn gc(
         if now.0.saturating_sub(ended) < u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX) {
             continue;
         }
-        // The attempt dirs (not the shepherd's status log beside them).
+        // The attempts: their dirs, and the shepherd's attempts' stdout files beside them (not
+        // the status log, nor the stderr, cut and read records).
         let count = std::fs::read_dir(&attempts).map_or(0, |d| {
             d.flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter(|e| {
+                    e.file_type().is_ok_and(|t| t.is_dir())
+                        || e.file_name()
+                            .to_str()
+                            .is_some_and(|n| n.ends_with(".stdout"))
+                })
                 .count()
         });
         let bytes = disk_usage(&attempts) + disk_usage(&prompts);

@@ -86,7 +86,7 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
     lines.finish(&mut out)?;
     out.flush()?;
     if args.follow
-        && let Some(exit) = t.path.parent().and_then(process::read_exit)
+        && let Some(exit) = process::read_exit(&t.dir)
     {
         eprintln!(
             "sortie: attempt {} of task {label} ended ({exit:?})",

@@ -150,13 +150,14 @@ impl Engine {
                 continue;
             };
             let placed = record.attempts.iter().rev().find(|a| a.attempt == attempt);
-            let Some(dir) = placed.and_then(|a| a.placed.as_deref()).map(|p| p.dir()) else {
+            let Some(placed) = placed.and_then(|a| a.placed.as_deref()) else {
                 continue;
             };
+            let dir = placed.dir();
             let dir = std::path::Path::new(&dir);
             match read {
                 Some(offset) => {
-                    let stdout = dir.join(crate::process::STDOUT_FILE);
+                    let stdout = crate::executor::attempt_files(placed.executor(), dir).stdout;
                     if let Err(e) = crate::process::write_read(&stdout, offset) {
                         tracing::debug!("cannot acknowledge {}: {e}", stdout.display());
                     }

@@ -63,21 +63,29 @@ pub struct Placement {
     pub task: TaskId,
     /// The attempt.
     pub attempt: Attempt,
-    /// The attempt's dir (absolute): its `stdout`, `stderr`, and the executor's own files.
+    /// The attempt's dir (absolute): its `stdout`, `stderr`, and the executor's own files; the
+    /// run's shepherd creates none, and its attempts' files lie beside the dir's name instead
+    /// (see [`process::AttemptFiles`]).
     pub dir: PathBuf,
     /// The executor's own id of the attempt once known (a batch job id), if it has one.
     pub handle: Option<String>,
 }
 
 impl Placement {
+    /// The attempt's stdout and stderr: inside its dir, or beside it for a supervised attempt
+    /// that the run's shepherd started.
+    pub fn files(&self) -> process::AttemptFiles {
+        attempt_files(&self.executor, &self.dir)
+    }
+
     /// The attempt's stdout, its transcript.
     pub fn stdout(&self) -> PathBuf {
-        self.dir.join(process::STDOUT_FILE)
+        self.files().stdout
     }
 
     /// The attempt's stderr.
     pub fn stderr(&self) -> PathBuf {
-        self.dir.join(process::STDERR_FILE)
+        self.files().stderr
     }
 
     /// The exit file: the attempt's exit status, written atomically once it ended (by a
@@ -85,6 +93,16 @@ impl Placement {
     /// status log instead).
     pub fn exit_file(&self) -> PathBuf {
         self.dir.join(process::EXIT_FILE)
+    }
+}
+
+/// The stdout and stderr of an attempt that `executor` ran, placed with the dir `dir`: inside
+/// it, or beside it for a supervised attempt that the run's shepherd started.
+pub fn attempt_files(executor: &str, dir: &Path) -> process::AttemptFiles {
+    if executor == SUPERVISED {
+        process::AttemptFiles::of(dir)
+    } else {
+        process::AttemptFiles::inside(dir)
     }
 }
 

@@ -8,7 +8,8 @@
 //! process that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt`
 //! gives each attempt its own (`sortie __supervise`). Both record the same (the shepherd its
 //! `started` and `exit` records in the run's status log, `process::status_log`, not in two files
-//! per attempt), read by the same functions, so adoption and resume do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor
+//! per attempt, and its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a
+//! dir: `process::AttemptFiles`), read by the same functions, so adoption and resume do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor
 //! per attempt is an exec of the sortie binary per attempt (see ARCHITECTURE.md).
 
 use std::io;
@@ -21,7 +22,8 @@ use super::{
     Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Presence, Sig, Started,
 };
 use crate::process::{
-    self, DirPresence, Followed, Line, SpawnError, StartedFile, Stdin, WaitError, Watcher,
+    self, AttemptFiles, DirPresence, Followed, Line, SpawnError, StartedFile, Stdin, WaitError,
+    Watcher,
 };
 
 /// The variable that picks a supervisor per attempt (`attempt`) instead of the run's
@@ -73,10 +75,20 @@ impl Executor for Supervised {
                     req.piped_stdin,
                 )
                 .await?;
-                Followed::new(&dir, 0, child.started, Watcher::Supervisor(child.process))
+                let files = AttemptFiles::inside(&dir);
+                Followed::new(
+                    &dir,
+                    files,
+                    0,
+                    child.started,
+                    Watcher::Supervisor(child.process),
+                )
             } else {
-                let s = process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, file).await?;
-                Followed::new(&dir, 0, s.started, Watcher::Shepherd(s))
+                // No dir of its own: its files lie beside the dir's name.
+                let files = AttemptFiles::beside(&dir);
+                let s = process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, &files, file)
+                    .await?;
+                Followed::new(&dir, files, 0, s.started, Watcher::Shepherd(s))
             };
             // #10: an agent driven over stdin is written to through its supervisor's FIFO.
             let stdin = if req.piped_stdin {
@@ -112,7 +124,7 @@ impl Executor for Supervised {
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
                 });
             };
-            let followed = Followed::new(&dir, 0, started, Watcher::Files);
+            let followed = Followed::new(&dir, AttemptFiles::of(&dir), 0, started, Watcher::Files);
             // An agent driven over stdin is steered on through its FIFO, if it still runs.
             let stdin = dir
                 .join(process::STDIN_FIFO)

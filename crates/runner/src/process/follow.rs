@@ -20,7 +20,7 @@ use super::child::Stopper;
 use super::lines::{FIRST_CHUNK, LINE_QUEUE, LineSplitter, TailBuffer, grow};
 use super::procfs::is_running;
 use super::shepherd_client::{Forget, Shepherded};
-use super::supervise::{DirPresence, STDERR_FILE, STDOUT_FILE, StartedFile, presence, read_exit};
+use super::supervise::{AttemptFiles, DirPresence, StartedFile, presence, read_exit};
 use super::transcript::{Kept, KeptReader};
 use super::{ExitSlot, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES, WaitError, pid_of};
 
@@ -34,7 +34,8 @@ const ADOPT_POLL: Duration = Duration::from_millis(100);
 pub struct Followed {
     /// What its supervisor recorded.
     pub started: StartedFile,
-    dir: PathBuf,
+    /// Its stdout and stderr.
+    files: AttemptFiles,
     stopper: Stopper,
     lines: mpsc::Receiver<(Line, u64)>,
     exit: watch::Receiver<ExitSlot>,
@@ -58,9 +59,16 @@ pub enum Watcher {
 }
 
 impl Followed {
-    /// Follows the attempt in `dir`, its stdout from byte `from`; `watcher` says how its end
-    /// is seen (at once when this process started it, by polling for an adopted attempt).
-    pub fn new(dir: &Path, from: u64, started: StartedFile, watcher: Watcher) -> Followed {
+    /// Follows the attempt placed with the dir `dir`, whose output goes to `files`, its stdout
+    /// from byte `from`; `watcher` says how its end is seen (at once when this process started
+    /// it, by polling for an adopted attempt).
+    pub fn new(
+        dir: &Path,
+        files: AttemptFiles,
+        from: u64,
+        started: StartedFile,
+        watcher: Watcher,
+    ) -> Followed {
         let (exit_tx, exit_rx) = watch::channel(None);
         let dir = dir.to_path_buf();
         let (watcher, forget) = match watcher {
@@ -68,12 +76,12 @@ impl Followed {
             Watcher::Supervisor(child) => (Ended::Supervisor(child), None),
             Watcher::Files => (Ended::Files, None),
         };
-        tokio::spawn(watch_exit(dir.clone(), started, watcher, exit_tx));
+        tokio::spawn(watch_exit(dir, started, watcher, exit_tx));
         let (line_tx, lines) = mpsc::channel(LINE_QUEUE);
         let stdout_bytes = Arc::new(AtomicU64::new(0));
         let cut_to = Arc::new(AtomicU64::new(0));
         tokio::spawn(follow_stdout(
-            dir.join(STDOUT_FILE),
+            files.stdout.clone(),
             from,
             line_tx,
             [Arc::clone(&stdout_bytes), Arc::clone(&cut_to)],
@@ -82,7 +90,7 @@ impl Followed {
         Followed {
             stopper: Stopper::external(started.pid, started.start_time, exit_rx.clone()),
             started,
-            dir,
+            files,
             lines,
             exit: exit_rx,
             stdout_bytes,
@@ -135,7 +143,7 @@ impl Followed {
 
     /// The last [`STDERR_TAIL_BYTES`] of its stderr file.
     pub fn stderr_tail(&self) -> String {
-        stderr_tail(&self.dir.join(STDERR_FILE))
+        stderr_tail(&self.files.stderr)
     }
 
     /// Its stopper.

@@ -75,9 +75,9 @@ pub use spawn::{
     SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file, spawn_transcribed,
 };
 pub use supervise::{
-    DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDIN_CLOSE, STDIN_FIFO, STDOUT_FILE,
-    SUPERVISE_ARG, SUPERVISOR_MARKER, StartedFile, SupervisorChild, presence, read_exit,
-    read_started, spawn_supervised, supervise_main,
+    AttemptFiles, DirPresence, EXIT_FILE, STARTED_FILE, STDERR_FILE, STDIN_CLOSE, STDIN_FIFO,
+    STDOUT_FILE, SUPERVISE_ARG, SUPERVISOR_MARKER, StartedFile, SupervisorChild, presence,
+    read_exit, read_started, spawn_supervised, supervise_main,
 };
 pub use tool::{ToolError, ToolOutput, run_tool};
 pub(crate) use transcript::{CHECK_EVERY, Trimmer};

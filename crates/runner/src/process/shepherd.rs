@@ -4,9 +4,9 @@
 //! (`setsid`: neither the terminal's Ctrl-C nor sortie's death reaches it), becomes a child
 //! subreaper, says `ready <pid> <start time>` on its stdout, and then reads requests, one JSON
 //! line each ([`Request`]), from its stdin:
-//! - `spawn`: starts the agent in its own process group, stdout and stderr going to the
-//!   attempt dir's `stdout` and `stderr`, records its pid and start time (and the shepherd's)
-//!   in the status log beside the attempt dir (`status_log`: what a supervisor's `started`
+//! - `spawn`: starts the agent in its own process group, stdout and stderr going to the files
+//!   the request names (`AttemptFiles::beside` the attempt dir, which is never created), records
+//!   its pid and start time (and the shepherd's) in the status log beside the attempt dir (`status_log`: what a supervisor's `started`
 //!   file holds), and says `started <id> <pid> <start> <shepherd pid> <shepherd start>` (or
 //!   `error <id> <kind> <message>`);
 //! - `forget`: the attempt's sortie dropped it (a second Ctrl-C, a journal failure): its
@@ -47,7 +47,7 @@ use sortie_protocol::Exit;
 
 use super::procfs::{children_of, env_value, process_start_time};
 use super::status_log::{Record, StatusLog};
-use super::supervise::{STDERR_FILE, STDOUT_FILE, StartedFile};
+use super::supervise::{AttemptFiles, StartedFile};
 use super::{lock, pid_of};
 
 /// The hidden subcommand that runs a shepherd.
@@ -68,8 +68,11 @@ pub(super) enum Request {
     Spawn {
         /// sortie's id of the request (echoed in the replies).
         id: u64,
-        /// The attempt dir (created by sortie).
+        /// The attempt dir: its name keys the attempt's records in the status log beside it
+        /// (never created: the agent's files lie beside it too, see `AttemptFiles::beside`).
         dir: PathBuf,
+        /// The agent's stdout and stderr, created (truncated) for the spawn.
+        files: Box<AttemptFiles>,
         /// The program and its arguments.
         argv: Vec<String>,
         /// Its working directory.
@@ -192,6 +195,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
             Request::Spawn {
                 id,
                 dir,
+                files,
                 argv,
                 cwd,
                 env,
@@ -203,7 +207,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                     continue;
                 }
                 let mut st = shared.lock();
-                match start(&dir, &argv, &cwd, &env, &marker, stdin.as_deref()) {
+                match start(&files, &argv, &cwd, &env, &marker, stdin.as_deref()) {
                     Ok((child, trimmers)) => {
                         let pid = child.id();
                         let started = StartedFile {
@@ -258,7 +262,7 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
 /// Starts one agent, and the trimmers of its transcript; an error is its kind (as the client
 /// parses it) and the error.
 fn start(
-    dir: &Path,
+    files: &AttemptFiles,
     argv: &[String],
     cwd: &Path,
     env: &[(String, String)],
@@ -269,16 +273,16 @@ fn start(
     let Some(program) = argv.first() else {
         return Err(("io", io::Error::other("nothing to run")));
     };
-    let open = |name: &str| {
+    let open = |path: &Path| {
         OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
             .mode(0o600)
-            .open(dir.join(name))
+            .open(path)
     };
-    let out = open(STDOUT_FILE).map_err(io)?;
-    let err = open(STDERR_FILE).map_err(io)?;
+    let out = open(&files.stdout).map_err(io)?;
+    let err = open(&files.stderr).map_err(io)?;
     let prompt;
     let stdin = match stdin {
         Some(file) => {
@@ -298,7 +302,7 @@ fn start(
         spawn_one(path, argv, cwd, env, marker, stdin, &out, &err)
     });
     // The handles on the files go to their trimmers (the agent has its own).
-    let trimmers = super::transcript::Trimmer::for_attempt(dir, [out, err]);
+    let trimmers = super::transcript::Trimmer::for_attempt(files, [out, err]);
     let child = spawned.map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => "not_found",

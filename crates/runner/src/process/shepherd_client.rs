@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::shepherd::{Request, SHEPHERD_ARG, SHEPHERD_MARKER};
 use super::spawn::check_cwd;
-use super::supervise::StartedFile;
+use super::supervise::{AttemptFiles, StartedFile};
 use super::{SpawnError, SpawnSpec, lock};
 use sortie_protocol::Exit;
 
@@ -97,12 +97,14 @@ impl Shepherd {
 }
 
 /// Starts `spec` under the run's shepherd (started with the program `program`, run as
-/// `program __shepherd`, when the run has none alive), with its files in `dir`, and waits
-/// until it runs.
+/// `program __shepherd`, when the run has none alive), placed with the attempt dir `dir` (never
+/// created: the status log beside it keys its records by its name) and its output going to
+/// `files` (beside it, in the same directory), and waits until it runs.
 pub async fn spawn_shepherded(
     program: &Path,
     spec: &SpawnSpec,
     dir: &Path,
+    files: &AttemptFiles,
     stdin: Option<&Path>,
 ) -> Result<Shepherded, SpawnError> {
     let Some(first) = spec.argv.first() else {
@@ -113,7 +115,6 @@ pub async fn spawn_shepherded(
         program: first.clone(),
         error,
     };
-    std::fs::create_dir_all(dir).map_err(io_err)?;
     let run = spec
         .marker
         .1
@@ -126,6 +127,11 @@ pub async fn spawn_shepherded(
         match all.get(&run) {
             Some(s) if !s.dead.load(Ordering::SeqCst) => Arc::clone(s),
             _ => {
+                // The directory of the run's attempt dirs, where the files and the status log
+                // go: made once per shepherd, not once per attempt.
+                if let Some(attempts) = dir.parent() {
+                    std::fs::create_dir_all(attempts).map_err(io_err)?;
+                }
                 let s = Arc::new(start(program, &spec.marker.1).await.map_err(io_err)?);
                 all.insert(run, Arc::clone(&s));
                 s
@@ -147,6 +153,7 @@ pub async fn spawn_shepherded(
     let sent = shepherd.send(&Request::Spawn {
         id,
         dir: dir.to_path_buf(),
+        files: Box::new(files.clone()),
         argv: spec.argv.clone(),
         cwd: spec.cwd.clone(),
         env: spec.env.clone(),

@@ -52,6 +52,61 @@ pub const STARTED_FILE: &str = "started";
 /// See [`STDOUT_FILE`].
 pub const EXIT_FILE: &str = "exit";
 
+/// Where an attempt's `stdout` and `stderr` are. An attempt the run's shepherd starts (the
+/// default) has no directory of its own: its files lie beside the name of its attempt dir,
+/// `<task>.<attempt>.stdout` and `.stderr` in the run's `attempts/` (a directory per attempt
+/// cost a `mkdir`, a block of the disk and an inode each; the shepherd's status log already
+/// keeps its records there). Every other attempt (a supervisor of its own, the direct executor,
+/// a Slurm job) and every attempt of a run that a sortie before the change started has them
+/// inside its dir.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttemptFiles {
+    /// The agent's stdout: its transcript.
+    pub stdout: PathBuf,
+    /// The agent's stderr.
+    pub stderr: PathBuf,
+}
+
+impl AttemptFiles {
+    /// Beside the attempt dir `dir`, which is never created (the shepherd's attempts).
+    pub fn beside(dir: &Path) -> AttemptFiles {
+        let named = |suffix: &str| {
+            let mut name = dir.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        AttemptFiles {
+            stdout: named(".stdout"),
+            stderr: named(".stderr"),
+        }
+    }
+
+    /// Inside the attempt dir `dir`.
+    pub fn inside(dir: &Path) -> AttemptFiles {
+        AttemptFiles {
+            stdout: dir.join(STDOUT_FILE),
+            stderr: dir.join(STDERR_FILE),
+        }
+    }
+
+    /// Those of an attempt placed with the dir `dir`, whoever started it: inside it when it is
+    /// a directory, else beside it.
+    pub fn of(dir: &Path) -> AttemptFiles {
+        if dir.is_dir() {
+            AttemptFiles::inside(dir)
+        } else {
+            AttemptFiles::beside(dir)
+        }
+    }
+
+    /// Whether `path` is an attempt's stdout (inside its dir or beside it).
+    pub fn is_stdout(path: &Path) -> bool {
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n == STDOUT_FILE || n.ends_with(".stdout"))
+    }
+}
+
 /// #10: an attempt driven over stdin (pi's RPC mode) gets, in its attempt dir, a FIFO of this
 /// name that its supervisor forwards to the agent's stdin: sortie writes commands into it (and
 /// a resumed sortie again), and the supervisor holds it open, so that a crash of sortie does
@@ -456,6 +511,40 @@ fn forward_stdin(fifo: File, mut to: std::process::ChildStdin) {
                     return;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempts_files_are_inside_its_dir_when_it_has_one_else_beside_its_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (old, new) = (tmp.path().join("0.1"), tmp.path().join("1.1"));
+        // A dir of its own (a run of an earlier sortie, a supervisor of its own, Slurm).
+        fs::create_dir(&old).expect("mkdir");
+        assert_eq!(
+            AttemptFiles::of(&old),
+            AttemptFiles {
+                stdout: old.join("stdout"),
+                stderr: old.join("stderr"),
+            }
+        );
+        // None: the shepherd's.
+        let beside = AttemptFiles {
+            stdout: tmp.path().join("1.1.stdout"),
+            stderr: tmp.path().join("1.1.stderr"),
+        };
+        assert_eq!(AttemptFiles::of(&new), beside);
+        assert_eq!(AttemptFiles::beside(&new), beside);
+        assert_eq!(AttemptFiles::inside(&new).stdout, new.join("stdout"));
+        for stdout in [&beside.stdout, &old.join("stdout")] {
+            assert!(AttemptFiles::is_stdout(stdout));
+        }
+        for other in [&beside.stderr, &old.join("stderr"), &tmp.path().join("1.1")] {
+            assert!(!AttemptFiles::is_stdout(other));
         }
     }
 }

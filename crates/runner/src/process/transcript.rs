@@ -255,28 +255,23 @@ impl Trimmer {
     pub(crate) fn open(path: &Path, cap: Cap) -> io::Result<Trimmer> {
         let file = OpenOptions::new().write(true).open(path)?;
         let mut t = Trimmer::with(path, file, cap);
-        t.acked = path.file_name() == Some(std::ffi::OsStr::new(super::STDOUT_FILE));
+        t.acked = super::AttemptFiles::is_stdout(path);
         Ok(t)
     }
 
-    /// The trimmers of an attempt dir's `stdout` and `stderr`, just created (truncated) for
-    /// the agent's spawn, which hands over its own handles on them (`files`: nothing opened or
-    /// duplicated again), under this process's cap; none when the cap is off. A file just
-    /// truncated has no cut: its cut record is not looked for.
-    pub(super) fn for_attempt(dir: &Path, files: [File; 2]) -> Vec<Trimmer> {
+    /// The trimmers of an attempt's `stdout` and `stderr` (`paths`), just created (truncated)
+    /// for the agent's spawn, which hands over its own handles on them (`files`: nothing
+    /// opened or duplicated again), under this process's cap; none when the cap is off. A file
+    /// just truncated has no cut: its cut record is not looked for.
+    pub(super) fn for_attempt(paths: &super::AttemptFiles, files: [File; 2]) -> Vec<Trimmer> {
         let cap = Cap::from_env();
         if cap.is_unbounded() {
             return Vec::new();
         }
-        [super::STDOUT_FILE, super::STDERR_FILE]
-            .iter()
-            .zip(files)
-            .map(|(name, file)| {
-                let mut t = Trimmer::fresh(&dir.join(name), file, cap);
-                t.acked = *name == super::STDOUT_FILE;
-                t
-            })
-            .collect()
+        let [out, err] = files;
+        let mut stdout = Trimmer::fresh(&paths.stdout, out, cap);
+        stdout.acked = true;
+        vec![stdout, Trimmer::fresh(&paths.stderr, err, cap)]
     }
 
     /// Creates (truncates) the file at `path`, for a writer that writes through
@@ -395,7 +390,7 @@ impl Trimmer {
     }
 }
 
-/// #10: the attempt whose files are in `dir` ended and the journal holds its end (its whole
+/// #10: the attempt placed with the dir `dir` ended and the journal holds its end (its whole
 /// stream was read and journaled): its stdout and stderr are cut to the cap at once, whatever
 /// sortie had acknowledged (its cutter, the supervisor or the shepherd, is done with them, so
 /// this is their one writer now). The end of an attempt that outgrew its cap while sortie was
@@ -405,8 +400,8 @@ pub fn trim_ended(dir: &Path) {
     if cap.is_unbounded() {
         return;
     }
-    for name in [super::STDOUT_FILE, super::STDERR_FILE] {
-        let path = dir.join(name);
+    let files = super::AttemptFiles::of(dir);
+    for path in [files.stdout, files.stderr] {
         let big = fs::metadata(&path).is_ok_and(|m| cap.cut_for(m.len()).is_some());
         if !big {
             continue;
@@ -759,7 +754,7 @@ mod tests {
             create(super::super::STDOUT_FILE),
             create(super::super::STDERR_FILE),
         ];
-        let trimmers = Trimmer::for_attempt(dir.path(), files);
+        let trimmers = Trimmer::for_attempt(&super::super::AttemptFiles::inside(dir.path()), files);
         if Cap::from_env().is_unbounded() {
             assert!(trimmers.is_empty());
             return;
