@@ -1,9 +1,9 @@
 //! End-to-end tests of transcripts (#10): every attempt, supervised or not, keeps the agent's
-//! whole stdout (in its attempt dir, or beside the dir's name for the shepherd's attempts); `sortie status --task` lists them (path, size, cut),
-//! `sortie logs` prints them (the last attempt by default, `--attempt N`, `--follow` tailing a
-//! live one from another terminal until it ends), a chatty agent is cut to the cap
-//! (`SORTIE_TRANSCRIPT_CAP`: its head and tail kept, what was cut said), and `sortie gc`
-//! removes them with the run's other leftovers.
+//! whole stdout (in its attempt dir, or beside the dir's name for the shepherd's attempts);
+//! `sortie status --task` lists them (path, size, cut), `sortie logs` prints them (the last
+//! attempt by default, `--attempt N`, `--follow` tailing a live one from another terminal until
+//! it ends), a chatty agent is cut to the cap (`SORTIE_TRANSCRIPT_CAP`: its head and tail kept,
+//! what was cut said), and `sortie gc` removes them with the run's other leftovers.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

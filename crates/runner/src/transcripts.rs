@@ -1,7 +1,7 @@
 //! A run's transcripts (#10): each attempt's `stdout` (the agent's whole event stream) and
-//! `stderr`, in its attempt dir or beside it (`process::AttemptFiles`), where they are, how big, what the cap cut (`process::transcript`),
-//! and whether anything may still write to one (`sortie logs --follow`). Read from the journal's
-//! placements and the files; nothing here writes.
+//! `stderr`, in its attempt dir or beside it (`process::AttemptFiles`), where they are, how big,
+//! what the cap cut (`process::transcript`), and whether anything may still write to one (`sortie
+//! logs --follow`). Read from the journal's placements and the files; nothing here writes.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;

@@ -4,13 +4,14 @@
 //! the files (`process::Followed`), so that a crash of sortie costs the agent nothing: resume
 //! finds the attempt alive (adopted), ended (recorded from its files) or gone (orphaned).
 //!
-//! By default the supervisor is the run's shepherd (`process::shepherd`: one long-lived
-//! process that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt`
-//! gives each attempt its own (`sortie __supervise`). Both record the same (the shepherd its
-//! `started` and `exit` records in the run's status log, `process::status_log`, not in two files
-//! per attempt, and its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a
-//! dir: `process::AttemptFiles`), read by the same functions, so adoption and resume do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor
-//! per attempt is an exec of the sortie binary per attempt (see ARCHITECTURE.md).
+//! By default the supervisor is the run's shepherd (`process::shepherd`: one long-lived process
+//! that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt` gives each
+//! attempt its own (`sortie __supervise`). Both record the same (the shepherd its `started` and
+//! `exit` records in the run's status log, `process::status_log`, not in two files per attempt, and
+//! its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a dir:
+//! `process::AttemptFiles`), read by the same functions, so adoption and resume do not tell them
+//! apart. The shepherd won on `bench/dispatch.sh`: a supervisor per attempt is an exec of the
+//! sortie binary per attempt (see ARCHITECTURE.md).
 
 use std::io;
 use std::path::PathBuf;

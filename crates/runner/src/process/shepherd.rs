@@ -6,9 +6,9 @@
 //! line each ([`Request`]), from its stdin:
 //! - `spawn`: starts the agent in its own process group, stdout and stderr going to the files
 //!   the request names (`AttemptFiles::beside` the attempt dir, which is never created), records
-//!   its pid and start time (and the shepherd's) in the status log beside the attempt dir (`status_log`: what a supervisor's `started`
-//!   file holds), and says `started <id> <pid> <start> <shepherd pid> <shepherd start>` (or
-//!   `error <id> <kind> <message>`);
+//!   its pid and start time (and the shepherd's) in the status log beside the attempt dir
+//!   (`status_log`: what a supervisor's `started` file holds), and says `started <id> <pid>
+//!   <start> <shepherd pid> <shepherd start>` (or `error <id> <kind> <message>`);
 //! - `forget`: the attempt's sortie dropped it (a second Ctrl-C, a journal failure): its
 //!   `started` is taken back (a `forgot` record) and its group killed, and no status is recorded (resume finds it
 //!   gone: orphaned);
