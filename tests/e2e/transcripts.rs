@@ -188,10 +188,6 @@ fn every_attempt_keeps_its_transcript_and_logs_prints_it() {
     assert_eq!(s.status(run)["status"], "completed");
 }
 
-/// A chatty agent (2.5 MB of JSON lines) under a 64 KiB cap, supervised and over pipes: the
-/// file keeps its length but takes about the cap on disk, its first lines and its last lines
-/// are kept, `status --task` says what was cut, and `logs` prints only whole lines, saying on
-/// stderr what it jumped over. The task still completes: its end was kept.
 /// A run that an earlier sortie started kept every shepherd's attempt in a dir of its own
 /// (`attempts/0.1/stdout`): `logs` and `status --task` still find the files there.
 #[test]
@@ -243,6 +239,10 @@ fn the_transcripts_of_an_earlier_sorties_dir_per_attempt_are_still_read() {
     assert_eq!(t["bytes"], text.len(), "{v}");
 }
 
+/// A chatty agent (2.5 MB of JSON lines) under a 64 KiB cap, supervised and over pipes: the
+/// file keeps its length but takes about the cap on disk, its first lines and its last lines
+/// are kept, `status --task` says what was cut, and `logs` prints only whole lines, saying on
+/// stderr what it jumped over. The task still completes: its end was kept.
 #[test]
 fn a_chatty_agent_is_cut_to_the_cap_keeping_its_head_and_tail() {
     let s = Scratch::new();
