@@ -6,6 +6,11 @@
 # `xargs -P 16` and GNU `parallel -j 16` running the same N processes, on the same machine in
 # the same script. Each contender runs ROUNDS times, interleaved; the median wall time is
 # reported, and the ratios are sortie's throughput over each peer's (1.0 = as fast).
+# Two yardsticks run beside them (crates/runner/examples/dispatch_floor.rs): the floor, what a
+# supervised attempt cannot avoid (a spawn, a stdout and a stderr file of its own, a status line
+# at its start and end) done by 16 threads of one process; and sortie's shepherd alone, driven
+# over its pipes as sortie drives it, without sortie's engine, journal or followers. Between
+# them and sortie lies what sortie itself adds.
 # GNU parallel is installed with apt-get when it is missing (PARALLEL=0 skips it).
 #   bash bench/dispatch.sh            (N=5000, ROUNDS=3)
 #   N=2000 ROUNDS=5 bash bench/dispatch.sh
@@ -26,8 +31,9 @@ if [ "$PARALLEL" = 1 ] && ! is_gnu_parallel; then
   is_gnu_parallel || { echo "dispatch.sh: no GNU parallel: its row is skipped" >&2; PARALLEL=0; }
 fi
 
-cargo build --release -q -p sortie-cli
+cargo build --release -q -p sortie-cli -p sortie-runner --example dispatch_floor
 SORTIE=$PWD/target/release/sortie
+FLOOR=$PWD/target/release/examples/dispatch_floor
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -47,6 +53,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 : > "$work/attempt.times"
 : > "$work/xargs.times"
 : > "$work/parallel.times"
+: > "$work/floor.times"
+: > "$work/shepherd.times"
 # CPU seconds (user + sys, the contender and its children) beside the wall time: on a loaded
 # machine the wall time says how the scheduler treated each contender, the CPU what it cost.
 TIME=$(command -v /usr/bin/time || true)
@@ -73,6 +81,9 @@ for r in $(seq "$ROUNDS"); do
     seq "$N" | timed parallel parallel --will-cite -j "$P" true
   fi
 
+  timed floor "$FLOOR" inprocess "$N" "$work/floor$r"
+  timed shepherd "$FLOOR" shepherd "$SORTIE" "$N" "$work/shepherd$r"
+
   # A state dir per round, all removed at the end: deleting 25,000 files just before a
   # contender runs would charge it for the deletion (ext4 without a journal skips recently
   # deleted inodes when it allocates new ones).
@@ -88,6 +99,8 @@ cpu() { if [ -s "$work/$1.cpu" ]; then median < "$work/$1.cpu"; else echo nan; f
 xargs_t=$(median < "$work/xargs.times")
 sortie_t=$(median < "$work/sortie.times")
 direct_t=$(median < "$work/direct.times")
+floor_t=$(median < "$work/floor.times")
+shepherd_t=$(median < "$work/shepherd.times")
 attempt_t=$(median < "$work/attempt.times")
 events=$("$SORTIE" --state-dir "$work/state1" export "$(ls "$work/state1/runs")" | wc -l)
 load_after=$(cut -d' ' -f1 /proc/loadavg)
@@ -106,6 +119,8 @@ if [ "$PARALLEL" = 1 ]; then
   parallel_ratio=$(calc "$parallel_t / $sortie_t")
   line "GNU parallel -j $P" "$parallel_t" "$(cpu parallel)"
 fi
+line "floor: spawn + 2 files + status" "$floor_t" "$(cpu floor)"
+line "sortie's shepherd alone" "$shepherd_t" "$(cpu shepherd)"
 line "sortie supervised ($events events)" "$sortie_t" "$sortie_c"
 line "sortie, a supervisor per attempt" "$attempt_t" "$attempt_c"
 line "sortie supervise = false" "$direct_t" "$direct_c"
@@ -113,5 +128,6 @@ ratio() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo nan; else calc "$1 / $2
 printf 'ratio sortie/xargs throughput: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(calc "$xargs_t / $sortie_t")" "$(calc "$xargs_t / $attempt_t")" "$(calc "$xargs_t / $direct_t")"
 printf 'ratio xargs/sortie CPU: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(ratio "$xargs_c" "$sortie_c")" "$(ratio "$xargs_c" "$attempt_c")" "$(ratio "$xargs_c" "$direct_c")"
 printf 'ratio sortie/parallel throughput: %s\n' "$parallel_ratio"
+printf 'ratio yardstick/xargs throughput: %s (floor), %s (shepherd alone)\n' "$(calc "$xargs_t / $floor_t")" "$(calc "$xargs_t / $shepherd_t")"
 printf 'load average before %s, after %s (%s cores)\n' "$load_before" "$load_after" "$(nproc)"
-echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c")"
+echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio floor_s=$floor_t floor_ratio=$(calc "$xargs_t / $floor_t") shepherd_s=$shepherd_t shepherd_ratio=$(calc "$xargs_t / $shepherd_t") load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c")"

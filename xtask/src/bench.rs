@@ -96,17 +96,40 @@ pub(crate) fn table(f: &Figures, command: &str) -> String {
             Target::AtLeast(3.0),
             "≥ 3×",
         );
-        // #10: the alternatives the shepherd is measured against, in the same run.
-        for (key, secs, what) in [
-            ("attempt_ratio", "attempt_s", "a supervisor per attempt"),
-            ("direct_ratio", "direct_s", "`supervise = false`"),
+        // #10: the alternatives the shepherd is measured against, and the yardsticks of what
+        // supervision itself costs (`dispatch_floor`), in the same run.
+        for (key, secs, what, who) in [
+            (
+                "attempt_ratio",
+                "attempt_s",
+                "sortie, a supervisor per attempt",
+                "sortie",
+            ),
+            (
+                "direct_ratio",
+                "direct_s",
+                "sortie, `supervise = false`",
+                "sortie",
+            ),
+            (
+                "shepherd_ratio",
+                "shepherd_s",
+                "sortie's shepherd alone",
+                "shepherd",
+            ),
+            (
+                "floor_ratio",
+                "floor_s",
+                "floor (spawn, 2 files, status)",
+                "floor",
+            ),
         ] {
             let (r, t) = (num(d, key), num(d, secs));
             row(
-                format!("dispatch, {what}: sortie ÷ `xargs -P {p}`"),
+                format!("dispatch, {what} ÷ `xargs -P {p}`"),
                 r,
                 match (r, t) {
-                    (Some(r), Some(t)) => format!("{r:.2}× (sortie {t:.2} s)"),
+                    (Some(r), Some(t)) => format!("{r:.2}× ({who} {t:.2} s)"),
                     _ => "not measured".into(),
                 },
                 Target::None,
@@ -235,7 +258,7 @@ mod tests {
         let f = Figures {
             dispatch: Some(keys(
                 "tasks=5000 concurrency=16 xargs_s=2.0 parallel_s=20.0 sortie_s=2.5 ratio=0.8 \
-                 parallel_ratio=8.0 load=3.1"
+                 parallel_ratio=8.0 floor_s=1.6 floor_ratio=1.25 load=3.1"
                     .into(),
             )),
             journal: None,
@@ -254,6 +277,11 @@ mod tests {
         );
         assert!(
             t.contains("| 8.00× (parallel 20.00 s) | ≥ 3× | met |"),
+            "{t}"
+        );
+        assert!(t.contains("| 1.25× (floor 1.60 s) |"), "{t}");
+        assert!(
+            t.contains("sortie's shepherd alone ÷ `xargs -P 16` | not measured |"),
             "{t}"
         );
         assert!(
