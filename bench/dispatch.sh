@@ -31,7 +31,7 @@ if [ "$PARALLEL" = 1 ] && ! is_gnu_parallel; then
   is_gnu_parallel || { echo "dispatch.sh: no GNU parallel: its row is skipped" >&2; PARALLEL=0; }
 fi
 
-cargo build --release -q -p sortie-cli -p sortie-runner --example dispatch_floor
+cargo build --release -q -p sortie-cli --bins -p sortie-runner --example dispatch_floor
 SORTIE=$PWD/target/release/sortie
 FLOOR=$PWD/target/release/examples/dispatch_floor
 work=$(mktemp -d)
