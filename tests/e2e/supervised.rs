@@ -18,6 +18,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use sortie_testkit::{
     Journal, Usage, all_processes_of, kill9, marked_processes, shepherds_of, supervisors_of,
+    zombie_children_of,
 };
 
 use crate::support::{Background, Scratch, fake_command, finish, poll, send_signal, unique_run};
@@ -663,8 +664,16 @@ fn an_escaped_descendant_dies_with_its_attempt_not_with_the_run() {
     poll("the escaped daemon to be killed", PATIENCE, || {
         (of_task(0) == 0).then_some(())
     });
+    let shepherds = shepherds_of(run);
+    assert_eq!(shepherds.len(), 1, "one shepherd: {shepherds:?}");
+    // The shepherd, its subreaper, reaps it too: nothing `<defunct>` piles up under it.
+    poll("the killed daemon to be reaped", PATIENCE, || {
+        zombie_children_of(shepherds[0].pid)
+            .is_empty()
+            .then_some(())
+    });
     assert_eq!(of_task(1), 1, "the other attempt runs on");
-    assert_eq!(shepherds_of(run).len(), 1, "under the same shepherd");
+    assert_eq!(shepherds_of(run), shepherds, "under the same shepherd");
     let out = s.run(&["cancel", run]);
     assert!(out.status.code().is_some(), "{out:?}");
     let out = sortie.finish(PATIENCE);

@@ -35,7 +35,7 @@ pub use procs::{Marked, live_processes_of, marked_processes};
 // #10: supervisors.
 pub use procs::{all_processes_of, supervisors_of};
 // #10: the per-run shepherd.
-pub use procs::{SHEPHERD_MARKER, shepherds_of};
+pub use procs::{SHEPHERD_MARKER, shepherds_of, zombie_children_of};
 pub use wait::{TimedOut, finish, kill9, poll, poll_every, wait_exit};
 
 /// A run id that no other test, nor an earlier run of the tests, uses: `prefix`, this

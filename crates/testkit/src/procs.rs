@@ -95,6 +95,26 @@ fn scan(needle: &str) -> Vec<Marked> {
     found
 }
 
+/// Children of `parent` that ended and were not reaped (zombies, `<defunct>` in `ps`).
+pub fn zombie_children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`: the fields after the command's closing parenthesis.
+            let mut rest = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace();
+            rest.next() == Some("Z") && rest.next() == Some(parent.to_string().as_str())
+        })
+        .collect()
+}
+
 /// Pids of live processes whose environment marks them as attempts of `run`.
 pub fn live_processes_of(run: &str) -> Vec<u32> {
     marked_processes(run).into_iter().map(|m| m.pid).collect()

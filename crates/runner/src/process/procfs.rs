@@ -147,12 +147,25 @@ pub fn find_marked(marker_key: &str, value_prefix: &str) -> Vec<MarkedProcess> {
 
 /// The live children of process `parent` (by `/proc/<pid>/stat`'s ppid). Blocking.
 pub(super) fn children_of(parent: u32) -> Vec<u32> {
+    children_with_state(parent)
+        .into_iter()
+        .filter_map(|(pid, ended)| (!ended).then_some(pid))
+        .collect()
+}
+
+/// The children of process `parent`, each with whether it ended and waits to be reaped (a
+/// zombie). Blocking (reads every process's stat).
+pub(super) fn children_with_state(parent: u32) -> Vec<(u32, bool)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter(|pid| read_stat(*pid).is_some_and(|s| s.ppid == parent && !s.is_dead()))
+        .filter_map(|pid| {
+            read_stat(pid)
+                .filter(|s| s.ppid == parent)
+                .map(|s| (pid, s.is_dead()))
+        })
         .collect()
 }
 

@@ -28,10 +28,18 @@
 //!
 //! A spawn request read after sortie died (its parent changed) is not carried out: the attempt
 //! is placed but never started, and resume finds it gone.
+//!
+//! Its threads are slots: one per live attempt and a few idle, one of which at a time reads
+//! the next request. The slot that reads a `spawn` starts the agent (another slot reads on
+//! meanwhile, so spawns overlap), waits for that agent's leader alone, and ends the attempt
+//! itself: an agent's end reaches the next spawn with no hand-over between threads, as in the
+//! dispatch floor (`examples/dispatch_floor.rs`). A slot that ends its attempt while
+//! [`IDLE_SLOTS`] others are idle exits; a slot that reads a `spawn` when none is idle starts
+//! another. Reparented descendants that end are reaped by the sweep.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -45,7 +53,7 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use serde::{Deserialize, Serialize};
 use sortie_protocol::Exit;
 
-use super::procfs::{children_of, env_value, process_start_time};
+use super::procfs::{children_of, children_with_state, env_value, process_start_time};
 use super::status_log::{Record, StatusLog};
 use super::supervise::{AttemptFiles, StartedFile};
 use super::{lock, pid_of};
@@ -59,6 +67,15 @@ pub const SHEPHERD_MARKER: &str = "SORTIE_SHEPHERD";
 
 /// How often, at most, the shepherd sweeps `/proc` for descendants of ended attempts.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How many idle slots (see the module doc) the shepherd keeps: a slot whose attempt ended
+/// exits when this many others wait for a request already. With 4, 5,000 × `true` at 16 made
+/// ~1,500 threads (the idle count swings with every end and spawn); with 16, none after the
+/// first 17, in the same time.
+const IDLE_SLOTS: usize = 16;
+
+/// A slot's stack: it parses a request, spawns and waits (the default 2 MiB is for any code).
+const SLOT_STACK: usize = 256 << 10;
 
 /// A request from sortie, one JSON line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -112,6 +129,12 @@ struct State {
     ids: HashMap<u64, u32>,
     /// No more requests will come.
     closed: bool,
+    /// Slots waiting for a request.
+    idle: usize,
+    /// Spawn requests being carried out: spawning, or their attempt live.
+    busy: usize,
+    /// The markers of the attempts being spawned (not yet in `live`): a sweep spares them.
+    spawning: Vec<String>,
     /// An attempt ended since the last sweep.
     sweep_due: bool,
     last_sweep: Option<Instant>,
@@ -120,6 +143,12 @@ struct State {
 }
 
 impl State {
+    /// Whether the shepherd's work is done: no request can come and none is being carried
+    /// out.
+    fn done(&self) -> bool {
+        self.closed && self.busy == 0 && self.live.is_empty()
+    }
+
     /// Records `record` of the attempt dir `dir` in its status log.
     fn record(&mut self, dir: &Path, record: &Record) -> io::Result<()> {
         let parent = dir.parent().unwrap_or(dir);
@@ -136,7 +165,14 @@ impl State {
 
 struct Shared {
     state: Mutex<State>,
+    /// Wakes the main thread (the shepherd's end) and the sweep thread.
     wake: Condvar,
+    /// sortie's requests: a slot reads one line at a time (`Stdin` reads a line under its own
+    /// lock).
+    input: io::Stdin,
+    parent: nix::unistd::Pid,
+    /// The shepherd's pid and start time.
+    me: (u32, u64),
 }
 
 impl Shared {
@@ -161,12 +197,11 @@ pub fn shepherd_main() -> i32 {
     let shared = Arc::new(Shared {
         state: Mutex::new(State::default()),
         wake: Condvar::new(),
+        input: io::stdin(),
+        parent,
+        me: (me, me_start),
     });
     say(&format!("ready {me} {me_start}"));
-    let reader = Arc::clone(&shared);
-    let spawned = std::thread::Builder::new()
-        .name("requests".into())
-        .spawn(move || read_requests(&reader, parent, (me, me_start)));
     let sweeper = Arc::clone(&shared);
     let swept = std::thread::Builder::new()
         .name("sweep".into())
@@ -176,18 +211,55 @@ pub fn shepherd_main() -> i32 {
     let kept = std::thread::Builder::new()
         .name("trim".into())
         .spawn(move || trim_loop(&keeper));
-    if spawned.is_err() || swept.is_err() || kept.is_err() {
+    if swept.is_err() || kept.is_err() || !add_slot(&shared) {
         return 1;
     }
-    wait_loop(&shared, me);
+    let mut st = shared.lock();
+    while !st.done() {
+        st = match shared.wake.wait_timeout(st, SWEEP_EVERY) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+    }
+    sweep(&mut st, me, true);
+    drop(st);
+    reap_all(me);
     0
 }
 
-/// Reads and carries out requests until `close` or the end of stdin.
-fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
-    let stdin = io::stdin();
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else { break };
+/// Starts a slot; false when no thread could be made.
+fn add_slot(shared: &Arc<Shared>) -> bool {
+    let shared = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("slot".into())
+        .stack_size(SLOT_STACK)
+        .spawn(move || slot(&shared))
+        .is_ok()
+}
+
+/// A slot (see the module doc): reads a request, carries it out, and reads the next, until
+/// the end of stdin, or until enough other slots are idle.
+fn slot(shared: &Arc<Shared>) {
+    let mut line = String::new();
+    loop {
+        {
+            let mut st = shared.lock();
+            if st.idle >= IDLE_SLOTS {
+                return;
+            }
+            st.idle += 1;
+        }
+        line.clear();
+        let read = shared.input.read_line(&mut line);
+        let mut st = shared.lock();
+        st.idle -= 1;
+        if !matches!(read, Ok(n) if n > 0) {
+            // sortie died or closed its end: no request comes any more.
+            st.closed = true;
+            drop(st);
+            shared.wake.notify_all();
+            return;
+        }
         let Ok(request) = serde_json::from_str::<Request>(&line) else {
             continue;
         };
@@ -203,42 +275,26 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
                 stdin,
             } => {
                 // sortie died after asking: its resume decides about this attempt, not us.
-                if nix::unistd::getppid() != parent {
+                if nix::unistd::getppid() != shared.parent {
                     continue;
                 }
-                let mut st = shared.lock();
-                match start(&files, &argv, &cwd, &env, &marker, stdin.as_deref()) {
-                    Ok((child, trimmers)) => {
-                        let pid = child.id();
-                        let started = StartedFile {
-                            pid,
-                            start_time: process_start_time(pid).unwrap_or(0),
-                            supervisor: me.0,
-                            supervisor_start: me.1,
-                        };
-                        // Not fsynced: a reboot that loses it loses the processes too.
-                        let _ = st.record(&dir, &Record::Started(started));
-                        st.ids.insert(id, pid);
-                        st.live.insert(
-                            pid,
-                            Watched {
-                                id,
-                                dir,
-                                marker,
-                                child,
-                                forgotten: false,
-                                trimmers,
-                            },
-                        );
-                        // Said under the lock: before its `exit` line.
-                        say(&format!("started {id} {}", started.text().trim()));
-                        shared.wake.notify_all();
-                    }
-                    Err((kind, e)) => say(&format!("error {id} {kind} {e}")),
+                st.busy += 1;
+                st.spawning.push(marker.1.clone());
+                // Someone must read the next request while this slot spawns and waits.
+                let grow = st.idle == 0;
+                drop(st);
+                if grow {
+                    add_slot(shared);
                 }
+                let spawned = start(&files, &argv, &cwd, &env, &marker, stdin.as_deref());
+                let leader = register(shared, id, dir, marker, spawned);
+                if let Some(pid) = leader {
+                    attend(shared, pid);
+                }
+                shared.lock().busy -= 1;
+                shared.wake.notify_all();
             }
             Request::Forget { id } => {
-                let mut st = shared.lock();
                 if let Some(pid) = st.ids.get(&id).copied()
                     && let Some(w) = st.live.get_mut(&pid)
                 {
@@ -250,13 +306,82 @@ fn read_requests(shared: &Shared, parent: nix::unistd::Pid, me: (u32, u64)) {
             }
             // Still read on: a `forget` may follow (a second Ctrl-C).
             Request::Close => {
-                shared.lock().closed = true;
+                st.closed = true;
+                drop(st);
                 shared.wake.notify_all();
             }
         }
     }
-    shared.lock().closed = true;
-    shared.wake.notify_all();
+}
+
+/// Registers a spawn's outcome under the lock: the attempt live, its start recorded and said
+/// (before its `exit` line can be), or the error said. Returns the leader's pid.
+fn register(
+    shared: &Shared,
+    id: u64,
+    dir: PathBuf,
+    marker: (String, String),
+    spawned: Result<
+        (std::process::Child, Vec<super::transcript::Trimmer>),
+        (&'static str, io::Error),
+    >,
+) -> Option<u32> {
+    let mut st = shared.lock();
+    if let Some(i) = st.spawning.iter().position(|m| *m == marker.1) {
+        st.spawning.swap_remove(i);
+    }
+    match spawned {
+        Ok((child, trimmers)) => {
+            let pid = child.id();
+            let started = StartedFile {
+                pid,
+                start_time: process_start_time(pid).unwrap_or(0),
+                supervisor: shared.me.0,
+                supervisor_start: shared.me.1,
+            };
+            // Not fsynced: a reboot that loses it loses the processes too.
+            let _ = st.record(&dir, &Record::Started(started));
+            st.ids.insert(id, pid);
+            st.live.insert(
+                pid,
+                Watched {
+                    id,
+                    dir,
+                    marker,
+                    child,
+                    forgotten: false,
+                    trimmers,
+                },
+            );
+            say(&format!("started {id} {}", started.text().trim()));
+            Some(pid)
+        }
+        Err((kind, e)) => {
+            say(&format!("error {id} {kind} {e}"));
+            None
+        }
+    }
+}
+
+/// Waits for the leader `pid` to exit (seen, not reaped), then ends its attempt.
+fn attend(shared: &Shared, pid: u32) {
+    let status = loop {
+        match waitid(
+            Id::Pid(pid_of(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+        ) {
+            Ok(status) => break status,
+            Err(Errno::EINTR) => {}
+            // A signal nix has no name for (or no such child): `end_attempt` reaps it and
+            // reads the status the reaping gives.
+            Err(_) => break WaitStatus::StillAlive,
+        }
+    };
+    let mut st = shared.lock();
+    if let Some(w) = st.live.remove(&pid) {
+        st.ids.remove(&w.id);
+        end_attempt(&mut st, w, &status);
+    }
 }
 
 /// Starts one agent, and the trimmers of its transcript; an error is its kind (as the client
@@ -356,69 +481,6 @@ fn spawn_one(
     cmd.spawn()
 }
 
-/// Waits for children: an attempt's leader ends its attempt; anything else is reaped. Returns
-/// once no request can come and no attempt is left, after the last sweep.
-fn wait_loop(shared: &Shared, me: u32) {
-    loop {
-        match waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-            Ok(status) => {
-                let Some(pid) = status.pid().map(|p| p.as_raw().unsigned_abs()) else {
-                    continue;
-                };
-                let mut st = shared.lock();
-                match st.live.remove(&pid) {
-                    Some(w) => {
-                        st.ids.remove(&w.id);
-                        end_attempt(&mut st, w, &status);
-                        shared.wake.notify_all();
-                    }
-                    None => {
-                        let _ = waitpid(pid_of(pid), None);
-                    }
-                }
-            }
-            Err(Errno::EINTR) => {}
-            Err(Errno::ECHILD) => {
-                let st = shared.lock();
-                if st.closed && st.live.is_empty() {
-                    break;
-                }
-                // Woken by a spawn or the close.
-                let _unused = shared
-                    .wake
-                    .wait_timeout(st, Duration::from_millis(200))
-                    .map(|(g, _)| drop(g));
-            }
-            // A child ended by a signal nix has no name for: find it among the leaders.
-            Err(_) => {
-                let mut st = shared.lock();
-                let odd = st.live.keys().copied().find(|pid| {
-                    matches!(
-                        waitid(
-                            Id::Pid(pid_of(*pid)),
-                            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
-                        ),
-                        Err(e) if e != Errno::ECHILD
-                    )
-                });
-                match odd.and_then(|pid| st.live.remove(&pid)) {
-                    Some(w) => {
-                        st.ids.remove(&w.id);
-                        end_attempt(&mut st, w, &WaitStatus::StillAlive);
-                        shared.wake.notify_all();
-                    }
-                    None => {
-                        let _ = waitpid(None::<nix::unistd::Pid>, Some(WaitPidFlag::WNOHANG));
-                    }
-                }
-            }
-        }
-    }
-    let mut st = shared.lock();
-    sweep(&mut st, me, true);
-    reap_all(me);
-}
-
 /// The leader of `w` exited (seen, not reaped: `status`): kill the rest of its group, reap it,
 /// record its exit, and sweep for its escaped descendants (now, or soon).
 fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
@@ -465,7 +527,7 @@ fn trim_loop(shared: &Shared) {
     loop {
         std::thread::sleep(super::transcript::CHECK_EVERY);
         let mut st = shared.lock();
-        if st.closed && st.live.is_empty() {
+        if st.done() {
             return;
         }
         for w in st.live.values_mut() {
@@ -481,7 +543,7 @@ fn sweep_loop(shared: &Shared, me: u32) {
     loop {
         let mut st = shared.lock();
         while !st.sweep_due {
-            if st.closed && st.live.is_empty() {
+            if st.done() {
                 return;
             }
             st = match shared.wake.wait_timeout(st, SWEEP_EVERY) {
@@ -501,16 +563,32 @@ fn sweep_loop(shared: &Shared, me: u32) {
 fn sweep(st: &mut State, me: u32, all: bool) {
     st.sweep_due = false;
     st.last_sweep = Some(Instant::now());
-    for pid in children_of(me) {
-        if st.live.contains_key(&pid) {
+    let children = children_with_state(me);
+    for &(pid, ended) in &children {
+        if ended || st.live.contains_key(&pid) {
             continue;
         }
         let doomed = all
-            || env_value(pid, super::MARKER)
-                .is_some_and(|m| !st.live.values().any(|w| w.marker.1 == m));
+            || env_value(pid, super::MARKER).is_some_and(|m| {
+                !st.live.values().any(|w| w.marker.1 == m) && !st.spawning.contains(&m)
+            });
         if doomed {
             let _ = killpg(pid_of(pid), Signal::SIGKILL);
             let _ = kill(pid_of(pid), Signal::SIGKILL);
+            // Reaped by the next sweep.
+            st.sweep_due = true;
+        }
+    }
+    // Descendants that ended (killed by an earlier sweep, or on their own) are reaped here:
+    // no slot waits for them. Not while a spawn is under way: its leader may have ended
+    // before its slot registered it, and that slot reads its status; the next sweep does.
+    for &(pid, ended) in &children {
+        if ended && !st.live.contains_key(&pid) {
+            if st.spawning.is_empty() {
+                let _ = waitpid(pid_of(pid), Some(WaitPidFlag::WNOHANG));
+            } else {
+                st.sweep_due = true;
+            }
         }
     }
 }
