@@ -71,12 +71,7 @@ fn scan(needle: &str) -> Vec<Marked> {
             continue;
         };
         // Zombies have no environment left to read and are not alive in any useful sense.
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        {
+        if state_and_parent(pid).is_some_and(|(state, _)| state == "Z") {
             continue;
         }
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
@@ -100,19 +95,20 @@ pub fn zombie_children_of(parent: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let parent = parent.to_string();
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // `pid (comm) state ppid ...`: the fields after the command's closing parenthesis.
-            let mut rest = stat
-                .rsplit(')')
-                .next()
-                .unwrap_or_default()
-                .split_whitespace();
-            rest.next() == Some("Z") && rest.next() == Some(parent.to_string().as_str())
-        })
+        .filter(|pid| state_and_parent(*pid).is_some_and(|(s, p)| s == "Z" && p == parent))
         .collect()
+}
+
+/// A process's state letter and parent pid, from `/proc/<pid>/stat` (`pid (comm) state ppid
+/// ...`: read after the command's last closing parenthesis, since a command may hold any).
+fn state_and_parent(pid: u32) -> Option<(String, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
 }
 
 /// Pids of live processes whose environment marks them as attempts of `run`.

@@ -321,10 +321,7 @@ fn register(
     id: u64,
     dir: PathBuf,
     marker: (String, String),
-    spawned: Result<
-        (std::process::Child, Vec<super::transcript::Trimmer>),
-        (&'static str, io::Error),
-    >,
+    spawned: Spawned,
 ) -> Option<u32> {
     let mut st = shared.lock();
     if let Some(i) = st.spawning.iter().position(|m| *m == marker.1) {
@@ -384,6 +381,11 @@ fn attend(shared: &Shared, pid: u32) {
     }
 }
 
+/// A spawn's outcome: the agent and the trimmers of its transcript, or the error's kind (as
+/// the client parses it) and the error.
+type Spawned =
+    Result<(std::process::Child, Vec<super::transcript::Trimmer>), (&'static str, io::Error)>;
+
 /// Starts one agent, and the trimmers of its transcript; an error is its kind (as the client
 /// parses it) and the error.
 fn start(
@@ -393,7 +395,7 @@ fn start(
     env: &[(String, String)],
     marker: &(String, String),
     stdin: Option<&Path>,
-) -> Result<(std::process::Child, Vec<super::transcript::Trimmer>), (&'static str, io::Error)> {
+) -> Spawned {
     let io = |e| ("io", e);
     let Some(program) = argv.first() else {
         return Err(("io", io::Error::other("nothing to run")));
