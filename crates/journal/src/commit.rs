@@ -76,6 +76,29 @@ impl Journal {
         self.append_iter(events.iter().map(|e| (at, e)))
     }
 
+    /// [`Journal::append_all_at`] without waiting for the events to be durable: they are
+    /// inserted in order, and the next durable append (or [`Journal::settle`]) covers them.
+    /// Until then the caller must let nothing outside it act on them: a crash loses them, and
+    /// nothing may have been done that only they would explain. Returns the seq of the first.
+    pub fn append_pending_at(&self, at: Timestamp, events: &[Event]) -> Result<Seq> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let count = events.len() as u64;
+        Ok(match self.insert(events.iter().map(|e| (at, e)))? {
+            Inserted::Nothing(next) => Seq(next),
+            Inserted::UpTo(last) => Seq(last + 1 - count),
+        })
+    }
+
+    /// Returns once every event appended so far is durable (at once when they are).
+    pub fn settle(&self) -> Result<()> {
+        match self.inserted.load(Ordering::Acquire).checked_sub(1) {
+            Some(last) => self.wait_durable(last),
+            None => Ok(()),
+        }
+    }
+
     fn append_iter<'e>(
         &self,
         events: impl ExactSizeIterator<Item = (Timestamp, &'e Event)>,

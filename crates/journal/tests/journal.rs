@@ -630,3 +630,39 @@ fn a_snapshot_whose_header_holds_but_whose_body_does_not_is_passed_over() {
     std::fs::write(&newest, b"").unwrap();
     assert_eq!(read(), full, "an empty snapshot");
 }
+
+#[test]
+fn pending_appends_reach_the_files_with_the_next_durable_append_or_a_settle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    j.set_durability(sortie_journal::Durability::Sync);
+    let events = support::every_variant();
+    let on_disk = || Journal::open_read_only(tmp.path()).unwrap().next_seq();
+    let flushes = j.flush_count();
+    // Pending: seqs are given in order and the writer reads them back, but no flush was made
+    // and a reader of the files does not see them yet.
+    let at = events[0].0;
+    let first: Vec<Event> = events[..3].iter().map(|(_, e)| e.clone()).collect();
+    assert_eq!(j.append_pending_at(at, &first).unwrap(), Seq(0));
+    assert_eq!(j.append_pending_at(at, &[]).unwrap(), Seq(3));
+    assert_eq!(j.next_seq(), Seq(3));
+    assert_eq!(j.flush_count(), flushes);
+    assert_eq!(on_disk(), Seq(0));
+    // A durable append makes the pending records durable with its own, in one flush.
+    assert_eq!(j.append(events[3].0, &events[3].1).unwrap(), Seq(3));
+    assert_eq!(j.flush_count(), flushes + 1);
+    assert_eq!(on_disk(), Seq(4));
+    // A settle with nothing pending flushes nothing; with something pending, one flush.
+    j.settle().unwrap();
+    assert_eq!(j.flush_count(), flushes + 1);
+    let more: Vec<Event> = events[4..].iter().map(|(_, e)| e.clone()).collect();
+    assert_eq!(j.append_pending_at(at, &more).unwrap(), Seq(4));
+    assert_eq!(on_disk(), Seq(4));
+    j.settle().unwrap();
+    assert_eq!(j.flush_count(), flushes + 2);
+    assert_eq!(on_disk(), Seq(events.len() as u64));
+    drop(j);
+    let j = Journal::open(tmp.path()).unwrap();
+    assert!(j.audit().is_clean());
+    assert_eq!(j.next_seq(), Seq(events.len() as u64));
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use sortie_core::{Event, RunStatus, Seq, Stamped};
 
 use super::Engine;
+use super::reports::Told;
 use crate::clock::now;
 use crate::layout::index;
 use crate::{Error, Result};
@@ -45,8 +46,9 @@ impl Engine {
         self.append_apply(at, events)
     }
 
-    /// Appends a round that `check_round` accepted at `at` in one durable write, then applies
-    /// its events in order and tells the planner and the observer.
+    /// Appends a round that `check_round` accepted at `at` in one durable write (which also
+    /// makes the pending rounds before it durable: they are acknowledged first, in order),
+    /// then applies its events in order and tells the planner and the observer.
     pub(super) fn append_apply(
         &mut self,
         at: sortie_core::Timestamp,
@@ -60,27 +62,96 @@ impl Engine {
             .journal
             .append_all_at(at, &events)
             .map_err(|e| self.journal_error(e))?;
+        self.acknowledge();
         for (i, event) in events.into_iter().enumerate() {
-            let stamped = Stamped {
-                seq: Seq(first.0 + i as u64),
-                at,
-                event,
-            };
-            self.state.apply(&stamped)?;
-            if let Event::TaskFinished { task, .. } = &stamped.event {
-                self.setup_failed.remove(task);
-            }
-            self.planner.observe(&self.state, &stamped.event);
-            self.observer.event(&self.state, &stamped);
-            self.pause_after.1 |= self.pause_after.0.as_deref() == Some(stamped.event.name());
+            let stamped = self.apply_one(first, i, at, event)?;
+            self.observe(&stamped);
         }
+        self.mark_if_due();
+        Ok(())
+    }
+
+    /// Checks a round of attempt reports and appends it without waiting for it to be durable,
+    /// then applies it: the planner plans from it at once, and the round it plans is written
+    /// with it in one durable write. Nothing outside the loop learns of it before it is
+    /// durable: the observer (the display, the `--on-task-end` hook), the transcripts' cutter
+    /// (`told`), the mark and the index wait for the next durable commit or
+    /// [`Engine::settle`], and so does every effect, which only a durable commit's round
+    /// announces.
+    pub(super) fn commit_pending(&mut self, events: Vec<Event>, told: Told) -> Result<()> {
+        if events.is_empty() {
+            self.untold.extend(told);
+            return Ok(());
+        }
+        let at = now();
+        self.state.check_round(at, &events)?;
+        let first = self
+            .journal
+            .append_pending_at(at, &events)
+            .map_err(|e| self.journal_error(e))?;
+        for (i, event) in events.into_iter().enumerate() {
+            let stamped = self.apply_one(first, i, at, event)?;
+            self.unsettled.push(stamped);
+        }
+        self.untold.extend(told);
+        Ok(())
+    }
+
+    /// Makes the pending rounds durable (see [`Engine::commit_pending`]) and acknowledges them.
+    pub(super) fn settle(&mut self) -> Result<()> {
+        if self.unsettled.is_empty() && self.untold.is_empty() {
+            return Ok(());
+        }
+        self.journal.settle().map_err(|e| self.journal_error(e))?;
+        self.acknowledge();
+        self.mark_if_due();
+        Ok(())
+    }
+
+    /// Tells the observer and the transcripts' cutter of the pending rounds, now durable.
+    fn acknowledge(&mut self) {
+        for stamped in std::mem::take(&mut self.unsettled) {
+            self.observe(&stamped);
+        }
+        let told = std::mem::take(&mut self.untold);
+        self.tell(told);
+    }
+
+    /// Applies the `i`-th event of a round appended from `first`, and shows it to the planner.
+    fn apply_one(
+        &mut self,
+        first: Seq,
+        i: usize,
+        at: sortie_core::Timestamp,
+        event: Event,
+    ) -> Result<Stamped> {
+        let stamped = Stamped {
+            seq: Seq(first.0 + i as u64),
+            at,
+            event,
+        };
+        self.state.apply(&stamped)?;
+        if let Event::TaskFinished { task, .. } = &stamped.event {
+            self.setup_failed.remove(task);
+        }
+        self.planner.observe(&self.state, &stamped.event);
+        Ok(stamped)
+    }
+
+    /// Tells the observer of a durable event.
+    fn observe(&mut self, stamped: &Stamped) {
+        self.observer.event(&self.state, stamped);
+        self.pause_after.1 |= self.pause_after.0.as_deref() == Some(stamped.event.name());
+    }
+
+    /// A mark (and an index update) when enough events or time went by since the last.
+    fn mark_if_due(&mut self) {
         let (marked, when) = self.marked;
         if self.state.next_seq.0.saturating_sub(marked) >= MARK_EVERY_EVENTS
             || when.elapsed() >= MARK_EVERY
         {
             self.update_index();
         }
-        Ok(())
     }
 
     /// A failed append or presence check, naming the run and its journal.

@@ -1,8 +1,9 @@
-//! Attempt reports become events: a task's reports in arrival order, one write for each task's
+//! Attempt reports become events: a task's reports in arrival order, one round for each task's
 //! first report of the batch, one for each task's second, and so on (an attempt's start and
 //! end share one); reports of an attempt that is not live any more are dropped (fencing). The
-//! reports that arrived while the loop was busy join the write of the round it planned
-//! ([`Engine::commit_with_reports`]).
+//! rounds are appended pending and made durable by the write of the round planned from them
+//! ([`Engine::commit_pending`]); the reports that arrived while the loop was busy join the
+//! write of the round it planned ([`Engine::commit_with_reports`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,21 +16,23 @@ use crate::clock::now;
 
 /// What the transcripts' cutter is told once a round is durable: an `AttemptRead`'s offset
 /// acknowledged, or (`None`) the attempt finished.
-type Told = Vec<(TaskId, Attempt, Option<u64>)>;
+pub(super) type Told = Vec<(TaskId, Attempt, Option<u64>)>;
 
 impl Engine {
-    /// Turns attempt reports into events, a round (one write, `commit`) at a time: the k-th
-    /// round holds each task's k-th report, in arrival order (whether a report becomes an event
-    /// at all, `event_for`'s fencing and once-only checks, is read from the state the earlier
-    /// rounds made), except that an attempt's `Finished` right after its `Started` shares its
-    /// round (`check_round` checks it against the task's record as the start leaves it): an
-    /// attempt that started and ended while the loop was busy costs one write, not two. A
-    /// task's reports keep their order.
+    /// Turns attempt reports into events, a round at a time: the k-th round holds each task's
+    /// k-th report, in arrival order (whether a report becomes an event at all, `event_for`'s
+    /// fencing and once-only checks, is read from the state the earlier rounds made), except
+    /// that an attempt's `Finished` right after its `Started` shares its round (`check_round`
+    /// checks it against the task's record as the start leaves it). A task's reports keep
+    /// their order. The rounds are appended pending (`commit_pending`): the round the loop
+    /// plans from them next makes them durable in its own write, and nothing outside the loop
+    /// learns of them before.
     pub(super) fn handle(&mut self, msgs: Vec<Msg>) -> Result<()> {
         let rounds = cut_rounds(msgs);
         for round in rounds {
             let events = self.report_events(round);
-            self.commit_acked(events)?;
+            let told = self.told(&events);
+            self.commit_pending(events, told)?;
         }
         Ok(())
     }
@@ -106,21 +109,13 @@ impl Engine {
         events
     }
 
-    /// Commits a round, then (#10) tells the transcripts' cutter: each `AttemptRead` in it is
-    /// acknowledged (`process::write_read`: only once the journal holds it may the cutter cut
-    /// below its offset), and the files of each placed attempt that finished in it are cut to
-    /// the cap (`process::trim_ended`: the journal holds its whole stream now). An offset in
-    /// the same block as the one journaled before it is not written again
+    /// What the transcripts' cutter is to be told of `round` once it is durable (#10): each
+    /// `AttemptRead` in it acknowledged (`process::write_read`: only once the journal holds it
+    /// may the cutter cut below its offset), and the files of each placed attempt that
+    /// finished in it cut to the cap (`process::trim_ended`: the journal holds its whole stream
+    /// now). An offset in the same block as the one journaled before it is not written again
     /// (`process::ack_moves`: the cutter reads an acknowledgement in whole blocks, so it would
     /// cut nothing more); a skipped one only ever makes the cutter wait, never cut unread bytes.
-    fn commit_acked(&mut self, round: Vec<Event>) -> Result<()> {
-        let told = self.told(&round);
-        self.commit(round)?;
-        self.tell(told);
-        Ok(())
-    }
-
-    /// What the cutter is to be told of `round` once it is durable (see `commit_acked`).
     fn told(&self, round: &[Event]) -> Told {
         round
             .iter()
@@ -144,7 +139,7 @@ impl Engine {
     }
 
     /// Tells the cutter what `told` holds (its round is durable).
-    fn tell(&self, told: Told) {
+    pub(super) fn tell(&self, told: Told) {
         for (task, attempt, read) in told {
             let Some(record) = self.state.task(task) else {
                 continue;
