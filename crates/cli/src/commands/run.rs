@@ -10,9 +10,16 @@ use super::{Code, newest, open_read, run_id};
 use crate::args::{Global, RerunArgs, RunArgs};
 use crate::output;
 
+/// The runtime of a run's owner: one thread, which runs the loop and every attempt's tasks
+/// (their followers, the shepherd's reader and writer). Their work is reading lines and passing
+/// messages; on a thread of their own each hand-off between them woke another thread, and on a
+/// loaded machine those wake-ups were the largest cost sortie added per attempt. Blocking
+/// work (worktree copies, `/proc` scans, the engine's journal writes) either goes to tokio's
+/// blocking pool or is short. Dispatch of 5,000 × `true` at 16 (`bench/dispatch.sh`): with two
+/// workers 0.751–0.804× xargs, with one 0.779–0.821×, on one thread 0.804–0.841×, the same
+/// rounds (docs/performance.md).
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")

@@ -1,7 +1,7 @@
-//! The one path for state changes (check every event, append them durably in one write, then
-//! apply them in order and tell the planner and the observer), and the run index it keeps.
-
-use std::sync::Arc;
+//! The one path for state changes (check every event, append them in one write, then apply
+//! them in order and tell the planner; the observer hears of them once they are durable, which
+//! a round's write makes them before it returns, and a round of reports' at the latest with
+//! the round planned from them), and the run index it keeps.
 
 use sortie_core::{Event, RunStatus, Seq, Stamped};
 
@@ -54,10 +54,8 @@ impl Engine {
         at: sortie_core::Timestamp,
         events: Vec<Event>,
     ) -> Result<()> {
-        // On the loop's own worker thread, without `block_in_place`: the append is a flush and
-        // an `fdatasync` of a few hundred microseconds, and `block_in_place` hands the worker's
-        // core to another thread at every commit (a thread woken and a core moved, each time);
-        // the runtime's other worker runs the attempts meanwhile.
+        // On the loop's own thread: the append is a flush and an `fdatasync` of a few hundred
+        // microseconds, shorter than handing it to another thread and waking this one again.
         let first = self
             .journal
             .append_all_at(at, &events)
@@ -168,7 +166,7 @@ impl Engine {
     /// a journal). The index only speeds up `list`; the journal stays the truth, and the two
     /// copies of the mark are how a journal that lost acknowledged records shows it.
     pub(super) fn update_index(&mut self) {
-        let journal = Arc::clone(&self.journal);
+        let journal = &self.journal;
         // A snapshot (which carries the mark) every so many events and at the end of a run;
         // the mark alone otherwise.
         let ended = matches!(
@@ -178,13 +176,11 @@ impl Engine {
         let every = snapshot_every(self.state.tasks.len());
         let snapshot = ended || self.state.next_seq.0.saturating_sub(self.snapshotted) >= every;
         let state = &self.state;
-        let written = tokio::task::block_in_place(|| {
-            if snapshot {
-                journal.write_snapshot(state)
-            } else {
-                journal.write_mark()
-            }
-        });
+        let written = if snapshot {
+            journal.write_snapshot(state)
+        } else {
+            journal.write_mark()
+        };
         let mark = match written {
             Ok(mark) => mark,
             Err(e) => {

@@ -607,8 +607,8 @@ impl Engine {
             // in the snapshot that follows it: the reopen's memory and that of the summary
             // (3.6 MB for 100,000 tasks, held by the event, its encoding and sled at once) no
             // longer add up at the run's end, its peak of memory.
-            let journal = Arc::clone(&self.journal);
-            tokio::task::block_in_place(|| journal.reopen_if_grown())
+            self.journal
+                .reopen_if_grown()
                 .map_err(|e| self.journal_error(e))?;
             release_memory();
             let state = self.state.aggregate();

@@ -54,8 +54,7 @@ fn the_observer_is_told_of_an_event_only_once_the_journal_files_hold_it() {
         run_dir: None,
         seen: Arc::clone(&seen),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
