@@ -184,63 +184,25 @@ async fn spawn_child(
     stdin: StdinFrom,
     transcript: Option<&Path>,
 ) -> Result<Child, SpawnError> {
-    let Some(program) = spec.argv.first() else {
-        return Err(SpawnError::EmptyArgv);
-    };
-    check_cwd(program, &spec.cwd)?;
-    let (out_file, err_file) = match transcript {
-        Some(dir) => {
-            let cap = Cap::from_env();
-            let open = |name| {
-                Trimmer::create(&dir.join(name), cap).map_err(|error| SpawnError::Io {
-                    program: program.clone(),
-                    error: io::Error::new(
-                        error.kind(),
-                        format!("cannot create its transcript in {}: {error}", dir.display()),
-                    ),
-                })
-            };
-            (Some(open(STDOUT_FILE)?), Some(open(STDERR_FILE)?))
-        }
-        None => (None, None),
-    };
-
     // Listening before the child exists: its SIGCHLD cannot be missed.
     let sigchld = signal_stream(SignalKind::child()).ok();
-    // The program found on PATH once (see `resolve`); found no more, by its name again.
-    let spawned = super::resolve::spawn_resolved(program, &spec.env, |path| {
-        command(spec, path, &stdin).and_then(|mut c| c.spawn())
-    });
-    let mut child = spawned.map_err(|error| match error.kind() {
-        io::ErrorKind::NotFound => SpawnError::NotFound {
-            program: program.clone(),
-        },
-        io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied {
-            program: program.clone(),
-        },
-        io::ErrorKind::ArgumentListTooLong => SpawnError::ArgumentListTooLong {
-            program: program.clone(),
-            bytes: spec.argv.iter().map(|a| a.len() + 1).sum(),
-        },
-        _ => SpawnError::Io {
-            program: program.clone(),
-            error,
-        },
-    })?;
-    // Unreaped, so the id is there; and a pid always fits an i32 (pid_max <= 2^22).
-    let pid = child.id().unwrap_or(0);
-    let start_time = match process_start_time(pid) {
-        Some(t) if pid != 0 => t,
-        _ => {
-            // Dropped right after: kill_on_drop kills it and tokio reaps it.
-            let _ = child.start_kill();
-            return Err(SpawnError::NoProcStat {
-                program: program.clone(),
-                pid,
+    // The files and the fork and exec (`Command::spawn` waits until the exec happened) on
+    // tokio's blocking pool: a run's owner has one thread (`sortie`'s runtime), and sixteen
+    // spawns in a row on it were most of the wall time of `supervise = false` dispatch.
+    let started = {
+        let (spec, dir) = (spec.clone(), transcript.map(Path::to_path_buf));
+        tokio::task::spawn_blocking(move || start_child(&spec, &stdin, dir.as_deref())).await
+    };
+    let (mut child, pid, start_time, out_file, err_file) = match started {
+        Ok(started) => started?,
+        Err(join) => {
+            return Err(SpawnError::Io {
+                program: spec.argv.first().cloned().unwrap_or_default(),
+                error: io::Error::other(format!("the spawn did not finish: {join}")),
             });
         }
     };
-
+    let program = spec.argv.first().cloned().unwrap_or_default();
     let (exit_tx, exit_rx) = watch::channel(None);
     let shared = Arc::new(Shared {
         pid,
@@ -292,6 +254,77 @@ async fn spawn_child(
         stdout_bytes,
         stdin,
     })
+}
+
+/// A started child, its pid and start time, and its transcript files.
+type Started = (
+    tokio::process::Child,
+    u32,
+    u64,
+    Option<Trimmer>,
+    Option<Trimmer>,
+);
+
+/// What [`spawn_child`] does on the blocking pool: checks the working directory, creates the
+/// transcript files in `transcript`, starts the child and reads its start time.
+fn start_child(
+    spec: &SpawnSpec,
+    stdin: &StdinFrom,
+    transcript: Option<&Path>,
+) -> Result<Started, SpawnError> {
+    let Some(program) = spec.argv.first() else {
+        return Err(SpawnError::EmptyArgv);
+    };
+    check_cwd(program, &spec.cwd)?;
+    let (out_file, err_file) = match transcript {
+        Some(dir) => {
+            let cap = Cap::from_env();
+            let open = |name| {
+                Trimmer::create(&dir.join(name), cap).map_err(|error| SpawnError::Io {
+                    program: program.clone(),
+                    error: io::Error::new(
+                        error.kind(),
+                        format!("cannot create its transcript in {}: {error}", dir.display()),
+                    ),
+                })
+            };
+            (Some(open(STDOUT_FILE)?), Some(open(STDERR_FILE)?))
+        }
+        None => (None, None),
+    };
+    // The program found on PATH once (see `resolve`); found no more, by its name again.
+    let spawned = super::resolve::spawn_resolved(program, &spec.env, |path| {
+        command(spec, path, stdin).and_then(|mut c| c.spawn())
+    });
+    let mut child = spawned.map_err(|error| match error.kind() {
+        io::ErrorKind::NotFound => SpawnError::NotFound {
+            program: program.clone(),
+        },
+        io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied {
+            program: program.clone(),
+        },
+        io::ErrorKind::ArgumentListTooLong => SpawnError::ArgumentListTooLong {
+            program: program.clone(),
+            bytes: spec.argv.iter().map(|a| a.len() + 1).sum(),
+        },
+        _ => SpawnError::Io {
+            program: program.clone(),
+            error,
+        },
+    })?;
+    // Unreaped, so the id is there; and a pid always fits an i32 (pid_max <= 2^22).
+    let pid = child.id().unwrap_or(0);
+    match process_start_time(pid) {
+        Some(t) if pid != 0 => Ok((child, pid, t, out_file, err_file)),
+        _ => {
+            // Dropped right after: kill_on_drop kills it and tokio reaps it.
+            let _ = child.start_kill();
+            Err(SpawnError::NoProcStat {
+                program: program.clone(),
+                pid,
+            })
+        }
+    }
 }
 
 /// The command that starts `spec` as `program` (argv[0] stays the spec's).
