@@ -13,11 +13,12 @@ use crate::output;
 /// The runtime of a run's owner: one thread, which runs the loop and every attempt's tasks
 /// (their followers, the shepherd's reader and writer). Their work is reading lines and passing
 /// messages; on a thread of their own each hand-off between them woke another thread, and on a
-/// loaded machine those wake-ups were the largest cost sortie added per attempt. Blocking
-/// work (worktree copies, `/proc` scans, the engine's journal writes) either goes to tokio's
-/// blocking pool or is short. Dispatch of 5,000 × `true` at 16 (`bench/dispatch.sh`): with two
-/// workers 0.751–0.804× xargs, with one 0.779–0.821×, on one thread 0.804–0.841×, the same
-/// rounds (docs/performance.md).
+/// loaded machine those wake-ups were the largest cost sortie added per attempt. What may block
+/// for long (a direct attempt's fork and exec, a task's copied directory, an adopted attempt's
+/// presence check) goes to tokio's blocking pool; the engine's journal writes are short.
+/// Dispatch of 5,000 × `true` at 16, four rounds interleaved with `xargs -P 16`: with two
+/// workers 0.751–0.804× xargs, with one 0.779–0.821×, on one thread 0.804–0.841×
+/// (docs/performance.md, 2026-12-04).
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -78,7 +78,6 @@ impl Engine {
     /// announces.
     pub(super) fn commit_pending(&mut self, events: Vec<Event>, told: Told) -> Result<()> {
         if events.is_empty() {
-            self.untold.extend(told);
             return Ok(());
         }
         let at = now();

@@ -184,6 +184,7 @@ async fn spawn_child(
     stdin: StdinFrom,
     transcript: Option<&Path>,
 ) -> Result<Child, SpawnError> {
+    let program = spec.argv.first().cloned().unwrap_or_default();
     // Listening before the child exists: its SIGCHLD cannot be missed.
     let sigchld = signal_stream(SignalKind::child()).ok();
     // The files and the fork and exec (`Command::spawn` waits until the exec happened) on
@@ -197,12 +198,11 @@ async fn spawn_child(
         Ok(started) => started?,
         Err(join) => {
             return Err(SpawnError::Io {
-                program: spec.argv.first().cloned().unwrap_or_default(),
+                program,
                 error: io::Error::other(format!("the spawn did not finish: {join}")),
             });
         }
     };
-    let program = spec.argv.first().cloned().unwrap_or_default();
     let (exit_tx, exit_rx) = watch::channel(None);
     let shared = Arc::new(Shared {
         pid,
