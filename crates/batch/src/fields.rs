@@ -316,39 +316,17 @@ impl RawTask {
             "max_cost" => self.max_cost_nanos = Some(cost_nanos(v)?),
             "grace_turns" => self.grace_turns = Some(uint(v)?),
             "cwd" => self.cwd = Some(path_string(v)?),
-            "isolation" => {
-                self.isolation = Some(match string(v)?.as_str() {
-                    "none" => Isolation::None,
-                    "worktree" => Isolation::Worktree,
-                    // #14
-                    "copy" => Isolation::Copy,
-                    other => {
-                        return Err(format!(
-                            "expected \"none\", \"worktree\" or \"copy\", found {other:?}"
-                        ));
-                    }
-                });
-            }
+            "isolation" => self.isolation = Some(isolation(v)?),
             "include_wip" => self.include_wip = Some(boolean(v)?),
             "output" => self.output = Some(path_string(v)?),
-            "output_mode" => {
-                self.output_mode = Some(match string(v)?.as_str() {
-                    "inline" => OutputMode::Inline,
-                    "file-only" => OutputMode::FileOnly,
-                    other => {
-                        return Err(format!(
-                            "expected \"inline\" or \"file-only\", found {other:?}"
-                        ));
-                    }
-                });
-            }
+            "output_mode" => self.output_mode = Some(output_mode(v)?),
             "max_output" => self.parse_max_output(e, issues)?,
             "reads" => {
-                let reads = strings(v)?;
-                if reads.iter().any(String::is_empty) {
-                    return Err("a path must not be empty".into());
-                }
-                self.reads = Some(reads);
+                self.reads = Some(checked_strings(
+                    v,
+                    |r| r.is_empty(),
+                    "a path must not be empty",
+                )?);
             }
             "needs" => self.needs = Some(strings(v)?),
             "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
@@ -361,54 +339,29 @@ impl RawTask {
             // #10: attempts that outlive sortie.
             "max_orphans" => self.max_orphans = Some(uint(v)?),
             "supervise" => self.supervise = Some(boolean(v)?),
-            "executor" => {
-                let name = string(v)?;
-                let kind = ExecutorKind::parse(&name)
-                    .ok_or_else(|| format!("expected \"local\" or \"slurm\", found {name:?}"))?;
-                self.executor = Some(kind);
-            }
+            "executor" => self.executor = Some(executor(v)?),
             "slurm" => self.parse_slurm(e, issues)?,
-            "permissions" => {
-                let name = string(v)?;
-                self.permissions = Some(Permissions::parse(&name).ok_or_else(|| {
-                    format!("expected \"read-only\", \"edit\" or \"full\", found {name:?}")
-                })?);
-            }
+            "permissions" => self.permissions = Some(permissions(v)?),
             "tools" => {
-                let tools = strings(v)?;
-                if tools.iter().any(|t| t.trim().is_empty() || t.contains(',')) {
-                    return Err("a tool name must not be empty nor contain `,`".into());
-                }
-                self.tools = Some(tools);
+                self.tools = Some(checked_strings(
+                    v,
+                    |t| t.trim().is_empty() || t.contains(','),
+                    "a tool name must not be empty nor contain `,`",
+                )?);
             }
             "allow_denials" => self.allow_denials = Some(boolean(v)?),
             "system_prompt" => self.system_prompt = Some(string(v)?),
             "on_task_end" => self.on_task_end = Some(hook_command(v)?),
             "transient_on" => {
-                let patterns = strings(v)?;
-                if patterns.iter().any(|p| p.trim().is_empty()) {
-                    return Err("a pattern must not be empty".into());
-                }
-                self.transient_on = Some(patterns);
+                self.transient_on = Some(checked_strings(
+                    v,
+                    |p| p.trim().is_empty(),
+                    "a pattern must not be empty",
+                )?);
             }
-            "pool" => {
-                let name = string(v)?;
-                if name.trim().is_empty() {
-                    return Err("a pool's name must not be empty".into());
-                }
-                self.pool = Some(name);
-            }
+            "pool" => self.pool = Some(named(v, "a pool's name must not be empty")?),
             "max_rate_limits" => self.max_rate_limits = Some(uint(v)?),
-            "thinking" => {
-                let level = string(v)?;
-                if !sortie_core::spec::THINKING_LEVELS.contains(&level.as_str()) {
-                    return Err(format!(
-                        "expected one of {}, found {level:?}",
-                        sortie_core::spec::THINKING_LEVELS.join(", ")
-                    ));
-                }
-                self.thinking = Some(level);
-            }
+            "thinking" => self.thinking = Some(thinking(v)?),
             // #13: roles and sessions.
             "role" => {
                 let name = string(v)?;
@@ -421,13 +374,7 @@ impl RawTask {
                         .into(),
                 );
             }
-            "session" => {
-                let name = string(v)?;
-                if name.trim().is_empty() {
-                    return Err("a session name must not be empty".into());
-                }
-                self.session = Some(name);
-            }
+            "session" => self.session = Some(named(v, "a session name must not be empty")?),
             // Issue 13: structured results (its own lines: a problem inside an inline
             // schema is placed at the line of the key it is about).
             "output_schema" => match crate::schema::parse(e, &self.file) {
@@ -699,4 +646,76 @@ pub(crate) fn hook_command(v: &Val) -> Result<String, String> {
         return Err("the command must not be empty (leave the field out for no hook)".into());
     }
     Ok(cmd)
+}
+
+/// `isolation`: "none", "worktree" or "copy".
+fn isolation(v: &Val) -> Result<Isolation, String> {
+    match string(v)?.as_str() {
+        "none" => Ok(Isolation::None),
+        "worktree" => Ok(Isolation::Worktree),
+        // #14
+        "copy" => Ok(Isolation::Copy),
+        other => Err(format!(
+            "expected \"none\", \"worktree\" or \"copy\", found {other:?}"
+        )),
+    }
+}
+
+/// `output_mode`: "inline" or "file-only".
+fn output_mode(v: &Val) -> Result<OutputMode, String> {
+    match string(v)?.as_str() {
+        "inline" => Ok(OutputMode::Inline),
+        "file-only" => Ok(OutputMode::FileOnly),
+        other => Err(format!(
+            "expected \"inline\" or \"file-only\", found {other:?}"
+        )),
+    }
+}
+
+/// `executor`: an executor's kind.
+fn executor(v: &Val) -> Result<ExecutorKind, String> {
+    let name = string(v)?;
+    ExecutorKind::parse(&name)
+        .ok_or_else(|| format!("expected \"local\" or \"slurm\", found {name:?}"))
+}
+
+/// `permissions`: "read-only", "edit" or "full".
+fn permissions(v: &Val) -> Result<Permissions, String> {
+    let name = string(v)?;
+    Permissions::parse(&name)
+        .ok_or_else(|| format!("expected \"read-only\", \"edit\" or \"full\", found {name:?}"))
+}
+
+/// `thinking`: one of the thinking levels.
+fn thinking(v: &Val) -> Result<String, String> {
+    let level = string(v)?;
+    if !sortie_core::spec::THINKING_LEVELS.contains(&level.as_str()) {
+        return Err(format!(
+            "expected one of {}, found {level:?}",
+            sortie_core::spec::THINKING_LEVELS.join(", ")
+        ));
+    }
+    Ok(level)
+}
+
+/// A list of strings none of which is `bad` (else `message`).
+fn checked_strings(
+    v: &Val,
+    bad: impl Fn(&str) -> bool,
+    message: &str,
+) -> Result<Vec<String>, String> {
+    let list = strings(v)?;
+    if list.iter().any(|s| bad(s)) {
+        return Err(message.to_owned());
+    }
+    Ok(list)
+}
+
+/// A name that is not blank (else `message`).
+fn named(v: &Val, message: &str) -> Result<String, String> {
+    let name = string(v)?;
+    if name.trim().is_empty() {
+        return Err(message.to_owned());
+    }
+    Ok(name)
 }

@@ -29,18 +29,64 @@ pub const MAX_FALLBACKS: usize = 8;
 /// Checks everything that must hold before anything runs. Returns every error found, in task
 /// order, so a user can fix a file in one pass.
 pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
-    let mut errors = Vec::new();
-    let mut err = |task: Option<usize>, reads: &'static [&'static str], message: String| {
-        errors.push(SpecError {
+    let mut found = Found::default();
+    run_errors(batch, &mut found);
+    let mut labels: HashMap<&str, usize> = HashMap::new();
+    let mut outputs: HashMap<&str, usize> = HashMap::new();
+    for (i, t) in batch.tasks.iter().enumerate() {
+        let mut task = TaskErrors {
+            found: &mut found,
+            task: i,
+        };
+        task_shape_errors(batch, t, &mut labels, &mut task);
+        agent_capability_errors(batch, t, &mut task);
+        task_output_errors(t, &mut outputs, &mut task);
+        task_needs_errors(batch, t, &mut task);
+    }
+    graph_errors(batch, &mut found);
+    if found.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(found.errors)
+    }
+}
+
+/// The errors found so far, in the order they were found.
+#[derive(Default)]
+struct Found {
+    errors: Vec<SpecError>,
+}
+
+impl Found {
+    /// An error of the task at `task` (None: of the run), about `reads[0]`.
+    fn push(&mut self, task: Option<usize>, reads: &'static [&'static str], message: String) {
+        self.errors.push(SpecError {
             task,
             field: reads[0],
             reads,
             message,
         });
-    };
+    }
+}
+
+/// The errors of one task.
+struct TaskErrors<'a> {
+    found: &'a mut Found,
+    task: usize,
+}
+
+impl TaskErrors<'_> {
+    fn push(&mut self, reads: &'static [&'static str], message: String) {
+        self.found.push(Some(self.task), reads, message);
+    }
+}
+
+/// The run-level fields: concurrency, that there are tasks, the run's budget.
+fn run_errors(batch: &Batch, found: &mut Found) {
+    let mut err =
+        |reads: &'static [&'static str], message: String| found.push(None, reads, message);
     if !(1..=MAX_CONCURRENCY).contains(&batch.config.concurrency) {
         err(
-            None,
             &["concurrency"],
             format!(
                 "must be between 1 and {MAX_CONCURRENCY} (found {})",
@@ -49,7 +95,7 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         );
     }
     if batch.tasks.is_empty() {
-        err(None, &["tasks"], "the batch has no tasks".into());
+        err(&["tasks"], "the batch has no tasks".into());
     }
     let budget = &batch.config.budget;
     if budget
@@ -57,7 +103,6 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         .is_some_and(|v| v == 0 || v > bounds::MAX_COST_NANOS)
     {
         err(
-            None,
             &["budget.max_cost"],
             "must be more than 0 and at most 1000000 (US dollars)".into(),
         );
@@ -67,7 +112,6 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         .is_some_and(|v| v == 0 || v > bounds::MAX_TOKENS)
     {
         err(
-            None,
             &["budget.max_tokens"],
             format!("must be between 1 and {}", bounds::MAX_TOKENS),
         );
@@ -77,7 +121,6 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         .is_some_and(|d| d.is_zero() || d > bounds::DEADLINE)
     {
         err(
-            None,
             &["budget.deadline"],
             format!(
                 "must be more than 0, at most {}",
@@ -87,7 +130,6 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
     }
     if !(1..=100).contains(&budget.warn_percent) {
         err(
-            None,
             &["budget.warn_at"],
             format!(
                 "must be between 1 and 100 (percent; found {})",
@@ -95,159 +137,188 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
             ),
         );
     }
-    let mut labels: HashMap<&str, usize> = HashMap::new();
-    let mut outputs: HashMap<&str, usize> = HashMap::new();
-    for (i, t) in batch.tasks.iter().enumerate() {
-        let mut err =
-            |reads: &'static [&'static str], message: String| err(Some(i), reads, message);
-        if t.label.is_empty() {
-            err(&["label"], "must not be empty".into());
-        }
-        if let Some(first) = labels.insert(&t.label, i) {
-            err(
-                &["label"],
-                format!("duplicate label {:?} (also task {})", t.label, first + 1),
-            );
-        }
-        match (&t.prompt, &t.command) {
-            (None, None) => err(
-                &["prompt", "command"],
-                "a task needs a `prompt` or a `command`".into(),
+}
+
+/// A task's identity and what it runs: its label (unique), prompt or command, agent profile,
+/// fallbacks, bounded fields and pool.
+fn task_shape_errors<'b>(
+    batch: &'b Batch,
+    t: &'b TaskSpec,
+    labels: &mut HashMap<&'b str, usize>,
+    err: &mut TaskErrors<'_>,
+) {
+    if t.label.is_empty() {
+        err.push(&["label"], "must not be empty".into());
+    }
+    if let Some(first) = labels.insert(&t.label, err.task) {
+        err.push(
+            &["label"],
+            format!("duplicate label {:?} (also task {})", t.label, first + 1),
+        );
+    }
+    match (&t.prompt, &t.command) {
+        (None, None) => err.push(
+            &["prompt", "command"],
+            "a task needs a `prompt` or a `command`".into(),
+        ),
+        (Some(_), Some(_)) => err.push(
+            &["command", "prompt"],
+            "give either `prompt` or `command`, not both".into(),
+        ),
+        (None, Some(c)) if c.is_empty() => err.push(&["command"], "must not be empty".into()),
+        _ => {}
+    }
+    match batch.agents.get(&t.agent) {
+        None if t.command.is_none() => err.push(
+            &["agent", "command"],
+            format!("unknown agent profile {:?}", t.agent),
+        ),
+        Some(p) if t.command.is_none() && p.command.is_empty() => err.push(
+            &["agent", "command"],
+            format!(
+                "agent {:?} has no command; give the task a `command`",
+                t.agent
             ),
-            (Some(_), Some(_)) => err(
-                &["command", "prompt"],
-                "give either `prompt` or `command`, not both".into(),
+        ),
+        _ => {}
+    }
+    if t.fallback_models.len() > MAX_FALLBACKS {
+        err.push(
+            &["fallback_models"],
+            format!("at most {MAX_FALLBACKS} fallback models"),
+        );
+    }
+    for (field, message) in bounds_errors(t) {
+        err.push(field, message);
+    }
+    // Issue 14: a task's `pool` names a `[pools.NAME]` table.
+    if let Some(p) = &t.pool
+        && !batch.config.pools.contains_key(p)
+    {
+        let known: Vec<&str> = batch.config.pools.keys().map(String::as_str).collect();
+        err.push(
+            &["pool"],
+            if known.is_empty() {
+                format!("no pool {p:?}: the batch has no [pools.NAME] tables")
+            } else {
+                format!("no pool {p:?} (pools: {})", known.join(", "))
+            },
+        );
+    }
+}
+
+/// What the task's agent can be given: permissions, tools, a system prompt and thinking need
+/// the agent's command to place its flags; a tool allow-list needs an agent that has one;
+/// `transient_on` is for plain commands only.
+fn agent_capability_errors(batch: &Batch, t: &TaskSpec, err: &mut TaskErrors<'_>) {
+    let agent_fields = t.permissions != Permissions::Edit
+        || !t.tools.is_empty()
+        || t.system_prompt.is_some()
+        || t.thinking.is_some();
+    if agent_fields
+        && t.command.is_none()
+        && let Some(p) = batch.agents.get(&t.agent)
+        && p.protocol != Protocol::Plain
+        && !p.command.iter().any(|a| a == AGENT_ARGS)
+    {
+        err.push(
+            &["permissions", "tools", "agent"],
+            format!(
+                "agent {:?} cannot be given permissions, tools, system_prompt or \
+                 thinking: its command does not place {AGENT_ARGS} (where the agent's own \
+                 flags for them go)",
+                t.agent
             ),
-            (None, Some(c)) if c.is_empty() => err(&["command"], "must not be empty".into()),
-            _ => {}
-        }
-        match batch.agents.get(&t.agent) {
-            None if t.command.is_none() => err(
-                &["agent", "command"],
-                format!("unknown agent profile {:?}", t.agent),
-            ),
-            Some(p) if t.command.is_none() && p.command.is_empty() => err(
-                &["agent", "command"],
-                format!(
-                    "agent {:?} has no command; give the task a `command`",
-                    t.agent
-                ),
-            ),
-            _ => {}
-        }
-        if t.fallback_models.len() > MAX_FALLBACKS {
-            err(
-                &["fallback_models"],
-                format!("at most {MAX_FALLBACKS} fallback models"),
-            );
-        }
-        for (field, message) in bounds_errors(t) {
-            err(field, message);
-        }
-        // Issue 14: a task's `pool` names a `[pools.NAME]` table.
-        if let Some(p) = &t.pool
-            && !batch.config.pools.contains_key(p)
-        {
-            let known: Vec<&str> = batch.config.pools.keys().map(String::as_str).collect();
-            err(
-                &["pool"],
-                if known.is_empty() {
-                    format!("no pool {p:?}: the batch has no [pools.NAME] tables")
+        );
+    }
+    if !t.tools.is_empty()
+        && t.command.is_none()
+        && let Some(p) = batch.agents.get(&t.agent)
+        && matches!(p.protocol, Protocol::CodexJson | Protocol::Plain)
+    {
+        err.push(
+            &["tools", "agent"],
+            format!(
+                "agent {:?} takes no tool allow-list ({} has none); use `permissions`",
+                t.agent,
+                if p.protocol == Protocol::Plain {
+                    "a plain command"
                 } else {
-                    format!("no pool {p:?} (pools: {})", known.join(", "))
-                },
-            );
-        }
-        let agent_fields = t.permissions != Permissions::Edit
-            || !t.tools.is_empty()
-            || t.system_prompt.is_some()
-            || t.thinking.is_some();
-        if agent_fields
-            && t.command.is_none()
-            && let Some(p) = batch.agents.get(&t.agent)
-            && p.protocol != Protocol::Plain
-            && !p.command.iter().any(|a| a == AGENT_ARGS)
-        {
-            err(
-                &["permissions", "tools", "agent"],
-                format!(
-                    "agent {:?} cannot be given permissions, tools, system_prompt or \
-                     thinking: its command does not place {AGENT_ARGS} (where the agent's own \
-                     flags for them go)",
-                    t.agent
-                ),
-            );
-        }
-        if !t.tools.is_empty()
-            && t.command.is_none()
-            && let Some(p) = batch.agents.get(&t.agent)
-            && matches!(p.protocol, Protocol::CodexJson | Protocol::Plain)
-        {
-            err(
-                &["tools", "agent"],
-                format!(
-                    "agent {:?} takes no tool allow-list ({} has none); use `permissions`",
-                    t.agent,
-                    if p.protocol == Protocol::Plain {
-                        "a plain command"
-                    } else {
-                        "codex exec"
-                    }
-                ),
-            );
-        }
-        let plain = t.command.is_some()
-            || batch
-                .agents
-                .get(&t.agent)
-                .is_some_and(|p| p.protocol == Protocol::Plain);
-        if !t.transient_on.is_empty() && !plain {
-            err(
-                &["transient_on", "agent", "command"],
-                format!(
-                    "agent {:?} speaks an agent protocol, whose errors sortie classifies from \
-                     its stream; `transient_on` is for plain commands",
-                    t.agent
-                ),
-            );
-        }
-        if t.include_wip && t.isolation != Isolation::Worktree {
-            err(
-                &["include_wip", "isolation"],
-                "needs `isolation = \"worktree\"`".into(),
-            );
-        }
-        if t.output_mode == OutputMode::FileOnly && t.output.is_none() {
-            err(
-                &["output_mode", "output"],
-                "`file-only` needs an `output` path".into(),
-            );
-        }
-        if let Some(out) = &t.output
-            && let Some(first) = outputs.insert(out, i)
-        {
-            err(
-                &["output"],
-                format!("output path {out:?} is also task {}'s", first + 1),
-            );
-        }
-        let mut seen = HashSet::new();
-        for need in &t.needs {
-            if !seen.insert(need) {
-                err(&["needs"], format!("{need:?} is listed twice"));
-            } else if need == &t.label {
-                err(&["needs", "label"], "a task cannot need itself".into());
-            } else if !batch.tasks.iter().any(|o| &o.label == need) {
-                err(&["needs"], format!("unknown label {need:?}"));
-            }
-        }
-        for message in prompt_errors(batch, i) {
-            err(&["prompt", "needs"], message);
+                    "codex exec"
+                }
+            ),
+        );
+    }
+    let plain = t.command.is_some()
+        || batch
+            .agents
+            .get(&t.agent)
+            .is_some_and(|p| p.protocol == Protocol::Plain);
+    if !t.transient_on.is_empty() && !plain {
+        err.push(
+            &["transient_on", "agent", "command"],
+            format!(
+                "agent {:?} speaks an agent protocol, whose errors sortie classifies from \
+                 its stream; `transient_on` is for plain commands",
+                t.agent
+            ),
+        );
+    }
+}
+
+/// Where the task's work and output go: `include_wip` needs a worktree, `file-only` an output
+/// path, and no two tasks share an output path.
+fn task_output_errors<'b>(
+    t: &'b TaskSpec,
+    outputs: &mut HashMap<&'b str, usize>,
+    err: &mut TaskErrors<'_>,
+) {
+    if t.include_wip && t.isolation != Isolation::Worktree {
+        err.push(
+            &["include_wip", "isolation"],
+            "needs `isolation = \"worktree\"`".into(),
+        );
+    }
+    if t.output_mode == OutputMode::FileOnly && t.output.is_none() {
+        err.push(
+            &["output_mode", "output"],
+            "`file-only` needs an `output` path".into(),
+        );
+    }
+    if let Some(out) = &t.output
+        && let Some(first) = outputs.insert(out, err.task)
+    {
+        err.push(
+            &["output"],
+            format!("output path {out:?} is also task {}'s", first + 1),
+        );
+    }
+}
+
+/// The task's `needs` (each once, not itself, a known label) and its prompt's placeholders.
+fn task_needs_errors(batch: &Batch, t: &TaskSpec, err: &mut TaskErrors<'_>) {
+    let mut seen = HashSet::new();
+    for need in &t.needs {
+        if !seen.insert(need) {
+            err.push(&["needs"], format!("{need:?} is listed twice"));
+        } else if need == &t.label {
+            err.push(&["needs", "label"], "a task cannot need itself".into());
+        } else if !batch.tasks.iter().any(|o| &o.label == need) {
+            err.push(&["needs"], format!("unknown label {need:?}"));
         }
     }
-    // #13: sessions (their implicit order is part of the dependency graph).
+    for message in prompt_errors(batch, err.task) {
+        err.push(&["prompt", "needs"], message);
+    }
+}
+
+/// The dependency graph as a whole: sessions (their implicit order is part of the graph) and
+/// cycles.
+fn graph_errors(batch: &Batch, found: &mut Found) {
     let links = crate::session::session_links(batch);
-    errors.extend(crate::session::session_errors(batch, &links));
+    found
+        .errors
+        .extend(crate::session::session_errors(batch, &links));
     if let Some(cycle) = find_cycle(batch, &links) {
         let names: Vec<&str> = cycle
             .iter()
@@ -256,11 +327,10 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         let through_session = cycle
             .windows(2)
             .any(|w| links.get(w[0]).copied().flatten() == Some(w[1]));
-        errors.push(SpecError {
-            task: Some(cycle[0]),
-            field: "needs",
-            reads: &["needs"],
-            message: format!(
+        found.push(
+            Some(cycle[0]),
+            &["needs"],
+            format!(
                 "dependency cycle: {}{}",
                 names.join(" → "),
                 if through_session {
@@ -269,12 +339,7 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
                     ""
                 }
             ),
-        });
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
+        );
     }
 }
 

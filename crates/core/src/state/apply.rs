@@ -150,6 +150,9 @@ impl RunState {
         }
     }
 
+    /// Applies an event to the task it names: its state and steps here, its attempts in
+    /// [`Self::mutate_attempt`]. The match names every event, so that a new one is placed by
+    /// the compiler.
     pub(super) fn mutate_task(
         rec: &mut TaskRecord,
         at: Timestamp,
@@ -177,6 +180,75 @@ impl RunState {
                     base: base.clone(),
                 });
             }
+            Event::RetryScheduled {
+                next_attempt,
+                model,
+                delay,
+                ..
+            } => {
+                rec.state = TaskState::Retrying {
+                    next: *next_attempt,
+                    model: model.clone(),
+                    not_before: at.plus(*delay),
+                };
+            }
+            Event::ArtifactWritten {
+                path,
+                bytes,
+                digest,
+                ..
+            } => {
+                rec.steps_mut().artifact = Some(Artifact {
+                    path: path.clone(),
+                    bytes: *bytes,
+                    digest: *digest,
+                });
+            }
+            Event::WorktreeFinalized { changed, diff, .. } => {
+                rec.steps_mut().worktree_final = Some((*changed, diff.clone()));
+            }
+            Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            Event::TaskCarried { result, usage, .. } => {
+                rec.state = TaskState::Finished(result.clone());
+                rec.steps_mut().carried = Some(*usage);
+            }
+            Event::AttemptLaunching { .. }
+            | Event::AttemptStarted { .. }
+            | Event::AttemptProgress { .. }
+            | Event::AttemptStalled { .. }
+            | Event::AttemptFinished { .. }
+            | Event::AttemptOrphaned { .. }
+            | Event::AttemptSideEffects { .. }
+            | Event::AttemptContinues { .. }
+            | Event::AttemptSession { .. }
+            | Event::AttemptPlaced { .. }
+            | Event::AttemptHandle { .. }
+            | Event::AttemptRead { .. }
+            | Event::AttemptAdopted { .. }
+            | Event::AttemptRecorded { .. } => {
+                Self::mutate_attempt(rec, at, event, resumes, strings);
+            }
+            Event::RunStarted { .. }
+            | Event::RunResumed { .. }
+            | Event::RunInterrupted { .. }
+            | Event::RunFinished { .. }
+            | Event::RunBudgetWarned { .. }
+            | Event::RunBudgetExceeded { .. }
+            | Event::Control { .. }
+            | Event::RunRerunOf { .. } => {}
+        }
+    }
+
+    /// Applies an attempt's event to the task's attempts (the last one, except a launch, which
+    /// adds one) and, for a launch or an end, to the task's state.
+    fn mutate_attempt(
+        rec: &mut TaskRecord,
+        at: Timestamp,
+        event: &Event,
+        resumes: u32,
+        strings: &mut Interner,
+    ) {
+        match event {
             Event::AttemptLaunching { attempt, model, .. } => {
                 // Most tasks make one attempt: no room for four (a Vec's first growth) in each
                 // of a big run's 100,000 records.
@@ -232,38 +304,6 @@ impl RunState {
                 }
                 rec.state = TaskState::Ended { attempt: *attempt };
             }
-            Event::RetryScheduled {
-                next_attempt,
-                model,
-                delay,
-                ..
-            } => {
-                rec.state = TaskState::Retrying {
-                    next: *next_attempt,
-                    model: model.clone(),
-                    not_before: at.plus(*delay),
-                };
-            }
-            Event::ArtifactWritten {
-                path,
-                bytes,
-                digest,
-                ..
-            } => {
-                rec.steps_mut().artifact = Some(Artifact {
-                    path: path.clone(),
-                    bytes: *bytes,
-                    digest: *digest,
-                });
-            }
-            Event::WorktreeFinalized { changed, diff, .. } => {
-                rec.steps_mut().worktree_final = Some((*changed, diff.clone()));
-            }
-            Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
-            Event::TaskCarried { result, usage, .. } => {
-                rec.state = TaskState::Finished(result.clone());
-                rec.steps_mut().carried = Some(*usage);
-            }
             Event::AttemptSideEffects { .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.side_effects = true;
@@ -303,14 +343,7 @@ impl RunState {
                     p.found = Some((resumes, found));
                 }
             }
-            Event::RunStarted { .. }
-            | Event::RunResumed { .. }
-            | Event::RunInterrupted { .. }
-            | Event::RunFinished { .. }
-            | Event::RunBudgetWarned { .. }
-            | Event::RunBudgetExceeded { .. }
-            | Event::Control { .. }
-            | Event::RunRerunOf { .. } => {}
+            _ => {}
         }
     }
 

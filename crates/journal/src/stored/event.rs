@@ -355,61 +355,6 @@ impl From<&Event> for StoredEvent {
                 task: task.0,
                 worktree: worktree.clone(),
             },
-            Event::AttemptLaunching {
-                task,
-                attempt,
-                model,
-            } => StoredEvent::AttemptLaunching {
-                task: task.0,
-                attempt: attempt.0,
-                model: model.clone(),
-            },
-            Event::AttemptStarted {
-                task,
-                attempt,
-                pid,
-                start_time,
-            } => StoredEvent::AttemptStarted {
-                task: task.0,
-                attempt: attempt.0,
-                pid: *pid,
-                start_time: *start_time,
-            },
-            Event::AttemptProgress {
-                task,
-                attempt,
-                usage,
-            } => StoredEvent::AttemptProgress {
-                task: task.0,
-                attempt: attempt.0,
-                usage: usage.into(),
-            },
-            Event::AttemptStalled { task, attempt } => StoredEvent::AttemptStalled {
-                task: task.0,
-                attempt: attempt.0,
-            },
-            Event::AttemptFinished {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            } => StoredEvent::AttemptFinishedV2 {
-                task: task.0,
-                attempt: attempt.0,
-                outcome: outcome.into(),
-                usage: usage.into(),
-                output: output.clone(),
-            },
-            Event::AttemptOrphaned {
-                task,
-                attempt,
-                action,
-            } => StoredEvent::AttemptOrphaned {
-                task: task.0,
-                attempt: attempt.0,
-                action: (*action).into(),
-            },
             Event::RetryScheduled {
                 task,
                 next_attempt,
@@ -460,19 +405,6 @@ impl From<&Event> for StoredEvent {
                 branch: branch.clone(),
                 base: base.clone(),
             },
-            Event::AttemptSideEffects { task, attempt } => StoredEvent::AttemptSideEffects {
-                task: task.0,
-                attempt: attempt.0,
-            },
-            Event::AttemptContinues {
-                task,
-                attempt,
-                session,
-            } => StoredEvent::AttemptContinues {
-                task: task.0,
-                attempt: attempt.0,
-                session: session.clone(),
-            },
             Event::RunBudgetWarned { limit, used, of } => StoredEvent::RunBudgetWarned {
                 limit: (*limit).into(),
                 used: *used,
@@ -481,39 +413,6 @@ impl From<&Event> for StoredEvent {
             Event::RunBudgetExceeded { limit, reason } => StoredEvent::RunBudgetExceeded {
                 limit: (*limit).into(),
                 reason: reason.clone(),
-            },
-            Event::AttemptPlaced {
-                task,
-                attempt,
-                executor,
-                dir,
-            } => StoredEvent::AttemptPlaced {
-                task: task.0,
-                attempt: attempt.0,
-                executor: executor.clone(),
-                dir: dir.clone(),
-            },
-            Event::AttemptHandle {
-                task,
-                attempt,
-                handle,
-            } => StoredEvent::AttemptHandle {
-                task: task.0,
-                attempt: attempt.0,
-                handle: handle.clone(),
-            },
-            Event::AttemptAdopted {
-                task,
-                attempt,
-                offset,
-            } => StoredEvent::AttemptAdopted {
-                task: task.0,
-                attempt: attempt.0,
-                offset: *offset,
-            },
-            Event::AttemptRecorded { task, attempt } => StoredEvent::AttemptRecorded {
-                task: task.0,
-                attempt: attempt.0,
             },
             Event::Control { by, action } => StoredEvent::Control {
                 by: by.clone(),
@@ -531,25 +430,147 @@ impl From<&Event> for StoredEvent {
                 result: result.into(),
                 usage: usage.into(),
             },
-            Event::AttemptRead {
-                task,
-                attempt,
-                offset,
-            } => StoredEvent::AttemptRead {
-                task: task.0,
-                attempt: attempt.0,
-                offset: *offset,
-            },
-            Event::AttemptSession {
-                task,
-                attempt,
-                session,
-            } => StoredEvent::AttemptSession {
-                task: task.0,
-                attempt: attempt.0,
-                session: session.clone(),
-            },
+            Event::AttemptLaunching { .. }
+            | Event::AttemptStarted { .. }
+            | Event::AttemptProgress { .. }
+            | Event::AttemptStalled { .. }
+            | Event::AttemptFinished { .. }
+            | Event::AttemptOrphaned { .. }
+            | Event::AttemptSideEffects { .. }
+            | Event::AttemptContinues { .. }
+            | Event::AttemptPlaced { .. }
+            | Event::AttemptHandle { .. }
+            | Event::AttemptAdopted { .. }
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptRead { .. }
+            | Event::AttemptSession { .. } => stored_attempt_event(e),
         }
+    }
+}
+
+/// An attempt's event in its stored form (the attempt events of [`StoredEvent::from`]).
+fn stored_attempt_event(e: &Event) -> StoredEvent {
+    match e {
+        Event::AttemptLaunching {
+            task,
+            attempt,
+            model,
+        } => StoredEvent::AttemptLaunching {
+            task: task.0,
+            attempt: attempt.0,
+            model: model.clone(),
+        },
+        Event::AttemptStarted {
+            task,
+            attempt,
+            pid,
+            start_time,
+        } => StoredEvent::AttemptStarted {
+            task: task.0,
+            attempt: attempt.0,
+            pid: *pid,
+            start_time: *start_time,
+        },
+        Event::AttemptProgress {
+            task,
+            attempt,
+            usage,
+        } => StoredEvent::AttemptProgress {
+            task: task.0,
+            attempt: attempt.0,
+            usage: usage.into(),
+        },
+        Event::AttemptStalled { task, attempt } => StoredEvent::AttemptStalled {
+            task: task.0,
+            attempt: attempt.0,
+        },
+        Event::AttemptFinished {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        } => StoredEvent::AttemptFinishedV2 {
+            task: task.0,
+            attempt: attempt.0,
+            outcome: outcome.into(),
+            usage: usage.into(),
+            output: output.clone(),
+        },
+        Event::AttemptOrphaned {
+            task,
+            attempt,
+            action,
+        } => StoredEvent::AttemptOrphaned {
+            task: task.0,
+            attempt: attempt.0,
+            action: (*action).into(),
+        },
+        Event::AttemptSideEffects { task, attempt } => StoredEvent::AttemptSideEffects {
+            task: task.0,
+            attempt: attempt.0,
+        },
+        Event::AttemptContinues {
+            task,
+            attempt,
+            session,
+        } => StoredEvent::AttemptContinues {
+            task: task.0,
+            attempt: attempt.0,
+            session: session.clone(),
+        },
+        Event::AttemptPlaced {
+            task,
+            attempt,
+            executor,
+            dir,
+        } => StoredEvent::AttemptPlaced {
+            task: task.0,
+            attempt: attempt.0,
+            executor: executor.clone(),
+            dir: dir.clone(),
+        },
+        Event::AttemptHandle {
+            task,
+            attempt,
+            handle,
+        } => StoredEvent::AttemptHandle {
+            task: task.0,
+            attempt: attempt.0,
+            handle: handle.clone(),
+        },
+        Event::AttemptAdopted {
+            task,
+            attempt,
+            offset,
+        } => StoredEvent::AttemptAdopted {
+            task: task.0,
+            attempt: attempt.0,
+            offset: *offset,
+        },
+        Event::AttemptRecorded { task, attempt } => StoredEvent::AttemptRecorded {
+            task: task.0,
+            attempt: attempt.0,
+        },
+        Event::AttemptRead {
+            task,
+            attempt,
+            offset,
+        } => StoredEvent::AttemptRead {
+            task: task.0,
+            attempt: attempt.0,
+            offset: *offset,
+        },
+        Event::AttemptSession {
+            task,
+            attempt,
+            session,
+        } => StoredEvent::AttemptSession {
+            task: task.0,
+            attempt: attempt.0,
+            session: session.clone(),
+        },
+        _ => unreachable!("`From<&Event>` sends only an attempt's events here"),
     }
 }
 
@@ -557,87 +578,10 @@ impl TryFrom<StoredEvent> for Event {
     type Error = String;
     fn try_from(e: StoredEvent) -> Result<Self, String> {
         Ok(match e {
-            StoredEvent::RunStarted {
-                run_id,
-                batch,
-                batch_digest,
-                host,
-                pid,
-            } => Event::RunStarted {
-                run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-                batch: batch.try_into()?,
-                batch_digest,
-                host,
-                pid,
-            },
-            StoredEvent::RunResumed { pid, from_seq } => Event::RunResumed {
-                pid,
-                from_seq: Seq(from_seq),
-            },
-            StoredEvent::RunInterrupted { reason } => Event::RunInterrupted { reason },
-            StoredEvent::RunFinished { state, summary } => Event::RunFinished {
-                state: state.into(),
-                summary,
-            },
             StoredEvent::TaskQueued { task } => Event::TaskQueued { task: TaskId(task) },
             StoredEvent::TaskSetUp { task, worktree } => Event::TaskSetUp {
                 task: TaskId(task),
                 worktree,
-            },
-            StoredEvent::AttemptLaunching {
-                task,
-                attempt,
-                model,
-            } => Event::AttemptLaunching {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                model,
-            },
-            StoredEvent::AttemptStarted {
-                task,
-                attempt,
-                pid,
-                start_time,
-            } => Event::AttemptStarted {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                pid,
-                start_time,
-            },
-            StoredEvent::AttemptProgress {
-                task,
-                attempt,
-                usage,
-            } => Event::AttemptProgress {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                usage: usage.into(),
-            },
-            StoredEvent::AttemptStalled { task, attempt } => Event::AttemptStalled {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-            },
-            StoredEvent::AttemptFinished {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            } => Event::AttemptFinished {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                outcome: outcome.into(),
-                usage: usage.into(),
-                output,
-            },
-            StoredEvent::AttemptOrphaned {
-                task,
-                attempt,
-                action,
-            } => Event::AttemptOrphaned {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                action: action.into(),
             },
             StoredEvent::RetryScheduled {
                 task,
@@ -689,97 +633,9 @@ impl TryFrom<StoredEvent> for Event {
                 branch,
                 base,
             },
-            StoredEvent::AttemptSideEffects { task, attempt } => Event::AttemptSideEffects {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-            },
-            StoredEvent::AttemptContinues {
-                task,
-                attempt,
-                session,
-            } => Event::AttemptContinues {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                session,
-            },
-            StoredEvent::RunStartedV2 {
-                run_id,
-                batch,
-                batch_digest,
-                host,
-                pid,
-            } => Event::RunStarted {
-                run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-                batch: batch.try_into()?,
-                batch_digest,
-                host,
-                pid,
-            },
-            StoredEvent::AttemptFinishedV2 {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            } => Event::AttemptFinished {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                outcome: outcome.try_into()?,
-                usage: usage.into(),
-                output,
-            },
             StoredEvent::TaskFinishedV2 { task, result } => Event::TaskFinished {
                 task: TaskId(task),
                 result: result.try_into()?,
-            },
-            StoredEvent::RunBudgetWarned { limit, used, of } => Event::RunBudgetWarned {
-                limit: limit.into(),
-                used,
-                of,
-            },
-            StoredEvent::RunBudgetExceeded { limit, reason } => Event::RunBudgetExceeded {
-                limit: limit.into(),
-                reason,
-            },
-            StoredEvent::AttemptPlaced {
-                task,
-                attempt,
-                executor,
-                dir,
-            } => Event::AttemptPlaced {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                executor,
-                dir,
-            },
-            StoredEvent::AttemptHandle {
-                task,
-                attempt,
-                handle,
-            } => Event::AttemptHandle {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                handle,
-            },
-            StoredEvent::AttemptAdopted {
-                task,
-                attempt,
-                offset,
-            } => Event::AttemptAdopted {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                offset,
-            },
-            StoredEvent::AttemptRecorded { task, attempt } => Event::AttemptRecorded {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-            },
-            StoredEvent::Control { by, action } => Event::Control {
-                by,
-                action: action.into(),
-            },
-            StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
-                parent: RunId::new(parent).map_err(|e| e.to_string())?,
             },
             StoredEvent::TaskCarried {
                 task,
@@ -790,37 +646,241 @@ impl TryFrom<StoredEvent> for Event {
                 result: result.try_into()?,
                 usage: usage.into(),
             },
-            StoredEvent::AttemptRead {
-                task,
-                attempt,
-                offset,
-            } => Event::AttemptRead {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                offset,
-            },
-            StoredEvent::AttemptSession {
-                task,
-                attempt,
-                session,
-            } => Event::AttemptSession {
-                task: TaskId(task),
-                attempt: Attempt(attempt),
-                session,
-            },
-            StoredEvent::RunStartedShared {
-                run_id,
-                batch,
-                batch_digest,
-                host,
-                pid,
-            } => Event::RunStarted {
-                run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-                batch: batch.try_into()?,
-                batch_digest,
-                host,
-                pid,
-            },
+            StoredEvent::RunStarted { .. }
+            | StoredEvent::RunResumed { .. }
+            | StoredEvent::RunInterrupted { .. }
+            | StoredEvent::RunFinished { .. }
+            | StoredEvent::RunStartedV2 { .. }
+            | StoredEvent::RunBudgetWarned { .. }
+            | StoredEvent::RunBudgetExceeded { .. }
+            | StoredEvent::Control { .. }
+            | StoredEvent::RunRerunOf { .. }
+            | StoredEvent::RunStartedShared { .. } => run_event(e)?,
+            StoredEvent::AttemptLaunching { .. }
+            | StoredEvent::AttemptStarted { .. }
+            | StoredEvent::AttemptProgress { .. }
+            | StoredEvent::AttemptStalled { .. }
+            | StoredEvent::AttemptFinished { .. }
+            | StoredEvent::AttemptOrphaned { .. }
+            | StoredEvent::AttemptSideEffects { .. }
+            | StoredEvent::AttemptContinues { .. }
+            | StoredEvent::AttemptFinishedV2 { .. }
+            | StoredEvent::AttemptPlaced { .. }
+            | StoredEvent::AttemptHandle { .. }
+            | StoredEvent::AttemptAdopted { .. }
+            | StoredEvent::AttemptRecorded { .. }
+            | StoredEvent::AttemptRead { .. }
+            | StoredEvent::AttemptSession { .. } => attempt_event(e)?,
         })
     }
+}
+
+/// A run's event read back (the run events of `Event::try_from`).
+fn run_event(e: StoredEvent) -> Result<Event, String> {
+    Ok(match e {
+        StoredEvent::RunStarted {
+            run_id,
+            batch,
+            batch_digest,
+            host,
+            pid,
+        } => Event::RunStarted {
+            run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
+            batch: batch.try_into()?,
+            batch_digest,
+            host,
+            pid,
+        },
+        StoredEvent::RunResumed { pid, from_seq } => Event::RunResumed {
+            pid,
+            from_seq: Seq(from_seq),
+        },
+        StoredEvent::RunInterrupted { reason } => Event::RunInterrupted { reason },
+        StoredEvent::RunFinished { state, summary } => Event::RunFinished {
+            state: state.into(),
+            summary,
+        },
+        StoredEvent::RunStartedV2 {
+            run_id,
+            batch,
+            batch_digest,
+            host,
+            pid,
+        } => Event::RunStarted {
+            run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
+            batch: batch.try_into()?,
+            batch_digest,
+            host,
+            pid,
+        },
+        StoredEvent::RunBudgetWarned { limit, used, of } => Event::RunBudgetWarned {
+            limit: limit.into(),
+            used,
+            of,
+        },
+        StoredEvent::RunBudgetExceeded { limit, reason } => Event::RunBudgetExceeded {
+            limit: limit.into(),
+            reason,
+        },
+        StoredEvent::Control { by, action } => Event::Control {
+            by,
+            action: action.into(),
+        },
+        StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
+            parent: RunId::new(parent).map_err(|e| e.to_string())?,
+        },
+        StoredEvent::RunStartedShared {
+            run_id,
+            batch,
+            batch_digest,
+            host,
+            pid,
+        } => Event::RunStarted {
+            run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
+            batch: batch.try_into()?,
+            batch_digest,
+            host,
+            pid,
+        },
+        _ => return Err("run_event was given an event that is not a run's".to_owned()),
+    })
+}
+
+/// An attempt's event read back (the attempt events of `Event::try_from`).
+fn attempt_event(e: StoredEvent) -> Result<Event, String> {
+    Ok(match e {
+        StoredEvent::AttemptLaunching {
+            task,
+            attempt,
+            model,
+        } => Event::AttemptLaunching {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            model,
+        },
+        StoredEvent::AttemptStarted {
+            task,
+            attempt,
+            pid,
+            start_time,
+        } => Event::AttemptStarted {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            pid,
+            start_time,
+        },
+        StoredEvent::AttemptProgress {
+            task,
+            attempt,
+            usage,
+        } => Event::AttemptProgress {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            usage: usage.into(),
+        },
+        StoredEvent::AttemptStalled { task, attempt } => Event::AttemptStalled {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+        },
+        StoredEvent::AttemptFinished {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        } => Event::AttemptFinished {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            outcome: outcome.into(),
+            usage: usage.into(),
+            output,
+        },
+        StoredEvent::AttemptOrphaned {
+            task,
+            attempt,
+            action,
+        } => Event::AttemptOrphaned {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            action: action.into(),
+        },
+        StoredEvent::AttemptSideEffects { task, attempt } => Event::AttemptSideEffects {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+        },
+        StoredEvent::AttemptContinues {
+            task,
+            attempt,
+            session,
+        } => Event::AttemptContinues {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            session,
+        },
+        StoredEvent::AttemptFinishedV2 {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        } => Event::AttemptFinished {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            outcome: outcome.try_into()?,
+            usage: usage.into(),
+            output,
+        },
+        StoredEvent::AttemptPlaced {
+            task,
+            attempt,
+            executor,
+            dir,
+        } => Event::AttemptPlaced {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            executor,
+            dir,
+        },
+        StoredEvent::AttemptHandle {
+            task,
+            attempt,
+            handle,
+        } => Event::AttemptHandle {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            handle,
+        },
+        StoredEvent::AttemptAdopted {
+            task,
+            attempt,
+            offset,
+        } => Event::AttemptAdopted {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            offset,
+        },
+        StoredEvent::AttemptRecorded { task, attempt } => Event::AttemptRecorded {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+        },
+        StoredEvent::AttemptRead {
+            task,
+            attempt,
+            offset,
+        } => Event::AttemptRead {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            offset,
+        },
+        StoredEvent::AttemptSession {
+            task,
+            attempt,
+            session,
+        } => Event::AttemptSession {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
+            session,
+        },
+        _ => return Err("attempt_event was given an event that is not an attempt's".to_owned()),
+    })
 }
