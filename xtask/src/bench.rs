@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: the figures of the three benchmarks (the `key=value` lines of
 //! `journal_bench`, `bench/dispatch.sh` and `scale_bench`) in one Markdown table, each next to
-//! its target (DESIGN.md section 9) and whether this run met it.
+//! its target (README.md's performance table shows the same targets) and whether this run met it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -1,9 +1,10 @@
-//! `cargo xtask torture [--crashes N] [--seed S] [--tasks T]`: the crash torture of DESIGN.md
-//! section 9. A mixed batch of fake-agent tasks (successes, transient failures, model
-//! fallbacks, stalls, slow tasks, worktree tasks in a scratch git repository, artifacts; every
-//! task counts its answers in a file of its own and logs the usage it reports, unique per
-//! attempt) is run by `sortie run`, SIGKILLed at a random moment (a random delay, or right
-//! after a random journal event through `SORTIE_TEST_PAUSE_AFTER`, or while the resume starts),
+//! `cargo xtask torture [--crashes N] [--seed S] [--tasks T]`: the crash torture, the
+//! quality bar of crash safety (every crash resumes to a clean audit). A mixed batch of
+//! fake-agent tasks (successes, transient failures, model fallbacks, stalls, slow tasks,
+//! worktree tasks in a scratch git repository, artifacts; every task counts its answers in a
+//! file of its own and logs the usage it reports, unique per attempt) is run by `sortie run`,
+//! SIGKILLed at a random moment (a random delay, or right after a random journal event through
+//! `SORTIE_TEST_PAUSE_AFTER`, or while the resume starts),
 //! resumed, killed again, ... until N crashes happened; a run that finishes before is checked
 //! and followed by a fresh one. The last run is then resumed to its end.
 //!

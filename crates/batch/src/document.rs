@@ -11,6 +11,12 @@ use crate::fields::{
 };
 use crate::value::{Entry, LineIndex, RawToml, Val, task_headers};
 
+/// The keys of the `[budget]` table.
+pub(crate) const BUDGET_FIELDS: &[&str] = &["max_cost", "max_tokens", "deadline", "warn_at"];
+
+/// The keys of a `[pools.NAME]` table.
+pub(crate) const POOL_FIELDS: &[&str] = &["concurrency", "adaptive"];
+
 /// The run-level part of a batch file (or of a defaults file), and its tasks.
 pub(crate) struct RunDoc {
     pub(crate) file: PathBuf,
@@ -113,7 +119,6 @@ impl RunDoc {
     /// `[budget]`: `max_cost` (US dollars), `max_tokens`, `deadline`, `warn_at` (percent);
     /// each sub-field's problem is its own issue.
     fn parse_budget(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
-        const KEYS: &[&str] = &["max_cost", "max_tokens", "deadline", "warn_at"];
         let Val::Table(entries) = &e.val else {
             return Err(expected(
                 "a table { max_cost, max_tokens, deadline, warn_at }",
@@ -138,7 +143,7 @@ impl RunDoc {
                         .map(|p| b.warn_percent = p)
                         .ok_or_else(|| format!("must be between 1 and 100 (percent; found {p})"))
                 }),
-                _ => Err(format!("unknown field{}", suggest(&sub.key, KEYS))),
+                _ => Err(format!("unknown field{}", suggest(&sub.key, BUDGET_FIELDS))),
             };
             if let Err(message) = parsed {
                 issues.add(&self.file, sub.line, Some(&field), message);
@@ -150,7 +155,6 @@ impl RunDoc {
     /// `[pools.NAME]`: `concurrency` (1 to the most a run allows) and `adaptive` (true by
     /// default); each sub-field's problem is its own issue.
     fn parse_pools(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
-        const KEYS: &[&str] = &["concurrency", "adaptive"];
         let Val::Table(pools) = &e.val else {
             return Err(expected(
                 "a table of pools ([pools.NAME] concurrency = N)",
@@ -183,7 +187,7 @@ impl RunDoc {
                         }
                     }),
                     "adaptive" => boolean(&sub.val).map(|b| spec.adaptive = b),
-                    _ => Err(format!("unknown field{}", suggest(&sub.key, KEYS))),
+                    _ => Err(format!("unknown field{}", suggest(&sub.key, POOL_FIELDS))),
                 };
                 if let Err(message) = parsed {
                     let field = format!("{field}.{}", sub.key);

@@ -57,6 +57,25 @@ pub use error::{BatchError, BatchIssue};
 pub use load::{load, load_jsonl, load_toml, one_off_command, one_off_prompt};
 pub use roles::RoleUse;
 
+/// The names a batch file may use, as the loader knows them: these are the very lists its
+/// parser matches keys against (a name not in them is refused as an unknown field).
+/// docs/batch-file.md describes each; `tests/reference.rs` checks that it names every one.
+pub mod known_fields {
+    /// The top-level keys of a TOML batch file (and of a JSON Lines batch's defaults file,
+    /// which takes all of them but `tasks`).
+    pub const RUN: &[&str] = crate::fields::RUN_FIELDS;
+    /// The fields of a task; `[defaults]` takes the same keys.
+    pub const TASK: &[&str] = crate::fields::TASK_FIELDS;
+    /// The keys of an `[agents.NAME]` table.
+    pub const AGENT: &[&str] = crate::fields::AGENT_FIELDS;
+    /// The keys of a task's (or `[defaults]`'s) `slurm` table.
+    pub const SLURM: &[&str] = crate::fields::SLURM_FIELDS;
+    /// The keys of the run's `[budget]` table.
+    pub const BUDGET: &[&str] = crate::document::BUDGET_FIELDS;
+    /// The keys of a `[pools.NAME]` table.
+    pub const POOL: &[&str] = crate::document::POOL_FIELDS;
+}
+
 /// The name that issues about a one-off (flags, no file) carry as their file.
 pub const COMMAND_LINE: &str = "<command line>";
 

@@ -410,8 +410,8 @@ fn resolve_task(
 
 /// Applies `role` to a task resolved without it: each field the task does not give itself
 /// comes from the role when the role gives it (over `[defaults]`, and over `--model`: a role
-/// is part of the task). The role's system prompt comes first, the task's own after it (as the
-/// seeds append an agent file's body and the task's prompt).
+/// is part of the task). The role's system prompt comes first, the task's own after it (an agent
+/// file's body first, then the task's own prompt, as the agents' own agent files are read).
 fn apply_role(s: &mut TaskSpec, role: &Role, t: &RawTask) {
     s.role = Some(role.name.clone());
     if t.model.is_none()

@@ -2,7 +2,7 @@
 //! known, through the `From` impls below, not by searching a chain afterwards. Commands return
 //! [`CliError`]; `?` picks the code. Context added with [`ResultExt`] keeps it.
 //!
-//! Exit codes (DESIGN.md section 8): 0 completed, 1 failed or partial (or an error), 2 usage
+//! Exit codes (as README.md lists them): 0 completed, 1 failed or partial (or an error), 2 usage
 //! error, 3 interrupted (resumable), 4 journal corrupt. A closed stdout (`sortie list | head -1`)
 //! is graceful termination, as ripgrep has it: exit 0 and not a word.
 
@@ -12,7 +12,7 @@ use std::io::Write;
 use sortie_batch::BatchError;
 use sortie_runner::worktree::kept::KeptError;
 
-/// The exit codes of DESIGN.md section 8.
+/// sortie's exit codes, as README.md lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Code {
     /// The run completed, or the command did its job.

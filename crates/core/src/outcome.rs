@@ -345,7 +345,7 @@ impl fmt::Display for RunOutcome {
     }
 }
 
-/// The aggregate run state from the task results, in SEMANTICS.md's order: all completed →
+/// The aggregate run state from the task results, in this order: all completed →
 /// completed; any completed or partial → partial; all cancelled → cancelled; all timeout or
 /// cancelled → timeout; otherwise failed. (An empty run counts as completed.)
 pub fn aggregate(results: impl IntoIterator<Item = TerminalState>) -> RunOutcome {

@@ -1,5 +1,5 @@
 //! What the agent protocols (pi-json, claude-stream-json, codex-json) share: one set of rules
-//! that classifies a whole run ([`classify_agent`], SEMANTICS.md "Classifying an attempt"), and
+//! that classifies a whole run ([`classify_agent`], whose table docs/agents.md shows), and
 //! the classification of a provider's error text and HTTP status.
 
 use sortie_core::{AttemptOutcome, AttemptStatus, StopReason, Usage};
@@ -51,7 +51,7 @@ impl AgentFailure {
     }
 }
 
-/// Classifies an agent run (SEMANTICS.md, "Classifying an attempt").
+/// Classifies an agent run (docs/agents.md, "The contract of a reader", has the same table).
 ///
 /// Completed: exit 0, no signal, the last message did not fail, the protocol finished and the
 /// answer is not known to be cut short. Partial: there is an answer, the last message did not
