@@ -4,8 +4,8 @@
 use sortie_core::ledger::{Ledger, LedgerFold};
 use sortie_core::{Event, RunState, Seq, Stamped};
 
-use crate::{Error, Result};
 use crate::journal::Journal;
+use crate::{Error, Result};
 
 impl Journal {
     /// Every record from seq 0 up to `upto` inclusive (None: to the end) and the state folded
@@ -19,10 +19,12 @@ impl Journal {
         let mut snapshot_mismatch = None;
         for record in self.read(Seq(0), upto) {
             let stamped = record?;
-            state.apply(&stamped).map_err(|violation| Error::Violation {
-                seq: stamped.seq,
-                violation,
-            })?;
+            state
+                .apply(&stamped)
+                .map_err(|violation| Error::Violation {
+                    seq: stamped.seq,
+                    violation,
+                })?;
             if let Some((mark, snap)) = &snapshot
                 && mark.records == state.next_seq.0
             {

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use crate::error::{CliError, Result};
 use serde::Serialize;
-use sortie_core::{Event, RunState, Seq, Stamped};
+use sortie_core::{Event, Seq, Stamped};
 
 use super::{Code, open_read};
 use crate::args::{Global, ReplayArgs};
@@ -22,35 +22,19 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     let run = super::find_run(g, &args.run)?;
     let journal = open_read(&g.layout(), &run)?;
     let upto = args.at.map(Seq);
-    let mut state = RunState::new();
-    let mut shown: Vec<Stamped> = Vec::new();
     // Folded from seq 0, never from the snapshot; the snapshot is checked against the fold
     // when the fold passes its seq.
-    let snapshot = journal.snapshot();
-    let mut snapshot_differs = false;
-    for record in journal.read(Seq(0), upto) {
-        let stamped = record?;
-        state
-            .apply(&stamped)
-            .map_err(|v| sortie_journal::Error::Violation {
-                seq: stamped.seq,
-                violation: v,
-            })?;
-        if let Some((mark, snap)) = &snapshot
-            && mark.records == state.next_seq.0
-        {
-            snapshot_differs = *snap != state;
-        }
-        shown.push(stamped);
-    }
-    let code = if snapshot_differs {
+    let checked = journal.replay_checked(upto)?;
+    let code = if checked.snapshot_agrees() {
+        Code::Ok
+    } else {
         eprintln!(
-            "sortie: run {run}: its snapshot differs from the journal folded to the same seq              (see `sortie audit {run}`)"
+            "sortie: run {run}: its snapshot differs from the journal folded to the same seq \
+             (see `sortie audit {run}`)"
         );
         Code::Corrupt
-    } else {
-        Code::Ok
     };
+    let (state, shown) = (checked.state, checked.events);
     let filter = match &args.task {
         Some(label) => Some(
             state
