@@ -28,8 +28,6 @@ use sortie_runner::layout::{StateDir, index};
 use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
-pub(crate) use replay::control_text;
-pub(crate) use replay::percent;
 
 /// Runs the command.
 pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
@@ -188,15 +186,6 @@ fn read_latest(state_dir: &StateDir, run: &RunId) -> Result<(RunState, Closing)>
     let reader = RunReader::open_prefetching(state_dir, run)
         .with_context(|| format!("cannot read run {run}"))?;
     Ok(reader.latest()?)
-}
-
-/// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.
-pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
-    if dir == std::path::Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
-        String::new()
-    } else {
-        format!(" --state-dir {}", dir.display())
-    }
 }
 
 /// `sortie completions SHELL`: the completion script of `sortie` for bash, zsh or fish.

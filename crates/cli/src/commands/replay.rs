@@ -10,6 +10,7 @@ use sortie_core::{Event, Seq, Stamped};
 use super::{Code, open_read};
 use crate::args::{Global, ReplayArgs};
 use crate::output;
+use crate::text::{control_text, percent};
 
 #[derive(Serialize)]
 struct ReplayView<'a> {
@@ -236,22 +237,4 @@ fn details(e: &Event) -> String {
             attempt, offset, ..
         } => format!("attempt {attempt}: journaled up to byte {offset} of its stdout"),
     }
-}
-
-/// A control action as people say it: `hold`, `steer: "message"`, `concurrency 2`.
-pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
-    use sortie_core::ControlAction as A;
-    match action {
-        A::Steer { message, .. } => format!("steer: {message:?}"),
-        A::Concurrency { n } => format!("concurrency {n}"),
-        A::Hold { task: None } | A::Release { task: None } | A::Cancel { task: None } => {
-            format!("{} of the run", action.name())
-        }
-        other => other.name().to_owned(),
-    }
-}
-
-/// `used` as a whole percent of `of`.
-pub(crate) fn percent(used: u64, of: u64) -> u128 {
-    u128::from(used) * 100 / u128::from(of.max(1))
 }
