@@ -85,6 +85,7 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
             doc_problems(root, &dir, &mut problems)?;
         }
     }
+    problems.extend(crate::tidy_cli::check(root)?);
     Ok(problems)
 }
 
