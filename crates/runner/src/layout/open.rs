@@ -102,6 +102,9 @@ impl RunReader {
     }
 }
 
+/// The tasks' environment values, one list per task (`RunDir::load_env`).
+type Env = Vec<Vec<(String, String)>>;
+
 /// A run's journal opened in place by the process that takes the run over, and its state.
 #[derive(Debug)]
 pub(crate) struct TakenOver {
@@ -110,13 +113,13 @@ pub(crate) struct TakenOver {
     /// The state after every record.
     pub(crate) state: RunState,
     /// The tasks' environment values, read on a thread of their own (see [`TakenOver::env`]).
-    env: Option<JoinHandle<Result<Vec<Vec<(String, String)>>>>>,
+    env: Option<JoinHandle<Result<Env>>>,
 }
 
 impl TakenOver {
     /// The tasks' environment values, one list per task of the state (the ones the file
     /// lacks are empty).
-    pub(crate) fn env(&mut self, dir: &RunDir) -> Result<Vec<Vec<(String, String)>>> {
+    pub(crate) fn env(&mut self, dir: &RunDir) -> Result<Env> {
         let tasks = self.state.tasks.len();
         let mut env = match self.env.take().map(JoinHandle::join) {
             Some(Ok(loaded)) => loaded?,
