@@ -1,6 +1,7 @@
 //! `sortie export RUN`: every event of the run as one JSON object per line, in the journal's
-//! versioned export format (`sortie_journal::ExportRecord`, `"v": 1`, through `RunReader::export`), not core's serde derive:
-//! what users parse does not move when core renames a field.
+//! versioned export format (`sortie_journal::ExportRecord`, `"v": 1`, through
+//! `RunReader::export`), not core's serde derive: what users parse does not move when core
+//! renames a field.
 
 use std::io::{BufWriter, Write};
 
