@@ -19,6 +19,7 @@
 mod bench;
 mod fuzz;
 mod tidy;
+mod tidy_cli;
 mod tidy_docs;
 mod tidy_size;
 mod torture;

@@ -87,6 +87,7 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
     }
     problems.extend(crate::tidy_size::problems(root)?);
     problems.extend(crate::tidy_docs::check(root)?);
+    problems.extend(crate::tidy_cli::check(root)?);
     Ok(problems)
 }
 

@@ -414,3 +414,60 @@ pub(crate) struct RerunArgs {
     #[arg(long)]
     pub(crate) run_id: Option<String>,
 }
+
+impl RunArgs {
+    /// The batch overrides `run`'s flags give.
+    pub(crate) fn overrides(&self, g: &Global) -> sortie_batch::Overrides {
+        overrides(
+            g,
+            OverrideFlags {
+                concurrency: self.concurrency,
+                fail_fast: self.fail_fast,
+                agent: self.agent.as_deref(),
+                model: self.model.as_deref(),
+                allow_shared_writes: self.allow_shared_writes,
+                executor: self.executor.as_deref(),
+            },
+        )
+    }
+}
+
+impl CheckArgs {
+    /// The batch overrides `check`'s flags give (`run`'s, less `--fail-fast`).
+    pub(crate) fn overrides(&self, g: &Global) -> sortie_batch::Overrides {
+        overrides(
+            g,
+            OverrideFlags {
+                concurrency: self.concurrency,
+                fail_fast: false,
+                agent: self.agent.as_deref(),
+                model: self.model.as_deref(),
+                allow_shared_writes: self.allow_shared_writes,
+                executor: self.executor.as_deref(),
+            },
+        )
+    }
+}
+
+/// The flags of `run` and `check` that override a batch's fields.
+struct OverrideFlags<'a> {
+    concurrency: Option<u32>,
+    fail_fast: bool,
+    agent: Option<&'a str>,
+    model: Option<&'a str>,
+    allow_shared_writes: bool,
+    executor: Option<&'a str>,
+}
+
+/// The overrides `flags` give; isolated tasks' worktrees go under the state dir.
+fn overrides(g: &Global, flags: OverrideFlags<'_>) -> sortie_batch::Overrides {
+    sortie_batch::Overrides {
+        concurrency: flags.concurrency,
+        fail_fast: flags.fail_fast.then_some(true),
+        agent: flags.agent.map(str::to_owned),
+        model: flags.model.map(str::to_owned),
+        allow_shared_writes: flags.allow_shared_writes.then_some(true),
+        worktrees: Some(g.layout().absolute().worktrees()),
+        executor: flags.executor.and_then(sortie_core::ExecutorKind::parse),
+    }
+}

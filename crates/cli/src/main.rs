@@ -13,6 +13,7 @@ mod output;
 mod pools;
 mod report;
 mod summary;
+mod text;
 
 use std::process::ExitCode;
 

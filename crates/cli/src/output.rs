@@ -155,7 +155,7 @@ impl Observer for LogLines {
             )),
             Event::RunBudgetWarned { limit, used, of } => Some(format!(
                 "warning: the run has used {}% of its budget's {}",
-                super::commands::percent(*used, *of),
+                crate::text::percent(*used, *of),
                 limit.field()
             )),
             Event::RunBudgetExceeded { reason, .. } => Some(format!(
@@ -190,7 +190,7 @@ impl Observer for LogLines {
                     .task()
                     .map(|t| state.label(t))
                     .unwrap_or_else(|| "run".to_owned()),
-                crate::commands::control_text(action)
+                crate::text::control_text(action)
             )),
             Event::TaskFinished { task, result } => {
                 let done = state.done_count();

@@ -214,7 +214,7 @@ pub(crate) fn print_table(
 
 /// The commands to go on from here: resume an unfinished run, inspect what did not complete.
 fn commands(g: &Global, v: &RunView) -> Vec<String> {
-    let sortie = format!("sortie{}", crate::commands::state_dir_flag(&g.state_dir));
+    let sortie = format!("sortie{}", crate::text::state_dir_flag(&g.state_dir));
     let run = &v.run_id;
     let mut c = Vec::new();
     let unfinished = !matches!(

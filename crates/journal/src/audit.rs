@@ -2,12 +2,43 @@
 //! raw events (core's `Ledger::from_events`) against the replayed state's.
 
 use sortie_core::ledger::{Ledger, LedgerFold};
-use sortie_core::{Event, RunState, Seq};
+use sortie_core::{Event, RunState, Seq, Stamped};
 
-use crate::Error;
 use crate::journal::Journal;
+use crate::{Error, Result};
 
 impl Journal {
+    /// Every record from seq 0 up to `upto` inclusive (None: to the end) and the state folded
+    /// from them, never from the snapshot; the newest valid snapshot is checked against the
+    /// fold when the fold reaches its seq (R10: a snapshot that differs is damage, `replay`
+    /// exits 4). A bad record is an error naming its seq, as for [`Journal::replay`].
+    pub fn replay_checked(&self, upto: Option<Seq>) -> Result<CheckedReplay> {
+        let snapshot = self.snapshot();
+        let mut state = RunState::new();
+        let mut events = Vec::new();
+        let mut snapshot_mismatch = None;
+        for record in self.read(Seq(0), upto) {
+            let stamped = record?;
+            state
+                .apply(&stamped)
+                .map_err(|violation| Error::Violation {
+                    seq: stamped.seq,
+                    violation,
+                })?;
+            if let Some((mark, snap)) = &snapshot
+                && mark.records == state.next_seq.0
+            {
+                snapshot_mismatch = crate::snapshot::differs(snap, &state);
+            }
+            events.push(stamped);
+        }
+        Ok(CheckedReplay {
+            events,
+            state,
+            snapshot_mismatch,
+        })
+    }
+
     /// Checks the whole journal: versions, CRCs, dense seqs, legal transitions, and the usage
     /// ledger recomputed from the raw events against the replayed state. Never panics; reports
     /// the first bad record.
@@ -75,6 +106,25 @@ impl Journal {
             ledger_mismatch,
             snapshot_mismatch,
         }
+    }
+}
+
+/// What [`Journal::replay_checked`] read: the records, their fold, and the snapshot's verdict.
+#[derive(Debug, Clone)]
+pub struct CheckedReplay {
+    /// The records read, in seq order.
+    pub events: Vec<Stamped>,
+    /// The state folded from them.
+    pub state: RunState,
+    /// How the newest valid snapshot differs from the fold at its seq, if the fold reached
+    /// that seq and it does.
+    pub snapshot_mismatch: Option<String>,
+}
+
+impl CheckedReplay {
+    /// True when the snapshot, if the fold reached it, agrees with the fold.
+    pub fn snapshot_agrees(&self) -> bool {
+        self.snapshot_mismatch.is_none()
     }
 }
 

@@ -77,7 +77,7 @@ mod stored;
 #[cfg(feature = "test-util")]
 mod test_util;
 
-pub use audit::Audit;
+pub use audit::{Audit, CheckedReplay};
 pub use commit::Durability;
 pub use export::{EXPORT_VERSION, ExportRecord};
 pub use journal::{Closing, Journal, db_dir};

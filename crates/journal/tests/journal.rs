@@ -666,3 +666,63 @@ fn pending_appends_reach_the_files_with_the_next_durable_append_or_a_settle() {
     assert!(j.audit().is_clean());
     assert_eq!(j.next_seq(), Seq(events.len() as u64));
 }
+
+#[test]
+fn a_checked_replay_folds_from_seq_0_and_judges_the_snapshot_where_the_fold_reaches_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    let events: Vec<_> = support::realistic(20, 2).collect();
+    let (a, b) = events.split_at(events.len() / 2);
+    j.append_all(a).unwrap();
+    let at_a = j.replay(None).unwrap();
+    j.write_snapshot(&at_a).unwrap();
+    j.append_all(b).unwrap();
+    let full = j.replay(None).unwrap();
+    // A good snapshot: every record read, the fold is replay's.
+    let checked = j.replay_checked(None).unwrap();
+    assert_eq!(checked.events.len(), events.len());
+    assert_eq!(checked.state, full);
+    assert!(checked.snapshot_agrees(), "{checked:?}");
+    // Up to a seq: the records up to it, inclusive.
+    let upto = Seq(a.len() as u64 - 2);
+    let early = j.replay_checked(Some(upto)).unwrap();
+    assert_eq!(early.events.last().map(|s| s.seq), Some(upto));
+    assert_eq!(early.state, j.replay(Some(upto)).unwrap());
+    // A snapshot of another state at the same seq: the fold that reaches it says so, one that
+    // stops before it cannot tell.
+    let mut wrong = at_a;
+    wrong.control.run_cancelled = !wrong.control.run_cancelled;
+    j.write_snapshot(&wrong).unwrap();
+    let checked = j.replay_checked(None).unwrap();
+    assert_eq!(checked.state, full);
+    assert!(!checked.snapshot_agrees());
+    assert!(
+        checked
+            .snapshot_mismatch
+            .as_deref()
+            .is_some_and(|m| m.contains("differs")),
+        "{checked:?}"
+    );
+    assert!(j.replay_checked(Some(upto)).unwrap().snapshot_agrees());
+}
+
+#[test]
+fn a_checked_replay_names_an_illegal_record_by_its_seq() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(tmp.path()).unwrap();
+    let events = support::every_variant();
+    j.append_all(&events[..3]).unwrap();
+    j.append(
+        Timestamp(9),
+        &Event::TaskSetUp {
+            task: TaskId(2),
+            worktree: None,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        j.replay_checked(None),
+        Err(Error::Violation { seq: Seq(3), .. })
+    ));
+    assert_eq!(j.replay_checked(Some(Seq(2))).unwrap().events.len(), 3);
+}

@@ -10,6 +10,7 @@ mod agent;
 mod attempt;
 pub mod clock;
 pub mod control;
+pub mod detach;
 pub mod engine;
 mod error;
 pub mod executor;

@@ -50,11 +50,7 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
     }
     let _lock = dir.acquire()?;
     let salvage = Journal::salvage(dir.path())?;
-    let acked = [salvage.acked, index::acked(state_dir, run_id)]
-        .into_iter()
-        .flatten()
-        .map(|m| m.records)
-        .max();
+    let acked = crate::layout::open::acknowledged(state_dir, run_id, salvage.acked);
     let kept = salvage.records.len() as u64;
     let lost = acked.filter(|a| *a > kept).map(|a| (kept, a - 1));
     let uncertain = uncertain(&salvage);

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sortie_runner::layout::StateDir;
 use sortie_runner::process::run_tool;
+use sortie_runner::worktree::kept::{self, Applied, Discard, Kept};
 use sortie_runner::worktree::{self, agent_cwd, location};
 
 /// Runs git in `dir` (the test kit's, with its fixed identity); returns its stdout trimmed.
@@ -247,4 +248,88 @@ async fn plan_fails_outside_a_repository_and_without_a_commit() {
     .await
     .expect_err("no commit");
     assert!(e.to_string().contains("no commit"), "{e}");
+}
+
+/// A kept worktree of run `r` whose patch is `git diff` of `file` rewritten to `text` in `repo`
+/// (the checkout is put back after).
+fn kept_changing(repo: &Path, label: &str, task: u32, file: &str, text: &str) -> Kept {
+    let original = std::fs::read_to_string(repo.join(file)).expect("read");
+    std::fs::write(repo.join(file), text).expect("write");
+    let patch_text = git(repo, &["diff", "--binary"]);
+    std::fs::write(repo.join(file), original).expect("write back");
+    let patch = repo
+        .parent()
+        .expect("a parent")
+        .join(format!("{label}.patch"));
+    std::fs::write(&patch, format!("{patch_text}\n")).expect("patch");
+    Kept {
+        run: "r".into(),
+        label: label.into(),
+        task,
+        repo: repo.display().to_string(),
+        path: repo.join("gone").display().to_string(),
+        branch: format!("sortie/{label}"),
+        base: git(repo, &["rev-parse", "HEAD"]),
+        patch,
+        summary: None,
+        discarded: None,
+    }
+}
+
+#[tokio::test]
+async fn apply_all_skips_the_discarded_stops_at_the_first_conflict_and_commits_each() {
+    let (_tmp, repo, _state) = setup();
+    let mut gone = kept_changing(&repo, "gone", 1, "sub/b.txt", "gone\n");
+    gone.discarded = Some(Discard {
+        by: "discard".into(),
+        at: 1,
+        branch_kept: false,
+    });
+    let all = vec![
+        kept_changing(&repo, "first", 0, "a.txt", "first\n"),
+        gone,
+        kept_changing(&repo, "clash", 2, "a.txt", "clash\n"),
+        kept_changing(&repo, "later", 3, "sub/b.txt", "later\n"),
+    ];
+    let done = kept::apply_all(&all, true).await.expect("no error");
+    let applied: Vec<(&str, bool)> = done
+        .applied
+        .iter()
+        .map(|(k, _, commit)| (k.label.as_str(), commit.is_some()))
+        .collect();
+    assert_eq!(applied, [("first", true), ("clash", false)]);
+    assert_eq!(done.applied[0].1, Applied::Clean);
+    assert!(matches!(done.applied[1].1, Applied::Conflict { .. }));
+    assert!(done.stopped);
+    let labels = |ks: &[&Kept]| ks.iter().map(|k| k.label.clone()).collect::<Vec<_>>();
+    assert_eq!(labels(&done.not_applied), ["later"]);
+    assert_eq!(labels(&done.discarded), ["gone"]);
+    // One commit, with the message of its task; the conflict changed nothing.
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s"]),
+        kept::commit_message(&all[0])
+    );
+    assert_eq!(kept::commit_message(&all[0]), "sortie: first (run r)");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("a.txt")).unwrap(),
+        "first\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+
+    // Without a conflict, every one but the discarded, as uncommitted changes.
+    let (_tmp, repo, _state) = setup();
+    let all = vec![
+        kept_changing(&repo, "one", 0, "a.txt", "one\n"),
+        kept_changing(&repo, "two", 1, "sub/b.txt", "two\n"),
+    ];
+    let done = kept::apply_all(&all, false).await.expect("no error");
+    assert!(!done.stopped);
+    assert_eq!(done.applied.len(), 2);
+    assert!(done.applied.iter().all(|(_, _, commit)| commit.is_none()));
+    assert!(done.not_applied.is_empty());
+    assert_eq!(git(&repo, &["log", "--format=%s"]), "init");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("sub/b.txt")).unwrap(),
+        "two\n"
+    );
 }

@@ -37,32 +37,29 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
         }
         _ => return Err(CliError::usage("give a task's label, or --all")),
     };
-    let mut done: Vec<(&Kept, Applied, Option<String>)> = Vec::new();
-    let mut stopped = None;
-    for k in &all {
-        if t.all && k.discarded.is_some() {
-            // Gone from disk; its patch stays, named in the report.
-            continue;
-        }
-        let result = if t.commit {
-            let message = format!("sortie: {} (run {})", k.label, k.run);
-            block_on(kept::apply_commit(k, &message))?
-        } else {
-            block_on(kept::apply(k))?.map(|a| (a, None))
+    let outcome = if t.all {
+        block_on(kept::apply_all(&all, t.commit))?.map_err(stopped_by)?
+    } else {
+        let mut one = kept::AllApplied {
+            applied: Vec::new(),
+            stopped: false,
+            not_applied: Vec::new(),
+            discarded: Vec::new(),
         };
-        let (applied, commit) = result.map_err(|e| stopped_by(e, &done, k, t.all))?;
-        let conflict = matches!(applied, Applied::Conflict { .. });
-        done.push((k, applied, commit));
-        if conflict {
-            stopped = Some(done.len() - 1);
-            break;
+        for k in &all {
+            let (applied, commit) = block_on(kept::apply_one(k, t.commit))??;
+            one.stopped = matches!(applied, Applied::Conflict { .. });
+            one.applied.push((k, applied, commit));
         }
-    }
-    let not_reached: Vec<&Kept> = all
-        .iter()
-        .filter(|k| k.discarded.is_none() && !done.iter().any(|(d, _, _)| d.label == k.label))
-        .collect();
-    let discarded: Vec<&Kept> = all.iter().filter(|k| k.discarded.is_some()).collect();
+        one
+    };
+    let kept::AllApplied {
+        applied: done,
+        stopped,
+        not_applied: not_reached,
+        discarded,
+    } = outcome;
+    let stopped = stopped.then(|| done.len() - 1);
     let code = if stopped.is_some() {
         Code::Failed
     } else {
@@ -121,24 +118,15 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
     Ok(code)
 }
 
-/// An error applying `k`: with `--all`, said with what was applied before it.
-fn stopped_by(
-    e: kept::KeptError,
-    done: &[(&Kept, Applied, Option<String>)],
-    k: &Kept,
-    all: bool,
-) -> CliError {
-    let err = CliError::from(e);
-    if !all {
-        return err;
-    }
-    let applied: Vec<&str> = done.iter().map(|(d, _, _)| d.label.as_str()).collect();
+/// An error applying one worktree of `--all`, said with what was applied before it.
+fn stopped_by(e: kept::StoppedAt<'_>) -> CliError {
+    let applied: Vec<&str> = e.before.iter().map(|d| d.label.as_str()).collect();
     let before = if applied.is_empty() {
         "nothing was applied before it".to_owned()
     } else {
         format!("applied before it: {}", applied.join(", "))
     };
-    err.context(format!("stopped at {}; {before}", k.label))
+    CliError::from(e.error).context(format!("stopped at {}; {before}", e.at.label))
 }
 
 fn print_one(

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use sortie_batch::{BatchIssue, Overrides, load_for_check};
+use sortie_batch::{BatchIssue, load_for_check};
 
 use super::{Code, block_on};
 use crate::args::{CheckArgs, Global};
@@ -15,18 +15,7 @@ use crate::error::Result;
 
 /// `sortie check`.
 pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
-    let overrides = Overrides {
-        concurrency: args.concurrency,
-        fail_fast: None,
-        agent: args.agent.clone(),
-        model: args.model.clone(),
-        allow_shared_writes: args.allow_shared_writes.then_some(true),
-        worktrees: Some(g.layout().absolute().worktrees()),
-        executor: args
-            .executor
-            .as_deref()
-            .and_then(sortie_core::ExecutorKind::parse),
-    };
+    let overrides = args.overrides(g);
     let mut checked = load_for_check(&args.batch, args.defaults.as_deref(), &overrides)?;
     let mut tasks = 0;
     if let Some(loaded) = &checked.loaded {

@@ -1,6 +1,7 @@
 //! `sortie export RUN`: every event of the run as one JSON object per line, in the journal's
-//! versioned export format (`sortie_journal::ExportRecord`, `"v": 1`), not core's serde derive:
-//! what users parse does not move when core renames a field.
+//! versioned export format (`sortie_journal::ExportRecord`, `"v": 1`, through
+//! `RunReader::export`), not core's serde derive: what users parse does not move when core
+//! renames a field.
 
 use std::io::{BufWriter, Write};
 
@@ -14,9 +15,8 @@ pub(crate) fn export(g: &Global, run: &str) -> Result<Code> {
     let run = super::find_run(g, run)?;
     let journal = open_read(&g.layout(), &run)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
-    for record in journal.read(sortie_core::Seq(0), None) {
-        let stamped = record?;
-        serde_json::to_writer(&mut out, &sortie_journal::ExportRecord::from(&stamped))?;
+    for record in journal.export() {
+        serde_json::to_writer(&mut out, &record?)?;
         writeln!(out)?;
     }
     out.flush()?;

@@ -32,7 +32,7 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
     } else {
         Vec::new()
     };
-    // Runs whose journal a command found damaged (`commands::open_checked` records it).
+    // Runs whose journal a command found damaged (`sortie_runner::layout::open` records it).
     let mut damaged = Vec::new();
     let rows: Vec<Row> = entries
         .into_iter()

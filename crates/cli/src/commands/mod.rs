@@ -21,15 +21,13 @@ mod logs;
 mod results;
 
 use sortie_core::{RunId, RunState};
-use sortie_journal::{Closing, Journal};
 use sortie_runner::control::Request;
+use sortie_runner::layout::open::{Closing, RunReader};
 use sortie_runner::layout::{StateDir, index};
 
 use crate::args::{Cli, Command};
 pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
-pub(crate) use replay::control_text;
-pub(crate) use replay::percent;
 
 /// Runs the command.
 pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
@@ -110,40 +108,24 @@ pub(crate) fn find_run(g: &crate::args::Global, s: &str) -> Result<RunId> {
     }
 }
 
-/// Opens a run's journal for reading: works while another process runs it.
-fn open_read(state_dir: &StateDir, run: &RunId) -> Result<Journal> {
-    let dir = state_dir.run(run);
-    if !dir.exists() {
-        return Err(CliError::usage(format_args!(
-            "no run {run} in {} (see `sortie list`)",
-            state_dir.root().display()
-        )));
-    }
-    open_checked(state_dir, run).with_context(|| format!("cannot read run {run}"))
+/// Opens a run for reading: works while another process runs it. Its journal is checked
+/// against both high-water marks, and damage found is recorded in the index, so that `list`
+/// says so (`sortie_runner::layout::open`).
+fn open_read(state_dir: &StateDir, run: &RunId) -> Result<RunReader> {
+    exists(state_dir, run)?;
+    RunReader::open(state_dir, run).with_context(|| format!("cannot read run {run}"))
 }
 
-/// Opens a run's journal read-only and checks it against the high-water mark the run index
-/// holds too (the journal checks the one beside it). Damage found is recorded in the index, so
-/// that `list` says so.
-fn open_checked(state_dir: &StateDir, run: &RunId) -> Result<Journal, sortie_journal::Error> {
-    // Read before the open: a live run's copy holds every record acknowledged before it.
-    let acked = index::acked(state_dir, run);
-    let opened = Journal::open_read_only(state_dir.run(run).path()).and_then(|journal| {
-        if let Some(mark) = acked {
-            journal.check_mark(&mark)?;
-        }
-        Ok(journal)
-    });
-    match &opened {
-        Err(e) if e.is_damage() => {
-            let _ = index::record_damage(state_dir, run, &e.to_string());
-        }
-        Err(_) => {}
-        Ok(_) => {
-            let _ = index::clear_damage(state_dir, run);
-        }
+/// A usage error unless run `run` is in the state dir.
+fn exists(state_dir: &StateDir, run: &RunId) -> Result<()> {
+    if state_dir.run(run).exists() {
+        Ok(())
+    } else {
+        Err(CliError::usage(format_args!(
+            "no run {run} in {} (see `sortie list`)",
+            state_dir.root().display()
+        )))
     }
-    opened
 }
 
 /// The newest run in the index, optionally only among unfinished ones.
@@ -191,28 +173,19 @@ fn find_kept(
 
 /// A run's state after every record (from its newest valid snapshot and the tail), turning a
 /// corrupt journal into an error that names the record.
-fn replay_all(journal: &Journal) -> Result<RunState> {
-    Ok(journal.replay_latest()?)
+fn replay_all(reader: &RunReader) -> Result<RunState> {
+    Ok(reader.state()?)
 }
 
-/// [`replay_all`] of the journal [`open_read`] opens, quicker for a big run: the newest
-/// snapshot's decoding starts before the journal's private copy is made and opened (see
-/// `sortie_journal::Prefetch`), and the journal is closed (sled's teardown, the copy removed)
-/// on a thread of its own while the caller goes on, until [`Closing`] is dropped.
+/// [`replay_all`] of the run [`open_read`] opens, quicker for a big run: the newest snapshot's
+/// decoding starts before the journal's private copy is made and opened, and the copy is
+/// closed on a thread of its own while the caller goes on, until [`Closing`] is dropped
+/// (see `RunReader::latest`).
 fn read_latest(state_dir: &StateDir, run: &RunId) -> Result<(RunState, Closing)> {
-    let prefetch = sortie_journal::Prefetch::start(state_dir.run(run).path());
-    let journal = open_read(state_dir, run)?;
-    let state = journal.replay_latest_from(prefetch)?;
-    Ok((state, journal.close_beside()))
-}
-
-/// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.
-pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
-    if dir == std::path::Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
-        String::new()
-    } else {
-        format!(" --state-dir {}", dir.display())
-    }
+    exists(state_dir, run)?;
+    let reader = RunReader::open_prefetching(state_dir, run)
+        .with_context(|| format!("cannot read run {run}"))?;
+    Ok(reader.latest()?)
 }
 
 /// `sortie completions SHELL`: the completion script of `sortie` for bash, zsh or fish.

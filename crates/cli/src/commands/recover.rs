@@ -45,7 +45,7 @@ pub(crate) fn recover(g: &Global, run: &str) -> Result<Code> {
     writeln!(
         out,
         "continue with: sortie{} resume {run}",
-        super::state_dir_flag(&g.state_dir)
+        crate::text::state_dir_flag(&g.state_dir)
     )?;
     Ok(Code::Ok)
 }

@@ -5,11 +5,12 @@ use std::io::Write;
 
 use crate::error::{CliError, Result};
 use serde::Serialize;
-use sortie_core::{Event, RunState, Seq, Stamped};
+use sortie_core::{Event, Seq, Stamped};
 
 use super::{Code, open_read};
 use crate::args::{Global, ReplayArgs};
 use crate::output;
+use crate::text::{control_text, percent};
 
 #[derive(Serialize)]
 struct ReplayView<'a> {
@@ -22,35 +23,19 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     let run = super::find_run(g, &args.run)?;
     let journal = open_read(&g.layout(), &run)?;
     let upto = args.at.map(Seq);
-    let mut state = RunState::new();
-    let mut shown: Vec<Stamped> = Vec::new();
     // Folded from seq 0, never from the snapshot; the snapshot is checked against the fold
     // when the fold passes its seq.
-    let snapshot = journal.snapshot();
-    let mut snapshot_differs = false;
-    for record in journal.read(Seq(0), upto) {
-        let stamped = record?;
-        state
-            .apply(&stamped)
-            .map_err(|v| sortie_journal::Error::Violation {
-                seq: stamped.seq,
-                violation: v,
-            })?;
-        if let Some((mark, snap)) = &snapshot
-            && mark.records == state.next_seq.0
-        {
-            snapshot_differs = *snap != state;
-        }
-        shown.push(stamped);
-    }
-    let code = if snapshot_differs {
+    let checked = journal.replay_checked(upto)?;
+    let code = if checked.snapshot_agrees() {
+        Code::Ok
+    } else {
         eprintln!(
-            "sortie: run {run}: its snapshot differs from the journal folded to the same seq              (see `sortie audit {run}`)"
+            "sortie: run {run}: its snapshot differs from the journal folded to the same seq \
+             (see `sortie audit {run}`)"
         );
         Code::Corrupt
-    } else {
-        Code::Ok
     };
+    let (state, shown) = (checked.state, checked.events);
     let filter = match &args.task {
         Some(label) => Some(
             state
@@ -252,22 +237,4 @@ fn details(e: &Event) -> String {
             attempt, offset, ..
         } => format!("attempt {attempt}: journaled up to byte {offset} of its stdout"),
     }
-}
-
-/// A control action as people say it: `hold`, `steer: "message"`, `concurrency 2`.
-pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
-    use sortie_core::ControlAction as A;
-    match action {
-        A::Steer { message, .. } => format!("steer: {message:?}"),
-        A::Concurrency { n } => format!("concurrency {n}"),
-        A::Hold { task: None } | A::Release { task: None } | A::Cancel { task: None } => {
-            format!("{} of the run", action.name())
-        }
-        other => other.name().to_owned(),
-    }
-}
-
-/// `used` as a whole percent of `of`.
-pub(crate) fn percent(used: u64, of: u64) -> u128 {
-    u128::from(used) * 100 / u128::from(of.max(1))
 }

@@ -3,8 +3,6 @@
 
 use std::io::Write;
 
-use sortie_core::{RunState, Seq, Stamped};
-
 use super::{Code, find_run, open_read};
 use crate::args::{Global, ReportArgs};
 use crate::error::{Result, ResultExt};
@@ -13,18 +11,8 @@ use crate::error::{Result, ResultExt};
 pub(crate) fn report(g: &Global, args: &ReportArgs) -> Result<Code> {
     let run = find_run(g, &args.run)?;
     let journal = open_read(&g.layout(), &run)?;
-    let mut state = RunState::new();
-    let mut events: Vec<Stamped> = Vec::new();
-    for record in journal.read(Seq(0), None) {
-        let stamped = record?;
-        state
-            .apply(&stamped)
-            .map_err(|v| sortie_journal::Error::Violation {
-                seq: stamped.seq,
-                violation: v,
-            })?;
-        events.push(stamped);
-    }
+    // The snapshot's verdict is `replay`'s and `audit`'s to say: the report shows the fold.
+    let sortie_journal::CheckedReplay { events, state, .. } = journal.replay_checked(None)?;
     let mut view = crate::output::view(&run, &state, None, false);
     view.commands = Vec::new();
     let html = crate::report::html(&state, &events, &view);

@@ -1,7 +1,7 @@
 //! `sortie run`, `sortie resume` and `sortie cancel`: the commands that own a run.
 
 use crate::error::{CliError, Result, ResultExt};
-use sortie_batch::{self as batch, Overrides};
+use sortie_batch as batch;
 use sortie_core::{RunOutcome, RunStatus};
 use sortie_runner::engine::{self, End, RunEnd, Takeover};
 use sortie_runner::layout::Owner;
@@ -28,18 +28,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// `sortie run`.
 pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
-    let overrides = Overrides {
-        concurrency: args.concurrency,
-        fail_fast: args.fail_fast.then_some(true),
-        agent: args.agent.clone(),
-        model: args.model.clone(),
-        allow_shared_writes: args.allow_shared_writes.then_some(true),
-        worktrees: Some(g.layout().absolute().worktrees()),
-        executor: args
-            .executor
-            .as_deref()
-            .and_then(sortie_core::ExecutorKind::parse),
-    };
+    let overrides = args.overrides(g);
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let loaded = match (&args.batch, &args.prompt, args.command.is_empty()) {
         (Some(path), None, true) => batch::load(path, args.defaults.as_deref(), &overrides)?,
@@ -59,7 +48,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
     };
     let mut run_id = args.run_id.as_deref().map(run_id).transpose()?;
     if run_id.is_none()
-        && let Ok(id) = std::env::var(super::wait::DETACHED_RUN_ID)
+        && let Ok(id) = std::env::var(sortie_runner::detach::DETACHED_RUN_ID)
     {
         run_id = Some(super::run_id(&id)?);
     }
@@ -122,9 +111,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             Err(_) => signal_cancel(pid)?,
         }
         eprintln!("sortie: asked run {run} (pid {pid}) to cancel; waiting for it to stop");
-        while matches!(dir.owner(), Owner::Live { .. }) {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        sortie_runner::detach::wait_ownerless(&dir, None);
         let state = super::replay_all(&open_read(&g.layout(), &run)?)?;
         return Ok(match state.status {
             RunStatus::Finished { state: s } => {
@@ -184,7 +171,7 @@ fn report(g: &Global, end: &RunEnd) -> Code {
             eprintln!(
                 "sortie: run {} interrupted; resume it with: sortie{} resume {}",
                 end.run_id,
-                super::state_dir_flag(&g.state_dir),
+                crate::text::state_dir_flag(&g.state_dir),
                 end.run_id
             );
             Code::Interrupted

@@ -255,86 +255,12 @@ pub async fn take_over(
         return Err(Error::NoSuchRun(run_id));
     }
     let lock = dir.acquire()?;
-    // #12: the journal is checked on a private copy (what every reader opens) before sled
-    // opens it in place: sled's open rewrites a damaged log's tail, and `recover` must see the
-    // bytes the damage left. A journal a command already found damaged is folded from seq 0
-    // (every record read back); otherwise from its newest valid snapshot, and the state found
-    // is the one resumed (sled recovers the same bytes alike), so the tail is replayed once.
-    let known_damaged = index::read(state_dir, &run_id)
-        .ok()
-        .flatten()
-        .is_some_and(|e| e.damaged.is_some());
-    // From the newest valid snapshot and the records after it: its decoding starts now, while
-    // sled opens the copy.
-    let prefetch = sortie_journal::Prefetch::start(dir.path());
-    let checked = Journal::open_read_only(dir.path()).and_then(|journal| {
-        if let Some(mark) = index::acked(state_dir, &run_id) {
-            journal.check_mark(&mark)?;
-        }
-        let state = if known_damaged {
-            journal.replay(None)
-        } else {
-            journal.replay_latest_from(prefetch)
-        }?;
-        // The copy is closed (and its files removed) beside the in-place open below.
-        Ok((journal.close_beside(), state))
-    });
-    let (_copy_closing, checked) = match checked {
-        Err(e) if e.is_damage() => {
-            let _ = index::record_damage(state_dir, &run_id, &e.to_string());
-            return Err(e.into());
-        }
-        Err(e) => return Err(e.into()),
-        Ok(checked) => {
-            if known_damaged {
-                let _ = index::clear_damage(state_dir, &run_id);
-            }
-            checked
-        }
-    };
-    // The environment values (a JSON file of one list per task: ~25 M instructions for
-    // 100,000 tasks) are read on a thread of their own while sled opens the journal in place.
-    let env_loading = {
-        let (dir, tasks) = (dir.clone(), checked.tasks.len());
-        std::thread::Builder::new()
-            .name("load-env".into())
-            .spawn(move || dir.load_env(tasks))
-            .ok()
-    };
-    // A reader (`sortie status`) may hold sled's lock for a moment: the open waits for it.
-    // A journal that lost acknowledged records (its mark, beside it or in the index, says so)
-    // is refused: appending to it would write over what was lost.
-    let opened = Journal::open(dir.path()).and_then(|journal| {
-        if let Some(mark) = index::acked(state_dir, &run_id) {
-            journal.check_mark(&mark)?;
-        }
-        // The copy's state, when the files held the same records (nothing writes them while
-        // we hold the run's lock); else from the newest valid snapshot and the records after.
-        let state = if journal.next_seq() == checked.next_seq {
-            checked
-        } else {
-            journal.replay_latest()?
-        };
-        Ok((journal, state))
-    });
-    let (journal, state) = match opened {
-        Ok(opened) => opened,
-        Err(e) => {
-            if e.is_damage() {
-                let _ = index::record_damage(state_dir, &run_id, &e.to_string());
-            }
-            return Err(e.into());
-        }
-    };
-    if let RunStatus::Finished { state: s } = state.status {
+    let mut opened = crate::layout::open::take_over(state_dir, &dir)?;
+    if let RunStatus::Finished { state: s } = opened.state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
     }
-    let mut env = match env_loading.map(std::thread::JoinHandle::join) {
-        Some(Ok(loaded)) => loaded?,
-        // No thread, or it panicked: read them here.
-        _ => dir.load_env(state.tasks.len())?,
-    };
-    env.resize(state.tasks.len(), Vec::new());
+    let env = opened.env(&dir)?;
+    let (journal, state) = (opened.journal, opened.state);
     let parts = Parts {
         state_dir: state_dir.clone(),
         run_id,

@@ -24,6 +24,7 @@
 //! and keeps its environment file.
 
 pub mod index;
+pub mod open;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};

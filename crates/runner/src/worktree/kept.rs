@@ -338,6 +338,77 @@ pub async fn apply_commit(kept: &Kept, message: &str) -> Result<(Applied, Option
     Ok((applied, Some(commit)))
 }
 
+/// The message of the commit `apply --commit` makes for a kept worktree's change.
+pub fn commit_message(kept: &Kept) -> String {
+    format!("sortie: {} (run {})", kept.label, kept.run)
+}
+
+/// Applies one kept worktree's change: as uncommitted changes ([`apply`]), or (`commit`) in a
+/// commit of its own with [`commit_message`] ([`apply_commit`]).
+pub async fn apply_one(kept: &Kept, commit: bool) -> Result<(Applied, Option<String>)> {
+    if commit {
+        apply_commit(kept, &commit_message(kept)).await
+    } else {
+        apply(kept).await.map(|a| (a, None))
+    }
+}
+
+/// What [`apply_all`] did.
+#[derive(Debug)]
+pub struct AllApplied<'a> {
+    /// The worktrees applied, in task order, each with how it went and the commit made; when
+    /// `stopped`, the last one is the conflict.
+    pub applied: Vec<(&'a Kept, Applied, Option<String>)>,
+    /// Whether it stopped at a conflict.
+    pub stopped: bool,
+    /// The worktrees after the conflict, not tried (discarded ones aside).
+    pub not_applied: Vec<&'a Kept>,
+    /// The discarded worktrees, skipped: gone from disk, their patch stays.
+    pub discarded: Vec<&'a Kept>,
+}
+
+/// Why [`apply_all`] stopped before its end: an error applying one worktree.
+#[derive(Debug)]
+pub struct StoppedAt<'a> {
+    /// The worktree whose apply failed.
+    pub at: &'a Kept,
+    /// The ones applied before it.
+    pub before: Vec<&'a Kept>,
+    /// What went wrong.
+    pub error: KeptError,
+}
+
+/// Applies every kept worktree of `all` (a run's, in task order: see [`all`]) with
+/// [`apply_one`]: discarded ones are skipped, each apply is all-or-nothing, and the first
+/// conflict stops it (a conflict changes nothing; the ones after it are not tried).
+pub async fn apply_all(all: &[Kept], commit: bool) -> Result<AllApplied<'_>, StoppedAt<'_>> {
+    let mut applied: Vec<(&Kept, Applied, Option<String>)> = Vec::new();
+    let mut stopped = false;
+    for k in all.iter().filter(|k| k.discarded.is_none()) {
+        let (how, made) = apply_one(k, commit).await.map_err(|error| StoppedAt {
+            at: k,
+            before: applied.iter().map(|(d, _, _)| *d).collect(),
+            error,
+        })?;
+        stopped = matches!(how, Applied::Conflict { .. });
+        applied.push((k, how, made));
+        if stopped {
+            break;
+        }
+    }
+    let not_applied = all
+        .iter()
+        .filter(|k| k.discarded.is_none() && !applied.iter().any(|(d, _, _)| d.label == k.label))
+        .collect();
+    let discarded = all.iter().filter(|k| k.discarded.is_some()).collect();
+    Ok(AllApplied {
+        applied,
+        stopped,
+        not_applied,
+        discarded,
+    })
+}
+
 /// Every kept worktree of a run, in task order (one discarded since included: it says so).
 pub fn all(state: &RunState, state_dir: &StateDir, run: &RunId) -> Vec<Kept> {
     (0..state.tasks.len())

@@ -1,0 +1,29 @@
+//! How sortie says a few things, shared by the commands and the printers (`output`,
+//! `summary`): a percent, a control action, the `--state-dir` flag of a printed command.
+
+/// ` --state-dir DIR` when the commands printed for the user need it to find this state dir.
+pub(crate) fn state_dir_flag(dir: &std::path::Path) -> String {
+    if dir == std::path::Path::new(".sortie") || std::env::var_os("SORTIE_DIR").is_some() {
+        String::new()
+    } else {
+        format!(" --state-dir {}", dir.display())
+    }
+}
+
+/// A control action as people say it: `hold`, `steer: "message"`, `concurrency 2`.
+pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
+    use sortie_core::ControlAction as A;
+    match action {
+        A::Steer { message, .. } => format!("steer: {message:?}"),
+        A::Concurrency { n } => format!("concurrency {n}"),
+        A::Hold { task: None } | A::Release { task: None } | A::Cancel { task: None } => {
+            format!("{} of the run", action.name())
+        }
+        other => other.name().to_owned(),
+    }
+}
+
+/// `used` as a whole percent of `of`.
+pub(crate) fn percent(used: u64, of: u64) -> u128 {
+    u128::from(used) * 100 / u128::from(of.max(1))
+}
