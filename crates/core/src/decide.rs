@@ -195,8 +195,8 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     } else {
         Duration::ZERO
     };
-    if let (Some(deadline), Some(ready)) = (spec.deadline, rec.ready_at)
-        && now.plus(delay) >= ready.plus(deadline)
+    if let Some(deadline_at) = rec.deadline_at(spec)
+        && now.plus(delay) >= deadline_at
     {
         return NextStep::GiveUp(deadline_result(rec, Phase::Starting, output));
     }

@@ -151,27 +151,15 @@ impl Engine {
     }
 }
 
-/// A task's deadline as a time: its ready time plus the spec's deadline.
+/// A task's deadline as a time (core's [`sortie_core::TaskRecord::deadline_at`]).
 fn deadline_of(
     spec: &sortie_core::TaskSpec,
     rec: &sortie_core::TaskRecord,
 ) -> Option<sortie_core::Timestamp> {
-    match (spec.deadline, rec.ready_at) {
-        (Some(d), Some(ready)) => Some(ready.plus(d)),
-        _ => None,
-    }
+    rec.deadline_at(spec)
 }
 
-/// The agent profile a task's attempts launch with: `command` for a task's own command, else
-/// its agent's.
+/// The agent profile a task's attempts launch with (core's [`Batch::launch_profile`]).
 fn launch_profile<'b>(batch: &'b Batch, spec: &TaskSpec) -> Option<&'b AgentProfile> {
-    let name = if spec.command.is_some() {
-        "command"
-    } else {
-        spec.agent.as_str()
-    };
-    batch
-        .agents
-        .get(name)
-        .or_else(|| batch.agents.get(&spec.agent))
+    batch.launch_profile(spec)
 }
