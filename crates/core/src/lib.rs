@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod outcome;
 pub mod plan;
 pub mod prompt;
+pub mod rerun;
 pub mod run_budget;
 pub mod session;
 pub mod spec;
