@@ -12,6 +12,7 @@
 
 pub mod agent_options;
 pub mod bounds;
+pub mod budget;
 pub mod decide;
 pub mod digest;
 pub mod event;

@@ -257,7 +257,9 @@ fn a_rerun_that_cannot_be_planned_says_why() {
 #[test]
 fn the_tasks_not_run_again_carry_their_result_and_usage() {
     let state = finished(RUN);
-    let table: &[(&str, &[(&str, TerminalState, u64)])] = &[
+    /// A carried task: its label, its end, the input tokens it spent.
+    type Kept = (&'static str, TerminalState, u64);
+    let table: &[(&str, &[Kept])] = &[
         (
             "failed",
             &[

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sortie_core::spec::{AgentProfile, Batch};
-use sortie_core::{AttemptRecord, Isolation, TaskId, TaskSpec, Usage};
+use sortie_core::{Isolation, TaskId, TaskSpec};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
@@ -54,11 +54,6 @@ impl Engine {
             },
             prompt_text,
         );
-        let prior = Usage::sum(
-            rec.attempts[..rec.attempts.len().saturating_sub(1)]
-                .iter()
-                .map(AttemptRecord::usage),
-        );
         let deadline_at = deadline_of(spec, rec);
         let continues = plan.continues.clone();
         // A placed attempt keeps its executor and dir (resume follows it there); a new one
@@ -91,11 +86,7 @@ impl Engine {
                     deadline_at,
                     stall_after: spec.stall_after,
                     stall_kill_after: spec.stall_kill_after,
-                    max_turns: spec.max_turns,
-                    max_tokens: spec.max_tokens,
-                    max_cost_nanos: spec.max_cost_nanos,
-                    grace_turns: spec.grace_turns,
-                    prior,
+                    budget: sortie_core::budget::TaskBudget::for_attempt(spec, rec),
                 },
                 kill_grace: spec.kill_grace,
                 executor,
