@@ -12,6 +12,11 @@ use crate::outcome::{AttemptOutcome, AttemptStatus, Phase, StopReason, TaskResul
 use crate::spec::{Isolation, TaskSpec};
 use crate::state::{AttemptRecord, RunState, TaskRecord, TaskState};
 
+mod outcome;
+pub use outcome::{
+    Finished, LaunchFailure, OutcomeRules, StopRequest, WatchEnd, attempt_outcome, last_lines,
+};
+
 /// The base of the retry backoff.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// The cap of the retry backoff.

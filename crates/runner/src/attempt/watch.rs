@@ -16,7 +16,7 @@
 //!   at once. Either way the stop is `budget`, and the output so far is kept.
 //! - The first stop wins: once a stop is decided, no clock, budget or request decides another.
 //! - Usage never goes backwards: every reading is folded in with [`Usage::max`], and the final
-//!   usage is [`final_usage`] of the reader's last word and what was seen. This is the one place
+//!   usage is core's `final_usage` of the reader's last word and what was seen. This is the one place
 //!   where an attempt's usage is made monotonic (core's `check` refuses a decrease anyway).
 //! - Progress is reported at most every [`PROGRESS_EVERY`] while usage moves; usage held back
 //!   by the limit is reported once the limit allows (a timer), so the journal catches up even
@@ -29,12 +29,13 @@
 
 use std::time::Duration;
 
-use sortie_core::budget::{BudgetStep, BudgetWatch, TaskBudget, WrapUpAsk, final_usage};
+use sortie_core::budget::{BudgetStep, BudgetWatch, TaskBudget, WrapUpAsk};
+use sortie_core::decide::WatchEnd;
 use sortie_core::{Phase, StopReason, Timestamp, Usage};
 use tokio::time::Instant;
 
 use crate::clock::Anchor;
-use sortie_protocol::{Finished, Progress, RunPhase};
+use sortie_protocol::{Progress, RunPhase};
 
 /// How often at most a progress report is sent while usage moves.
 pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(200);
@@ -57,13 +58,8 @@ pub(crate) struct Limits {
     pub(crate) budget: TaskBudget,
 }
 
-/// A request to stop an attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StopRequest {
-    pub(crate) reason: StopReason,
-    pub(crate) phase: Option<Phase>,
-    pub(crate) message: String,
-}
+/// A request to stop an attempt (core's).
+pub(crate) use sortie_core::decide::StopRequest;
 
 /// What the watchdog decided; the driver carries it out in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -311,29 +307,16 @@ impl Watch {
         out.pop()
     }
 
-    /// How the attempt ended, from what its reader made of it and the stop reason that reached
-    /// the running child (`sent`, see `Stopper::sent_reason`): the final usage, and a stop or a
-    /// wrap-up's account in the outcome.
-    pub(super) fn conclude(&self, mut finished: Finished, sent: Option<StopReason>) -> Finished {
-        finished.usage = final_usage(finished.usage, &self.usage);
-        if let (Some(message), None) = (self.budget.wrapped_up(), sent) {
-            // It ended by itself after the wrap-up request: partial, output kept.
-            finished = finished.stopped_by(StopReason::Budget);
-            finished.outcome.error = Some(message.clone());
-            if !finished.has_output {
-                finished.output = message;
-            }
-        } else if let (Some(reason), Some(req)) = (sent, &self.stop) {
-            finished = finished.stopped_by(reason);
-            finished.outcome.error = Some(req.message.clone());
-            if reason == req.reason && req.phase.is_some() {
-                finished.outcome.phase = req.phase;
-            }
-            if !finished.has_output {
-                finished.output = req.message.clone();
-            }
+    /// What the watchdog knew at the attempt's end, for core's `attempt_outcome`: the usage it
+    /// saw, a wrap-up's account, the stop it decided, and the stop reason that reached the
+    /// running child (`sent`, see `Stopper::sent_reason`).
+    pub(super) fn end(&self, sent: Option<StopReason>) -> WatchEnd {
+        WatchEnd {
+            seen: self.usage,
+            wrapped_up: self.budget.wrapped_up(),
+            stop: self.stop.clone(),
+            sent,
         }
-        finished
     }
 
     /// When silence next matters: the stall mark, then the stop. None: off (`stall_after`
@@ -404,11 +387,25 @@ impl Watch {
 
 #[cfg(test)]
 mod tests {
+    use sortie_core::decide::{Finished, OutcomeRules, attempt_outcome};
     use sortie_core::{AttemptOutcome, AttemptStatus, Cost};
 
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    /// How the attempt ends through core's composition of its outcome, with no executor end
+    /// and no task rules.
+    fn conclude(w: &Watch, f: Finished, sent: Option<StopReason>) -> Finished {
+        attempt_outcome(
+            f,
+            &w.end(sent),
+            None,
+            "",
+            OutcomeRules::default(),
+            |_, _| {},
+        )
+    }
 
     fn limits() -> Limits {
         Limits {
@@ -660,7 +657,7 @@ mod tests {
             "reached max turns budget (5 of 5); asked to wrap up, but still working after 2 \
              grace turn(s): stopped, not wrapped up"
         );
-        let f = w.conclude(finished(true), Some(StopReason::Budget));
+        let f = conclude(&w, finished(true), Some(StopReason::Budget));
         assert_eq!(f.outcome.stop_reason, StopReason::Budget);
         assert_eq!(f.outcome.status, AttemptStatus::Partial, "output kept");
         assert_eq!(f.outcome.error.as_deref(), Some(stop[0].message.as_str()));
@@ -678,7 +675,7 @@ mod tests {
             w.on_line(t0, Some(&p), RunPhase::Working),
             [Decision::WrapUp]
         );
-        let f = w.conclude(finished(true), None);
+        let f = conclude(&w, finished(true), None);
         assert_eq!(f.outcome.status, AttemptStatus::Partial);
         assert_eq!(
             f.outcome.error.as_deref(),
@@ -729,7 +726,7 @@ mod tests {
             req.message
                 .ends_with("stopped (the wrap-up request could not be sent)")
         );
-        let f = w.conclude(finished(false), Some(StopReason::Budget));
+        let f = conclude(&w, finished(false), Some(StopReason::Budget));
         assert_eq!(f.outcome.status, AttemptStatus::Failed, "no output to keep");
         assert_eq!(f.output, req.message);
     }
@@ -759,10 +756,10 @@ mod tests {
         assert_eq!(w.on_stop_request(again), None);
         assert_eq!(w.stopping(), Some(&req));
         // Its end is sortie's doing only when the signal reached the child.
-        let f = w.conclude(finished(false), Some(StopReason::Interrupted));
+        let f = conclude(&w, finished(false), Some(StopReason::Interrupted));
         assert_eq!(f.outcome.stop_reason, StopReason::Interrupted);
         assert_eq!(f.outcome.error.as_deref(), Some("interrupted"));
-        let f = w.conclude(finished(false), None);
+        let f = conclude(&w, finished(false), None);
         assert_eq!(
             f.outcome.stop_reason,
             StopReason::Error,
@@ -802,7 +799,7 @@ mod tests {
             unreported: 0,
         };
         w.usage.cost.unreported = 1;
-        let f = w.conclude(f, None);
+        let f = conclude(&w, f, None);
         assert_eq!(
             (f.usage.input, f.usage.cost),
             (
