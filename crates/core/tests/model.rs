@@ -12,14 +12,18 @@ mod generator;
 #[path = "support/oracle.rs"]
 mod oracle;
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 use proptest::sample::Index;
-use sortie_core::{Event, RunState, Seq, Stamped, TerminalState};
+use sortie_core::{
+    Attempt, Event, RunState, RunStatus, Seq, Stamped, TaskId, TerminalState, Usage,
+};
 
-use generator::{Driver, MemBackend, Scenario, Trace, scenario_strategy};
+use generator::{Driver, MAX_TASKS, MemBackend, Scenario, Trace, scenario_strategy};
 use oracle::{
-    aggregate_oracle, check_attempt_numbers, check_grammar, check_resumes, check_usage, probes,
-    property,
+    aggregate_oracle, budget_oracle, check_attempt_numbers, check_grammar, check_resumes,
+    check_usage, probes, property, rerun_oracle, sum_usage,
 };
 
 fn trace(s: &Scenario) -> Trace {
@@ -464,4 +468,196 @@ fn a_round_is_checked_as_its_events_one_after_another() {
             Ok(())
         },
     );
+}
+
+/// The budget decisions of core's `budget` on every attempt's stored usage readings, with the
+/// budgets the generator gives its tasks and the earlier attempts' usage from the journal,
+/// agree with the oracle's.
+#[test]
+fn budget_decisions_follow_the_oracle() {
+    use sortie_core::budget::{BudgetStep, BudgetWatch, TaskBudget};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    // How many wrap-ups and stops were decided (the generator must make both).
+    let (wraps, stops) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    property(
+        "budget_decisions_follow_the_oracle",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            let mut last: BTreeMap<(TaskId, Attempt), Usage> = BTreeMap::new();
+            for (k, e) in t.events.iter().enumerate() {
+                match &e.event {
+                    Event::AttemptProgress {
+                        task,
+                        attempt,
+                        usage,
+                    }
+                    | Event::AttemptFinished {
+                        task,
+                        attempt,
+                        usage,
+                        ..
+                    } => {
+                        last.insert((*task, *attempt), *usage);
+                    }
+                    Event::AttemptLaunching { task, attempt, .. } => {
+                        let spec = &t.batch.tasks[task.index()];
+                        let rec = &t.lives[k].tasks[task.index()];
+                        let budget = TaskBudget::for_attempt(spec, rec);
+                        let prior = sum_usage(
+                            last.range((*task, Attempt(0))..(*task, *attempt))
+                                .map(|(_, u)| u),
+                        );
+                        prop_assert_eq!(&budget.prior, &prior, "task {} {}", task, attempt);
+                        let readings: Vec<Usage> = t.events[k + 1..]
+                            .iter()
+                            .filter_map(|e| match &e.event {
+                                Event::AttemptProgress {
+                                    task: pt,
+                                    attempt: pa,
+                                    usage,
+                                } if pt == task && pa == attempt => Some(*usage),
+                                _ => None,
+                            })
+                            .collect();
+                        let steerable = (task.0 + attempt.0) % 2 == 0;
+                        let working: Vec<bool> = (0..readings.len()).map(|i| i % 3 != 2).collect();
+                        let mut watch = BudgetWatch::new(budget);
+                        let mut got = Vec::new();
+                        for (u, w) in readings.iter().zip(&working) {
+                            let step = match watch.on_usage(u, steerable, *w) {
+                                None => "-",
+                                Some(BudgetStep::WrapUp) => "wrap",
+                                Some(BudgetStep::Stop(_)) => "stop",
+                            };
+                            got.push(step);
+                            if step == "wrap" {
+                                wraps.fetch_add(1, Relaxed);
+                            }
+                            if step == "stop" {
+                                stops.fetch_add(1, Relaxed);
+                                break;
+                            }
+                        }
+                        let expected = budget_oracle(spec, &prior, &readings, steerable, &working);
+                        prop_assert_eq!(got, expected, "task {} {}", task, attempt);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "budget: {} wrap-ups, {} stops",
+        wraps.load(Relaxed),
+        stops.load(Relaxed)
+    );
+    if enough_cases() {
+        assert!(wraps.load(Relaxed) > 0 && stops.load(Relaxed) > 0);
+    }
+}
+
+/// A rerun of the run the generator ended with selects what the oracle selects (the closure
+/// over `needs` included), refuses an unfinished run, and carries every other task with its
+/// result and its usage.
+#[test]
+fn a_rerun_selects_and_carries_as_the_oracle_says() {
+    use sortie_core::rerun::{self, RerunError, Selection};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    // Plans made, plans that pulled a task in behind a selected one, nothing selected.
+    let (plans, closed, empty) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    let strategy = (
+        scenario_strategy(),
+        any::<(bool, bool, bool)>(),
+        prop::collection::vec(prop::bool::weighted(0.15), MAX_TASKS),
+    );
+    property(
+        "a_rerun_selects_and_carries_as_the_oracle_says",
+        strategy,
+        |(s, flags, names)| {
+            let t = trace(&s);
+            let Some(state) = t.lives.last() else {
+                return Ok(());
+            };
+            let named: Vec<String> = t
+                .batch
+                .tasks
+                .iter()
+                .zip(&names)
+                .filter(|(_, n)| **n)
+                .map(|(spec, _)| spec.label.clone())
+                .collect();
+            let selection = Selection {
+                failed: flags.0,
+                partial: flags.1,
+                timeout: flags.2,
+                tasks: named.clone(),
+            };
+            let got = rerun::select(state, &selection);
+            if !matches!(state.status, RunStatus::Finished { .. }) {
+                prop_assert_eq!(got, Err(RerunError::NotFinished));
+                return Ok(());
+            }
+            let Some(expected) = rerun_oracle(state, flags, &named) else {
+                prop_assert_eq!(got, Err(RerunError::NothingSelected));
+                empty.fetch_add(1, Relaxed);
+                return Ok(());
+            };
+            plans.fetch_add(1, Relaxed);
+            let pulled_in = expected.iter().enumerate().any(|(i, sel)| {
+                let end = state.tasks[i].result().map(|r| r.state);
+                let by_end = match end {
+                    Some(TerminalState::Failed) => flags.0,
+                    Some(TerminalState::Partial) => flags.1,
+                    Some(TerminalState::Timeout) => flags.2,
+                    _ => false,
+                };
+                let any = flags.0 || flags.1 || flags.2 || !named.is_empty();
+                let own = if any {
+                    by_end || named.contains(&t.batch.tasks[i].label)
+                } else {
+                    end != Some(TerminalState::Completed)
+                };
+                *sel && !own
+            });
+            if pulled_in {
+                closed.fetch_add(1, Relaxed);
+            }
+            let plan = got.map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
+            prop_assert_eq!(&plan.selected, &expected);
+            let carried: Vec<TaskId> = plan.carried.iter().map(|c| c.task).collect();
+            let not_selected: Vec<TaskId> = (0..expected.len())
+                .filter(|i| !expected[*i])
+                .map(|i| TaskId(i as u32))
+                .collect();
+            prop_assert_eq!(carried, not_selected, "every task not run again is carried");
+            for c in &plan.carried {
+                let rec = &state.tasks[c.task.index()];
+                prop_assert_eq!(Some(&c.result), rec.result());
+                let spent = sum_usage([&rec.usage(), &rec.steps().carried.unwrap_or_default()]);
+                prop_assert_eq!(c.usage, spent, "task {}", c.task);
+            }
+            Ok(())
+        },
+    );
+    let (plans, closed, empty) = (
+        plans.load(Relaxed),
+        closed.load(Relaxed),
+        empty.load(Relaxed),
+    );
+    eprintln!("rerun: {plans} plans, {closed} with tasks pulled in behind, {empty} empty");
+    if enough_cases() {
+        assert!(plans > 0 && closed > 0 && empty > 0);
+    }
+}
+
+/// Whether the properties run enough cases (the default 256 or more) for a count of what the
+/// generator made to be asserted.
+fn enough_cases() -> bool {
+    proptest::test_runner::Config::default().cases >= 256
 }
