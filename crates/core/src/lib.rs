@@ -2,7 +2,8 @@
 //!
 //! This crate owns the rules: the task spec and its validation, the event vocabulary, the run and
 //! task state machine (`RunState::apply`), and the decisions (retry, fallback, aggregate state,
-//! resume plan, usage arithmetic, summary text) as pure functions.
+//! resume plan, an attempt's outcome from its facts, a task's budget and wrap-up, the rerun
+//! selection, usage arithmetic, summary text) as pure functions.
 //!
 //! Invariants:
 //! - no I/O, no clock, no randomness: time and jitter come in as data, so replaying the same

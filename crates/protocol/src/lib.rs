@@ -12,8 +12,9 @@
 //!
 //! # Where things are
 //!
-//! - this file: what every reader shares ([`ProtocolReader`], [`Progress`], [`Finished`],
-//!   [`RunPhase`]) and [`reader_for`], the one place that maps a [`Protocol`] to its reader;
+//! - this file: what every reader shares ([`ProtocolReader`], [`Progress`], [`RunPhase`];
+//!   [`Finished`] is core's, where an attempt's outcome is composed) and [`reader_for`], the
+//!   one place that maps a [`Protocol`] to its reader;
 //! - `exit`: [`Exit`], how a process ended (the spawner produces it, the readers read it);
 //! - `plain`: the `plain` protocol (any command; its `SORTIE_USAGE` and `SORTIE_ERROR` lines);
 //! - [`pi`], [`claude`], [`codex`]: the agent protocols, one file per agent CLI;

@@ -1,7 +1,9 @@
 //! The attempt's watchdog as a state machine, pure over a clock: times come in, decisions come
-//! out. It knows the clocks (attempt timeout, deadline, stall), the budgets and the wrap-up of
-//! a steerable agent, the stop requests, and the usage seen so far; the attempt's driver feeds
-//! it the child's lines and its timer, and carries its [`Decision`]s out.
+//! out. It keeps the clocks (attempt timeout, deadline, stall), the stop requests and the usage
+//! seen so far, and asks core what a usage update means for the task's budget
+//! (`sortie_core::budget`: breach, wrap-up, grace turns); at the end it hands core's
+//! `decide::attempt_outcome` what it knew ([`Watch::end`]). The attempt's driver feeds it the
+//! child's lines and its timer, and carries its [`Decision`]s out.
 //!
 //! Rules:
 //! - No output for `stall_after`: the attempt is marked stalled (reported once); output clears
@@ -10,14 +12,16 @@
 //!   silence; `stall_kill_after = 0` marks a stalled attempt and never stops it.
 //! - `attempt_timeout` after the start, or at the task's deadline: it is stopped (`timeout`,
 //!   phase `running`).
-//! - A budget reached (the task's usage, earlier attempts included): a steerable agent whose
-//!   stdin is open is asked to wrap up and given `grace_turns` more turns; still working after
-//!   them, it is stopped. An agent that cannot be steered (or with `grace_turns = 0`) is stopped
-//!   at once. Either way the stop is `budget`, and the output so far is kept.
+//! - A budget reached (core's rules: the task's usage, earlier attempts included): a steerable
+//!   agent whose stdin is open is asked to wrap up and given `grace_turns` more turns; still
+//!   working after them, it is stopped. An agent that cannot be steered (or with
+//!   `grace_turns = 0`) is stopped at once. Either way the stop is `budget`, and the output so
+//!   far is kept.
 //! - The first stop wins: once a stop is decided, no clock, budget or request decides another.
 //! - Usage never goes backwards: every reading is folded in with [`Usage::max`], and the final
-//!   usage is core's `final_usage` of the reader's last word and what was seen. This is the one place
-//!   where an attempt's usage is made monotonic (core's `check` refuses a decrease anyway).
+//!   usage is core's `final_usage` of the reader's last word and what was seen, in
+//!   `attempt_outcome`. Nowhere else is an attempt's usage made monotonic (core's `check`
+//!   refuses a decrease anyway).
 //! - Progress is reported at most every [`PROGRESS_EVERY`] while usage moves; usage held back
 //!   by the limit is reported once the limit allows (a timer), so the journal catches up even
 //!   when the agent then goes silent.
