@@ -264,10 +264,10 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
         (0u32..=3, prop::bool::weighted(0.7)),
         (prop::bool::weighted(0.5), 0u32..=1),
         (
-            prop::option::weighted(0.3, 1u32..6),
+            prop::option::weighted(0.5, 1u32..4),
             prop::option::weighted(0.2, 100u64..1500),
             prop::option::weighted(0.15, 1000u64..20_000),
-            0u32..=2,
+            prop_oneof![1 => Just(0u32), 3 => 1u32..=2],
         ),
     )
         .prop_map(
