@@ -12,6 +12,11 @@ use crate::outcome::{AttemptOutcome, AttemptStatus, Phase, StopReason, TaskResul
 use crate::spec::{Isolation, TaskSpec};
 use crate::state::{AttemptRecord, RunState, TaskRecord, TaskState};
 
+mod outcome;
+pub use outcome::{
+    Finished, LaunchFailure, OutcomeRules, StopRequest, WatchEnd, attempt_outcome, last_lines,
+};
+
 /// The base of the retry backoff.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// The cap of the retry backoff.
@@ -195,8 +200,8 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     } else {
         Duration::ZERO
     };
-    if let (Some(deadline), Some(ready)) = (spec.deadline, rec.ready_at)
-        && now.plus(delay) >= ready.plus(deadline)
+    if let Some(deadline_at) = rec.deadline_at(spec)
+        && now.plus(delay) >= deadline_at
     {
         return NextStep::GiveUp(deadline_result(rec, Phase::Starting, output));
     }

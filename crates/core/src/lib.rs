@@ -2,7 +2,8 @@
 //!
 //! This crate owns the rules: the task spec and its validation, the event vocabulary, the run and
 //! task state machine (`RunState::apply`), and the decisions (retry, fallback, aggregate state,
-//! resume plan, usage arithmetic, summary text) as pure functions.
+//! resume plan, an attempt's outcome from its facts, a task's budget and wrap-up, the rerun
+//! selection, usage arithmetic, summary text) as pure functions.
 //!
 //! Invariants:
 //! - no I/O, no clock, no randomness: time and jitter come in as data, so replaying the same
@@ -12,6 +13,7 @@
 
 pub mod agent_options;
 pub mod bounds;
+pub mod budget;
 pub mod decide;
 pub mod digest;
 pub mod event;
@@ -20,6 +22,7 @@ pub mod ledger;
 pub mod outcome;
 pub mod plan;
 pub mod prompt;
+pub mod rerun;
 pub mod run_budget;
 pub mod session;
 pub mod spec;

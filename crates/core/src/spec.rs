@@ -597,6 +597,19 @@ impl BodySharer {
 }
 
 impl Batch {
+    /// The agent profile a task's attempts launch with: `command` for a task with its own
+    /// `command`, else its agent's (the `command` profile missing, its agent's too).
+    pub fn launch_profile(&self, spec: &TaskSpec) -> Option<&AgentProfile> {
+        let name = if spec.command.is_some() {
+            "command"
+        } else {
+            spec.agent.as_str()
+        };
+        self.agents
+            .get(name)
+            .or_else(|| self.agents.get(&spec.agent))
+    }
+
     /// Makes the tasks whose bodies are equal share one (a [`BodySharer`] over the tasks).
     pub fn share_bodies(&mut self) {
         let mut sharer = BodySharer::default();

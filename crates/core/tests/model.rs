@@ -12,14 +12,18 @@ mod generator;
 #[path = "support/oracle.rs"]
 mod oracle;
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 use proptest::sample::Index;
-use sortie_core::{Event, RunState, Seq, Stamped, TerminalState};
+use sortie_core::{
+    Attempt, Event, RunState, RunStatus, Seq, Stamped, TaskId, TerminalState, Usage,
+};
 
 use generator::{Driver, MemBackend, Scenario, Trace, scenario_strategy};
 use oracle::{
-    aggregate_oracle, check_attempt_numbers, check_grammar, check_resumes, check_usage, probes,
-    property,
+    aggregate_oracle, budget_oracle, check_attempt_numbers, check_grammar, check_resumes,
+    check_usage, probes, property, rerun_oracle, sum_usage,
 };
 
 fn trace(s: &Scenario) -> Trace {
@@ -464,4 +468,212 @@ fn a_round_is_checked_as_its_events_one_after_another() {
             Ok(())
         },
     );
+}
+
+/// The budget decisions of core's `budget` on every attempt's stored usage readings, with the
+/// budgets the generator gives its tasks and the earlier attempts' usage from the journal,
+/// agree with the oracle's.
+#[test]
+fn budget_decisions_follow_the_oracle() {
+    property(
+        "budget_decisions_follow_the_oracle",
+        scenario_strategy(),
+        |s| check_budgets(&trace(&s)).map(|_| ()),
+    );
+}
+
+/// Checks core's budget steps for every attempt of `t` against the oracle; returns them (`-`,
+/// `wrap`, `stop`), one list per attempt.
+fn check_budgets(t: &Trace) -> Result<Vec<Vec<&'static str>>, TestCaseError> {
+    use sortie_core::budget::{BudgetStep, BudgetWatch, TaskBudget};
+    let mut all = Vec::new();
+    let mut last: BTreeMap<(TaskId, Attempt), Usage> = BTreeMap::new();
+    for (k, e) in t.events.iter().enumerate() {
+        match &e.event {
+            Event::AttemptProgress {
+                task,
+                attempt,
+                usage,
+            }
+            | Event::AttemptFinished {
+                task,
+                attempt,
+                usage,
+                ..
+            } => {
+                last.insert((*task, *attempt), *usage);
+            }
+            Event::AttemptLaunching { task, attempt, .. } => {
+                let spec = &t.batch.tasks[task.index()];
+                let rec = &t.lives[k].tasks[task.index()];
+                let budget = TaskBudget::for_attempt(spec, rec);
+                let prior = sum_usage(
+                    last.range((*task, Attempt(0))..(*task, *attempt))
+                        .map(|(_, u)| u),
+                );
+                prop_assert_eq!(&budget.prior, &prior, "task {} {}", task, attempt);
+                let readings: Vec<Usage> = t.events[k + 1..]
+                    .iter()
+                    .filter_map(|e| match &e.event {
+                        Event::AttemptProgress {
+                            task: pt,
+                            attempt: pa,
+                            usage,
+                        } if pt == task && pa == attempt => Some(*usage),
+                        _ => None,
+                    })
+                    .collect();
+                // Two attempts in three can be steered; every third reading is between runs.
+                let steerable = (task.0 + attempt.0) % 3 != 0;
+                let working: Vec<bool> = (0..readings.len()).map(|i| i % 3 != 2).collect();
+                let mut watch = BudgetWatch::new(budget);
+                let mut got = Vec::new();
+                for (u, w) in readings.iter().zip(&working) {
+                    let step = match watch.on_usage(u, steerable, *w) {
+                        None => "-",
+                        Some(BudgetStep::WrapUp) => "wrap",
+                        Some(BudgetStep::Stop(_)) => "stop",
+                    };
+                    got.push(step);
+                    if step == "stop" {
+                        break;
+                    }
+                }
+                let expected = budget_oracle(spec, &prior, &readings, steerable, &working);
+                prop_assert_eq!(&got, &expected, "task {} {}", task, attempt);
+                all.push(got);
+            }
+            _ => {}
+        }
+    }
+    Ok(all)
+}
+
+/// A rerun of the run the generator ended with selects what the oracle selects (the closure
+/// over `needs` included), refuses an unfinished run, and carries every other task with its
+/// result and its usage.
+#[test]
+fn a_rerun_selects_and_carries_as_the_oracle_says() {
+    let strategy = (
+        scenario_strategy(),
+        any::<(bool, bool, bool)>(),
+        any::<u8>(),
+    );
+    property(
+        "a_rerun_selects_and_carries_as_the_oracle_says",
+        strategy,
+        |(s, flags, names)| check_rerun(&trace(&s), flags, names).map(|_| ()),
+    );
+}
+
+/// What a rerun check saw: not finished, nothing selected, or a plan (and whether a task was
+/// pulled in behind a selected one).
+#[derive(Debug, PartialEq, Eq)]
+enum RerunSeen {
+    NotFinished,
+    Empty,
+    Plan { pulled_in: bool },
+}
+
+/// Checks core's rerun of the run `t` ended with, for the selectors `flags` (failed, partial,
+/// timeout) and the tasks whose bit is set in `names`, against the oracle.
+fn check_rerun(
+    t: &Trace,
+    flags: (bool, bool, bool),
+    names: u8,
+) -> Result<RerunSeen, TestCaseError> {
+    use sortie_core::rerun::{self, RerunError, Selection};
+    let Some(state) = t.lives.last() else {
+        return Ok(RerunSeen::NotFinished);
+    };
+    let named: Vec<String> = t
+        .batch
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| names & (1 << i) != 0)
+        .map(|(_, spec)| spec.label.clone())
+        .collect();
+    let selection = Selection {
+        failed: flags.0,
+        partial: flags.1,
+        timeout: flags.2,
+        tasks: named.clone(),
+    };
+    let got = rerun::select(state, &selection);
+    if !matches!(state.status, RunStatus::Finished { .. }) {
+        prop_assert_eq!(got, Err(RerunError::NotFinished));
+        return Ok(RerunSeen::NotFinished);
+    }
+    let Some(expected) = rerun_oracle(state, flags, &named) else {
+        prop_assert_eq!(got, Err(RerunError::NothingSelected));
+        return Ok(RerunSeen::Empty);
+    };
+    let plan = got.map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
+    prop_assert_eq!(&plan.selected, &expected);
+    let carried: Vec<TaskId> = plan.carried.iter().map(|c| c.task).collect();
+    let not_selected: Vec<TaskId> = (0..expected.len())
+        .filter(|i| !expected[*i])
+        .map(|i| TaskId(i as u32))
+        .collect();
+    prop_assert_eq!(carried, not_selected, "every task not run again is carried");
+    for c in &plan.carried {
+        let rec = &state.tasks[c.task.index()];
+        prop_assert_eq!(Some(&c.result), rec.result());
+        let spent = sum_usage([&rec.usage(), &rec.steps().carried.unwrap_or_default()]);
+        prop_assert_eq!(c.usage, spent, "task {}", c.task);
+    }
+    // A task selected that its own end or label did not pick: the closure pulled it in.
+    let pulled_in =
+        (expected.iter().zip(&t.batch.tasks).zip(&state.tasks)).any(|((selected, spec), rec)| {
+            let end = rec.result().map(|r| r.state);
+            let own = named.contains(&spec.label)
+                || (flags.0 && end == Some(TerminalState::Failed))
+                || (flags.1 && end == Some(TerminalState::Partial))
+                || (flags.2 && end == Some(TerminalState::Timeout));
+            *selected && !own
+        });
+    Ok(RerunSeen::Plan { pulled_in })
+}
+
+/// Across many scenarios the generator makes every budget step (a wrap-up, a stop at once, a
+/// stop after the grace turns) and every kind of rerun (a plan, one with a task pulled in
+/// behind a selected one, nothing selected), so that the two properties above cover them.
+#[test]
+fn the_generator_makes_every_budget_step_and_every_kind_of_rerun() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let (mut wraps, mut stops, mut graced) = (0, 0, 0);
+    let (mut plans, mut pulled, mut empty) = (0, 0, 0);
+    for i in 0..300u32 {
+        let s = scenario_strategy()
+            .new_tree(&mut runner)
+            .expect("a scenario")
+            .current();
+        let t = trace(&s);
+        for steps in check_budgets(&t).expect("budgets follow the oracle") {
+            wraps += usize::from(steps.contains(&"wrap"));
+            let stop = steps.last() == Some(&"stop");
+            stops += usize::from(stop);
+            graced += usize::from(stop && steps.contains(&"wrap"));
+        }
+        let flags = (i % 2 == 0, i % 3 == 0, i % 5 == 0);
+        let names = if i % 4 == 0 { (i / 4) as u8 } else { 0 };
+        match check_rerun(&t, flags, names).expect("reruns follow the oracle") {
+            RerunSeen::NotFinished => {}
+            RerunSeen::Empty => empty += 1,
+            RerunSeen::Plan { pulled_in } => {
+                plans += 1;
+                pulled += usize::from(pulled_in);
+            }
+        }
+    }
+    eprintln!(
+        "budget: {wraps} wrap-ups, {stops} stops, {graced} after the grace; \
+         rerun: {plans} plans, {pulled} with a task pulled in, {empty} empty"
+    );
+    assert!(wraps > 0 && stops > 0 && graced > 0);
+    assert!(plans > 0 && pulled > 0 && empty > 0);
 }

@@ -12,8 +12,9 @@
 //!
 //! # Where things are
 //!
-//! - this file: what every reader shares ([`ProtocolReader`], [`Progress`], [`Finished`],
-//!   [`RunPhase`]) and [`reader_for`], the one place that maps a [`Protocol`] to its reader;
+//! - this file: what every reader shares ([`ProtocolReader`], [`Progress`], [`RunPhase`];
+//!   [`Finished`] is core's, where an attempt's outcome is composed) and [`reader_for`], the
+//!   one place that maps a [`Protocol`] to its reader;
 //! - `exit`: [`Exit`], how a process ended (the spawner produces it, the readers read it);
 //! - `plain`: the `plain` protocol (any command; its `SORTIE_USAGE` and `SORTIE_ERROR` lines);
 //! - [`pi`], [`claude`], [`codex`]: the agent protocols, one file per agent CLI;
@@ -30,7 +31,7 @@
 //! of a provider error is classified by [`classify_provider_error`]. docs/agents.md describes
 //! the streams and the edge cases.
 
-use sortie_core::{AttemptOutcome, AttemptStatus, Phase, Protocol, StopReason, Usage};
+use sortie_core::{Protocol, Usage};
 
 mod classify;
 pub mod claude;
@@ -48,6 +49,8 @@ pub use classify::{classify_http_status, classify_provider_error};
 pub use exit::Exit;
 pub use rebased::rebased;
 pub use shared::last_lines;
+/// The end of an attempt as a reader saw it: core's, where the outcome is composed.
+pub use sortie_core::decide::Finished;
 // #14: shared rate limits.
 pub use rate_limit::{mark_rate_limit, rate_limit};
 
@@ -71,51 +74,6 @@ pub struct Progress {
     pub side_effects: bool,
     /// A short description of what the agent is doing, for status displays.
     pub activity: Option<String>,
-}
-
-/// The end of an attempt as its protocol reader saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finished {
-    /// Status, stop reason, exit code or signal, error, side effects.
-    pub outcome: AttemptOutcome,
-    /// The attempt's final usage.
-    pub usage: Usage,
-    /// The attempt's text: the final message, else the error, else the last stderr lines,
-    /// else "".
-    pub output: String,
-    /// True when `output` is the agent's own output (a final message or stdout text), not a
-    /// fallback to the error or stderr.
-    pub has_output: bool,
-}
-
-impl Finished {
-    /// Reclassifies an attempt that sortie stopped itself (its signal was not unexpected).
-    ///
-    /// The stop reason becomes `reason` (a timeout gets phase `running`). A budget stop with
-    /// useful output is `partial` (SEMANTICS.md: "budget breach: partial, output kept");
-    /// every other stop is `failed`, which core turns into the matching terminal state
-    /// (timeout, cancelled, or a retry for stalled and interrupted). Call it only when a stop
-    /// signal was actually delivered (`Stopper::sent_reason`): a process that ended on its own
-    /// first keeps its own outcome.
-    pub fn stopped_by(mut self, reason: StopReason) -> Finished {
-        let o = &mut self.outcome;
-        o.stop_reason = reason;
-        o.status = if reason == StopReason::Budget && self.has_output {
-            AttemptStatus::Partial
-        } else {
-            AttemptStatus::Failed
-        };
-        o.phase = (reason == StopReason::Timeout).then_some(Phase::Running);
-        if o.status == AttemptStatus::Failed && o.exit_code == Some(0) {
-            o.exit_code = Some(1);
-        }
-        let error = format!("stopped by sortie ({reason})");
-        if !self.has_output {
-            self.output = error.clone();
-        }
-        o.error = Some(error);
-        self
-    }
 }
 
 /// Reads one attempt's stdout in a given protocol.

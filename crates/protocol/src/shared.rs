@@ -6,24 +6,8 @@ use sortie_core::{AttemptOutcome, Usage};
 
 use crate::{Progress, STDERR_FALLBACK_BYTES, STDERR_FALLBACK_LINES};
 
-/// The last lines of a text, at most `max_lines` lines and `max_bytes` bytes (cut at a char
-/// boundary), trimmed.
-pub fn last_lines(text: &str, max_lines: usize, max_bytes: usize) -> String {
-    let text = text.trim_end();
-    let start = match max_lines.checked_sub(1) {
-        Some(n) => text.rmatch_indices('\n').nth(n).map_or(0, |(i, _)| i + 1),
-        None => text.len(),
-    };
-    let mut tail = &text[start..];
-    if tail.len() > max_bytes {
-        let mut cut = tail.len() - max_bytes;
-        while !tail.is_char_boundary(cut) {
-            cut += 1;
-        }
-        tail = &tail[cut..];
-    }
-    tail.trim().to_owned()
-}
+/// The last lines of a text (core's, which the outcome rules read too).
+pub use sortie_core::decide::last_lines;
 
 /// The text of an attempt: its own output, else its error, else the last stderr lines.
 pub(crate) fn choose_output(

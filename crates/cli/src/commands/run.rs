@@ -183,80 +183,32 @@ fn report(g: &Global, end: &RunEnd) -> Code {
 /// run, the selected tasks run again and the others carried. A task that did not complete
 /// because a selected task did not (skipped, or cancelled behind it) is selected too.
 pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
-    use sortie_core::{TaskId, TerminalState};
+    use sortie_core::rerun::{self, RerunError, Selection};
     let parent = super::find_run(g, &args.run)?;
     let state = super::replay_all(&open_read(&g.layout(), &parent)?)?;
-    if !matches!(state.status, RunStatus::Finished { .. }) {
-        return Err(CliError::usage(format_args!(
-            "run {parent} has not finished; `sortie resume {parent}` goes on with it"
-        )));
-    }
-    let Some(batch) = state.batch.clone() else {
-        return Err(CliError::usage(format_args!("run {parent} has no batch")));
+    let selection = Selection {
+        failed: args.failed,
+        partial: args.partial,
+        timeout: args.timeout,
+        tasks: args.tasks.clone(),
     };
-    for label in &args.tasks {
-        if state.task_by_label(label).is_none() {
-            return Err(CliError::usage(format_args!(
-                "run {parent} has no task {label:?}"
-            )));
-        }
-    }
-    let by_state = args.failed || args.partial || args.timeout || !args.tasks.is_empty();
-    let mut selected: Vec<bool> = state
-        .tasks
-        .iter()
-        .zip(&batch.tasks)
-        .map(|(rec, spec)| {
-            let end = rec.result().map(|r| r.state);
-            if !by_state {
-                return end != Some(TerminalState::Completed);
+    let plan = rerun::select(&state, &selection).map_err(|e| {
+        CliError::usage(match e {
+            RerunError::NotFinished => {
+                format!("run {parent} has not finished; `sortie resume {parent}` goes on with it")
             }
-            args.tasks.contains(&spec.label)
-                || (args.failed && end == Some(TerminalState::Failed))
-                || (args.partial && end == Some(TerminalState::Partial))
-                || (args.timeout && end == Some(TerminalState::Timeout))
+            RerunError::NoBatch => format!("run {parent} has no batch"),
+            RerunError::NoSuchTask(label) => format!("run {parent} has no task {label:?}"),
+            RerunError::NothingSelected => {
+                format!("nothing to rerun in run {parent}: no task matches")
+            }
         })
-        .collect();
-    // Dependents that did not complete because of a selected task run again too.
-    loop {
-        let mut grew = false;
-        for (i, spec) in batch.tasks.iter().enumerate() {
-            let completed =
-                state.tasks[i].result().map(|r| r.state) == Some(TerminalState::Completed);
-            if selected[i] || completed {
-                continue;
-            }
-            let behind = spec.needs.iter().any(|n| {
-                state
-                    .task_by_label(n)
-                    .is_some_and(|t| selected.get(t.index()).copied().unwrap_or(false))
-            });
-            if behind {
-                selected[i] = true;
-                grew = true;
-            }
-        }
-        if !grew {
-            break;
-        }
-    }
-    if !selected.contains(&true) {
-        return Err(CliError::usage(format_args!(
-            "nothing to rerun in run {parent}: no task matches"
-        )));
-    }
-    let carried = state
-        .tasks
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !selected[*i])
-        .filter_map(|(i, rec)| {
-            let result = rec.result()?.clone();
-            let usage = rec
-                .usage()
-                .plus(&rec.steps().carried.unwrap_or(sortie_core::Usage::ZERO));
-            Some((TaskId(u32::try_from(i).ok()?), result, usage))
-        })
+    })?;
+    let batch = plan.batch;
+    let carried = plan
+        .carried
+        .into_iter()
+        .map(|c| (c.task, c.result, c.usage))
         .collect();
     let env = g
         .layout()
@@ -266,7 +218,7 @@ pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
     let loaded = sortie_batch::LoadedBatch {
         batch,
         env,
-        digest: state.batch_digest,
+        digest: plan.digest,
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
     let rerun = engine::Rerun { parent, carried };

@@ -417,8 +417,7 @@ impl Planner {
             ) {
                 continue;
             }
-            let expired = matches!((spec.deadline, rec.ready_at),
-                (Some(d), Some(r)) if facts.now >= r.plus(d));
+            let expired = rec.deadline_at(spec).is_some_and(|at| facts.now >= at);
             let failed = facts.setup_failed.get(&task);
             let ending = round.cancelling()
                 || self.fail_fast_tripped
@@ -599,8 +598,10 @@ impl Planner {
         rec: &TaskRecord,
         facts: &Facts<'_>,
     ) -> TaskResult {
-        let expired = matches!((state.spec(task).and_then(|s| s.deadline), rec.ready_at),
-            (Some(d), Some(ready)) if facts.now >= ready.plus(d));
+        let expired = state
+            .spec(task)
+            .and_then(|spec| rec.deadline_at(spec))
+            .is_some_and(|at| facts.now >= at);
         if expired {
             let output = rec.attempts.last().and_then(|a| a.output());
             let phase = if rec.attempts.is_empty() && rec.steps().worktree.is_none() {

@@ -87,12 +87,10 @@ impl Sched {
             }
             TaskState::Running { .. } | TaskState::Finished(_) => {}
         }
-        if let (Some(d), Some(ready), false) = (
-            state.spec(task).and_then(|s| s.deadline),
-            rec.ready_at,
-            rec.state.is_terminal(),
-        ) {
-            self.deadlines.insert((ready.plus(d), task));
+        if let Some(at) = state.spec(task).and_then(|s| rec.deadline_at(s))
+            && !rec.state.is_terminal()
+        {
+            self.deadlines.insert((at, task));
         }
     }
 
@@ -106,10 +104,8 @@ impl Sched {
         match &rec.state {
             TaskState::Queued { since } if matches!(event, Event::TaskQueued { .. }) => {
                 self.queued.insert((*since, task));
-                if let (Some(d), Some(ready)) =
-                    (state.spec(task).and_then(|s| s.deadline), rec.ready_at)
-                {
-                    self.deadlines.insert((ready.plus(d), task));
+                if let Some(at) = state.spec(task).and_then(|s| rec.deadline_at(s)) {
+                    self.deadlines.insert((at, task));
                 }
             }
             TaskState::Running { .. } if matches!(event, Event::AttemptLaunching { .. }) => {
@@ -126,10 +122,8 @@ impl Sched {
             TaskState::Finished(_) => {
                 self.forget_waiting(state, task);
                 self.ended.remove(&task);
-                if let (Some(d), Some(ready)) =
-                    (state.spec(task).and_then(|s| s.deadline), rec.ready_at)
-                {
-                    self.deadlines.remove(&(ready.plus(d), task));
+                if let Some(at) = state.spec(task).and_then(|s| rec.deadline_at(s)) {
+                    self.deadlines.remove(&(at, task));
                 }
                 if let Some(deps) = self.dependents.get(task.index()) {
                     self.check_pending.extend(deps.iter().copied());

@@ -338,6 +338,12 @@ impl TaskRecord {
         }
     }
 
+    /// When the task's deadline falls: its ready time plus the spec's `deadline`. None when
+    /// the spec has no deadline or the task was never ready (the clock starts at ready).
+    pub fn deadline_at(&self, spec: &TaskSpec) -> Option<Timestamp> {
+        Some(self.ready_at?.plus(spec.deadline?))
+    }
+
     /// Its worktree and artifact steps and its carrying.
     pub fn steps(&self) -> &TaskSteps {
         self.steps.get().unwrap_or(&NO_STEPS)

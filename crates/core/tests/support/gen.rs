@@ -230,7 +230,7 @@ impl std::fmt::Debug for Scenario {
             writeln!(
                 f,
                 "  {}: model {:?} fallbacks {:?} max_retries {} deadline {:?} {:?} output {:?} \
-                 retry_after_side_effects {} needs {:?}",
+                 retry_after_side_effects {} needs {:?} budget {:?}/{:?}/{:?} grace {}",
                 t.label,
                 t.model,
                 t.fallback_models,
@@ -239,7 +239,11 @@ impl std::fmt::Debug for Scenario {
                 t.isolation,
                 t.output,
                 t.retry_after_side_effects,
-                t.needs
+                t.needs,
+                t.max_turns,
+                t.max_tokens,
+                t.max_cost_nanos,
+                t.grace_turns
             )?;
         }
         writeln!(f, "  ops: {:?}", self.ops)
@@ -259,6 +263,12 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
         prop::collection::vec(any::<bool>(), i),
         (0u32..=3, prop::bool::weighted(0.7)),
         (prop::bool::weighted(0.5), 0u32..=1),
+        (
+            prop::option::weighted(0.5, 1u32..4),
+            prop::option::weighted(0.2, 100u64..1500),
+            prop::option::weighted(0.15, 1000u64..20_000),
+            prop_oneof![1 => Just(0u32), 3 => 1u32..=2],
+        ),
     )
         .prop_map(
             move |(
@@ -272,6 +282,7 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 needs,
                 (orphans, supervise),
                 (pooled, rate_limits),
+                (max_turns, max_tokens, max_cost_nanos, grace_turns),
             )| {
                 let mut t = TaskSpec::new(format!("t{i}"), "/work");
                 t.prompt = Some(format!("do task {i}"));
@@ -292,6 +303,12 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 // a retry (the usage bits hold 8 attempts per task).
                 t.pool = pooled.then(|| "p".to_owned());
                 t.max_rate_limits = rate_limits;
+                // The task's budgets: the model checks core's budget decisions on the usage
+                // its fake agents report (the driver does not act on them).
+                t.max_turns = max_turns;
+                t.max_tokens = max_tokens;
+                t.max_cost_nanos = max_cost_nanos;
+                t.grace_turns = grace_turns;
                 t.needs = needs
                     .iter()
                     .enumerate()

@@ -808,3 +808,82 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
     out.extend(events.iter().map(|e| e.event.clone()));
     out
 }
+
+/// What a task's budget should decide for each usage reading of one attempt, written apart
+/// from core's `budget`: `-` nothing, `wrap` ask to wrap up, `stop` stop (and nothing after).
+/// `prior` is the usage of the task's earlier attempts; `steerable` whether the agent can be
+/// asked; `working[i]` whether its run was working at reading `i`.
+pub(crate) fn budget_oracle(
+    spec: &sortie_core::TaskSpec,
+    prior: &Usage,
+    readings: &[Usage],
+    steerable: bool,
+    working: &[bool],
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut asked_at: Option<u32> = None;
+    for (i, u) in readings.iter().enumerate() {
+        let turns = prior.turns + u.turns;
+        let tokens = prior.input
+            + u.input
+            + prior.output
+            + u.output
+            + prior.cache_read
+            + u.cache_read
+            + prior.cache_write
+            + u.cache_write;
+        let nanos = prior.cost.nanos + u.cost.nanos;
+        let over = spec.max_turns.is_some_and(|m| turns >= m)
+            || spec.max_tokens.is_some_and(|m| tokens > m)
+            || spec.max_cost_nanos.is_some_and(|m| nanos > m);
+        let step = match asked_at {
+            None if over && steerable && spec.grace_turns > 0 => {
+                asked_at = Some(turns);
+                "wrap"
+            }
+            None if over => "stop",
+            Some(at) if turns >= at + spec.grace_turns && working[i] => "stop",
+            _ => "-",
+        };
+        out.push(step);
+        if step == "stop" {
+            break;
+        }
+    }
+    out
+}
+
+/// Which tasks of the finished run `state` a rerun with these selectors runs again, written
+/// apart from core's `rerun`: the tasks picked by end or label, then, in one pass in task
+/// order (a task needs only earlier ones), every task that did not complete and needs one
+/// selected. None: nothing selected.
+pub(crate) fn rerun_oracle(
+    state: &RunState,
+    (failed, partial, timeout): (bool, bool, bool),
+    named: &[String],
+) -> Option<Vec<bool>> {
+    let batch = state.batch.as_ref()?;
+    let any = failed || partial || timeout || !named.is_empty();
+    let mut selected: Vec<bool> = Vec::new();
+    for (spec, rec) in batch.tasks.iter().zip(&state.tasks) {
+        let end = rec.result().map(|r| r.state);
+        let picked = if any {
+            named.contains(&spec.label)
+                || (failed && end == Some(TerminalState::Failed))
+                || (partial && end == Some(TerminalState::Partial))
+                || (timeout && end == Some(TerminalState::Timeout))
+        } else {
+            end != Some(TerminalState::Completed)
+        };
+        let behind = end != Some(TerminalState::Completed)
+            && spec.needs.iter().any(|n| {
+                batch
+                    .tasks
+                    .iter()
+                    .position(|t| &t.label == n)
+                    .is_some_and(|j| selected[j])
+            });
+        selected.push(picked || behind);
+    }
+    selected.contains(&true).then_some(selected)
+}

@@ -10,9 +10,10 @@
 //! cannot be steered is stopped at once. Either way the output so far is kept.
 //!
 //! The files: this one is the public face (what an attempt needs, what it reports, the run
-//! loop's handle); `watch.rs` is the watchdog, a state machine pure over the clock (every rule
-//! about stalls, timeouts, budgets, wrap-up and stop requests, tested on a paused clock);
-//! `run.rs` is the driver that spawns the child and carries the watchdog's decisions out.
+//! loop's handle); `watch.rs` is the watchdog, a state machine pure over the clock (stalls,
+//! timeouts and stop requests, tested on a paused clock; the budget and wrap-up rules are
+//! core's `budget`); `run.rs` is the driver that spawns the child, carries the watchdog's
+//! decisions out, and at the end gathers the facts for core's `decide::attempt_outcome`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use sortie_core::decide::{self, LaunchFailure, OutcomeRules};
 use sortie_core::{AttemptOutcome, StopReason, Usage};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -199,23 +200,17 @@ async fn until_started(
 /// executor (or, for an attempt resume found, follows it again); a failure is the attempt's
 /// end.
 async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
-    let failed = |reason: StopReason, msg: String| {
-        (
-            AttemptOutcome::failed(reason, msg.clone()),
-            Usage::ZERO,
-            msg,
-        )
-    };
+    let failed = |at: LaunchFailure, msg: String| (at.outcome(msg.clone()), Usage::ZERO, msg);
     if let Some(adoption) = &ctx.adopt {
         return ctx
             .executor
             .adopt(adoption.clone())
             .await
-            .map_err(|e| failed(StopReason::Error, e.to_string()));
+            .map_err(|e| failed(LaunchFailure::Adopt, e.to_string()));
     }
     let argv = match &ctx.launch.argv {
         Ok(argv) => argv.clone(),
-        Err(e) => return Err(failed(StopReason::Invalid, e.to_string())),
+        Err(e) => return Err(failed(LaunchFailure::Argv, e.to_string())),
     };
     if let Some((src, skip)) = &ctx.copy_from {
         let (src, dest, skip) = (src.clone(), ctx.cwd.clone(), skip.clone());
@@ -237,7 +232,7 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
                     "cannot copy {} for `isolation = \"copy\"`: {e}",
                     src.as_deref().unwrap_or("its cwd")
                 );
-                return Err(failed(StopReason::SetupError, msg));
+                return Err(failed(LaunchFailure::Copy, msg));
             }
         }
     }
@@ -246,12 +241,11 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
         Some(plan) => match prepare_home(plan.clone()).await {
             Ok(home) => home.child_env(&ctx.env),
             Err(e) => {
-                let reason = match e {
-                    // A file operation may work next time; a broken user config will not.
-                    agent::HomeError::Io { .. } => StopReason::SpawnError,
-                    agent::HomeError::Invalid { .. } => StopReason::SetupError,
+                let at = match e {
+                    agent::HomeError::Io { .. } => LaunchFailure::HomeFiles,
+                    agent::HomeError::Invalid { .. } => LaunchFailure::HomeConfig,
                 };
-                return Err(failed(reason, e.to_string()));
+                return Err(failed(at, e.to_string()));
             }
         },
     };
@@ -265,13 +259,13 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
         && let Err(e) = std::fs::create_dir_all(dir)
     {
         let msg = format!("cannot create the session directory {}: {e}", dir.display());
-        return Err(failed(StopReason::SpawnError, msg));
+        return Err(failed(LaunchFailure::SessionDir, msg));
     }
     if let Some((file, prompt)) = &ctx.launch.stdin_prompt
         && let Err(e) = write_prompt(file, prompt)
     {
         let msg = format!("cannot write the prompt to {}: {e}", file.display());
-        return Err(failed(StopReason::SpawnError, msg));
+        return Err(failed(LaunchFailure::PromptFile, msg));
     }
     let req = LaunchRequest {
         placement: ctx.placement.clone(),
@@ -284,14 +278,8 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
             .map(|(file, _)| file.clone()),
     };
     ctx.executor.launch(req).await.map_err(|e| {
-        // A missing or unexecutable program, or an argv over the limit, fails the same way
-        // every time: the task cannot run as specified, which is never retried.
-        let reason = if e.is_deterministic() {
-            StopReason::Invalid
-        } else {
-            StopReason::SpawnError
-        };
-        failed(reason, e.to_string())
+        let deterministic = e.is_deterministic();
+        failed(LaunchFailure::Spawn { deterministic }, e.to_string())
     })
 }
 
@@ -635,33 +623,24 @@ impl Driver<'_> {
         let stderr = child.stderr_tail();
         keep_stderr(&self.ctx.stderr_log, &stderr);
         drop(self.stdin);
-        let finished = reader.finish(exit, &stderr);
-        let sent = self.stopper.sent_reason();
-        let mut finished = self.watch.conclude(finished, sent);
-        // #11: an end the executor caused (Slurm's time limit, a lost node, out of memory, a
-        // cancel from outside) is the outcome, with the output and usage read so far.
-        if sent.is_none()
-            && let Some(mut outcome) = child.executor_end()
-        {
-            outcome.side_effects = finished.outcome.side_effects;
-            if !finished.has_output {
-                finished.output = outcome.error.clone().unwrap_or_default();
-            }
-            finished.outcome = outcome;
-        }
         if let Exit::Signal(_) = exit {
             let (task, attempt) = (self.ctx.task, self.ctx.attempt);
             tracing::debug!("attempt {attempt} of task {task} ended by a signal");
         }
-        let mut outcome = finished.outcome.judge_denials(self.ctx.allow_denials);
-        let tail = sortie_protocol::last_lines(&finished.output, 20, 8192);
-        let text = format!("{stderr}\n{tail}");
-        if !self.ctx.transient_on.is_empty() {
-            outcome = outcome.transient_on(&self.ctx.transient_on, &text);
-        }
-        // Issue 14: a transient failure that is the provider's rate limit (its pool backs off).
-        sortie_protocol::mark_rate_limit(&mut outcome, &text);
-        (outcome, finished.usage, finished.output)
+        // Core composes the outcome from the facts, in its one order.
+        let rules = OutcomeRules {
+            allow_denials: self.ctx.allow_denials,
+            transient_on: &self.ctx.transient_on,
+        };
+        let f = decide::attempt_outcome(
+            reader.finish(exit, &stderr),
+            &self.watch.end(self.stopper.sent_reason()),
+            child.executor_end(),
+            &stderr,
+            rules,
+            sortie_protocol::mark_rate_limit,
+        );
+        (f.outcome, f.usage, f.output)
     }
 }
 

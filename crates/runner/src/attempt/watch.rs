@@ -1,7 +1,9 @@
 //! The attempt's watchdog as a state machine, pure over a clock: times come in, decisions come
-//! out. It knows the clocks (attempt timeout, deadline, stall), the budgets and the wrap-up of
-//! a steerable agent, the stop requests, and the usage seen so far; the attempt's driver feeds
-//! it the child's lines and its timer, and carries its [`Decision`]s out.
+//! out. It keeps the clocks (attempt timeout, deadline, stall), the stop requests and the usage
+//! seen so far, and asks core what a usage update means for the task's budget
+//! (`sortie_core::budget`: breach, wrap-up, grace turns); at the end it hands core's
+//! `decide::attempt_outcome` what it knew ([`Watch::end`]). The attempt's driver feeds it the
+//! child's lines and its timer, and carries its [`Decision`]s out.
 //!
 //! Rules:
 //! - No output for `stall_after`: the attempt is marked stalled (reported once); output clears
@@ -10,14 +12,16 @@
 //!   silence; `stall_kill_after = 0` marks a stalled attempt and never stops it.
 //! - `attempt_timeout` after the start, or at the task's deadline: it is stopped (`timeout`,
 //!   phase `running`).
-//! - A budget reached (the task's usage, earlier attempts included): a steerable agent whose
-//!   stdin is open is asked to wrap up and given `grace_turns` more turns; still working after
-//!   them, it is stopped. An agent that cannot be steered (or with `grace_turns = 0`) is stopped
-//!   at once. Either way the stop is `budget`, and the output so far is kept.
+//! - A budget reached (core's rules: the task's usage, earlier attempts included): a steerable
+//!   agent whose stdin is open is asked to wrap up and given `grace_turns` more turns; still
+//!   working after them, it is stopped. An agent that cannot be steered (or with
+//!   `grace_turns = 0`) is stopped at once. Either way the stop is `budget`, and the output so
+//!   far is kept.
 //! - The first stop wins: once a stop is decided, no clock, budget or request decides another.
 //! - Usage never goes backwards: every reading is folded in with [`Usage::max`], and the final
-//!   usage is [`final_usage`] of the reader's last word and what was seen. This is the one place
-//!   where an attempt's usage is made monotonic (core's `check` refuses a decrease anyway).
+//!   usage is core's `final_usage` of the reader's last word and what was seen, in
+//!   `attempt_outcome`. Nowhere else is an attempt's usage made monotonic (core's `check`
+//!   refuses a decrease anyway).
 //! - Progress is reported at most every [`PROGRESS_EVERY`] while usage moves; usage held back
 //!   by the limit is reported once the limit allows (a timer), so the journal catches up even
 //!   when the agent then goes silent.
@@ -29,11 +33,13 @@
 
 use std::time::Duration;
 
+use sortie_core::budget::{BudgetStep, BudgetWatch, TaskBudget, WrapUpAsk};
+use sortie_core::decide::WatchEnd;
 use sortie_core::{Phase, StopReason, Timestamp, Usage};
 use tokio::time::Instant;
 
 use crate::clock::Anchor;
-use sortie_protocol::{Finished, Progress, RunPhase};
+use sortie_protocol::{Progress, RunPhase};
 
 /// How often at most a progress report is sent while usage moves.
 pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(200);
@@ -52,25 +58,12 @@ pub(crate) struct Limits {
     pub(crate) stall_after: Duration,
     /// More silence after which a stalled attempt is stopped.
     pub(crate) stall_kill_after: Duration,
-    /// The task's budgets (earlier attempts count).
-    pub(crate) max_turns: Option<u32>,
-    /// See `max_turns`.
-    pub(crate) max_tokens: Option<u64>,
-    /// See `max_turns`.
-    pub(crate) max_cost_nanos: Option<u64>,
-    /// Turns granted to wrap up after a budget breach (steerable agents only).
-    pub(crate) grace_turns: u32,
-    /// The usage of the task's earlier attempts (budgets cover the whole task).
-    pub(crate) prior: Usage,
+    /// The task's budgets (earlier attempts count; core's rules).
+    pub(crate) budget: TaskBudget,
 }
 
-/// A request to stop an attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StopRequest {
-    pub(crate) reason: StopReason,
-    pub(crate) phase: Option<Phase>,
-    pub(crate) message: String,
-}
+/// A request to stop an attempt (core's).
+pub(crate) use sortie_core::decide::StopRequest;
 
 /// What the watchdog decided; the driver carries it out in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,15 +83,6 @@ pub(super) enum Decision {
     Stop(StopRequest),
 }
 
-/// A wrap-up request sent to a steerable agent after a budget breach.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct WrapUp {
-    /// Which budget, for people.
-    why: String,
-    /// The task's turns when it was sent.
-    at_turns: u32,
-}
-
 /// The watchdog of one attempt (see the module doc).
 #[derive(Debug)]
 pub(super) struct Watch {
@@ -115,7 +99,8 @@ pub(super) struct Watch {
     sent_usage: Usage,
     last_sent: Instant,
     settle_at: Option<Instant>,
-    wrap_up: Option<WrapUp>,
+    /// The budgets and the wrap-up, if one was asked (core's [`BudgetWatch`]).
+    budget: BudgetWatch,
     side_effects_sent: bool,
     stop: Option<StopRequest>,
     /// Since when the attempt is held (its processes stopped by `sortie hold`): the stall and
@@ -133,7 +118,9 @@ impl Watch {
         steerable: bool,
         stdin_open: bool,
     ) -> Watch {
+        let budget = BudgetWatch::new(limits.budget.clone());
         Watch {
+            budget,
             timeout_at: now + limits.attempt_timeout,
             deadline_at: limits.deadline_at.map(|t| anchor.instant_of(t)),
             limits,
@@ -145,7 +132,6 @@ impl Watch {
             sent_usage: Usage::ZERO,
             last_sent: now,
             settle_at: None,
-            wrap_up: None,
             side_effects_sent: false,
             stop: None,
             held_since: None,
@@ -302,21 +288,16 @@ impl Watch {
     /// task budget does.
     pub(super) fn on_stop_request(&mut self, req: StopRequest) -> Option<Decision> {
         let mut out = Vec::new();
-        if req.reason == StopReason::Budget
-            && self.stop.is_none()
-            && self.steerable
-            && self.stdin_open
-            && self.limits.grace_turns > 0
-        {
-            if self.wrap_up.is_some() {
-                return None; // already wrapping up
+        if req.reason == StopReason::Budget && self.stop.is_none() {
+            let steerable = self.steerable && self.stdin_open;
+            match self
+                .budget
+                .ask_wrap_up(req.message.clone(), &self.usage, steerable)
+            {
+                WrapUpAsk::Asked => return Some(Decision::WrapUp),
+                WrapUpAsk::AlreadyAsked => return None,
+                WrapUpAsk::Cannot => {}
             }
-            let turns = self.limits.prior.plus(&self.usage).turns;
-            self.wrap_up = Some(WrapUp {
-                why: req.message,
-                at_turns: turns,
-            });
-            return Some(Decision::WrapUp);
         }
         self.request_stop(req.reason, req.phase, req.message, &mut out);
         out.pop()
@@ -324,40 +305,22 @@ impl Watch {
 
     /// The wrap-up command of [`Decision::WrapUp`] could not be sent: the agent is stopped.
     pub(super) fn wrap_up_failed(&mut self) -> Option<Decision> {
-        let w = self.wrap_up.take()?;
-        let message = format!("{}; stopped (the wrap-up request could not be sent)", w.why);
+        let message = self.budget.wrap_up_failed()?;
         let mut out = Vec::new();
         self.request_stop(StopReason::Budget, None, message, &mut out);
         out.pop()
     }
 
-    /// How the attempt ended, from what its reader made of it and the stop reason that reached
-    /// the running child (`sent`, see `Stopper::sent_reason`): the final usage, and a stop or a
-    /// wrap-up's account in the outcome.
-    pub(super) fn conclude(&self, mut finished: Finished, sent: Option<StopReason>) -> Finished {
-        finished.usage = final_usage(finished.usage, &self.usage);
-        if let (Some(w), None) = (&self.wrap_up, sent) {
-            // It ended by itself after the wrap-up request: partial, output kept.
-            finished = finished.stopped_by(StopReason::Budget);
-            let message = format!(
-                "{}; asked to wrap up, and it wrapped up within {} grace turn(s)",
-                w.why, self.limits.grace_turns
-            );
-            finished.outcome.error = Some(message.clone());
-            if !finished.has_output {
-                finished.output = message;
-            }
-        } else if let (Some(reason), Some(req)) = (sent, &self.stop) {
-            finished = finished.stopped_by(reason);
-            finished.outcome.error = Some(req.message.clone());
-            if reason == req.reason && req.phase.is_some() {
-                finished.outcome.phase = req.phase;
-            }
-            if !finished.has_output {
-                finished.output = req.message.clone();
-            }
+    /// What the watchdog knew at the attempt's end, for core's `attempt_outcome`: the usage it
+    /// saw, a wrap-up's account, the stop it decided, and the stop reason that reached the
+    /// running child (`sent`, see `Stopper::sent_reason`).
+    pub(super) fn end(&self, sent: Option<StopReason>) -> WatchEnd {
+        WatchEnd {
+            seen: self.usage,
+            wrapped_up: self.budget.wrapped_up(),
+            stop: self.stop.clone(),
+            sent,
         }
-        finished
     }
 
     /// When silence next matters: the stall mark, then the stop. None: off (`stall_after`
@@ -407,95 +370,46 @@ impl Watch {
         out.push(Decision::Stop(req));
     }
 
-    /// A budget breach, or a wrap-up that ran out of grace turns.
+    /// A budget breach, or a wrap-up that ran out of grace turns (core's rules).
     fn check_budget(&mut self, phase: RunPhase, out: &mut Vec<Decision>) {
         if self.stop.is_some() {
             return;
         }
-        let turns = self.limits.prior.plus(&self.usage).turns;
-        match &self.wrap_up {
-            None => {
-                let Some(why) = budget_breach(&self.limits, &self.usage) else {
-                    return;
-                };
-                let message = if !(self.steerable && self.stdin_open) {
-                    format!("{why}; stopped at once (the agent cannot be steered), not wrapped up")
-                } else if self.limits.grace_turns == 0 {
-                    format!("{why}; stopped at once (grace_turns = 0), not wrapped up")
-                } else {
-                    self.wrap_up = Some(WrapUp {
-                        why,
-                        at_turns: turns,
-                    });
-                    out.push(Decision::WrapUp);
-                    return;
-                };
+        let steerable = self.steerable && self.stdin_open;
+        match self
+            .budget
+            .on_usage(&self.usage, steerable, phase == RunPhase::Working)
+        {
+            Some(BudgetStep::WrapUp) => out.push(Decision::WrapUp),
+            Some(BudgetStep::Stop(message)) => {
                 self.request_stop(StopReason::Budget, None, message, out);
             }
-            Some(w)
-                if turns >= w.at_turns.saturating_add(self.limits.grace_turns)
-                    && phase == RunPhase::Working =>
-            {
-                let message = format!(
-                    "{}; asked to wrap up, but still working after {} grace turn(s): \
-                     stopped, not wrapped up",
-                    w.why, self.limits.grace_turns
-                );
-                self.request_stop(StopReason::Budget, None, message, out);
-            }
-            Some(_) => {}
+            None => {}
         }
     }
 }
 
-/// An attempt's final usage: the counters never below what progress showed, but whether the
-/// cost is known is the reader's last word (Claude Code's cost is unknown until its `result`
-/// line, which then reports it).
-pub(crate) fn final_usage(last_word: Usage, seen: &Usage) -> Usage {
-    let mut u = last_word.max(seen);
-    u.cost.unreported = last_word.cost.unreported;
-    u
-}
-
-/// Which budget, if any, the task's usage has reached (`usage` is this attempt's; the limits
-/// hold the earlier attempts').
-fn budget_breach(limits: &Limits, usage: &Usage) -> Option<String> {
-    let total = limits.prior.plus(usage);
-    if let Some(max) = limits.max_turns
-        && total.turns >= max
-    {
-        return Some(format!(
-            "reached max turns budget ({} of {max})",
-            total.turns
-        ));
-    }
-    if let Some(max) = limits.max_tokens
-        && total.tokens() > max
-    {
-        return Some(format!(
-            "exceeded max tokens budget ({} of {max})",
-            total.tokens()
-        ));
-    }
-    if let Some(max) = limits.max_cost_nanos
-        && total.cost.nanos > max
-    {
-        return Some(format!(
-            "exceeded max cost budget (${:.4} of ${:.4})",
-            total.cost.usd(),
-            max as f64 / 1e9
-        ));
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
+    use sortie_core::decide::{Finished, OutcomeRules, attempt_outcome};
     use sortie_core::{AttemptOutcome, AttemptStatus, Cost};
 
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    /// How the attempt ends through core's composition of its outcome, with no executor end
+    /// and no task rules.
+    fn conclude(w: &Watch, f: Finished, sent: Option<StopReason>) -> Finished {
+        attempt_outcome(
+            f,
+            &w.end(sent),
+            None,
+            "",
+            OutcomeRules::default(),
+            |_, _| {},
+        )
+    }
 
     fn limits() -> Limits {
         Limits {
@@ -503,11 +417,10 @@ mod tests {
             deadline_at: None,
             stall_after: 30 * S,
             stall_kill_after: 60 * S,
-            max_turns: None,
-            max_tokens: None,
-            max_cost_nanos: None,
-            grace_turns: 2,
-            prior: Usage::ZERO,
+            budget: TaskBudget {
+                grace_turns: 2,
+                ..TaskBudget::default()
+            },
         }
     }
 
@@ -719,8 +632,8 @@ mod tests {
     fn a_budget_breach_of_a_steerable_agent_asks_to_wrap_up_then_stops_after_the_grace() {
         let t0 = Instant::now();
         let mut l = limits();
-        l.max_turns = Some(5);
-        l.prior = Usage {
+        l.budget.max_turns = Some(5);
+        l.budget.prior = Usage {
             turns: 2,
             ..Usage::ZERO
         };
@@ -748,7 +661,7 @@ mod tests {
             "reached max turns budget (5 of 5); asked to wrap up, but still working after 2 \
              grace turn(s): stopped, not wrapped up"
         );
-        let f = w.conclude(finished(true), Some(StopReason::Budget));
+        let f = conclude(&w, finished(true), Some(StopReason::Budget));
         assert_eq!(f.outcome.stop_reason, StopReason::Budget);
         assert_eq!(f.outcome.status, AttemptStatus::Partial, "output kept");
         assert_eq!(f.outcome.error.as_deref(), Some(stop[0].message.as_str()));
@@ -758,7 +671,7 @@ mod tests {
     fn an_agent_that_wraps_up_within_the_grace_is_partial_and_wrapped_up() {
         let t0 = Instant::now();
         let mut l = limits();
-        l.max_tokens = Some(10);
+        l.budget.max_tokens = Some(10);
         let mut w = watch(l, t0, true);
         let mut p = turns(1);
         p.usage.output = 11;
@@ -766,7 +679,7 @@ mod tests {
             w.on_line(t0, Some(&p), RunPhase::Working),
             [Decision::WrapUp]
         );
-        let f = w.conclude(finished(true), None);
+        let f = conclude(&w, finished(true), None);
         assert_eq!(f.outcome.status, AttemptStatus::Partial);
         assert_eq!(
             f.outcome.error.as_deref(),
@@ -782,7 +695,7 @@ mod tests {
     fn a_breach_stops_at_once_an_agent_that_cannot_be_steered_or_has_no_grace() {
         let t0 = Instant::now();
         let mut l = limits();
-        l.max_cost_nanos = Some(1_000_000);
+        l.budget.max_cost_nanos = Some(1_000_000);
         let mut p = turns(1);
         p.usage.cost = Cost {
             nanos: 2_000_000,
@@ -795,7 +708,7 @@ mod tests {
             "exceeded max cost budget ($0.0020 of $0.0010); stopped at once (the agent cannot \
              be steered), not wrapped up"
         );
-        l.grace_turns = 0;
+        l.budget.grace_turns = 0;
         let mut w = watch(l.clone(), t0, true);
         let d = w.on_line(t0, Some(&p), RunPhase::Working);
         assert!(
@@ -804,7 +717,7 @@ mod tests {
                 .ends_with("stopped at once (grace_turns = 0), not wrapped up")
         );
         // A wrap-up request that cannot be sent stops it.
-        l.grace_turns = 1;
+        l.budget.grace_turns = 1;
         let mut w = watch(l, t0, true);
         assert_eq!(
             w.on_line(t0, Some(&p), RunPhase::Working),
@@ -817,7 +730,7 @@ mod tests {
             req.message
                 .ends_with("stopped (the wrap-up request could not be sent)")
         );
-        let f = w.conclude(finished(false), Some(StopReason::Budget));
+        let f = conclude(&w, finished(false), Some(StopReason::Budget));
         assert_eq!(f.outcome.status, AttemptStatus::Failed, "no output to keep");
         assert_eq!(f.output, req.message);
     }
@@ -847,10 +760,10 @@ mod tests {
         assert_eq!(w.on_stop_request(again), None);
         assert_eq!(w.stopping(), Some(&req));
         // Its end is sortie's doing only when the signal reached the child.
-        let f = w.conclude(finished(false), Some(StopReason::Interrupted));
+        let f = conclude(&w, finished(false), Some(StopReason::Interrupted));
         assert_eq!(f.outcome.stop_reason, StopReason::Interrupted);
         assert_eq!(f.outcome.error.as_deref(), Some("interrupted"));
-        let f = w.conclude(finished(false), None);
+        let f = conclude(&w, finished(false), None);
         assert_eq!(
             f.outcome.stop_reason,
             StopReason::Error,
@@ -890,7 +803,7 @@ mod tests {
             unreported: 0,
         };
         w.usage.cost.unreported = 1;
-        let f = w.conclude(f, None);
+        let f = conclude(&w, f, None);
         assert_eq!(
             (f.usage.input, f.usage.cost),
             (

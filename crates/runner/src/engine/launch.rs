@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sortie_core::spec::{AgentProfile, Batch};
-use sortie_core::{AttemptRecord, Isolation, TaskId, TaskSpec, Usage};
+use sortie_core::{Isolation, TaskId, TaskSpec};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
@@ -54,11 +54,6 @@ impl Engine {
             },
             prompt_text,
         );
-        let prior = Usage::sum(
-            rec.attempts[..rec.attempts.len().saturating_sub(1)]
-                .iter()
-                .map(AttemptRecord::usage),
-        );
         let deadline_at = deadline_of(spec, rec);
         let continues = plan.continues.clone();
         // A placed attempt keeps its executor and dir (resume follows it there); a new one
@@ -91,11 +86,7 @@ impl Engine {
                     deadline_at,
                     stall_after: spec.stall_after,
                     stall_kill_after: spec.stall_kill_after,
-                    max_turns: spec.max_turns,
-                    max_tokens: spec.max_tokens,
-                    max_cost_nanos: spec.max_cost_nanos,
-                    grace_turns: spec.grace_turns,
-                    prior,
+                    budget: sortie_core::budget::TaskBudget::for_attempt(spec, rec),
                 },
                 kill_grace: spec.kill_grace,
                 executor,
@@ -151,27 +142,15 @@ impl Engine {
     }
 }
 
-/// A task's deadline as a time: its ready time plus the spec's deadline.
+/// A task's deadline as a time (core's [`sortie_core::TaskRecord::deadline_at`]).
 fn deadline_of(
     spec: &sortie_core::TaskSpec,
     rec: &sortie_core::TaskRecord,
 ) -> Option<sortie_core::Timestamp> {
-    match (spec.deadline, rec.ready_at) {
-        (Some(d), Some(ready)) => Some(ready.plus(d)),
-        _ => None,
-    }
+    rec.deadline_at(spec)
 }
 
-/// The agent profile a task's attempts launch with: `command` for a task's own command, else
-/// its agent's.
+/// The agent profile a task's attempts launch with (core's [`Batch::launch_profile`]).
 fn launch_profile<'b>(batch: &'b Batch, spec: &TaskSpec) -> Option<&'b AgentProfile> {
-    let name = if spec.command.is_some() {
-        "command"
-    } else {
-        spec.agent.as_str()
-    };
-    batch
-        .agents
-        .get(name)
-        .or_else(|| batch.agents.get(&spec.agent))
+    batch.launch_profile(spec)
 }

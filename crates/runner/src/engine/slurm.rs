@@ -50,10 +50,7 @@ impl Engine {
     pub(super) fn executor_of(&self, kind: &str, task: TaskId) -> Option<Arc<dyn Executor>> {
         if kind == SLURM {
             let spec = self.state.spec(task)?;
-            let deadline_at = match (spec.deadline, self.state.task(task)?.ready_at) {
-                (Some(d), Some(ready)) => Some(ready.plus(d)),
-                _ => None,
-            };
+            let deadline_at = self.state.task(task)?.deadline_at(spec);
             // A placement of a task whose spec is no longer Slurm's: still followed on Slurm.
             return self.slurm_executor(spec, deadline_at).or_else(|| {
                 Some(Arc::new(Slurm::new(

@@ -31,10 +31,9 @@ impl Engine {
         };
         let tx = self.wt_tx.clone();
         // Setup counts against the task's deadline; a finalize always runs to its end.
-        let budget = match (spec.deadline, rec.ready_at) {
-            (Some(d), Some(ready)) => ready.plus(d).since(now()),
-            _ => Duration::MAX,
-        };
+        let budget = rec
+            .deadline_at(spec)
+            .map_or(Duration::MAX, |at| at.since(now()));
         let handle = match (kind, rec.steps().worktree.clone()) {
             (JobKind::Plan, _) => {
                 let state_dir = self.state_dir.canonical();
