@@ -7,8 +7,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use sortie_runner::process::{self, Kept, KeptReader, WholeLines};
-use sortie_runner::transcripts::{self, Transcript};
+use sortie_runner::supervisor;
+use sortie_runner::transcript::Transcript;
+use sortie_runner::transcript::{self, Kept, KeptReader, WholeLines};
 
 use super::{Code, open_read, replay_all};
 use crate::args::{Global, LogsArgs};
@@ -29,11 +30,11 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
         ))
     })?;
     let run_dir = layout.run(&run);
-    let all = transcripts::of_task(&state, &run_dir, task);
+    let all = transcript::of_task(&state, &run_dir, task);
     let t = pick(&all, args.attempt)
         .map_err(|why| CliError::usage(format_args!("task {label} of run {run} {why}")))?;
     let path = if args.stderr { &t.stderr } else { &t.path };
-    let growing = || transcripts::may_grow(t, &run_dir);
+    let growing = || transcript::may_grow(t, &run_dir);
     let waits = args.follow && growing();
     if !path.exists() && !waits {
         return Err(CliError::usage(format_args!(
@@ -59,7 +60,7 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
                     cut.from,
                     cut.to,
                     size(cut.bytes()),
-                    process::CAP_VAR
+                    transcript::CAP_VAR
                 );
                 if let Some(unread) = cut.unread {
                     eprintln!(
@@ -68,7 +69,7 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
                          the usage and tool calls in them are not counted",
                         cut.to,
                         size(cut.unread_bytes()),
-                        process::HARD_FACTOR
+                        transcript::HARD_FACTOR
                     );
                 }
             }
@@ -86,7 +87,7 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
     lines.finish(&mut out)?;
     out.flush()?;
     if args.follow
-        && let Some(exit) = process::read_exit(&t.dir)
+        && let Some(exit) = supervisor::read_exit(&t.dir)
     {
         eprintln!(
             "sortie: attempt {} of task {label} ended ({exit:?})",

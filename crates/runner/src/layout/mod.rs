@@ -23,6 +23,7 @@
 //! joins a path onto the state dir. A [`RunDir`] also takes and reports the run's owner lock,
 //! and keeps its environment file.
 
+pub mod attempt;
 pub mod index;
 
 use std::fs::{self, File, OpenOptions};

@@ -11,14 +11,20 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use sortie_core::StopReason;
+use sortie_protocol::Exit;
 use tokio::signal::unix::Signal as SignalStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::lines::{Line, TailBuffer};
+use super::orphan::KILL_WAIT;
+use super::procfs::pid_of;
 use super::procfs::process_start_time;
 use super::spawn::Stdin;
-use super::{Exit, ExitSlot, KILL_WAIT, lock, pid_of};
+use crate::sync::lock;
+
+/// What the monitor publishes once the leader is reaped.
+pub(crate) type ExitSlot = Option<Result<Exit, WaitError>>;
 
 /// How often the monitor checks the leader even without a SIGCHLD (a safety net).
 const EXIT_POLL: Duration = Duration::from_secs(1);
@@ -60,7 +66,7 @@ impl Child {
     }
 
     /// The next stdout line, or None once stdout is closed (or abandoned
-    /// [`DRAIN_AFTER_EXIT`](super::DRAIN_AFTER_EXIT) after the leader exited). Cancel safe.
+    /// [`DRAIN_AFTER_EXIT`](super::lines::DRAIN_AFTER_EXIT) after the leader exited). Cancel safe.
     pub async fn next_line(&mut self) -> Option<Line> {
         self.lines.recv().await
     }
@@ -87,7 +93,7 @@ impl Child {
         }
     }
 
-    /// The end of stderr so far (the last [`STDERR_TAIL_BYTES`](super::STDERR_TAIL_BYTES), starting at a char
+    /// The end of stderr so far (the last [`STDERR_TAIL_BYTES`](super::lines::STDERR_TAIL_BYTES), starting at a char
     /// boundary); complete once [`Child::wait`] returned.
     pub fn stderr_tail(&self) -> String {
         lock(&self.stderr).text()
@@ -155,7 +161,7 @@ impl Shared {
 impl Stopper {
     /// A stopper for a process group this process did not spawn (a supervised attempt):
     /// signals pass the pid-reuse guard only, and `exit` says when it ended.
-    pub(super) fn external(pid: u32, start_time: u64, exit: watch::Receiver<ExitSlot>) -> Stopper {
+    pub(crate) fn external(pid: u32, start_time: u64, exit: watch::Receiver<ExitSlot>) -> Stopper {
         Stopper {
             shared: Arc::new(Shared {
                 pid,

@@ -12,12 +12,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::signal::unix::{SignalKind, signal as signal_stream};
 use tokio::sync::{mpsc, watch};
 
-use super::STDERR_TAIL_BYTES;
 use super::child::{Child, Shared, Stopper, monitor};
-use super::lines::{LINE_QUEUE, TailBuffer, read_stderr, read_stdout};
+use super::lines::{LINE_QUEUE, STDERR_TAIL_BYTES, TailBuffer, read_stderr, read_stdout};
 use super::procfs::process_start_time;
-use super::supervise::{STDERR_FILE, STDOUT_FILE};
-use super::transcript::{Cap, Trimmer};
+use crate::layout::attempt::{STDERR_FILE, STDIN_CLOSE, STDIN_FIFO, STDOUT_FILE, write_exit};
+use crate::transcript::{Cap, Trimmer};
 /// What to start.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SpawnSpec {
@@ -357,7 +356,7 @@ async fn record_exit(
     dir: PathBuf,
     stdout: Option<tokio::task::JoinHandle<()>>,
     stderr: tokio::sync::oneshot::Receiver<()>,
-    mut exit: watch::Receiver<super::ExitSlot>,
+    mut exit: watch::Receiver<super::child::ExitSlot>,
 ) {
     if let Some(t) = stdout {
         let _ = t.await;
@@ -367,12 +366,12 @@ async fn record_exit(
         return;
     };
     if let Some(Ok(status)) = slot.clone() {
-        let _ = super::transcript::write_exit(&dir, status);
+        let _ = write_exit(&dir, status);
     }
 }
 
 /// Checked before a spawn: a missing cwd fails exec with the same ENOENT as a missing program.
-pub(super) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), SpawnError> {
+pub(crate) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), SpawnError> {
     let cwd_ok = std::fs::metadata(cwd).and_then(|m| {
         if m.is_dir() {
             Ok(())
@@ -414,8 +413,7 @@ impl Stdin {
     /// The stdin of the supervised attempt in `dir` (its supervisor holds the FIFO open: this
     /// never waits).
     pub fn fifo(dir: &Path) -> io::Result<Stdin> {
-        let tx = tokio::net::unix::pipe::OpenOptions::new()
-            .open_sender(dir.join(super::supervise::STDIN_FIFO))?;
+        let tx = tokio::net::unix::pipe::OpenOptions::new().open_sender(dir.join(STDIN_FIFO))?;
         Ok(Stdin {
             inner: StdinEnd::Fifo(tx),
         })
@@ -445,7 +443,7 @@ impl Drop for Stdin {
     /// A FIFO stays open in the supervisor: the agent's stdin is closed by the close line.
     fn drop(&mut self) {
         if let StdinEnd::Fifo(w) = &self.inner {
-            let _ = w.try_write(super::supervise::STDIN_CLOSE);
+            let _ = w.try_write(STDIN_CLOSE);
         }
     }
 }

@@ -1,7 +1,22 @@
-//! A run's transcripts (#10): each attempt's `stdout` (the agent's whole event stream) and
-//! `stderr`, in its attempt dir or beside it (`process::AttemptFiles`), where they are, how big,
-//! what the cap cut (`process::transcript`), and whether anything may still write to one (`sortie
-//! logs --follow`). Read from the journal's placements and the files; nothing here writes.
+//! An attempt's transcript (#10): the agent's `stdout` (its whole event stream) and `stderr`,
+//! in its attempt dir or beside it (`layout::attempt::AttemptFiles`).
+//!
+//! The files of this room, one reason each: `kept.rs` keeps the files under their cap (the
+//! cut, its `.cut` record, sortie's `.read` acknowledgement) and reads them back across the
+//! cut; `follow.rs` follows a supervised attempt through its files as if it were a child.
+//! This file lists a run's
+//! transcripts from the journal's placements and the files: where they are, how big, what the
+//! cap cut, whether anything may still write to one, and `sortie gc`'s removal of them.
+
+mod follow;
+mod kept;
+
+pub use follow::{Followed, Watcher};
+pub use kept::{
+    CAP_VAR, Cap, Cut, DEFAULT_CAP, HARD_FACTOR, Kept, KeptReader, WholeLines, ack_moves, cut_file,
+    read_cut, read_file, read_step, trim_ended, write_read,
+};
+pub(crate) use kept::{CHECK_EVERY, Keeper, Trimmer};
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -11,7 +26,7 @@ use sortie_core::state::AttemptEnd;
 use sortie_core::{AttemptStatus, RunState, TaskId};
 
 use crate::layout::{Owner, RunDir};
-use crate::process::{self, Cut};
+use crate::supervisor;
 
 /// One attempt's transcript.
 #[derive(Debug, Clone, Serialize)]
@@ -75,7 +90,7 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
                 exists: meta.is_some(),
                 bytes: meta.as_ref().map_or(0, std::fs::Metadata::len),
                 disk_bytes: meta.as_ref().map_or(0, |m| m.blocks() * 512),
-                cut: process::read_cut(&path),
+                cut: read_cut(&path),
                 stderr_bytes: std::fs::metadata(&stderr).map_or(0, |m| m.len()),
                 path,
                 stderr,
@@ -90,13 +105,13 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
 /// batch job, followed by its owner).
 pub fn may_grow(t: &Transcript, run_dir: &RunDir) -> bool {
     let dir = t.dir.as_path();
-    if process::read_exit(dir).is_some() {
+    if supervisor::read_exit(dir).is_some() {
         return false;
     }
     if t.executor == crate::executor::SUPERVISED
-        && let Some(s) = process::read_started(dir)
+        && let Some(s) = supervisor::read_started(dir)
     {
-        return process::is_running(s.supervisor, s.supervisor_start);
+        return crate::process::is_running(s.supervisor, s.supervisor_start);
     }
     matches!(run_dir.owner(), Owner::Live { .. })
 }
