@@ -3,13 +3,14 @@
 //!
 //! The files of this room, one reason each: `kept.rs` keeps the files under their cap (the
 //! cut, its `.cut` record, sortie's `.read` acknowledgement) and reads them back across the
-//! cut; `follow.rs` follows a supervised attempt through its files as if it were a child.
-//! This file lists a run's
+//! cut; `follow.rs` follows a supervised attempt through its files as if it were a child;
+//! `reading.rs` reads one for a person (`sortie logs`, `--follow`). This file lists a run's
 //! transcripts from the journal's placements and the files: where they are, how big, what the
 //! cap cut, whether anything may still write to one, and `sortie gc`'s removal of them.
 
 mod follow;
 mod kept;
+mod reading;
 
 pub use follow::{Followed, Watcher};
 pub use kept::{
@@ -17,6 +18,7 @@ pub use kept::{
     read_cut, read_file, read_step, trim_ended, write_read,
 };
 pub(crate) use kept::{CHECK_EVERY, Keeper, Trimmer};
+pub use reading::{CutNotice, Reading, Step};
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -54,6 +56,13 @@ pub struct Transcript {
     /// The attempt dir it was placed with (its exit and start records are found by it).
     #[serde(skip)]
     pub dir: PathBuf,
+}
+
+impl Transcript {
+    /// How its attempt ended, once its exit is recorded (in its dir, or the shepherd's log).
+    pub fn exit(&self) -> Option<sortie_protocol::Exit> {
+        supervisor::read_exit(&self.dir)
+    }
 }
 
 /// The transcripts of `task`'s attempts, in order.
