@@ -16,30 +16,17 @@ use tokio::signal::unix::Signal as SignalStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::exit::{ExitSlot, WaitError};
 use super::lines::{Line, TailBuffer};
 use super::orphan::KILL_WAIT;
-use super::procfs::pid_of;
-use super::procfs::process_start_time;
-use super::spawn::Stdin;
+use super::procfs::{pid_of, process_start_time};
+use super::stdin::Stdin;
 use crate::sync::lock;
-
-/// What the monitor publishes once the leader is reaped.
-pub(crate) type ExitSlot = Option<Result<Exit, WaitError>>;
 
 /// How often the monitor checks the leader even without a SIGCHLD (a safety net).
 const EXIT_POLL: Duration = Duration::from_secs(1);
 /// How often the monitor checks when SIGCHLD cannot be listened to.
 const EXIT_POLL_WITHOUT_SIGCHLD: Duration = Duration::from_millis(50);
-
-/// shutting down).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot learn how process {pid} ended: {message}")]
-pub struct WaitError {
-    /// The leader's pid.
-    pub pid: u32,
-    /// What went wrong.
-    pub message: String,
-}
 
 /// A running (or finished) child, the leader of its own process group.
 ///

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::child::ExitSlot;
+use super::exit::ExitSlot;
 use crate::sync::lock;
 use crate::transcript::Trimmer;
 

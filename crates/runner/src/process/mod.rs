@@ -26,7 +26,9 @@
 //! forever: readers stop [`DRAIN_AFTER_EXIT`] after the leader exited.
 //!
 //! The files, one reason to change each: `argv.rs` renders an argv template; `spawn.rs` is the
-//! one spawn function (process group, environment, stdin); `resolve.rs` finds a program on
+//! one spawn function (process group, environment, stdin); `stdin.rs` the write end of an
+//! agent's stdin (a pipe, or a supervisor's FIFO); `exit.rs` how a child ended, as its
+//! monitor publishes it; `resolve.rs` finds a program on
 //! `PATH` once; `child.rs` is the running child (its monitor, `waitid` with `WNOWAIT`, and the
 //! [`Stopper`]: TERM, grace, KILL behind the pid-reuse guard); `lines.rs` reads its output
 //! (bounded lines, stderr tail); `procfs.rs` reads `/proc` (stat, environ, [`find_marked`]);
@@ -37,11 +39,12 @@
 //!
 //! Not here: the programs that outlive sortie (`supervisor`) and an attempt's transcript files
 //! and their follower (`transcript`). Other rooms reach the internals they share with this one
-//! through its `pub(crate)` modules (`child`, `lines`, `procfs`, `resolve`, `spawn`).
+//! through its `pub(crate)` modules (`child`, `exit`, `lines`, `procfs`, `resolve`, `spawn`).
 
 mod argv;
 pub(crate) mod child;
 mod detach;
+pub(crate) mod exit;
 mod host;
 pub(crate) mod lines;
 mod marker;
@@ -50,17 +53,18 @@ pub(crate) mod procfs;
 // #10: programs found on PATH once.
 pub(crate) mod resolve;
 pub(crate) mod spawn;
+mod stdin;
 mod tool;
 
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
-pub use child::{Child, Stopper, WaitError};
+pub use child::{Child, Stopper};
 pub use detach::{run_hook, run_hook_in, spawn_detached_with};
+pub use exit::WaitError;
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::{DRAIN_AFTER_EXIT, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES};
 pub use marker::{MARKER, SUPERVISOR_MARKER, kill_marked, marker};
 pub use orphan::{KillResult, kill_group_if_same, signal_group_if_same};
 pub use procfs::{MarkedProcess, find_marked, is_running, process_start_time};
-pub use spawn::{
-    SpawnError, SpawnSpec, Stdin, spawn, spawn_piped, spawn_stdin_file, spawn_transcribed,
-};
+pub use spawn::{SpawnError, SpawnSpec, spawn, spawn_piped, spawn_stdin_file, spawn_transcribed};
+pub use stdin::Stdin;
 pub use tool::{ToolError, ToolOutput, run_tool};

@@ -8,8 +8,7 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
-use super::procfs::pid_of;
-use super::procfs::{is_running, read_stat};
+use super::procfs::{is_running, pid_of, read_stat};
 
 /// How long [`kill_group_if_same`] and [`Stopper::stop`](super::Stopper::stop) wait after SIGKILL
 /// before they give up.

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::kept::{Kept, KeptReader};
 use crate::layout::attempt::{AttemptFiles, StartedFile};
-use crate::process::child::ExitSlot;
+use crate::process::exit::ExitSlot;
 use crate::process::lines::{
     FIRST_CHUNK, LINE_QUEUE, LineSplitter, MAX_LINE_BYTES, STDERR_TAIL_BYTES, TailBuffer, grow,
 };

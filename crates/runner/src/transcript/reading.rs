@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::kept::{CAP_VAR, Cut, HARD_FACTOR, Kept, KeptReader, WholeLines};
-use super::{Transcript, may_grow};
+use super::list::{Transcript, may_grow};
 use crate::layout::RunDir;
 
 /// How often a followed transcript is looked at for more.
