@@ -1,4 +1,4 @@
-//! Following a supervised attempt from its files (see `supervise`): its stdout as bounded
+//! Following a supervised attempt from its files (see `supervisor`): its stdout as bounded
 //! lines, read from the start of the file (or, adopted, from the journaled offset) as it
 //! grows, across the transcript's cut, its exit from its exit record once the
 //! supervisor recorded it, and a [`Stopper`] over its process group (behind the pid-reuse
