@@ -2,7 +2,7 @@
 //! its name: the names of the files an attempt leaves there ([`STDOUT_FILE`], [`STDERR_FILE`],
 //! [`STARTED_FILE`], [`EXIT_FILE`], [`STDIN_FIFO`]), where its transcript is ([`AttemptFiles`]:
 //! inside or beside), and the two records written there (`started`: [`StartedFile`]; `exit`:
-//! [`exit_text`], [`parse_exit`]). Whoever writes them (a supervisor, the shepherd, the direct
+//! `exit_text`, `parse_exit`). Whoever writes them (a supervisor, the shepherd, the direct
 //! executor, a Slurm job) and whoever reads them take the names and formats from here.
 //!
 //! The files of an attempt dir:
@@ -27,7 +27,7 @@ pub const STDOUT_FILE: &str = "stdout";
 pub const STDERR_FILE: &str = "stderr";
 /// The `started` record of an attempt dir ([`StartedFile`]).
 pub const STARTED_FILE: &str = "started";
-/// The `exit` record of an attempt dir ([`exit_text`]).
+/// The `exit` record of an attempt dir (`exit_text`).
 pub const EXIT_FILE: &str = "exit";
 
 /// #10: an attempt driven over stdin (pi's RPC mode) gets, in its attempt dir, a FIFO of this
