@@ -491,7 +491,7 @@ fn the_cap_never_cuts_what_sortie_has_not_read_and_names_what_the_hard_bound_cut
             .iter()
             .all(|t| {
                 let stdout = attempt_file(&s, run, *t, 1, "stdout");
-                std::fs::read_to_string(sortie_runner::process::read_file(&stdout))
+                std::fs::read_to_string(sortie_runner::transcript::read_file(&stdout))
                     .ok()
                     .and_then(|t| t.trim().parse::<u64>().ok())
                     .is_some_and(|acked| acked >= CAP / 4 + 4096)

@@ -10,8 +10,11 @@
 //!   The test kit (`sortie-testkit`) is dev-only: no product crate has it in those tables
 //!   (xtask may, for the torture).
 //! - File docs: every `.rs` file under `crates/`, `xtask/` and `tests/` begins with `//!`.
-//! - Spawning: no product source outside `crates/runner/src/process/` calls `Command::new`
-//!   (clippy's `disallowed-methods` says the same of the call sites; this names the room).
+//! - Spawning: no product source outside the runner's two spawning rooms calls
+//!   `Command::new`: `crates/runner/src/process/` (sortie's children) and
+//!   `crates/runner/src/supervisor/` (the programs that outlive sortie, which start the agents
+//!   themselves). Clippy's `disallowed-methods` says the same of the call sites; this names
+//!   the rooms.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -216,8 +219,9 @@ fn doc_problems(root: &Path, dir: &Path, problems: &mut Vec<String>) -> Result<(
             }
             if spawns_outside_process(rel, &text) {
                 problems.push(format!(
-                    "{} spawns a process: only crates/runner/src/process/ may",
-                    rel.display()
+                    "{} spawns a process: only {} may",
+                    rel.display(),
+                    SPAWNING_ROOMS.join(" and ")
                 ));
             }
         }
@@ -225,14 +229,21 @@ fn doc_problems(root: &Path, dir: &Path, problems: &mut Vec<String>) -> Result<(
     Ok(())
 }
 
-/// Whether a product source file outside the runner's `process/` calls `Command::new` (its
-/// inline test module aside; the test kit is not product code).
+/// The runner's rooms that may create a `Command`: the spawn path of sortie's own children,
+/// and the supervisor and shepherd programs, which start the agents that outlive sortie.
+const SPAWNING_ROOMS: [&str; 2] = [
+    "crates/runner/src/process/",
+    "crates/runner/src/supervisor/",
+];
+
+/// Whether a product source file outside [`SPAWNING_ROOMS`] calls `Command::new` (its inline
+/// test module aside; the test kit is not product code).
 fn spawns_outside_process(rel: &Path, text: &str) -> bool {
     let rel = rel.to_string_lossy().replace('\\', "/");
     let product = rel.starts_with("crates/") && rel.contains("/src/");
     if !product
         || rel.starts_with("crates/testkit/")
-        || rel.starts_with("crates/runner/src/process/")
+        || SPAWNING_ROOMS.iter().any(|room| rel.starts_with(room))
     {
         return false;
     }
@@ -381,7 +392,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_runners_process_module_spawns() {
+    fn only_the_runners_spawning_rooms_spawn() {
         let spawn = "//! x\nfn f() { std::process::Command::new(\"git\"); }\n";
         assert!(spawns_outside_process(
             Path::new("crates/runner/src/kept.rs"),
@@ -393,6 +404,15 @@ mod tests {
         ));
         assert!(!spawns_outside_process(
             Path::new("crates/runner/src/process/spawn.rs"),
+            spawn
+        ));
+        assert!(!spawns_outside_process(
+            Path::new("crates/runner/src/supervisor/shepherd.rs"),
+            spawn
+        ));
+        // A planted spawn in the transcript room (a neighbour of both) is caught.
+        assert!(spawns_outside_process(
+            Path::new("crates/runner/src/transcript/follow.rs"),
             spawn
         ));
         assert!(!spawns_outside_process(

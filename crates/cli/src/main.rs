@@ -20,18 +20,18 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // The per-attempt supervisor (`sortie_runner::process::supervise_main`): hidden, before
+    // The per-attempt supervisor (`sortie_runner::supervisor::supervise_main`): hidden, before
     // clap, so that it starts as fast as it can and its argv is taken as is.
     let raw: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    if raw.get(1).map(String::as_str) == Some(sortie_runner::process::SUPERVISE_ARG) {
-        let code = sortie_runner::process::supervise_main(&raw[2..]);
+    if raw.get(1).map(String::as_str) == Some(sortie_runner::supervisor::SUPERVISE_ARG) {
+        let code = sortie_runner::supervisor::supervise_main(&raw[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    // #10: the run's shepherd (`sortie_runner::process::shepherd_main`), the same way.
-    if raw.get(1).map(String::as_str) == Some(sortie_runner::process::SHEPHERD_ARG) {
-        let code = sortie_runner::process::shepherd_main();
+    // #10: the run's shepherd (`sortie_runner::supervisor::shepherd_main`), the same way.
+    if raw.get(1).map(String::as_str) == Some(sortie_runner::supervisor::SHEPHERD_ARG) {
+        let code = sortie_runner::supervisor::shepherd_main();
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     // Attempts run under a supervisor that outlives this process: this very binary.

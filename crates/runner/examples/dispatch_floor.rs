@@ -118,8 +118,11 @@ fn through_shepherd(sortie: &Path, n: usize, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let cwd = std::env::current_dir().map_err(|e| format!("current dir: {e}"))?;
     let mut shepherd = Command::new(sortie)
-        .arg(sortie_runner::process::SHEPHERD_ARG)
-        .env(sortie_runner::process::SHEPHERD_MARKER, "dispatch-floor/1")
+        .arg(sortie_runner::supervisor::SHEPHERD_ARG)
+        .env(
+            sortie_runner::supervisor::SHEPHERD_MARKER,
+            "dispatch-floor/1",
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

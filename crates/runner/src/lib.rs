@@ -20,14 +20,17 @@ pub mod preflight;
 pub mod process;
 pub mod recover;
 pub mod slots;
+// The programs that outlive sortie: the per-attempt supervisor and the per-run shepherd.
+pub mod supervisor;
+mod sync;
 pub mod worktree;
 // #11: Slurm's commands and their output, as data.
 pub mod slurm;
 // Issue 13: structured results.
 mod structured;
 
-// #10: the transcripts of a run's attempts.
-pub mod transcripts;
+// #10: the transcripts of a run's attempts: kept under a cap, followed, read.
+pub mod transcript;
 // #14: isolation = "copy".
 pub mod copy;
 

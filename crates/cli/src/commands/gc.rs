@@ -9,7 +9,7 @@ use crate::error::Result;
 
 use super::{Code, block_on};
 use crate::args::{GcArgs, Global};
-use sortie_runner::transcripts::Collected;
+use sortie_runner::transcript::Collected;
 use sortie_runner::worktree::kept::GcRun;
 
 /// Collects old kept worktrees.
@@ -21,7 +21,7 @@ pub(crate) fn gc(g: &Global, args: &GcArgs) -> Result<Code> {
         now,
     ))??;
     let failed = report.iter().any(|r| !r.failed.is_empty());
-    let transcripts = sortie_runner::transcripts::gc(&g.layout(), args.older_than, now);
+    let transcripts = sortie_runner::transcript::gc(&g.layout(), args.older_than, now);
     let mut out = std::io::stdout().lock();
     if g.json {
         serde_json::to_writer_pretty(&mut out, &entries(report, transcripts))?;

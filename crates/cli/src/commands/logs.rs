@@ -4,18 +4,11 @@
 //! live attempt writes until it ends; it reads the files only, so it works from any terminal
 //! while the run goes, and never touches the run.
 
-use std::io::Write;
-use std::time::Duration;
-
-use sortie_runner::process::{self, Kept, KeptReader, WholeLines};
-use sortie_runner::transcripts::{self, Transcript};
+use sortie_runner::transcript::{self, CutNotice, Reading, Step, Transcript};
 
 use super::{Code, open_read, replay_all};
 use crate::args::{Global, LogsArgs};
 use crate::error::{CliError, Result};
-
-/// How often `--follow` looks for more.
-const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 /// Prints the transcript.
 pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
@@ -29,12 +22,11 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
         ))
     })?;
     let run_dir = layout.run(&run);
-    let all = transcripts::of_task(&state, &run_dir, task);
+    let all = transcript::of_task(&state, &run_dir, task);
     let t = pick(&all, args.attempt)
         .map_err(|why| CliError::usage(format_args!("task {label} of run {run} {why}")))?;
     let path = if args.stderr { &t.stderr } else { &t.path };
-    let growing = || transcripts::may_grow(t, &run_dir);
-    let waits = args.follow && growing();
+    let waits = args.follow && transcript::may_grow(t, &run_dir);
     if !path.exists() && !waits {
         return Err(CliError::usage(format_args!(
             "attempt {} of task {label} in run {run} has no transcript at {} (it never started, \
@@ -43,50 +35,17 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
             path.display()
         )));
     }
-    let mut reader = KeptReader::new(path, 0);
-    let mut lines = WholeLines::default();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut reading = if args.follow {
+        Reading::following(path, t, &run_dir)
+    } else {
+        Reading::new(path)
+    };
     let mut out = std::io::stdout().lock();
-    let mut last_look = false;
-    loop {
-        match reader.read(&mut buf)? {
-            Kept::Bytes(n) => lines.push(&buf[..n], &mut out)?,
-            Kept::Cut(cut) => {
-                lines.cut();
-                eprintln!(
-                    "sortie: bytes {}..{} ({}) of this transcript were cut to keep it under its \
-                     cap ({}); the lines at the cut's edges are left out",
-                    cut.from,
-                    cut.to,
-                    size(cut.bytes()),
-                    process::CAP_VAR
-                );
-                if let Some(unread) = cut.unread {
-                    eprintln!(
-                        "sortie: bytes {unread}..{} ({}) of them were cut before sortie read \
-                         them (the transcript outgrew {} times its cap while sortie was down): \
-                         the usage and tool calls in them are not counted",
-                        cut.to,
-                        size(cut.unread_bytes()),
-                        process::HARD_FACTOR
-                    );
-                }
-            }
-            Kept::Idle if !args.follow || last_look => break,
-            Kept::Idle => {
-                out.flush()?;
-                // Once nothing can write anymore, one more look reads what was written last.
-                last_look = !growing();
-                if !last_look {
-                    std::thread::sleep(FOLLOW_POLL);
-                }
-            }
-        }
+    while let Step::Cut(notice) = reading.next(&mut out)? {
+        tell_cut(&notice);
     }
-    lines.finish(&mut out)?;
-    out.flush()?;
     if args.follow
-        && let Some(exit) = process::read_exit(&t.dir)
+        && let Some(exit) = t.exit()
     {
         eprintln!(
             "sortie: attempt {} of task {label} ended ({exit:?})",
@@ -94,6 +53,29 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
         );
     }
     Ok(Code::Ok)
+}
+
+/// Says on stderr what a cut left out of the transcript.
+fn tell_cut(notice: &CutNotice) {
+    let cut = &notice.cut;
+    eprintln!(
+        "sortie: bytes {}..{} ({}) of this transcript were cut to keep it under its cap ({}); \
+         the lines at the cut's edges are left out",
+        cut.from,
+        cut.to,
+        size(cut.bytes()),
+        notice.cap_var
+    );
+    if let Some(unread) = cut.unread {
+        eprintln!(
+            "sortie: bytes {unread}..{} ({}) of them were cut before sortie read them (the \
+             transcript outgrew {} times its cap while sortie was down): the usage and tool \
+             calls in them are not counted",
+            cut.to,
+            size(cut.unread_bytes()),
+            notice.hard_factor
+        );
+    }
 }
 
 /// The attempt asked for (default: the last), or why there is none.

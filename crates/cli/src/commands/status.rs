@@ -73,7 +73,7 @@ pub(crate) fn task(g: &Global, run: Option<&str>, label: &str) -> Result<Code> {
             "run {run} has no task {label:?}"
         )));
     };
-    let transcripts = sortie_runner::transcripts::of_task(&state, &run_dir, id);
+    let transcripts = sortie_runner::transcript::of_task(&state, &run_dir, id);
     let mut out = std::io::stdout().lock();
     if g.json {
         let v = TaskStatus {
@@ -142,5 +142,5 @@ struct TaskStatus {
     run_id: String,
     #[serde(flatten)]
     task: output::TaskView,
-    transcripts: Vec<sortie_runner::transcripts::Transcript>,
+    transcripts: Vec<sortie_runner::transcript::Transcript>,
 }

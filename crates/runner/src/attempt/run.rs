@@ -513,13 +513,16 @@ impl Driver<'_> {
         kind == crate::executor::SUPERVISED || kind == crate::executor::slurm::SLURM
     }
 
-    /// #10: a supervised or Slurm attempt's stream read on by [`process::read_step`] without usage held
+    /// #10: a supervised or Slurm attempt's stream read on by [`transcript::read_step`](crate::transcript::read_step) without usage held
     /// back (everything its lines said is sent: usage, side effects, its session): the offset
     /// is sent as read, so that the transcript's cutter may cut below it (it never cuts what
     /// the journal does not hold) even while the agent reports no usage.
     fn report_read(&mut self) {
         if self.replaying.is_some()
-            || self.offset < self.read_sent.saturating_add(process::read_step())
+            || self.offset
+                < self
+                    .read_sent
+                    .saturating_add(crate::transcript::read_step())
             || !self.watch.all_reported()
             || !self.follows_files()
         {

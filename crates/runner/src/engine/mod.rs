@@ -412,7 +412,7 @@ impl Engine {
             self.abort_now();
         }
         // #10: the run's shepherd exits once its attempts are gone; sortie waits for it.
-        crate::process::release_shepherds().await;
+        crate::supervisor::release_shepherds().await;
         end.map(|end| RunEnd {
             run_id: self.run_id,
             state: self.state,

@@ -110,11 +110,11 @@ impl Engine {
     }
 
     /// What the transcripts' cutter is to be told of `round` once it is durable (#10): each
-    /// `AttemptRead` in it acknowledged (`process::write_read`: only once the journal holds it
+    /// `AttemptRead` in it acknowledged (`transcript::write_read`: only once the journal holds it
     /// may the cutter cut below its offset), and the files of each placed attempt that
-    /// finished in it cut to the cap (`process::trim_ended`: the journal holds its whole stream
+    /// finished in it cut to the cap (`transcript::trim_ended`: the journal holds its whole stream
     /// now). An offset in the same block as the one journaled before it is not written again
-    /// (`process::ack_moves`: the cutter reads an acknowledgement in whole blocks, so it would
+    /// (`transcript::ack_moves`: the cutter reads an acknowledgement in whole blocks, so it would
     /// cut nothing more); a skipped one only ever makes the cutter wait, never cut unread bytes.
     fn told(&self, round: &[Event]) -> Told {
         round
@@ -126,7 +126,7 @@ impl Engine {
                     offset,
                 } => {
                     let before = self.journaled_read(*task, *attempt);
-                    crate::process::ack_moves(before, *offset).then_some((
+                    crate::transcript::ack_moves(before, *offset).then_some((
                         *task,
                         *attempt,
                         Some(*offset),
@@ -153,11 +153,11 @@ impl Engine {
             match read {
                 Some(offset) => {
                     let stdout = crate::executor::attempt_files(placed.executor(), dir).stdout;
-                    if let Err(e) = crate::process::write_read(&stdout, offset) {
+                    if let Err(e) = crate::transcript::write_read(&stdout, offset) {
                         tracing::debug!("cannot acknowledge {}: {e}", stdout.display());
                     }
                 }
-                None => crate::process::trim_ended(dir),
+                None => crate::transcript::trim_ended(dir),
             }
         }
     }

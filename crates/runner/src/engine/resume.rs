@@ -86,7 +86,7 @@ impl Engine {
                 && let Some(s) = l
                     .adoption
                     .as_ref()
-                    .and_then(|a| process::read_started(&a.placement.dir))
+                    .and_then(|a| crate::supervisor::read_started(&a.placement.dir))
             {
                 let _ = process::kill_group_if_same(s.supervisor, s.supervisor_start, grace).await;
             }

@@ -35,7 +35,8 @@ use std::time::Duration;
 use sortie_core::{Attempt, StopReason, TaskId};
 use sortie_protocol::Exit;
 
-use crate::process::{self, Line, SpawnError, SpawnSpec, Stdin, WaitError};
+use crate::layout::attempt::{AttemptFiles, EXIT_FILE};
+use crate::process::{Line, SpawnError, SpawnSpec, Stdin, WaitError};
 
 mod direct;
 mod supervised;
@@ -65,7 +66,7 @@ pub struct Placement {
     pub attempt: Attempt,
     /// The attempt's dir (absolute): its `stdout`, `stderr`, and the executor's own files; the
     /// run's shepherd creates none, and its attempts' files lie beside the dir's name instead
-    /// (see [`process::AttemptFiles`]).
+    /// (see [`AttemptFiles`]).
     pub dir: PathBuf,
     /// The executor's own id of the attempt once known (a batch job id), if it has one.
     pub handle: Option<String>,
@@ -74,7 +75,7 @@ pub struct Placement {
 impl Placement {
     /// The attempt's stdout and stderr: inside its dir, or beside it for a supervised attempt
     /// that the run's shepherd started.
-    pub fn files(&self) -> process::AttemptFiles {
+    pub fn files(&self) -> AttemptFiles {
         attempt_files(&self.executor, &self.dir)
     }
 
@@ -92,17 +93,17 @@ impl Placement {
     /// supervisor of its own or the direct executor; the run's shepherd records it in its
     /// status log instead).
     pub fn exit_file(&self) -> PathBuf {
-        self.dir.join(process::EXIT_FILE)
+        self.dir.join(EXIT_FILE)
     }
 }
 
 /// The stdout and stderr of an attempt that `executor` ran, placed with the dir `dir`: inside
 /// it, or beside it for a supervised attempt that the run's shepherd started.
-pub fn attempt_files(executor: &str, dir: &Path) -> process::AttemptFiles {
+pub fn attempt_files(executor: &str, dir: &Path) -> AttemptFiles {
     if executor == SUPERVISED {
-        process::AttemptFiles::of(dir)
+        AttemptFiles::of(dir)
     } else {
-        process::AttemptFiles::inside(dir)
+        AttemptFiles::inside(dir)
     }
 }
 

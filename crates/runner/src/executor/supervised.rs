@@ -1,15 +1,15 @@
 //! The local supervised executor: each attempt runs under its own small supervisor
-//! (`process::supervise`: `sortie __supervise`), which outlives sortie, writes the agent's output
+//! (`supervisor::supervise`: `sortie __supervise`), which outlives sortie, writes the agent's output
 //! to the attempt dir's files and its exit status, atomically, to its exit file. sortie follows
-//! the files (`process::Followed`), so that a crash of sortie costs the agent nothing: resume
+//! the files (`transcript::Followed`), so that a crash of sortie costs the agent nothing: resume
 //! finds the attempt alive (adopted), ended (recorded from its files) or gone (orphaned).
 //!
-//! By default the supervisor is the run's shepherd (`process::shepherd`: one long-lived process
+//! By default the supervisor is the run's shepherd (`supervisor::shepherd`: one long-lived process
 //! that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt` gives each
 //! attempt its own (`sortie __supervise`). Both record the same (the shepherd its `started` and
-//! `exit` records in the run's status log, `process::status_log`, not in two files per attempt, and
+//! `exit` records in the run's status log, `supervisor::status_log`, not in two files per attempt, and
 //! its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a dir:
-//! `process::AttemptFiles`), read by the same functions, so adoption and resume do not tell them
+//! `layout::attempt::AttemptFiles`), read by the same functions, so adoption and resume do not tell them
 //! apart. The shepherd won on `bench/dispatch.sh`: a supervisor per attempt is an exec of the
 //! sortie binary per attempt (see ARCHITECTURE.md).
 
@@ -22,10 +22,10 @@ use sortie_protocol::Exit;
 use super::{
     Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Presence, Sig, Started,
 };
-use crate::process::{
-    self, AttemptFiles, DirPresence, Followed, Line, SpawnError, StartedFile, Stdin, WaitError,
-    Watcher,
-};
+use crate::layout::attempt::{AttemptFiles, StartedFile};
+use crate::process::{self, Line, SpawnError, Stdin, WaitError};
+use crate::supervisor::{self, DirPresence};
+use crate::transcript::{Followed, Watcher};
 
 /// The variable that picks a supervisor per attempt (`attempt`) instead of the run's
 /// shepherd (the default): both write the same files, and resume reads either; kept so that
@@ -68,7 +68,7 @@ impl Executor for Supervised {
             // An agent driven over stdin needs its own supervisor (the FIFO's forwarder); the
             // others start through the run's shepherd unless SORTIE_SUPERVISION=attempt.
             let followed = if per_attempt() || req.piped_stdin {
-                let child = process::spawn_supervised(
+                let child = supervisor::spawn_supervised(
                     &self.supervisor,
                     &req.spawn,
                     &dir,
@@ -87,8 +87,9 @@ impl Executor for Supervised {
             } else {
                 // No dir of its own: its files lie beside the dir's name.
                 let files = AttemptFiles::beside(&dir);
-                let s = process::spawn_shepherded(&self.supervisor, &req.spawn, &dir, &files, file)
-                    .await?;
+                let s =
+                    supervisor::spawn_shepherded(&self.supervisor, &req.spawn, &dir, &files, file)
+                        .await?;
                 Followed::new(&dir, files, 0, s.started, Watcher::Shepherd(s))
             };
             // #10: an agent driven over stdin is written to through its supervisor's FIFO.
@@ -107,7 +108,7 @@ impl Executor for Supervised {
     fn find<'a>(&'a self, adoption: &'a Adoption) -> BoxFuture<'a, Presence> {
         let dir = adoption.placement.dir.clone();
         Box::pin(async move {
-            let found = tokio::task::spawn_blocking(move || process::presence(&dir)).await;
+            let found = tokio::task::spawn_blocking(move || supervisor::presence(&dir)).await;
             match found {
                 Ok(DirPresence::Alive(_)) => Presence::Alive,
                 Ok(DirPresence::Ended(exit)) => Presence::Ended(exit),
@@ -119,7 +120,7 @@ impl Executor for Supervised {
     fn adopt(&self, adoption: Adoption) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
             let dir = adoption.placement.dir.clone();
-            let Some(started) = process::read_started(&dir) else {
+            let Some(started) = supervisor::read_started(&dir) else {
                 return Err(SpawnError::Io {
                     program: "sortie".into(),
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
@@ -128,7 +129,7 @@ impl Executor for Supervised {
             let followed = Followed::new(&dir, AttemptFiles::of(&dir), 0, started, Watcher::Files);
             // An agent driven over stdin is steered on through its FIFO, if it still runs.
             let stdin = dir
-                .join(process::STDIN_FIFO)
+                .join(crate::layout::attempt::STDIN_FIFO)
                 .exists()
                 .then(|| Stdin::fifo(&dir).ok())
                 .flatten();
@@ -138,7 +139,7 @@ impl Executor for Supervised {
 
     fn signal<'a>(&'a self, adoption: &'a Adoption, sig: Sig) -> BoxFuture<'a, io::Result<bool>> {
         Box::pin(async move {
-            let s: Option<StartedFile> = process::read_started(&adoption.placement.dir);
+            let s: Option<StartedFile> = supervisor::read_started(&adoption.placement.dir);
             Ok(s.is_some_and(|s| process::signal_group_if_same(s.pid, s.start_time, sig.nix())))
         })
     }

@@ -1,28 +1,64 @@
 //! Where everything of sortie's lives on disk: the one place that knows the state dir's tree.
+//! Each entry names, in brackets, the module that writes it; [`StateDir`] and [`RunDir`] hand
+//! out its path (the journal names its own files; [`attempt`] names the inside of an attempt
+//! dir).
 //!
 //! ```text
-//! <state-dir>/                      0700
-//!   runs/<run-id>/                  a run dir (RunDir)
-//!     journal/                      the run's journal (sled; owned by sortie-journal)
-//!     owner.lock                    held with flock by the one live process of the run
-//!     owner.pid                     that process's pid
-//!     env.json                      0600: the tasks' environment values, never journaled
-//!     logs/<task>.<attempt>.stderr  each attempt's stderr tail
-//!     agents/<task>.<attempt>/      each attempt's own agent config directory
-//!     sessions/<task>.<attempt>/    each attempt's agent session (continuable profiles)
-//!     attempts/<task>.<attempt>/    each attempt's dir: its stdout (the transcript), stderr,
-//!                                   and the executor's files (a supervisor's started, exit)
-//!     prompts/<task>.<attempt>      each attempt's prompt, when the agent reads it on stdin
-//!     patches/<name>.patch          a kept worktree's change
-//!     discarded/<name>.json         kept worktrees removed after the run (the journal is closed)
-//!   index/<run-id>                  the run index: one JSON file per run (`index`)
-//!   worktrees/<run-id>/<name>/      isolated tasks' git worktrees
+//! <state-dir>/                        0700
+//!   runs/<run-id>/                    a run dir (RunDir)
+//!     journal/                        the run's journal (sled)              [sortie-journal]
+//!     journal.mark                    the journal's high-water mark    [sortie-journal mark]
+//!     journal.snapshot, .snapshot.1   the state at a sequence, and the one before it
+//!                                                                [sortie-journal snapshot]
+//!     owner.lock                      held with flock by the one live process    [layout]
+//!     owner.pid                       that process's pid                         [layout]
+//!     control.sock                    the live owner's control socket, while it runs
+//!                                                                               [control]
+//!     env.json                        0600: the tasks' environment values, never journaled
+//!                                                                                [layout]
+//!     logs/<task>.<attempt>.stderr    each attempt's stderr tail                [attempt]
+//!     agents/<task>.<attempt>/        each attempt's own agent config directory   [agent]
+//!     sessions/<task>.<attempt>/      each attempt's agent session (continuable)  [agent]
+//!     conversations/<task>/           #13: a conversation's session store, by its first
+//!                                     task (its attempts' agent homes share it)   [agent]
+//!     copies/<task>/                  #14: a task's throwaway copy of its cwd      [copy]
+//!     attempts/<task>.<attempt>/      an attempt's dir, when its executor makes one (a
+//!                                     supervisor of its own, direct, Slurm); its files are
+//!                                     named by layout::attempt:
+//!       stdout, stderr                the agent's output (the transcript)
+//!                                     [supervisor, process (direct), the Slurm job]
+//!       stdout.cut, stdout.read       the cap's cut and sortie's read offset; stderr.cut
+//!                                                                            [transcript]
+//!       started, exit                 the agent's pid and start, its end
+//!                                     [supervisor; exit: process (direct)]
+//!       stdin                         #10: the FIFO of an agent driven over stdin
+//!                                                                            [supervisor]
+//!       job.sh, job                   a Slurm job's script and id      [executor::slurm]
+//!     attempts/<task>.<attempt>.stdout, .stderr (and their .cut, .read)
+//!                                     the shepherd's attempts' files, beside the dir's
+//!                                     name (no dir)               [supervisor, transcript]
+//!     attempts/status.log             the shepherd's started and exit records
+//!                                                                 [supervisor::status_log]
+//!     prompts/<task>.<attempt>        an attempt's prompt, when the agent reads it on stdin
+//!                                                                               [attempt]
+//!     prompts/<task>.<attempt>.repair #13: the repair round's request (read on stdin)
+//!                                                                       [attempt::repair]
+//!     patches/<name>.patch            a kept worktree's change                 [worktree]
+//!     discarded/<name>.json           kept worktrees removed after the run (the journal
+//!                                     is closed)                               [worktree]
+//!     damaged/<stamp>/                a damaged journal's files, moved aside untouched
+//!                                                                               [recover]
+//!     recovered.json                  what `sortie recover` found lost          [recover]
+//!   index/<run-id>                    the run index: one JSON file per run  [layout::index]
+//!   logs/<run-id>.log                 a detached run's output (`run --detach`)
+//!                                                                      [process::detach]
+//!   worktrees/<run-id>/<name>/        isolated tasks' git worktrees            [worktree]
 //! ```
 //!
-//! [`StateDir`] and [`RunDir`] hand out every one of these paths; nothing else in the product
-//! joins a path onto the state dir. A [`RunDir`] also takes and reports the run's owner lock,
-//! and keeps its environment file.
+//! Nothing else in the product joins a path onto the state dir. A [`RunDir`] also takes and
+//! reports the run's owner lock, and keeps its environment file.
 
+pub mod attempt;
 pub mod index;
 pub mod open;
 

@@ -11,29 +11,22 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use sortie_core::StopReason;
+use sortie_protocol::Exit;
 use tokio::signal::unix::Signal as SignalStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::exit::{ExitSlot, WaitError};
 use super::lines::{Line, TailBuffer};
-use super::procfs::process_start_time;
-use super::spawn::Stdin;
-use super::{Exit, ExitSlot, KILL_WAIT, lock, pid_of};
+use super::orphan::KILL_WAIT;
+use super::procfs::{pid_of, process_start_time};
+use super::stdin::Stdin;
+use crate::sync::lock;
 
 /// How often the monitor checks the leader even without a SIGCHLD (a safety net).
 const EXIT_POLL: Duration = Duration::from_secs(1);
 /// How often the monitor checks when SIGCHLD cannot be listened to.
 const EXIT_POLL_WITHOUT_SIGCHLD: Duration = Duration::from_millis(50);
-
-/// shutting down).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot learn how process {pid} ended: {message}")]
-pub struct WaitError {
-    /// The leader's pid.
-    pub pid: u32,
-    /// What went wrong.
-    pub message: String,
-}
 
 /// A running (or finished) child, the leader of its own process group.
 ///
@@ -60,7 +53,7 @@ impl Child {
     }
 
     /// The next stdout line, or None once stdout is closed (or abandoned
-    /// [`DRAIN_AFTER_EXIT`](super::DRAIN_AFTER_EXIT) after the leader exited). Cancel safe.
+    /// [`DRAIN_AFTER_EXIT`](super::lines::DRAIN_AFTER_EXIT) after the leader exited). Cancel safe.
     pub async fn next_line(&mut self) -> Option<Line> {
         self.lines.recv().await
     }
@@ -87,7 +80,7 @@ impl Child {
         }
     }
 
-    /// The end of stderr so far (the last [`STDERR_TAIL_BYTES`](super::STDERR_TAIL_BYTES), starting at a char
+    /// The end of stderr so far (the last [`STDERR_TAIL_BYTES`](super::lines::STDERR_TAIL_BYTES), starting at a char
     /// boundary); complete once [`Child::wait`] returned.
     pub fn stderr_tail(&self) -> String {
         lock(&self.stderr).text()
@@ -155,7 +148,7 @@ impl Shared {
 impl Stopper {
     /// A stopper for a process group this process did not spawn (a supervised attempt):
     /// signals pass the pid-reuse guard only, and `exit` says when it ended.
-    pub(super) fn external(pid: u32, start_time: u64, exit: watch::Receiver<ExitSlot>) -> Stopper {
+    pub(crate) fn external(pid: u32, start_time: u64, exit: watch::Receiver<ExitSlot>) -> Stopper {
         Stopper {
             shared: Arc::new(Shared {
                 pid,

@@ -1,29 +1,39 @@
 //! Reading a child's output: stdout as bounded lines (a longer line is cut, flagged and the
 //! rest of it skipped), stderr into a tail buffer, both readers stopping
-//! [`DRAIN_AFTER_EXIT`](super::DRAIN_AFTER_EXIT) after the leader exited.
+//! [`DRAIN_AFTER_EXIT`] after the leader exited.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::transcript::Trimmer;
-use super::{DRAIN_AFTER_EXIT, ExitSlot, MAX_LINE_BYTES, lock};
+use super::exit::ExitSlot;
+use crate::sync::lock;
+use crate::transcript::Trimmer;
+
+/// The longest stdout line delivered whole; longer lines are cut to this and flagged.
+pub const MAX_LINE_BYTES: usize = sortie_protocol::LINE_LIMIT_BYTES;
+/// How much of stderr is kept (the end of it).
+pub const STDERR_TAIL_BYTES: usize = 50 * 1024;
+/// How long the output readers keep reading after the leader exited (for pipes held open by a
+/// process that left the group).
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
 /// Lines buffered between the stdout reader and the caller; beyond that the child blocks on
 /// its pipe (backpressure, bounded memory).
-pub(super) const LINE_QUEUE: usize = 16;
+pub(crate) const LINE_QUEUE: usize = 16;
 /// The read size for stdout and stderr.
 const READ_CHUNK: usize = 64 * 1024;
 /// The first read size: a reader's buffer grows to [`READ_CHUNK`] once a read fills it (most
 /// streams are small, and two readers per attempt zeroed 64 KiB each).
-pub(super) const FIRST_CHUNK: usize = 4 * 1024;
+pub(crate) const FIRST_CHUNK: usize = 4 * 1024;
 
 /// Grows `buf` to [`READ_CHUNK`] once a read of `n` bytes filled it.
-pub(super) fn grow(buf: &mut Vec<u8>, n: usize) {
+pub(crate) fn grow(buf: &mut Vec<u8>, n: usize) {
     if n == buf.len() && buf.len() < READ_CHUNK {
         buf.resize(READ_CHUNK, 0);
     }
@@ -73,7 +83,7 @@ async fn read_some<R: AsyncRead + Unpin>(
 
 /// Reads a child's stdout into lines for `tx`, writing what it reads to `transcript` too (a
 /// direct attempt's transcript file: sortie writes what it reads).
-pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
+pub(crate) async fn read_stdout<R: AsyncRead + Unpin>(
     mut src: R,
     tx: mpsc::Sender<Line>,
     bytes: Arc<AtomicU64>,
@@ -112,7 +122,7 @@ pub(super) async fn read_stdout<R: AsyncRead + Unpin>(
 }
 
 /// Reads a child's stderr into its tail, writing what it reads to `transcript` too.
-pub(super) async fn read_stderr<R: AsyncRead + Unpin>(
+pub(crate) async fn read_stderr<R: AsyncRead + Unpin>(
     mut src: R,
     tail: Arc<Mutex<TailBuffer>>,
     mut exit: watch::Receiver<ExitSlot>,
@@ -163,7 +173,7 @@ impl LineSplitter {
         }
     }
 
-    pub(super) fn push(&mut self, mut chunk: &[u8], out: &mut Vec<Line>) {
+    pub(crate) fn push(&mut self, mut chunk: &[u8], out: &mut Vec<Line>) {
         while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
             self.take(&chunk[..i], out);
             if self.skipping {
@@ -232,14 +242,14 @@ fn line(bytes: Vec<u8>, truncated: bool) -> Line {
 
 /// The last `cap` bytes of a stream.
 #[derive(Debug)]
-pub(super) struct TailBuffer {
+pub(crate) struct TailBuffer {
     buf: VecDeque<u8>,
     cap: usize,
     dropped: u64,
 }
 
 impl TailBuffer {
-    pub(super) fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         TailBuffer {
             buf: VecDeque::new(),
             cap,
@@ -247,7 +257,7 @@ impl TailBuffer {
         }
     }
 
-    pub(super) fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         let data = if data.len() > self.cap {
             self.dropped += (data.len() - self.cap) as u64;
             &data[data.len() - self.cap..]
@@ -260,7 +270,7 @@ impl TailBuffer {
         self.buf.extend(data);
     }
 
-    pub(super) fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let (a, b) = self.buf.as_slices();
         let mut bytes = Vec::with_capacity(self.buf.len());
         bytes.extend_from_slice(a);

@@ -9,11 +9,16 @@ use std::time::Duration;
 
 use sortie_core::{Attempt, RunId, TaskId};
 
-use super::supervise::SUPERVISOR_MARKER;
-use super::{KillResult, find_marked, kill_group_if_same};
+use super::orphan::{KillResult, kill_group_if_same};
+use super::procfs::find_marked;
 
 /// The environment variable of the marker.
 pub const MARKER: &str = "SORTIE_ATTEMPT";
+
+/// The supervisor's own marker variable: it carries its attempt's marker value under this name
+/// (so that resume finds a supervisor too), and gives the agent the attempt's marker
+/// ([`MARKER`]) instead.
+pub const SUPERVISOR_MARKER: &str = "SORTIE_SUPERVISOR";
 
 /// The marker (name, value) of attempt `attempt` of `task` in run `run`'s `incarnation`.
 pub fn marker(run: &RunId, task: TaskId, attempt: Attempt, incarnation: u64) -> (String, String) {

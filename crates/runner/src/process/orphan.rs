@@ -8,8 +8,11 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
-use super::procfs::{is_running, read_stat};
-use super::{KILL_WAIT, pid_of};
+use super::procfs::{is_running, pid_of, read_stat};
+
+/// How long [`kill_group_if_same`] and [`Stopper::stop`](super::Stopper::stop) wait after SIGKILL
+/// before they give up.
+pub(super) const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// How often [`kill_group_if_same`] looks whether the process is gone.
 const GONE_POLL: Duration = Duration::from_millis(20);

@@ -4,17 +4,24 @@
 
 use std::time::Duration;
 
+use nix::unistd::Pid;
+
+/// A pid as nix takes it (a pid always fits an i32: pid_max <= 2^22).
+pub(crate) fn pid_of(pid: u32) -> Pid {
+    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
+}
+
 /// How long [`find_marked`] waits for a process in the middle of an exec.
 const EXEC_WAIT: Duration = Duration::from_millis(100);
 
 /// What sortie needs from `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Stat {
+pub(crate) struct Stat {
     state: char,
-    pub(super) ppid: u32,
-    pub(super) pgrp: i32,
+    pub(crate) ppid: u32,
+    pub(crate) pgrp: i32,
     flags: u64,
-    pub(super) start_time: u64,
+    pub(crate) start_time: u64,
     env_end: Option<u64>,
 }
 
@@ -22,7 +29,7 @@ pub(super) struct Stat {
 const PF_KTHREAD: u64 = 0x0020_0000;
 
 impl Stat {
-    pub(super) fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
     }
 
@@ -33,7 +40,7 @@ impl Stat {
     }
 }
 
-pub(super) fn read_stat(pid: u32) -> Option<Stat> {
+pub(crate) fn read_stat(pid: u32) -> Option<Stat> {
     use std::io::Read;
     // One read into a buffer larger than any stat line: `std::fs::read` sizes its buffer by
     // the file's size, which `/proc` says is 0 (a `statx`, then a read per few dozen bytes),
@@ -146,7 +153,7 @@ pub fn find_marked(marker_key: &str, value_prefix: &str) -> Vec<MarkedProcess> {
 }
 
 /// The live children of process `parent` (by `/proc/<pid>/stat`'s ppid). Blocking.
-pub(super) fn children_of(parent: u32) -> Vec<u32> {
+pub(crate) fn children_of(parent: u32) -> Vec<u32> {
     children_with_state(parent)
         .into_iter()
         .filter_map(|(pid, ended)| (!ended).then_some(pid))
@@ -155,7 +162,7 @@ pub(super) fn children_of(parent: u32) -> Vec<u32> {
 
 /// The children of process `parent`, each with whether it ended and waits to be reaped (a
 /// zombie). Blocking (reads every process's stat).
-pub(super) fn children_with_state(parent: u32) -> Vec<(u32, bool)> {
+pub(crate) fn children_with_state(parent: u32) -> Vec<(u32, bool)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -171,7 +178,7 @@ pub(super) fn children_with_state(parent: u32) -> Vec<(u32, bool)> {
 
 /// The value of the variable `key` in the environment of the live process `pid`, if it has it.
 /// Blocking (reads `/proc`).
-pub(super) fn env_value(pid: u32, key: &str) -> Option<String> {
+pub(crate) fn env_value(pid: u32, key: &str) -> Option<String> {
     let stat = read_stat(pid).filter(|s| !s.is_dead())?;
     let environ = read_environ(pid, stat)?;
     let needle = format!("{key}=");

@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use super::lock;
+use crate::sync::lock;
 
 /// The search path when none is set (glibc's `execvp` default).
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
@@ -44,7 +44,7 @@ fn search_path(env: &[(String, String)]) -> OsString {
 /// Where `program` is on the child's `PATH` (an absolute path), when it is a bare name found
 /// as an executable file in an absolute directory of it. `None`: spawn it by its name (a path
 /// already, or not found, or a relative `PATH` entry that depends on the child's cwd).
-pub(super) fn resolve(program: &str, env: &[(String, String)]) -> Option<PathBuf> {
+pub(crate) fn resolve(program: &str, env: &[(String, String)]) -> Option<PathBuf> {
     if program.is_empty() || program.contains('/') {
         return None;
     }
@@ -61,7 +61,7 @@ pub(super) fn resolve(program: &str, env: &[(String, String)]) -> Option<PathBuf
 /// Starts `program` through `spawn`: by the path [`resolve`] found, else by its name. A cached
 /// path that no longer runs (moved, or lost its mode) is forgotten and the name is spawned
 /// again, so the error is the one a spawn by name gives.
-pub(super) fn spawn_resolved<T>(
+pub(crate) fn spawn_resolved<T>(
     program: &str,
     env: &[(String, String)],
     mut spawn: impl FnMut(&Path) -> io::Result<T>,
@@ -87,7 +87,7 @@ fn is_not_runnable(e: &io::Error) -> bool {
 }
 
 /// Forgets what [`resolve`] said for `program` (its spawn failed: it moved, or lost its mode).
-pub(super) fn forget(program: &str, env: &[(String, String)]) {
+pub(crate) fn forget(program: &str, env: &[(String, String)]) {
     let key = (program.to_owned(), search_path(env));
     lock(cache()).remove(&key);
 }

@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::signal::unix::{SignalKind, signal as signal_stream};
 use tokio::sync::{mpsc, watch};
 
-use super::STDERR_TAIL_BYTES;
 use super::child::{Child, Shared, Stopper, monitor};
-use super::lines::{LINE_QUEUE, TailBuffer, read_stderr, read_stdout};
+use super::lines::{LINE_QUEUE, STDERR_TAIL_BYTES, TailBuffer, read_stderr, read_stdout};
 use super::procfs::process_start_time;
-use super::supervise::{STDERR_FILE, STDOUT_FILE};
-use super::transcript::{Cap, Trimmer};
+use super::stdin::Stdin;
+use crate::layout::attempt::{STDERR_FILE, STDOUT_FILE, write_exit};
+use crate::transcript::{Cap, Trimmer};
 /// What to start.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SpawnSpec {
@@ -357,7 +357,7 @@ async fn record_exit(
     dir: PathBuf,
     stdout: Option<tokio::task::JoinHandle<()>>,
     stderr: tokio::sync::oneshot::Receiver<()>,
-    mut exit: watch::Receiver<super::ExitSlot>,
+    mut exit: watch::Receiver<super::exit::ExitSlot>,
 ) {
     if let Some(t) = stdout {
         let _ = t.await;
@@ -367,12 +367,12 @@ async fn record_exit(
         return;
     };
     if let Some(Ok(status)) = slot.clone() {
-        let _ = super::transcript::write_exit(&dir, status);
+        let _ = write_exit(&dir, status);
     }
 }
 
 /// Checked before a spawn: a missing cwd fails exec with the same ENOENT as a missing program.
-pub(super) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), SpawnError> {
+pub(crate) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), SpawnError> {
     let cwd_ok = std::fs::metadata(cwd).and_then(|m| {
         if m.is_dir() {
             Ok(())
@@ -388,64 +388,4 @@ pub(super) fn check_cwd(program: &str, cwd: &std::path::Path) -> Result<(), Spaw
         cwd: cwd.to_path_buf(),
         error,
     })
-}
-
-/// The write end of a child's stdin (see [`spawn_piped`]), or of a supervised agent's stdin
-/// FIFO (see `supervise::STDIN_FIFO`). Dropping it closes the agent's stdin.
-#[derive(Debug)]
-pub struct Stdin {
-    inner: StdinEnd,
-}
-
-#[derive(Debug)]
-enum StdinEnd {
-    Child(tokio::process::ChildStdin),
-    /// Its supervisor forwards what is written here; a close line closes the agent's stdin.
-    Fifo(tokio::net::unix::pipe::Sender),
-}
-
-impl Stdin {
-    pub(super) fn child(inner: tokio::process::ChildStdin) -> Stdin {
-        Stdin {
-            inner: StdinEnd::Child(inner),
-        }
-    }
-
-    /// The stdin of the supervised attempt in `dir` (its supervisor holds the FIFO open: this
-    /// never waits).
-    pub fn fifo(dir: &Path) -> io::Result<Stdin> {
-        let tx = tokio::net::unix::pipe::OpenOptions::new()
-            .open_sender(dir.join(super::supervise::STDIN_FIFO))?;
-        Ok(Stdin {
-            inner: StdinEnd::Fifo(tx),
-        })
-    }
-
-    /// Writes one line (a newline is added) and flushes it. Fails when the child closed its
-    /// end (it exited).
-    pub async fn send_line(&mut self, line: &str) -> io::Result<()> {
-        use tokio::io::AsyncWriteExt as _;
-        let mut bytes = Vec::with_capacity(line.len() + 1);
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.push(b'\n');
-        match &mut self.inner {
-            StdinEnd::Child(w) => {
-                w.write_all(&bytes).await?;
-                w.flush().await
-            }
-            StdinEnd::Fifo(w) => {
-                w.write_all(&bytes).await?;
-                w.flush().await
-            }
-        }
-    }
-}
-
-impl Drop for Stdin {
-    /// A FIFO stays open in the supervisor: the agent's stdin is closed by the close line.
-    fn drop(&mut self) {
-        if let StdinEnd::Fifo(w) = &self.inner {
-            let _ = w.try_write(super::supervise::STDIN_CLOSE);
-        }
-    }
 }

@@ -12,10 +12,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::cluster::Seen;
-use crate::process::{
-    CHECK_EVERY, Cap, Kept, KeptReader, Line, LineSplitter, MAX_LINE_BYTES, STDERR_TAIL_BYTES,
-    Trimmer,
-};
+use crate::process::lines::LineSplitter;
+use crate::process::{Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES};
+use crate::transcript::{CHECK_EVERY, Cap, Kept, KeptReader, Trimmer};
 
 /// How often a growing file is read.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
@@ -31,7 +30,7 @@ const READ_CHUNK: usize = 64 * 1024;
 ///
 /// #10: sortie's follower is the one cutter of a job's files while the job runs (nothing of
 /// sortie's runs beside the job on its node): its stdout is cut to the cap below what the
-/// journal acknowledged (`process::write_read`), its stderr at once; the reads jump the cut.
+/// journal acknowledged (`transcript::write_read`), its stderr at once; the reads jump the cut.
 pub(super) fn follow(
     path: PathBuf,
     job: watch::Receiver<Seen>,
@@ -118,7 +117,7 @@ impl Cutter {
         } else {
             vec![
                 stdout.to_path_buf(),
-                stdout.with_file_name(crate::process::STDERR_FILE),
+                stdout.with_file_name(crate::layout::attempt::STDERR_FILE),
             ]
         };
         Cutter {
@@ -198,16 +197,16 @@ mod tests {
     #[tokio::test]
     async fn a_follower_says_where_the_cut_it_jumped_ends() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(crate::process::STDOUT_FILE);
+        let path = dir.path().join(crate::layout::attempt::STDOUT_FILE);
         let line = format!("{}\n", "x".repeat(99));
         std::fs::write(&path, line.repeat(640)).unwrap();
-        crate::process::write_read(&path, 48 * 1024).unwrap();
+        crate::transcript::write_read(&path, 48 * 1024).unwrap();
         let cap = Cap::parse("16KiB").unwrap();
-        crate::process::Trimmer::open(&path, cap)
+        crate::transcript::Trimmer::open(&path, cap)
             .unwrap()
             .check(true)
             .unwrap();
-        let cut = crate::process::read_cut(&path).expect("the file was cut");
+        let cut = crate::transcript::read_cut(&path).expect("the file was cut");
         let (tx, rx) = watch::channel(Seen::Unknown);
         let (mut lines, [bytes, cut_to]) = follow(path.clone(), rx);
         while lines.recv().await.is_some() {}

@@ -9,11 +9,7 @@
 //! status atomically to `exit` (a temp file renamed), and exits: it never outlives its
 //! attempt by more than that cleanup.
 //!
-//! The files of an attempt dir:
-//! - `stdout`, `stderr`: the agent's output, written by the agent itself (no pipe through
-//!   sortie or the supervisor: a crash of either costs the agent nothing);
-//! - `started`: `<agent pid> <agent start time> <supervisor pid> <supervisor start time>`;
-//! - `exit`: `code <n>` or `signal <n>`, once everything of the attempt is gone.
+//! The files of an attempt dir and their formats are `layout::attempt`'s.
 //!
 //! An attempt dir with `exit` ended; with `started` and a live supervisor it runs; anything
 //! else is gone (see [`presence`]).
@@ -31,124 +27,21 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use sortie_protocol::Exit;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::procfs::{children_of, is_running, process_start_time};
-use super::spawn::check_cwd;
-use super::{SpawnError, SpawnSpec, pid_of};
+use super::status_log;
+use crate::layout::attempt::{
+    EXIT_FILE, STARTED_FILE, STDERR_FILE, STDIN_CLOSE, STDIN_FIFO, STDOUT_FILE, StartedFile,
+    exit_text, parse_exit,
+};
+use crate::process::procfs::{children_of, is_running, pid_of, process_start_time};
+use crate::process::spawn::check_cwd;
+use crate::process::{SUPERVISOR_MARKER, SpawnError, SpawnSpec};
+use crate::transcript::{Cap, Keeper};
 
 /// The hidden subcommand that runs a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
 
-/// The supervisor's own marker variable: it carries its attempt's marker value under this name
-/// (so that resume finds a supervisor too), and gives the agent the attempt's marker
-/// ([`MARKER`](super::MARKER)) instead.
-pub const SUPERVISOR_MARKER: &str = "SORTIE_SUPERVISOR";
-
-/// The files of an attempt dir (see the module doc).
-pub const STDOUT_FILE: &str = "stdout";
-/// See [`STDOUT_FILE`].
-pub const STDERR_FILE: &str = "stderr";
-/// See [`STDOUT_FILE`].
-pub const STARTED_FILE: &str = "started";
-/// See [`STDOUT_FILE`].
-pub const EXIT_FILE: &str = "exit";
-
-/// Where an attempt's `stdout` and `stderr` are. An attempt the run's shepherd starts (the
-/// default) has no directory of its own: its files lie beside the name of its attempt dir,
-/// `<task>.<attempt>.stdout` and `.stderr` in the run's `attempts/` (a directory per attempt
-/// cost a `mkdir`, a block of the disk and an inode each; the shepherd's status log already
-/// keeps its records there). Every other attempt (a supervisor of its own, the direct executor,
-/// a Slurm job) and every attempt of a run that a sortie before the change started has them
-/// inside its dir.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AttemptFiles {
-    /// The agent's stdout: its transcript.
-    pub stdout: PathBuf,
-    /// The agent's stderr.
-    pub stderr: PathBuf,
-}
-
-impl AttemptFiles {
-    /// Beside the attempt dir `dir`, which is never created (the shepherd's attempts).
-    pub fn beside(dir: &Path) -> AttemptFiles {
-        let named = |suffix: &str| {
-            let mut name = dir.as_os_str().to_owned();
-            name.push(suffix);
-            PathBuf::from(name)
-        };
-        AttemptFiles {
-            stdout: named(".stdout"),
-            stderr: named(".stderr"),
-        }
-    }
-
-    /// Inside the attempt dir `dir`.
-    pub fn inside(dir: &Path) -> AttemptFiles {
-        AttemptFiles {
-            stdout: dir.join(STDOUT_FILE),
-            stderr: dir.join(STDERR_FILE),
-        }
-    }
-
-    /// Those of an attempt placed with the dir `dir`, whoever started it: inside it when it is
-    /// a directory, else beside it.
-    pub fn of(dir: &Path) -> AttemptFiles {
-        if dir.is_dir() {
-            AttemptFiles::inside(dir)
-        } else {
-            AttemptFiles::beside(dir)
-        }
-    }
-
-    /// Whether `path` is an attempt's stdout (inside its dir or beside it).
-    pub fn is_stdout(path: &Path) -> bool {
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n == STDOUT_FILE || n.ends_with(".stdout"))
-    }
-}
-
-/// #10: an attempt driven over stdin (pi's RPC mode) gets, in its attempt dir, a FIFO of this
-/// name that its supervisor forwards to the agent's stdin: sortie writes commands into it (and
-/// a resumed sortie again), and the supervisor holds it open, so that a crash of sortie does
-/// not close the agent's stdin. A line holding only [`STDIN_CLOSE`] closes it.
-pub const STDIN_FIFO: &str = "stdin";
-/// See [`STDIN_FIFO`]: the line that closes the agent's stdin (never in a JSON command).
-pub const STDIN_CLOSE: &[u8] = b"\0\n";
 /// Set (to `fifo`) in the supervisor's environment when the agent is driven over stdin.
-pub(super) const STDIN_VAR: &str = "SORTIE_SUPERVISE_STDIN";
-
-/// What `started` records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StartedFile {
-    /// The agent's pid (its process group id).
-    pub pid: u32,
-    /// The agent's start time.
-    pub start_time: u64,
-    /// The supervisor's pid.
-    pub supervisor: u32,
-    /// The supervisor's start time.
-    pub supervisor_start: u64,
-}
-
-impl StartedFile {
-    pub(super) fn parse(text: &str) -> Option<StartedFile> {
-        let mut f = text.split_ascii_whitespace().map(str::parse::<u64>);
-        let mut next = || f.next()?.ok();
-        Some(StartedFile {
-            pid: u32::try_from(next()?).ok()?,
-            start_time: next()?,
-            supervisor: u32::try_from(next()?).ok()?,
-            supervisor_start: next()?,
-        })
-    }
-
-    pub(super) fn text(&self) -> String {
-        format!(
-            "{} {} {} {}\n",
-            self.pid, self.start_time, self.supervisor, self.supervisor_start
-        )
-    }
-}
+const STDIN_VAR: &str = "SORTIE_SUPERVISE_STDIN";
 
 /// Reads an attempt dir's `started`, if it is there and whole (the run's shepherd records it
 /// in its status log instead: see `status_log`).
@@ -156,7 +49,7 @@ pub fn read_started(dir: &Path) -> Option<StartedFile> {
     fs::read_to_string(dir.join(STARTED_FILE))
         .ok()
         .and_then(|text| StartedFile::parse(&text))
-        .or_else(|| super::status_log::lookup(dir).started)
+        .or_else(|| status_log::lookup(dir).started)
 }
 
 /// Reads an attempt dir's `exit`, if it is there and whole (or the shepherd's status log's).
@@ -164,27 +57,7 @@ pub fn read_exit(dir: &Path) -> Option<Exit> {
     fs::read_to_string(dir.join(EXIT_FILE))
         .ok()
         .and_then(|text| parse_exit(&text))
-        .or_else(|| super::status_log::lookup(dir).exit)
-}
-
-/// An exit as the exit file (and the shepherd's `exit` line) says it: `code <n>` or
-/// `signal <n>`.
-pub(super) fn parse_exit(text: &str) -> Option<Exit> {
-    let (kind, n) = text.trim().split_once(' ')?;
-    let n: i32 = n.parse().ok()?;
-    match kind {
-        "code" => Some(Exit::Code(n)),
-        "signal" => Some(Exit::Signal(n)),
-        _ => None,
-    }
-}
-
-/// What [`parse_exit`] reads, with a newline.
-pub(super) fn exit_text(exit: Exit) -> String {
-    match exit {
-        Exit::Code(c) => format!("code {c}\n"),
-        Exit::Signal(s) => format!("signal {s}\n"),
-    }
+        .or_else(|| status_log::lookup(dir).exit)
 }
 
 /// Where a supervised attempt stands, from its dir and `/proc`.
@@ -407,7 +280,7 @@ pub fn supervise_main(args: &[String]) -> i32 {
     say(&format!("started {}", started.text().trim()));
     // #10: the transcript's cap, kept by a thread beside the wait.
     let files = [dir.join(STDOUT_FILE), dir.join(STDERR_FILE)];
-    let keeper = super::transcript::Keeper::start(&files, super::transcript::Cap::from_env());
+    let keeper = Keeper::start(&files, Cap::from_env());
     let exit = wait_leader(started.pid);
     // The leader is an unreaped zombie: its group id is still its own.
     let _ = killpg(pid_of(started.pid), Signal::SIGKILL);
@@ -511,40 +384,6 @@ fn forward_stdin(fifo: File, mut to: std::process::ChildStdin) {
                     return;
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_attempts_files_are_inside_its_dir_when_it_has_one_else_beside_its_name() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let (old, new) = (tmp.path().join("0.1"), tmp.path().join("1.1"));
-        // A dir of its own (a run of an earlier sortie, a supervisor of its own, Slurm).
-        fs::create_dir(&old).expect("mkdir");
-        assert_eq!(
-            AttemptFiles::of(&old),
-            AttemptFiles {
-                stdout: old.join("stdout"),
-                stderr: old.join("stderr"),
-            }
-        );
-        // None: the shepherd's.
-        let beside = AttemptFiles {
-            stdout: tmp.path().join("1.1.stdout"),
-            stderr: tmp.path().join("1.1.stderr"),
-        };
-        assert_eq!(AttemptFiles::of(&new), beside);
-        assert_eq!(AttemptFiles::beside(&new), beside);
-        assert_eq!(AttemptFiles::inside(&new).stdout, new.join("stdout"));
-        for stdout in [&beside.stdout, &old.join("stdout")] {
-            assert!(AttemptFiles::is_stdout(stdout));
-        }
-        for other in [&beside.stderr, &old.join("stderr"), &tmp.path().join("1.1")] {
-            assert!(!AttemptFiles::is_stdout(other));
         }
     }
 }

@@ -1,7 +1,6 @@
-//! A run's transcripts (#10): each attempt's `stdout` (the agent's whole event stream) and
-//! `stderr`, in its attempt dir or beside it (`process::AttemptFiles`), where they are, how big,
-//! what the cap cut (`process::transcript`), and whether anything may still write to one (`sortie
-//! logs --follow`). Read from the journal's placements and the files; nothing here writes.
+//! A run's transcripts (#10), listed from the journal's placements and the files: each
+//! attempt's stdout and stderr, where they are, how big, what the cap cut, whether anything
+//! may still write to one (`sortie logs --follow`), and their removal by `sortie gc`.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -10,8 +9,9 @@ use serde::Serialize;
 use sortie_core::state::AttemptEnd;
 use sortie_core::{AttemptStatus, RunState, TaskId};
 
+use super::kept::{Cut, read_cut};
 use crate::layout::{Owner, RunDir};
-use crate::process::{self, Cut};
+use crate::supervisor;
 
 /// One attempt's transcript.
 #[derive(Debug, Clone, Serialize)]
@@ -39,6 +39,13 @@ pub struct Transcript {
     /// The attempt dir it was placed with (its exit and start records are found by it).
     #[serde(skip)]
     pub dir: PathBuf,
+}
+
+impl Transcript {
+    /// How its attempt ended, once its exit is recorded (in its dir, or the shepherd's log).
+    pub fn exit(&self) -> Option<sortie_protocol::Exit> {
+        supervisor::read_exit(&self.dir)
+    }
 }
 
 /// The transcripts of `task`'s attempts, in order.
@@ -75,7 +82,7 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
                 exists: meta.is_some(),
                 bytes: meta.as_ref().map_or(0, std::fs::Metadata::len),
                 disk_bytes: meta.as_ref().map_or(0, |m| m.blocks() * 512),
-                cut: process::read_cut(&path),
+                cut: read_cut(&path),
                 stderr_bytes: std::fs::metadata(&stderr).map_or(0, |m| m.len()),
                 path,
                 stderr,
@@ -90,13 +97,13 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
 /// batch job, followed by its owner).
 pub fn may_grow(t: &Transcript, run_dir: &RunDir) -> bool {
     let dir = t.dir.as_path();
-    if process::read_exit(dir).is_some() {
+    if supervisor::read_exit(dir).is_some() {
         return false;
     }
     if t.executor == crate::executor::SUPERVISED
-        && let Some(s) = process::read_started(dir)
+        && let Some(s) = supervisor::read_started(dir)
     {
-        return process::is_running(s.supervisor, s.supervisor_start);
+        return crate::process::is_running(s.supervisor, s.supervisor_start);
     }
     matches!(run_dir.owner(), Owner::Live { .. })
 }

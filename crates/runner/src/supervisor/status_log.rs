@@ -30,8 +30,8 @@ use std::sync::{Mutex, OnceLock};
 
 use sortie_protocol::Exit;
 
-use super::lock;
-use super::supervise::{StartedFile, exit_text, parse_exit};
+use crate::layout::attempt::{StartedFile, exit_text, parse_exit};
+use crate::sync::lock;
 
 /// The status log's name in the directory of attempt dirs.
 pub(super) const STATUS_LOG: &str = "status.log";

@@ -36,6 +36,8 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{FallocateFlags, fallocate};
 
+use crate::layout::attempt::AttemptFiles;
+
 /// The environment variable that sets the cap: bytes, with an optional `KiB`, `MiB` or `GiB`
 /// suffix (`64MiB`); `0` keeps everything.
 pub const CAP_VAR: &str = "SORTIE_TRANSCRIPT_CAP";
@@ -255,7 +257,7 @@ impl Trimmer {
     pub(crate) fn open(path: &Path, cap: Cap) -> io::Result<Trimmer> {
         let file = OpenOptions::new().write(true).open(path)?;
         let mut t = Trimmer::with(path, file, cap);
-        t.acked = super::AttemptFiles::is_stdout(path);
+        t.acked = AttemptFiles::is_stdout(path);
         Ok(t)
     }
 
@@ -263,7 +265,7 @@ impl Trimmer {
     /// for the agent's spawn, which hands over its own handles on them (`files`: nothing
     /// opened or duplicated again), under this process's cap; none when the cap is off. A file
     /// just truncated has no cut: its cut record is not looked for.
-    pub(super) fn for_attempt(paths: &super::AttemptFiles, files: [File; 2]) -> Vec<Trimmer> {
+    pub(crate) fn for_attempt(paths: &AttemptFiles, files: [File; 2]) -> Vec<Trimmer> {
         let cap = Cap::from_env();
         if cap.is_unbounded() {
             return Vec::new();
@@ -276,7 +278,7 @@ impl Trimmer {
 
     /// Creates (truncates) the file at `path`, for a writer that writes through
     /// [`Trimmer::write`].
-    pub(super) fn create(path: &Path, cap: Cap) -> io::Result<Trimmer> {
+    pub(crate) fn create(path: &Path, cap: Cap) -> io::Result<Trimmer> {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
         }
@@ -310,7 +312,7 @@ impl Trimmer {
     }
 
     /// Appends `bytes` (a writer through the trimmer) and cuts when the file outgrew its cap.
-    pub(super) fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all(bytes)?;
         self.written += bytes.len() as u64;
         self.trim(self.written, false)
@@ -400,7 +402,7 @@ pub fn trim_ended(dir: &Path) {
     if cap.is_unbounded() {
         return;
     }
-    let files = super::AttemptFiles::of(dir);
+    let files = AttemptFiles::of(dir);
     for path in [files.stdout, files.stderr] {
         let big = fs::metadata(&path).is_ok_and(|m| cap.cut_for(m.len()).is_some());
         if !big {
@@ -437,22 +439,10 @@ fn process_cap() -> Cap {
 /// How often the supervisor looks at its attempt's files.
 pub(crate) const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Writes `dir/exit` (`code <n>` or `signal <n>`, the supervisor's format, which
-/// `supervise::read_exit` reads) for a direct attempt, renamed into place.
-pub(super) fn write_exit(dir: &Path, exit: sortie_protocol::Exit) -> io::Result<()> {
-    let text = match exit {
-        sortie_protocol::Exit::Code(c) => format!("code {c}\n"),
-        sortie_protocol::Exit::Signal(s) => format!("signal {s}\n"),
-    };
-    let tmp = dir.join(".exit.tmp");
-    fs::write(&tmp, text)?;
-    fs::rename(&tmp, dir.join(super::EXIT_FILE))
-}
-
 /// The supervisor's keeper of an attempt's files under the cap: a thread that looks at them
 /// every [`CHECK_EVERY`] while the attempt runs, and once more at its end.
 #[derive(Debug)]
-pub(super) struct Keeper {
+pub(crate) struct Keeper {
     stop: std::sync::mpsc::Sender<()>,
     join: std::thread::JoinHandle<()>,
 }
@@ -460,7 +450,7 @@ pub(super) struct Keeper {
 impl Keeper {
     /// Starts keeping `files` (already created by their writer) under `cap`; None when the cap
     /// is off or no file can be opened.
-    pub(super) fn start(files: &[PathBuf], cap: Cap) -> Option<Keeper> {
+    pub(crate) fn start(files: &[PathBuf], cap: Cap) -> Option<Keeper> {
         if cap.is_unbounded() {
             return None;
         }
@@ -493,7 +483,7 @@ impl Keeper {
     }
 
     /// The attempt ended: the files are cut one last time before this returns.
-    pub(super) fn finish(self) {
+    pub(crate) fn finish(self) {
         let _ = self.stop.send(());
         let _ = self.join.join();
     }
@@ -739,7 +729,7 @@ mod tests {
     #[test]
     fn an_attempts_fresh_files_have_no_cut_whatever_a_stale_record_says() {
         let dir = tempfile::tempdir().unwrap();
-        let stdout = dir.path().join(super::super::STDOUT_FILE);
+        let stdout = dir.path().join(crate::layout::attempt::STDOUT_FILE);
         // A cut record left beside a file that the spawn truncates: it says nothing of it.
         fs::write(cut_file(&stdout), "4096 8192\n").unwrap();
         let create = |name: &str| {
@@ -751,10 +741,10 @@ mod tests {
                 .unwrap()
         };
         let files = [
-            create(super::super::STDOUT_FILE),
-            create(super::super::STDERR_FILE),
+            create(crate::layout::attempt::STDOUT_FILE),
+            create(crate::layout::attempt::STDERR_FILE),
         ];
-        let trimmers = Trimmer::for_attempt(&super::super::AttemptFiles::inside(dir.path()), files);
+        let trimmers = Trimmer::for_attempt(&AttemptFiles::inside(dir.path()), files);
         if Cap::from_env().is_unbounded() {
             assert!(trimmers.is_empty());
             return;
@@ -767,7 +757,7 @@ mod tests {
     #[test]
     fn a_followed_stdout_is_cut_only_below_what_sortie_acknowledged_reading() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(super::super::STDOUT_FILE);
+        let path = dir.path().join(crate::layout::attempt::STDOUT_FILE);
         fs::write(&path, b"").unwrap();
         let cap = Cap { bytes: 64 << 10 };
         let mut t = Trimmer::open(&path, cap).unwrap();
@@ -829,7 +819,7 @@ mod tests {
     #[test]
     fn past_its_hard_bound_an_unread_stdout_is_cut_and_the_record_says_what_was_unread() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(super::super::STDOUT_FILE);
+        let path = dir.path().join(crate::layout::attempt::STDOUT_FILE);
         fs::write(&path, b"").unwrap();
         let cap = Cap { bytes: 64 << 10 };
         let mut t = Trimmer::open(&path, cap).unwrap();
@@ -853,7 +843,7 @@ mod tests {
     #[test]
     fn stderr_is_cut_without_waiting_for_sortie() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(super::super::STDERR_FILE);
+        let path = dir.path().join(crate::layout::attempt::STDERR_FILE);
         fs::write(&path, b"").unwrap();
         let mut t = Trimmer::open(&path, Cap { bytes: 64 << 10 }).unwrap();
         append(&path, 3 * (64 << 10));

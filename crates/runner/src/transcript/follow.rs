@@ -1,4 +1,4 @@
-//! Following a supervised attempt from its files (see `supervise`): its stdout as bounded
+//! Following a supervised attempt from its files (see `supervisor`): its stdout as bounded
 //! lines, read from the start of the file (or, adopted, from the journaled offset) as it
 //! grows, across the transcript's cut, its exit from its exit record once the
 //! supervisor recorded it, and a [`Stopper`] over its process group (behind the pid-reuse
@@ -7,7 +7,6 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,13 +15,15 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill, killpg};
 use tokio::sync::{mpsc, watch};
 
-use super::child::Stopper;
-use super::lines::{FIRST_CHUNK, LINE_QUEUE, LineSplitter, TailBuffer, grow};
-use super::procfs::is_running;
-use super::shepherd_client::{Forget, Shepherded};
-use super::supervise::{AttemptFiles, DirPresence, StartedFile, presence, read_exit};
-use super::transcript::{Kept, KeptReader};
-use super::{ExitSlot, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES, WaitError, pid_of};
+use super::kept::{Kept, KeptReader};
+use crate::layout::attempt::{AttemptFiles, StartedFile};
+use crate::process::exit::ExitSlot;
+use crate::process::lines::{
+    FIRST_CHUNK, LINE_QUEUE, LineSplitter, MAX_LINE_BYTES, STDERR_TAIL_BYTES, TailBuffer, grow,
+};
+use crate::process::procfs::{is_running, pid_of};
+use crate::process::{Line, Stopper, WaitError};
+use crate::supervisor::{DirPresence, Forget, Shepherded, presence, read_exit};
 
 /// How often a growing stdout file is read while the attempt runs.
 const FOLLOW_POLL: Duration = Duration::from_millis(50);

@@ -13,14 +13,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use sortie_protocol::Exit;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::shepherd::{Request, SHEPHERD_ARG, SHEPHERD_MARKER};
-use super::spawn::check_cwd;
-use super::supervise::{AttemptFiles, StartedFile};
-use super::{SpawnError, SpawnSpec, lock};
-use sortie_protocol::Exit;
+use crate::layout::attempt::{AttemptFiles, StartedFile, parse_exit};
+use crate::process::spawn::check_cwd;
+use crate::process::{SpawnError, SpawnSpec};
+use crate::sync::lock;
 
 /// How long [`release_shepherds`] waits for a shepherd to exit.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -282,7 +283,7 @@ fn reply(pending: &Mutex<Pending>, line: &str) {
         // `exit <id> code <n>` or `exit <id> signal <n>`: what its exit record holds.
         "exit" => {
             if let Some(tx) = p.running.remove(&id) {
-                let _ = tx.send(super::supervise::parse_exit(rest));
+                let _ = tx.send(parse_exit(rest));
             }
         }
         _ => {}

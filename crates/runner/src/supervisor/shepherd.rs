@@ -53,10 +53,15 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use serde::{Deserialize, Serialize};
 use sortie_protocol::Exit;
 
-use super::procfs::{children_of, children_with_state, env_value, process_start_time};
 use super::status_log::{Record, StatusLog};
-use super::supervise::{AttemptFiles, StartedFile};
-use super::{lock, pid_of};
+use crate::layout::attempt::{AttemptFiles, StartedFile, exit_text};
+use crate::process::MARKER;
+use crate::process::procfs::{
+    children_of, children_with_state, env_value, pid_of, process_start_time,
+};
+use crate::process::resolve::spawn_resolved;
+use crate::sync::lock;
+use crate::transcript::{CHECK_EVERY, Trimmer};
 
 /// The hidden subcommand that runs a shepherd.
 pub const SHEPHERD_ARG: &str = "__shepherd";
@@ -118,7 +123,7 @@ struct Watched {
     child: std::process::Child,
     forgotten: bool,
     /// #10: its stdout and stderr kept under the transcript cap (see `transcript`).
-    trimmers: Vec<super::transcript::Trimmer>,
+    trimmers: Vec<Trimmer>,
 }
 
 #[derive(Default)]
@@ -383,8 +388,7 @@ fn attend(shared: &Shared, pid: u32) {
 
 /// A spawn's outcome: the agent and the trimmers of its transcript, or the error's kind (as
 /// the client parses it) and the error.
-type Spawned =
-    Result<(std::process::Child, Vec<super::transcript::Trimmer>), (&'static str, io::Error)>;
+type Spawned = Result<(std::process::Child, Vec<Trimmer>), (&'static str, io::Error)>;
 
 /// Starts one agent, and the trimmers of its transcript; an error is its kind (as the client
 /// parses it) and the error.
@@ -425,11 +429,11 @@ fn start(
         None => dev_null().map_err(io)?,
     };
     // The program found on PATH once (see `resolve`); found no more, by its name again.
-    let spawned = super::resolve::spawn_resolved(program, env, |path| {
+    let spawned = spawn_resolved(program, env, |path| {
         spawn_one(path, argv, cwd, env, marker, stdin, &out, &err)
     });
     // The handles on the files go to their trimmers (the agent has its own).
-    let trimmers = super::transcript::Trimmer::for_attempt(files, [out, err]);
+    let trimmers = Trimmer::for_attempt(files, [out, err]);
     let child = spawned.map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => "not_found",
@@ -515,11 +519,7 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     }
     // Not fsynced: like the supervisor's exit file (see `supervise.rs`).
     if st.record(&w.dir, &Record::Exit(exit)).is_ok() {
-        say(&format!(
-            "exit {} {}",
-            w.id,
-            super::supervise::exit_text(exit).trim_end()
-        ));
+        say(&format!("exit {} {}", w.id, exit_text(exit).trim_end()));
     }
 }
 
@@ -527,7 +527,7 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
 /// can come and no attempt is left.
 fn trim_loop(shared: &Shared) {
     loop {
-        std::thread::sleep(super::transcript::CHECK_EVERY);
+        std::thread::sleep(CHECK_EVERY);
         let mut st = shared.lock();
         if st.done() {
             return;
@@ -571,7 +571,7 @@ fn sweep(st: &mut State, me: u32, all: bool) {
             continue;
         }
         let doomed = all
-            || env_value(pid, super::MARKER).is_some_and(|m| {
+            || env_value(pid, MARKER).is_some_and(|m| {
                 !st.live.values().any(|w| w.marker.1 == m) && !st.spawning.contains(&m)
             });
         if doomed {
