@@ -20,8 +20,6 @@ pub mod process;
 pub mod recover;
 pub mod slots;
 pub mod worktree;
-// #11: Slurm's commands and their output, as data.
-pub mod slurm;
 // Issue 13: structured results.
 mod structured;
 

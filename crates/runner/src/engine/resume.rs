@@ -13,12 +13,13 @@
 //! to the journal: the marker scan kills them all, sparing only the adopted ones.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sortie_core::{Event, OrphanAction, TaskId};
 
 use super::Engine;
-use crate::executor::{Adoption, Placement, Presence, Started};
+use crate::executor::{Adoption, Executor, Placement, Presence, Started};
 use crate::{Error, Result, process};
 
 /// What resume found of one live attempt.
@@ -44,8 +45,9 @@ impl Engine {
             run: self.run_id.clone(),
         };
         let mut found = Vec::with_capacity(plan.orphans.len());
-        // #11: Slurm's attempts are found with one query for all of them (below).
-        let mut on_slurm = Vec::new();
+        // #11: the attempts of an executor that polls in batch (a batch scheduler) are found
+        // with one query for all of them (below), by executor name in first-seen order.
+        let mut batched: Vec<(Arc<dyn Executor>, Vec<(usize, Adoption)>)> = Vec::new();
         // Attempts adopted before (#11: Slurm jobs still known to the cluster) are not orphans.
         let mut spare: HashSet<_> = HashSet::new();
         for o in plan.orphans {
@@ -54,16 +56,24 @@ impl Engine {
                 continue;
             }
             let adoption = self.adoption(o.task);
-            let presence = match &adoption {
-                Some(a) if a.placement.executor == crate::executor::slurm::SLURM => {
-                    on_slurm.push((found.len(), a.clone()));
+            let executor = adoption
+                .as_ref()
+                .and_then(|a| self.executor_of(&a.placement.executor, o.task));
+            let presence = match (&adoption, executor) {
+                (Some(a), Some(ex)) if ex.polls_in_batch() => {
+                    let at = found.len();
+                    let same = |(_, g): &&mut (_, Vec<(usize, Adoption)>)| {
+                        g.first()
+                            .is_some_and(|(_, b)| b.placement.executor == a.placement.executor)
+                    };
+                    match batched.iter_mut().find(same) {
+                        Some((_, group)) => group.push((at, a.clone())),
+                        None => batched.push((ex, vec![(at, a.clone())])),
+                    }
                     Presence::Gone
                 }
-                Some(a) => match self.executor_of(&a.placement.executor, o.task) {
-                    Some(ex) => ex.find(a).await,
-                    None => Presence::Gone,
-                },
-                None => Presence::Gone,
+                (Some(a), Some(ex)) => ex.find(a).await,
+                _ => Presence::Gone,
             };
             found.push(Live {
                 orphan: o,
@@ -71,12 +81,9 @@ impl Engine {
                 presence,
             });
         }
-        if let Some((first, _)) = on_slurm.first()
-            && let Some(ex) =
-                self.executor_of(crate::executor::slurm::SLURM, found[*first].orphan.task)
-        {
-            let adoptions: Vec<Adoption> = on_slurm.iter().map(|(_, a)| a.clone()).collect();
-            for ((i, _), presence) in on_slurm.iter().zip(ex.poll(&adoptions).await) {
+        for (ex, group) in batched {
+            let adoptions: Vec<Adoption> = group.iter().map(|(_, a)| a.clone()).collect();
+            for ((i, _), presence) in group.iter().zip(ex.poll(&adoptions).await) {
                 found[*i].presence = presence;
             }
         }
