@@ -19,6 +19,7 @@
 mod bench;
 mod fuzz;
 mod tidy;
+mod tidy_executors;
 mod torture;
 
 use std::io::{BufRead, BufReader};

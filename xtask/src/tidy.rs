@@ -12,6 +12,8 @@
 //! - File docs: every `.rs` file under `crates/`, `xtask/` and `tests/` begins with `//!`.
 //! - Spawning: no product source outside `crates/runner/src/process/` calls `Command::new`
 //!   (clippy's `disallowed-methods` says the same of the call sites; this names the room).
+//! - Executors: no product code outside the runner's `executor/` (and the crates that hold
+//!   their configuration) tells an executor apart by name (`tidy_executors.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -85,6 +87,7 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
             doc_problems(root, &dir, &mut problems)?;
         }
     }
+    problems.extend(crate::tidy_executors::check(root)?);
     Ok(problems)
 }
 

@@ -29,6 +29,13 @@ struct Live {
     presence: Presence,
 }
 
+/// The live attempts of one executor that polls in batch: each with its index in what resume
+/// found.
+struct InBatch {
+    executor: Arc<dyn Executor>,
+    found: Vec<(usize, Adoption)>,
+}
+
 impl Engine {
     /// This run's incarnation (see `process::marker`).
     pub(super) fn incarnation(&self) -> u64 {
@@ -47,7 +54,7 @@ impl Engine {
         let mut found = Vec::with_capacity(plan.orphans.len());
         // #11: the attempts of an executor that polls in batch (a batch scheduler) are found
         // with one query for all of them (below), by executor name in first-seen order.
-        let mut batched: Vec<(Arc<dyn Executor>, Vec<(usize, Adoption)>)> = Vec::new();
+        let mut batched: Vec<InBatch> = Vec::new();
         // Attempts adopted before (#11: Slurm jobs still known to the cluster) are not orphans.
         let mut spare: HashSet<_> = HashSet::new();
         for o in plan.orphans {
@@ -61,14 +68,19 @@ impl Engine {
                 .and_then(|a| self.executor_of(&a.placement.executor, o.task));
             let presence = match (&adoption, executor) {
                 (Some(a), Some(ex)) if ex.polls_in_batch() => {
-                    let at = found.len();
-                    let same = |(_, g): &&mut (_, Vec<(usize, Adoption)>)| {
-                        g.first()
-                            .is_some_and(|(_, b)| b.placement.executor == a.placement.executor)
+                    let at = (found.len(), a.clone());
+                    let name = &a.placement.executor;
+                    let same = |b: &&mut InBatch| {
+                        b.found
+                            .first()
+                            .is_some_and(|(_, f)| f.placement.executor == *name)
                     };
                     match batched.iter_mut().find(same) {
-                        Some((_, group)) => group.push((at, a.clone())),
-                        None => batched.push((ex, vec![(at, a.clone())])),
+                        Some(b) => b.found.push(at),
+                        None => batched.push(InBatch {
+                            executor: ex,
+                            found: vec![at],
+                        }),
                     }
                     Presence::Gone
                 }
@@ -81,9 +93,9 @@ impl Engine {
                 presence,
             });
         }
-        for (ex, group) in batched {
-            let adoptions: Vec<Adoption> = group.iter().map(|(_, a)| a.clone()).collect();
-            for ((i, _), presence) in group.iter().zip(ex.poll(&adoptions).await) {
+        for b in batched {
+            let adoptions: Vec<Adoption> = b.found.iter().map(|(_, a)| a.clone()).collect();
+            for ((i, _), presence) in b.found.iter().zip(b.executor.poll(&adoptions).await) {
                 found[*i].presence = presence;
             }
         }
