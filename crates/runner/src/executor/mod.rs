@@ -426,3 +426,68 @@ pub fn for_placement(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The executor chosen for `spec` with supervision allowed or not (no supervisor program is
+    /// set in the runner's tests: local attempts run direct).
+    fn chosen(spec: &TaskSpec, supervise: bool) -> Arc<dyn Executor> {
+        let shared = Shared::default();
+        let run = RunId::new("r").expect("a valid run id");
+        let choice = Choice {
+            shared: &shared,
+            run: &run,
+            incarnation: 1,
+            deadline_at: None,
+            supervise,
+        };
+        for_spec(spec, &choice)
+    }
+
+    /// What an executor can do, in the order of the trait's capability methods.
+    fn capabilities(ex: &dyn Executor) -> [bool; 5] {
+        [
+            ex.outlives_sortie(),
+            ex.follows_files(),
+            ex.clocks_from_real_start(),
+            ex.polls_in_batch(),
+            ex.repairs_locally(),
+        ]
+    }
+
+    #[test]
+    fn a_spec_chooses_its_executor_and_the_executor_says_what_it_can_do() {
+        let local = TaskSpec::new("t", "/tmp");
+        let mut on_slurm = local.clone();
+        on_slurm.executor = sortie_core::Executor::Slurm(Default::default());
+        let direct = chosen(&local, true);
+        assert_eq!(direct.kind(), DIRECT);
+        assert_eq!(capabilities(&*direct), [false, false, false, false, true]);
+        let slurm = chosen(&on_slurm, false);
+        assert_eq!(slurm.kind(), slurm::SLURM);
+        assert_eq!(capabilities(&*slurm), [true, true, true, true, false]);
+        let supervised = Supervised::new(PathBuf::from("/bin/true"));
+        assert_eq!(capabilities(&supervised), [true, true, false, false, true]);
+    }
+
+    #[test]
+    fn a_journaled_name_finds_its_executor_again() {
+        let spec = TaskSpec::new("t", "/tmp");
+        let shared = Shared::default();
+        let run = RunId::new("r").expect("a valid run id");
+        let choice = Choice {
+            shared: &shared,
+            run: &run,
+            incarnation: 1,
+            deadline_at: None,
+            supervise: false,
+        };
+        let kind = |name| for_placement(name, &spec, &choice).map(|e| e.kind());
+        assert_eq!(kind(DIRECT), Some(DIRECT));
+        // A Slurm placement of a task no longer on Slurm is still followed on Slurm.
+        assert_eq!(kind(slurm::SLURM), Some(slurm::SLURM));
+        assert_eq!(kind("kubernetes"), None);
+    }
+}
