@@ -21,6 +21,7 @@ mod fuzz;
 mod tidy;
 mod tidy_cli;
 mod tidy_docs;
+mod tidy_executors;
 mod tidy_size;
 mod torture;
 

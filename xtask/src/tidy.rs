@@ -15,6 +15,10 @@
 //!   `crates/runner/src/supervisor/` (the programs that outlive sortie, which start the agents
 //!   themselves). Clippy's `disallowed-methods` says the same of the call sites; this names
 //!   the rooms.
+//! - Spawning: no product source outside `crates/runner/src/process/` calls `Command::new`
+//!   (clippy's `disallowed-methods` says the same of the call sites; this names the room).
+//! - Executors: no product code outside the runner's `executor/` (and the crates that hold
+//!   their configuration) tells an executor apart by name (`tidy_executors.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -91,6 +95,7 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
     problems.extend(crate::tidy_size::problems(root)?);
     problems.extend(crate::tidy_docs::check(root)?);
     problems.extend(crate::tidy_cli::check(root)?);
+    problems.extend(crate::tidy_executors::check(root)?);
     Ok(problems)
 }
 

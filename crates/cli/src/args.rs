@@ -279,7 +279,7 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<String>,
     /// Where attempts run: `local`, or `slurm` (one sbatch job per attempt), for every task
     /// that does not say (#11).
-    #[arg(long, value_parser = ["local", "slurm"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(sortie_core::ExecutorKind::NAMES))]
     pub(crate) executor: Option<String>,
     /// Start the run in the background: print its id and return while it goes on (its output
     /// goes to `<state-dir>/logs/<run>.log`; `sortie wait RUN` waits for it).
@@ -362,7 +362,7 @@ pub(crate) struct CheckArgs {
     #[arg(long)]
     pub(crate) allow_shared_writes: bool,
     /// As `run --executor` (#11).
-    #[arg(long, value_parser = ["local", "slurm"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(sortie_core::ExecutorKind::NAMES))]
     pub(crate) executor: Option<String>,
 }
 

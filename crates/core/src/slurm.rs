@@ -15,6 +15,9 @@ pub enum ExecutorKind {
 }
 
 impl ExecutorKind {
+    /// Every executor's name, as batch files and the command line spell it.
+    pub const NAMES: &[&str] = &["local", "slurm"];
+
     /// The name used in batch files and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -106,6 +109,10 @@ mod tests {
             assert_eq!(ExecutorKind::parse(kind.as_str()), Some(kind));
         }
         assert_eq!(ExecutorKind::parse("kubernetes"), None);
+        let names: Vec<_> = [ExecutorKind::Local, ExecutorKind::Slurm]
+            .map(ExecutorKind::as_str)
+            .to_vec();
+        assert_eq!(names, ExecutorKind::NAMES);
     }
 
     #[test]

@@ -24,8 +24,6 @@ pub mod slots;
 pub mod supervisor;
 mod sync;
 pub mod worktree;
-// #11: Slurm's commands and their output, as data.
-pub mod slurm;
 // Issue 13: structured results.
 mod structured;
 

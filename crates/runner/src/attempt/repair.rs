@@ -9,8 +9,9 @@
 //!   `codex exec resume --last`), with the request on stdin; both runs are one attempt: the
 //!   same clocks, budgets and stop requests, the usage of both (the second run's is added onto
 //!   the first's), the second run's answer;
-//! - plain commands, agents without a repair (a template that places `{prompt}`) and Slurm
-//!   attempts get none.
+//! - plain commands, agents without a repair (a template that places `{prompt}`) and attempts
+//!   of an executor that cannot repair locally (a Slurm job: its repair would have to be a job
+//!   too) get none.
 //!
 //! Still wrong (or no repair possible) → core's `AttemptOutcome::judge_result` makes the
 //! attempt `partial` with the validation error. A repair run that does not complete leaves the
@@ -143,7 +144,7 @@ pub(super) async fn structured(
             argv,
             session_in,
             cumulative,
-        }) if !steered && !on_slurm(ctx) => Some((argv, session_in, *cumulative)),
+        }) if !steered && ctx.executor.repairs_locally() => Some((argv, session_in, *cumulative)),
         _ => None,
     };
     let Some((argv, session_in, cumulative)) = continued else {
@@ -211,11 +212,6 @@ fn is_stop(o: &AttemptOutcome) -> bool {
         o.stop_reason,
         R::Timeout | R::Budget | R::Cancelled | R::Interrupted | R::Stalled
     )
-}
-
-/// Whether the attempt is a Slurm job (its repair would have to be one too: none).
-fn on_slurm(ctx: &AttemptCtx) -> bool {
-    ctx.executor.kind() == crate::executor::slurm::SLURM
 }
 
 /// Runs the agent again to repair its result, continuing its session: the same attempt (its

@@ -103,10 +103,9 @@ pub(super) async fn run(
     // #11: a batch job's clocks (stall, attempt timeout) start when it runs, not while it
     // waits in the cluster's queue, launched or adopted: from its real start, which the
     // scheduler tells (its run time so far); the deadline is a time of day and is not moved.
-    let batch = ctx.executor.kind() == crate::executor::slurm::SLURM;
     let began = match child.ran_before() {
         Some(ran) => anchor.instant.checked_sub(ran).unwrap_or(anchor.instant),
-        None if batch => anchor.instant,
+        None if ctx.executor.clocks_from_real_start() => anchor.instant,
         None => anchor.instant_of_past(ctx.launched_at),
     };
     let mut watch = Watch::new(
@@ -505,15 +504,14 @@ impl Driver<'_> {
         });
     }
 
-    /// #10: whether the attempt's stdout is followed from a file (supervised, Slurm): its
+    /// #10: whether the attempt's stdout is followed from a file (its executor says): its
     /// read offset is journaled (`AttemptRead`), adoption reads on from it, and the
     /// transcript's cutter cuts below it.
     fn follows_files(&self) -> bool {
-        let kind = self.ctx.executor.kind();
-        kind == crate::executor::SUPERVISED || kind == crate::executor::slurm::SLURM
+        self.ctx.executor.follows_files()
     }
 
-    /// #10: a supervised or Slurm attempt's stream read on by [`transcript::read_step`](crate::transcript::read_step) without usage held
+    /// #10: a stream followed from its file, read on by [`transcript::read_step`](crate::transcript::read_step) without usage held
     /// back (everything its lines said is sent: usage, side effects, its session): the offset
     /// is sent as read, so that the transcript's cutter may cut below it (it never cuts what
     /// the journal does not hold) even while the agent reports no usage.

@@ -8,8 +8,8 @@ use sortie_core::plan::Action;
 use sortie_core::{Event, TaskId, TaskResult, decide};
 
 use super::Engine;
+use crate::attempt;
 use crate::{Result, files};
-use crate::{attempt, executor};
 
 impl Engine {
     /// Appends the round's events in one durable write, with the placements of its launches
@@ -90,8 +90,8 @@ impl Engine {
         Ok(())
     }
 
-    /// The placement event of the attempt `events` launch for `task`, when it outlives
-    /// sortie (not direct).
+    /// The placement event of the attempt `events` launch for `task`, when its executor
+    /// outlives sortie.
     fn placed_event(&self, events: &[Event], task: TaskId) -> Option<Event> {
         let attempt = events.iter().find_map(|e| match e {
             Event::AttemptLaunching {
@@ -100,7 +100,7 @@ impl Engine {
             _ => None,
         })?;
         let (executor, placement) = self.new_placement(task, attempt)?;
-        if executor.kind() == executor::DIRECT {
+        if !executor.outlives_sortie() {
             return None;
         }
         Some(Event::AttemptPlaced {
@@ -135,7 +135,7 @@ impl Engine {
                 .task(task)
                 .and_then(|r| r.live_attempt())
                 .is_some_and(|a| a.placed.is_none());
-            if unplaced && ctx.executor.kind() != executor::DIRECT {
+            if unplaced && ctx.executor.outlives_sortie() {
                 placed.push(Event::AttemptPlaced {
                     task,
                     attempt: ctx.attempt,

@@ -6,12 +6,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sortie_core::spec::{AgentProfile, Batch};
-use sortie_core::{Isolation, TaskId, TaskSpec};
+use sortie_core::{Isolation, TaskId};
 
 use super::Engine;
 use crate::attempt::{self, AttemptCtx};
-use crate::executor::{self, Direct, Executor, Placement, Supervised};
+use crate::executor::{self, Executor, Placement};
 use crate::{agent, process, worktree};
 
 impl Engine {
@@ -28,7 +27,7 @@ impl Engine {
             (Isolation::Copy, _) => self.run_dir.copy_dir(task.0),
             _ => PathBuf::from(&spec.cwd),
         };
-        let profile = launch_profile(batch, spec)?;
+        let profile = batch.launch_profile(spec)?;
         let env = self.env.get(&task.index()).cloned().unwrap_or_default();
         // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
         // its session's).
@@ -54,21 +53,15 @@ impl Engine {
             },
             prompt_text,
         );
-        let deadline_at = deadline_of(spec, rec);
+        let deadline_at = rec.deadline_at(spec);
         let continues = plan.continues.clone();
         // A placed attempt keeps its executor and dir (resume follows it there); a new one
         // is placed by `new_placement`.
-        let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed.as_deref() {
-            Some(p) => {
-                let executor = self.executor_of(p.executor(), task)?;
-                let placement = Placement {
-                    executor: p.executor().to_owned(),
-                    task,
-                    attempt: live.attempt,
-                    dir: PathBuf::from(p.dir()),
-                    handle: p.handle.clone(),
-                };
-                (executor, placement)
+        let (executor, placement): (Arc<dyn Executor>, Placement) = match live.placed {
+            Some(_) => {
+                let dir = self.run_dir.attempt_dir(task.0, live.attempt.0);
+                let placement = Placement::of_record(task, live, dir);
+                (self.executor_of(&placement.executor, task)?, placement)
             }
             None => self.new_placement(task, live.attempt)?,
         };
@@ -112,10 +105,10 @@ impl Engine {
     }
 
     /// Where a new attempt (`attempt` of `task`, journaled as launching or about to be) runs:
-    /// a Slurm task's attempts are Slurm jobs (#11); the others are supervised unless their
-    /// task or profile says not (one driven over stdin too: its supervisor forwards a FIFO to
-    /// its stdin). Read from the spec and its profile only, so that the placement is known
-    /// before the launch is applied and is journaled in the launch's write (see `perform`).
+    /// the executor its spec chooses (see `executor::for_spec`; a task or profile that says
+    /// not to supervise runs direct). Read from the spec and its profile only, so that the
+    /// placement is known before the launch is applied and is journaled in the launch's write
+    /// (see `perform`).
     pub(super) fn new_placement(
         &self,
         task: TaskId,
@@ -123,34 +116,32 @@ impl Engine {
     ) -> Option<(Arc<dyn Executor>, Placement)> {
         let batch = self.state.batch.as_ref()?;
         let spec = self.state.spec(task)?;
-        let rec = self.state.task(task)?;
-        let profile = launch_profile(batch, spec)?;
+        let profile = batch.launch_profile(spec)?;
         let dir = self.run_dir.attempt_dir(task.0, attempt.0);
-        if let Some(executor) = self.slurm_executor(spec, deadline_of(spec, rec)) {
-            let placement = executor.place(dir, task, attempt);
-            return Some((executor, placement));
-        }
-        let executor: Arc<dyn Executor> = match executor::supervisor() {
-            // The dir is journaled as text: a path that is not UTF-8 runs direct.
-            Some(program) if spec.supervise && profile.supervise && dir.to_str().is_some() => {
-                Arc::new(Supervised::new(program.to_path_buf()))
-            }
-            _ => Arc::new(Direct),
-        };
+        // The dir is journaled as text: a path that is not UTF-8 runs direct.
+        let supervise = spec.supervise && profile.supervise && dir.to_str().is_some();
+        let executor = executor::for_spec(spec, &self.executor_choice(task, supervise)?);
         let placement = executor.place(dir, task, attempt);
         Some((executor, placement))
     }
-}
 
-/// A task's deadline as a time (core's [`sortie_core::TaskRecord::deadline_at`]).
-fn deadline_of(
-    spec: &sortie_core::TaskSpec,
-    rec: &sortie_core::TaskRecord,
-) -> Option<sortie_core::Timestamp> {
-    rec.deadline_at(spec)
-}
+    /// The executor of a journaled placement's executor name `name` for `task` (see
+    /// `executor::for_placement`).
+    pub(super) fn executor_of(&self, name: &str, task: TaskId) -> Option<Arc<dyn Executor>> {
+        let spec = self.state.spec(task)?;
+        executor::for_placement(name, spec, &self.executor_choice(task, false)?)
+    }
 
-/// The agent profile a task's attempts launch with (core's [`Batch::launch_profile`]).
-fn launch_profile<'b>(batch: &'b Batch, spec: &TaskSpec) -> Option<&'b AgentProfile> {
-    batch.launch_profile(spec)
+    /// What choosing `task`'s executor needs beside its spec.
+    fn executor_choice(&self, task: TaskId, supervise: bool) -> Option<executor::Choice<'_>> {
+        let spec = self.state.spec(task)?;
+        let rec = self.state.task(task)?;
+        Some(executor::Choice {
+            shared: &self.executors,
+            run: &self.run_id,
+            incarnation: self.incarnation(),
+            deadline_at: rec.deadline_at(spec),
+            supervise,
+        })
+    }
 }

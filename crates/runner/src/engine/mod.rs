@@ -31,7 +31,6 @@ mod resume;
 mod tests;
 mod worktree_jobs;
 // #11
-mod slurm;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -336,8 +335,8 @@ struct Engine {
     setup_failed: BTreeMap<TaskId, String>,
     /// The records counted by the last high-water mark, and when it was written.
     marked: (u64, std::time::Instant),
-    /// #11: the run's Slurm cluster (its one status poller), once a Slurm attempt needs it.
-    slurm: std::sync::OnceLock<Arc<crate::executor::slurm::Cluster>>,
+    /// What the run's attempts share of their executors (#11: Slurm's one status poller).
+    executors: crate::executor::Shared,
     /// The records the last snapshot holds (or the state this process started from).
     snapshotted: u64,
     /// Events appended and applied but not yet durable (`commit_pending`), in order: the
@@ -392,7 +391,7 @@ impl Engine {
             // resumed run's first commit does not rewrite the mark and the index (four fsyncs
             // before its first spawn); the clock (`MARK_EVERY`) brings them up to date.
             marked: (state_seq, std::time::Instant::now()),
-            slurm: std::sync::OnceLock::new(),
+            executors: crate::executor::Shared::default(),
             snapshotted: state_seq,
             session_links: std::sync::OnceLock::new(),
             unsettled: Vec::new(),

@@ -13,12 +13,13 @@
 //! to the journal: the marker scan kills them all, sparing only the adopted ones.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sortie_core::{Event, OrphanAction, TaskId};
 
 use super::Engine;
-use crate::executor::{Adoption, Placement, Presence, Started};
+use crate::executor::{Adoption, Executor, Placement, Presence, Started};
 use crate::{Error, Result, process};
 
 /// What resume found of one live attempt.
@@ -26,6 +27,13 @@ struct Live {
     orphan: sortie_core::decide::Orphan,
     adoption: Option<Adoption>,
     presence: Presence,
+}
+
+/// The live attempts of one executor that polls in batch: each with its index in what resume
+/// found.
+struct InBatch {
+    executor: Arc<dyn Executor>,
+    found: Vec<(usize, Adoption)>,
 }
 
 impl Engine {
@@ -44,8 +52,9 @@ impl Engine {
             run: self.run_id.clone(),
         };
         let mut found = Vec::with_capacity(plan.orphans.len());
-        // #11: Slurm's attempts are found with one query for all of them (below).
-        let mut on_slurm = Vec::new();
+        // #11: the attempts of an executor that polls in batch (a batch scheduler) are found
+        // with one query for all of them (below), by executor name in first-seen order.
+        let mut batched: Vec<InBatch> = Vec::new();
         // Attempts adopted before (#11: Slurm jobs still known to the cluster) are not orphans.
         let mut spare: HashSet<_> = HashSet::new();
         for o in plan.orphans {
@@ -54,16 +63,29 @@ impl Engine {
                 continue;
             }
             let adoption = self.adoption(o.task);
-            let presence = match &adoption {
-                Some(a) if a.placement.executor == crate::executor::slurm::SLURM => {
-                    on_slurm.push((found.len(), a.clone()));
+            let executor = adoption
+                .as_ref()
+                .and_then(|a| self.executor_of(&a.placement.executor, o.task));
+            let presence = match (&adoption, executor) {
+                (Some(a), Some(ex)) if ex.polls_in_batch() => {
+                    let at = (found.len(), a.clone());
+                    let name = &a.placement.executor;
+                    let same = |b: &&mut InBatch| {
+                        b.found
+                            .first()
+                            .is_some_and(|(_, f)| f.placement.executor == *name)
+                    };
+                    match batched.iter_mut().find(same) {
+                        Some(b) => b.found.push(at),
+                        None => batched.push(InBatch {
+                            executor: ex,
+                            found: vec![at],
+                        }),
+                    }
                     Presence::Gone
                 }
-                Some(a) => match self.executor_of(&a.placement.executor, o.task) {
-                    Some(ex) => ex.find(a).await,
-                    None => Presence::Gone,
-                },
-                None => Presence::Gone,
+                (Some(a), Some(ex)) => ex.find(a).await,
+                _ => Presence::Gone,
             };
             found.push(Live {
                 orphan: o,
@@ -71,12 +93,9 @@ impl Engine {
                 presence,
             });
         }
-        if let Some((first, _)) = on_slurm.first()
-            && let Some(ex) =
-                self.executor_of(crate::executor::slurm::SLURM, found[*first].orphan.task)
-        {
-            let adoptions: Vec<Adoption> = on_slurm.iter().map(|(_, a)| a.clone()).collect();
-            for ((i, _), presence) in on_slurm.iter().zip(ex.poll(&adoptions).await) {
+        for b in batched {
+            let adoptions: Vec<Adoption> = b.found.iter().map(|(_, a)| a.clone()).collect();
+            for ((i, _), presence) in b.found.iter().zip(b.executor.poll(&adoptions).await) {
                 found[*i].presence = presence;
             }
         }

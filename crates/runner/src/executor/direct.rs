@@ -25,6 +25,27 @@ impl Executor for Direct {
         super::DIRECT
     }
 
+    // A child of sortie with pipes: it dies with sortie, and runs here.
+    fn outlives_sortie(&self) -> bool {
+        false
+    }
+
+    fn follows_files(&self) -> bool {
+        false
+    }
+
+    fn clocks_from_real_start(&self) -> bool {
+        false
+    }
+
+    fn polls_in_batch(&self) -> bool {
+        false
+    }
+
+    fn repairs_locally(&self) -> bool {
+        true
+    }
+
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
             // Sortie writes what it reads: the same transcript files as a supervised attempt.

@@ -21,8 +21,16 @@
 //! or a line of the run's shepherd's status log beside the attempt dirs). The direct executor
 //! (today's behaviour: a child of sortie with pipes) is the exception: it dies with sortie.
 //!
-//! The implementations: `direct.rs` (a child of sortie, pipes) and `supervised.rs` (a small
-//! per-attempt supervisor that survives sortie; the files above).
+//! What an executor can do is asked, never inferred from its name: whether it outlives sortie
+//! (its placement is journaled), whether its output is followed from files, whether its clocks
+//! start at the attempt's real start, whether its status is polled for all attempts at once,
+//! whether a repair round may run locally (see the capability methods of [`Executor`]). Which
+//! executor runs a task is chosen here too ([`for_spec`], and [`for_placement`] for one already
+//! journaled): the engine and the attempt name no executor.
+//!
+//! The implementations: `direct.rs` (a child of sortie, pipes), `supervised.rs` (a small
+//! per-attempt supervisor that survives sortie; the files above) and `slurm/` (#11: one batch
+//! job per attempt, with Slurm's commands as data).
 
 use std::fmt;
 use std::future::Future;
@@ -32,16 +40,16 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sortie_core::{Attempt, StopReason, TaskId};
+use sortie_core::{Attempt, AttemptRecord, RunId, StopReason, TaskId, TaskSpec, Timestamp};
 use sortie_protocol::Exit;
 
 use crate::layout::attempt::{AttemptFiles, EXIT_FILE};
 use crate::process::{Line, SpawnError, SpawnSpec, Stdin, WaitError};
 
 mod direct;
-mod supervised;
 // #11
 pub mod slurm;
+mod supervised;
 
 pub use direct::Direct;
 pub use supervised::{SUPERVISION_VAR, Supervised};
@@ -95,6 +103,35 @@ impl Placement {
     pub fn exit_file(&self) -> PathBuf {
         self.dir.join(EXIT_FILE)
     }
+}
+
+impl Placement {
+    /// The placement of `task`'s attempt `record` as journaled; an attempt placed nowhere ran
+    /// direct (the direct executor journals no placement), in `unplaced_dir`.
+    pub fn of_record(task: TaskId, record: &AttemptRecord, unplaced_dir: PathBuf) -> Placement {
+        match record.placed.as_deref() {
+            Some(p) => Placement {
+                executor: p.executor().to_owned(),
+                task,
+                attempt: record.attempt,
+                dir: PathBuf::from(p.dir()),
+                handle: p.handle.clone(),
+            },
+            None => Placement {
+                executor: DIRECT.to_owned(),
+                task,
+                attempt: record.attempt,
+                dir: unplaced_dir,
+                handle: None,
+            },
+        }
+    }
+}
+
+/// Whether an attempt that `executor` ran has a supervisor of its own on this machine, whose
+/// life (its `started` record) says whether the attempt's files may still grow.
+pub fn has_own_supervisor(executor: &str) -> bool {
+    executor == SUPERVISED
 }
 
 /// The stdout and stderr of an attempt that `executor` ran, placed with the dir `dir`: inside
@@ -256,8 +293,33 @@ pub struct Adoption {
 
 /// An executor (see the module doc).
 pub trait Executor: Send + Sync + fmt::Debug {
-    /// Its journaled name.
+    /// Its journaled name (the placement records it; nothing outside this module compares it).
     fn kind(&self) -> &'static str;
+
+    /// Whether its attempts outlive sortie: their placement is journaled (`AttemptPlaced`)
+    /// before the launch, so that a resume finds them again. One that dies with sortie
+    /// journals none: its attempt is orphaned on resume.
+    fn outlives_sortie(&self) -> bool;
+
+    /// #10: whether its attempts' stdout is followed from a file (not a pipe): its read offset
+    /// is journaled (`AttemptRead`), adoption reads on from it, and the transcript's cutter
+    /// cuts below it.
+    fn follows_files(&self) -> bool;
+
+    /// #11: whether its attempts may wait before they run (a batch scheduler's queue): their
+    /// clocks (stall, attempt timeout) start at the real start, which the executor tells
+    /// ([`Execution::ran_before`]), or else when the attempt is seen started; never at the
+    /// journaled launch.
+    fn clocks_from_real_start(&self) -> bool;
+
+    /// #11: whether a resume asks for all of the run's attempts on it with one
+    /// [`Executor::poll`] (a batch scheduler's status query), not one [`Executor::find`] each.
+    fn polls_in_batch(&self) -> bool;
+
+    /// Issue 13: whether a structured output's repair round may run as a local child of sortie
+    /// continuing the attempt's session (the attempt ran on this machine); else the first
+    /// result stands.
+    fn repairs_locally(&self) -> bool;
 
     /// The placement of attempt `attempt` of `task` in its attempt dir `dir` (the layout's
     /// `RunDir::attempt_dir`): its identity, journaled before the launch. Pure: nothing is
@@ -315,12 +377,118 @@ pub fn supervisor() -> Option<&'static Path> {
     SUPERVISOR.get().map(PathBuf::as_path)
 }
 
-/// The executor of a journaled name; None for a name this build does not know (or `local`
-/// without a supervisor program).
-pub fn by_kind(kind: &str) -> Option<Arc<dyn Executor>> {
-    match kind {
+/// What a run's executors share, kept by the run's owner: #11: the run's Slurm cluster (its
+/// one status poller), made at its first use.
+#[derive(Debug, Default)]
+pub struct Shared {
+    slurm: OnceLock<Arc<slurm::Cluster>>,
+}
+
+/// What choosing an attempt's executor needs beside its task's spec.
+#[derive(Debug, Clone, Copy)]
+pub struct Choice<'a> {
+    /// What the run's executors share.
+    pub shared: &'a Shared,
+    /// The run.
+    pub run: &'a RunId,
+    /// The run's incarnation (see `process::marker`).
+    pub incarnation: u64,
+    /// The task's deadline as a time, if it has one.
+    pub deadline_at: Option<Timestamp>,
+    /// Whether the task and its agent profile let its attempts be supervised, and its attempt
+    /// dir can be journaled (its path is UTF-8 text).
+    pub supervise: bool,
+}
+
+/// The executor of a new attempt of the task with `spec`: its batch's executor (#11: Slurm's,
+/// one job per attempt); on this machine, supervised when `choice` lets it and this process
+/// has a supervisor program (see [`use_supervisor`]), else direct.
+pub fn for_spec(spec: &TaskSpec, choice: &Choice<'_>) -> Arc<dyn Executor> {
+    match &spec.executor {
+        sortie_core::Executor::Slurm(options) => slurm::place::for_spec(spec, options, choice),
+        sortie_core::Executor::Local => match supervisor() {
+            Some(program) if choice.supervise => Arc::new(Supervised::new(program.to_path_buf())),
+            _ => Arc::new(Direct),
+        },
+    }
+}
+
+/// The executor of a journaled placement's executor name `name`, for the task with `spec`;
+/// None for a name this build does not know (or `local` without a supervisor program).
+pub fn for_placement(
+    name: &str,
+    spec: &TaskSpec,
+    choice: &Choice<'_>,
+) -> Option<Arc<dyn Executor>> {
+    match name {
         DIRECT => Some(Arc::new(Direct)),
         SUPERVISED => Some(Arc::new(Supervised::new(supervisor()?.to_path_buf()))),
+        slurm::SLURM => Some(slurm::place::for_placement(spec, choice)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The executor chosen for `spec` with supervision allowed or not (no supervisor program is
+    /// set in the runner's tests: local attempts run direct).
+    fn chosen(spec: &TaskSpec, supervise: bool) -> Arc<dyn Executor> {
+        let shared = Shared::default();
+        let run = RunId::new("r").expect("a valid run id");
+        let choice = Choice {
+            shared: &shared,
+            run: &run,
+            incarnation: 1,
+            deadline_at: None,
+            supervise,
+        };
+        for_spec(spec, &choice)
+    }
+
+    /// What an executor can do, in the order of the trait's capability methods.
+    fn capabilities(ex: &dyn Executor) -> [bool; 5] {
+        [
+            ex.outlives_sortie(),
+            ex.follows_files(),
+            ex.clocks_from_real_start(),
+            ex.polls_in_batch(),
+            ex.repairs_locally(),
+        ]
+    }
+
+    #[test]
+    fn a_spec_chooses_its_executor_and_the_executor_says_what_it_can_do() {
+        let local = TaskSpec::new("t", "/tmp");
+        let mut on_slurm = local.clone();
+        on_slurm.executor = sortie_core::Executor::Slurm(Default::default());
+        let direct = chosen(&local, true);
+        assert_eq!(direct.kind(), DIRECT);
+        assert_eq!(capabilities(&*direct), [false, false, false, false, true]);
+        let slurm = chosen(&on_slurm, false);
+        assert_eq!(slurm.kind(), slurm::SLURM);
+        assert_eq!(capabilities(&*slurm), [true, true, true, true, false]);
+        let supervised = Supervised::new(PathBuf::from("/bin/true"));
+        assert_eq!(capabilities(&supervised), [true, true, false, false, true]);
+    }
+
+    #[test]
+    fn a_journaled_name_finds_its_executor_again() {
+        let spec = TaskSpec::new("t", "/tmp");
+        let shared = Shared::default();
+        let run = RunId::new("r").expect("a valid run id");
+        let choice = Choice {
+            shared: &shared,
+            run: &run,
+            incarnation: 1,
+            deadline_at: None,
+            supervise: false,
+        };
+        let kind = |name| for_placement(name, &spec, &choice).map(|e| e.kind());
+        assert_eq!(kind(DIRECT), Some(DIRECT));
+        // A Slurm placement of a task no longer on Slurm is still followed on Slurm.
+        assert_eq!(kind(slurm::SLURM), Some(slurm::SLURM));
+        assert_eq!(kind("kubernetes"), None);
     }
 }

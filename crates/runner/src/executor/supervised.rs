@@ -57,6 +57,27 @@ impl Executor for Supervised {
         super::SUPERVISED
     }
 
+    // A supervisor of its own on this machine, files for its output.
+    fn outlives_sortie(&self) -> bool {
+        true
+    }
+
+    fn follows_files(&self) -> bool {
+        true
+    }
+
+    fn clocks_from_real_start(&self) -> bool {
+        false
+    }
+
+    fn polls_in_batch(&self) -> bool {
+        false
+    }
+
+    fn repairs_locally(&self) -> bool {
+        true
+    }
+
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
             let dir = req.placement.dir.clone();

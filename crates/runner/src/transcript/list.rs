@@ -10,6 +10,7 @@ use sortie_core::state::AttemptEnd;
 use sortie_core::{AttemptStatus, RunState, TaskId};
 
 use super::kept::{Cut, read_cut};
+use crate::executor::Placement;
 use crate::layout::{Owner, RunDir};
 use crate::supervisor;
 
@@ -56,14 +57,9 @@ pub fn of_task(state: &RunState, run_dir: &RunDir, task: TaskId) -> Vec<Transcri
     rec.attempts
         .iter()
         .map(|a| {
-            let (executor, dir) = match a.placed.as_deref() {
-                Some(p) => (p.executor().to_owned(), PathBuf::from(p.dir())),
-                None => (
-                    crate::executor::DIRECT.to_owned(),
-                    run_dir.attempt_dir(task.0, a.attempt.0),
-                ),
-            };
-            let files = crate::executor::attempt_files(&executor, &dir);
+            let placement = Placement::of_record(task, a, run_dir.attempt_dir(task.0, a.attempt.0));
+            let files = placement.files();
+            let (executor, dir) = (placement.executor, placement.dir);
             let (path, stderr) = (files.stdout, files.stderr);
             let meta = std::fs::metadata(&path).ok();
             let end = match &a.end {
@@ -100,7 +96,7 @@ pub fn may_grow(t: &Transcript, run_dir: &RunDir) -> bool {
     if supervisor::read_exit(dir).is_some() {
         return false;
     }
-    if t.executor == crate::executor::SUPERVISED
+    if crate::executor::has_own_supervisor(&t.executor)
         && let Some(s) = supervisor::read_started(dir)
     {
         return crate::process::is_running(s.supervisor, s.supervisor_start);

@@ -14,11 +14,11 @@ use std::time::Duration;
 use sortie_core::{Attempt, RunId, TaskId};
 use tokio::sync::{Notify, watch};
 
-use crate::process::{self, ToolOutput};
-use crate::slurm::{
+use super::jobs::{
     Accounting, JobId, JobKey, JobStatus, Lookup, PollPace, parse_sacct, parse_scontrol,
     parse_squeue, sacct_args, scontrol_args, squeue_args,
 };
+use crate::process::{self, ToolOutput};
 
 /// The bound on one Slurm command (a slurmctld that does not answer is an error, not a hang).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -201,7 +201,7 @@ impl Cluster {
         if !out.success() {
             return Err(format!("sbatch failed: {}", out.stderr.trim()));
         }
-        crate::slurm::parse_sbatch(&out.text())
+        super::jobs::parse_sbatch(&out.text())
             .ok_or_else(|| format!("sbatch printed no job id: {:?}", out.text()))
     }
 

@@ -1,5 +1,5 @@
 //! The Slurm executor: each attempt is one `sbatch` job, named from (run, task, attempt,
-//! incarnation) so that any sortie process finds it again (see `crate::slurm`, the commands as
+//! incarnation) so that any sortie process finds it again (see `jobs`, the commands as
 //! data).
 //!
 //! - Launch: the job's script (`job.sh`: the attempt's variables, then `exec` of its argv) and
@@ -20,6 +20,11 @@
 //! The job's environment is the submitter's (sbatch's default) plus the attempt's variables
 //! from `job.sh` (0700, beside the run's `env.json`); the attempt marker is not set, since the
 //! job is not a process of this machine's sortie (resume must not kill it).
+//!
+//! The files: this one (the executor), `cluster.rs` (the run's one status poller), `follow.rs`
+//! (a job's output, followed from its files), `jobs/` (Slurm's commands and their output, as
+//! data, tested from recorded output), `place.rs` (the executor of a task's spec or of a
+//! journaled placement, sharing the run's cluster).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,15 +36,17 @@ use sortie_core::{SlurmOptions, StopReason};
 use sortie_protocol::Exit;
 use tokio::sync::{mpsc, watch};
 
+use self::jobs::{JobId, JobState, JobStatus, Submission, job_end, sbatch_args};
 use super::{
     Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Placement, Presence, Sig,
     Started,
 };
 use crate::process::{Line, SpawnError, Stdin, WaitError};
-use crate::slurm::{JobId, JobState, JobStatus, Submission, job_end, sbatch_args};
 
 mod cluster;
 mod follow;
+pub mod jobs;
+pub(super) mod place;
 
 pub use cluster::Cluster;
 use cluster::Seen;
@@ -234,6 +241,27 @@ fn is_shell_name(k: &str) -> bool {
 impl Executor for Slurm {
     fn kind(&self) -> &'static str {
         SLURM
+    }
+
+    // A batch job: queued, polled with the run's other jobs, run on another node.
+    fn outlives_sortie(&self) -> bool {
+        true
+    }
+
+    fn follows_files(&self) -> bool {
+        true
+    }
+
+    fn clocks_from_real_start(&self) -> bool {
+        true
+    }
+
+    fn polls_in_batch(&self) -> bool {
+        true
+    }
+
+    fn repairs_locally(&self) -> bool {
+        false
     }
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
