@@ -1,6 +1,6 @@
 //! The decisions, as pure functions of the spec, the journaled history and the time given.
 //!
-//! Retry rules (SEMANTICS.md): transient failures are retried; `model_error` moves to the next
+//! Retry rules: transient failures are retried; `model_error` moves to the next
 //! fallback and is never retried on the model that raised it; attempt k uses fallback k-1 and
 //! the primary once the fallbacks are used up; a same-model retry backs off exponentially with
 //! jitter, a model switch starts at once; no wait reaches past the deadline.

@@ -124,7 +124,7 @@ pub struct AgentProfile {
     pub may_write: bool,
     // #10: attempts that outlive sortie.
     /// Whether its attempts run under a supervisor that outlives sortie (`supervise = false`
-    /// runs them as sortie's children, which die with it; see docs/resume.md).
+    /// runs them as sortie's children, which die with it; see docs/design/resume.md).
     pub supervise: bool,
 }
 

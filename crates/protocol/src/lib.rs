@@ -27,9 +27,9 @@
 //!
 //! [`pi`] reads `pi --mode json`, [`claude`] reads `claude -p --output-format stream-json
 //! --verbose`, [`codex`] reads `codex exec --json`. Each reduces a stream to an agent run
-//! summary that one set of rules classifies (SEMANTICS.md, "Classifying an attempt"); the text
-//! of a provider error is classified by [`classify_provider_error`]. docs/agents.md describes
-//! the streams and the edge cases.
+//! summary that one set of rules classifies (`classify_agent`, whose table docs/agents.md
+//! shows); the text of a provider error is classified by [`classify_provider_error`].
+//! docs/agents.md describes the streams and the edge cases.
 
 use sortie_core::{Protocol, Usage};
 

@@ -1,6 +1,6 @@
 //! Independent oracles for the model tests: a per-task grammar automaton, an attempt counter, a
-//! usage ledger recomputed from the events, a resume checker, the aggregate order from
-//! SEMANTICS.md, and the probe events fed to `check`. None of them calls core's `check`.
+//! usage ledger recomputed from the events, a resume checker, the aggregate order written apart
+//! from core, and the probe events fed to `check`. None of them calls core's `check`.
 //!
 //! Shared by core's and the journal's model tests (included with `#[path]`).
 
@@ -45,7 +45,7 @@ pub(crate) fn property<S>(
     }
 }
 
-/// The aggregate run state, in SEMANTICS.md's order: all completed → completed; any completed
+/// The aggregate run state, in this order: all completed → completed; any completed
 /// or partial → partial; all cancelled → cancelled; all timeout or cancelled → timeout;
 /// otherwise failed.
 pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
@@ -72,7 +72,7 @@ pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
 /// (`Queued Planned Worktree? Finished`). `SideEffects` comes at most once per attempt and
 /// `Continues` at most once, before `Started`.
 ///
-/// DESIGN.md writes `Stalled* Progress*`; a live attempt goes silent (stalled) and speaks again
+/// The grammar is `Stalled* Progress*`; a live attempt goes silent (stalled) and speaks again
 /// (progress) in any order, and core accepts both orders, so the automaton does too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum G {
@@ -329,7 +329,7 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
     Ok(())
 }
 
-/// Sums usages the way SEMANTICS.md says, written apart from core: counters add, the context
+/// Sums usages by the rules of usage, written apart from core: counters add, the context
 /// level is the latest nonzero one, unreported costs are counted.
 pub(crate) fn sum_usage<'a>(usages: impl IntoIterator<Item = &'a Usage>) -> Usage {
     let mut s = Usage::default();

@@ -8,7 +8,7 @@
 //! Rules:
 //! - No output for `stall_after`: the attempt is marked stalled (reported once); output clears
 //!   the mark (reported as progress); `stall_kill_after` more of silence stops it (`stalled`).
-//!   0 turns each part off, as in the seeds: `stall_after = 0` never marks nor stops for
+//!   0 turns each part off: `stall_after = 0` never marks nor stops for
 //!   silence; `stall_kill_after = 0` marks a stalled attempt and never stops it.
 //! - `attempt_timeout` after the start, or at the task's deadline: it is stopped (`timeout`,
 //!   phase `running`).

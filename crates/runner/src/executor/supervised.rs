@@ -6,12 +6,12 @@
 //!
 //! By default the supervisor is the run's shepherd (`supervisor::shepherd`: one long-lived process
 //! that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt` gives each
-//! attempt its own (`sortie __supervise`). Both record the same (the shepherd its `started` and
-//! `exit` records in the run's status log, `supervisor::status_log`, not in two files per attempt, and
-//! its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a dir:
-//! `layout::attempt::AttemptFiles`), read by the same functions, so adoption and resume do not tell them
-//! apart. The shepherd won on `bench/dispatch.sh`: a supervisor per attempt is an exec of the
-//! sortie binary per attempt (see ARCHITECTURE.md).
+//! attempt its own (`sortie __supervise`). Both record the same (the shepherd its `started`
+//! and `exit` records in the run's status log, `supervisor::status_log`, not in two files per
+//! attempt, and its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a
+//! dir: `layout::attempt::AttemptFiles`), read by the same functions, so adoption and resume
+//! do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor per attempt is an exec of the
+//! sortie binary per attempt (see docs/design/shepherd.md).
 
 use std::io;
 use std::path::PathBuf;
