@@ -29,7 +29,8 @@ use std::process::{Child, Command, Stdio};
 use serde_json::Value;
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, start_mock, task_events, task_view, unique_run};
+use crate::support::{Background, Scratch, start_mock, task_view, unique_run};
+use sortie_testkit::Events;
 
 const CLAUDE_VERSION: &str = "2.1.332";
 const ANSWER: &str = "Hello from the mock model.";
@@ -109,8 +110,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 /// The attempts of task number `task`: (model, status, stop reason, error, output).
 fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, String, String)> {
-    let launching = task_events(events, "AttemptLaunching", task);
-    task_events(events, "AttemptFinished", task)
+    let launching = events.of(task as u64, "AttemptLaunching");
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .map(|b| {
             let model = launching
@@ -213,10 +215,10 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
     let tool = attempts(&events, 1);
     assert_eq!(tool.len(), 1, "{tool:?}");
     assert_eq!(tool[0].1, "completed", "{tool:?}");
-    let finished = task_events(&events, "AttemptFinished", 1);
+    let finished = events.of(1, "AttemptFinished");
     assert_eq!(finished[0]["outcome"]["side_effects"], true);
     assert_eq!(finished[0]["outcome"]["denials"], serde_json::json!([]));
-    let planned = task_events(&events, "WorktreePlanned", 1);
+    let planned = events.of(1, "WorktreePlanned");
     let worktree = PathBuf::from(planned[0]["path"].as_str().expect("a worktree path"));
     assert_eq!(
         std::fs::read_to_string(worktree.join("out.txt")).expect("out.txt in the worktree"),
@@ -250,7 +252,7 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
         denied[0].3.contains("denied") && denied[0].3.contains("Bash"),
         "{denied:?}"
     );
-    let finished = task_events(&events, "AttemptFinished", 2);
+    let finished = events.of(2, "AttemptFinished");
     assert_eq!(
         finished[0]["outcome"]["denials"],
         serde_json::json!([{"tool": "Bash", "count": 1}])

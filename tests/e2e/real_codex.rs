@@ -27,7 +27,8 @@ use std::process::{Child, Command, Stdio};
 use serde_json::Value;
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
+use crate::support::{Scratch, event_kind, run_as_user, start_mock, unique_run};
+use sortie_testkit::Events;
 
 const CODEX_VERSION: &str = "0.171.0";
 const HELLO: &str = "Hello from the mock LLM. Task complete.";
@@ -127,7 +128,8 @@ pub(crate) fn fake_user(home: &Path, port: u16) -> PathBuf {
 
 /// The attempts of task number `task`: (model, status, stop reason, error, output).
 fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, String, String)> {
-    let models: BTreeMap<u64, String> = task_events(events, "AttemptLaunching", task)
+    let models: BTreeMap<u64, String> = events
+        .of(task as u64, "AttemptLaunching")
         .iter()
         .map(|b| {
             (
@@ -136,7 +138,8 @@ fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, Strin
             )
         })
         .collect();
-    task_events(events, "AttemptFinished", task)
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .map(|b| {
             let a = b["attempt"].as_u64().expect("attempt");
@@ -200,7 +203,7 @@ fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_serve
     assert_eq!(tool.len(), 1, "{tool:?}");
     assert_eq!(tool[0].1, "completed", "{tool:?}");
     assert_eq!(tool[0].4, DONE);
-    let finished = task_events(&events, "AttemptFinished", 1);
+    let finished = events.of(1, "AttemptFinished");
     assert_eq!(finished[0]["outcome"]["side_effects"], true);
     assert_eq!(
         std::fs::read_to_string(s.path().join("work/tool/out.txt")).expect("out.txt"),
@@ -388,7 +391,8 @@ fn real_codex_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
         "edit writes in the task's cwd: {:?}",
         attempts(&events, 1)
     );
-    let launched: Vec<Value> = task_events(&events, "AttemptFinished", 2)
+    let launched: Vec<Value> = events
+        .of(2, "AttemptFinished")
         .into_iter()
         .cloned()
         .collect();

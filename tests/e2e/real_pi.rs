@@ -29,7 +29,8 @@ use std::process::{Child, Command};
 use serde_json::Value;
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
+use crate::support::{Scratch, event_kind, run_as_user, start_mock, unique_run};
+use sortie_testkit::Events;
 
 const PI_VERSION: &str = "0.73.1";
 /// pi's own variables, removed from a test run as the fake user (the machine's must not leak in).
@@ -181,7 +182,8 @@ pub(crate) fn fake_user(home: &Path, port: u16) -> PathBuf {
 
 /// The attempts of task number `task`: (attempt, model, status, stop reason, error, output).
 fn attempts(events: &[Value], task: usize) -> Vec<(u64, String, String, String, String, String)> {
-    let models: BTreeMap<u64, String> = task_events(events, "AttemptLaunching", task)
+    let models: BTreeMap<u64, String> = events
+        .of(task as u64, "AttemptLaunching")
         .iter()
         .map(|b| {
             (
@@ -190,7 +192,8 @@ fn attempts(events: &[Value], task: usize) -> Vec<(u64, String, String, String, 
             )
         })
         .collect();
-    task_events(events, "AttemptFinished", task)
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .map(|b| {
             let a = b["attempt"].as_u64().expect("attempt");
@@ -280,7 +283,7 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
     assert_eq!(tool.len(), 1, "{tool:?}");
     assert_eq!(tool[0].2, "completed", "{tool:?}");
     assert_eq!(tool[0].5, ANSWER);
-    let finished = task_events(&events, "AttemptFinished", 1);
+    let finished = events.of(1, "AttemptFinished");
     assert_eq!(finished[0]["outcome"]["side_effects"], true);
     assert_eq!(
         std::fs::read_to_string(s.path().join("work/tool/out.txt")).expect("out.txt"),
@@ -312,7 +315,8 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
     );
     // Marked stalled at least once (twice when a loaded machine kept pi silent at start-up).
     assert!(
-        task_events(&events, "AttemptStalled", 3)
+        events
+            .of(3, "AttemptStalled")
             .iter()
             .any(|b| b["attempt"] == 1)
     );
@@ -478,7 +482,7 @@ fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
         ("partial", "completed"),
         "{ro:?}"
     );
-    let finished = task_events(&events, "AttemptFinished", 0);
+    let finished = events.of(0, "AttemptFinished");
     assert_eq!(
         finished[0]["outcome"]["denials"],
         serde_json::json!([{"tool": "bash", "count": 1}])

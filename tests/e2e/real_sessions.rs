@@ -22,9 +22,9 @@ use sortie_testkit::real_agent::should_run;
 
 use crate::real_claude::{AnthropicMock, claude_found};
 use crate::support::{
-    Background, Scratch, finish, live_processes_of, poll, run_as_user, task_events, task_view,
-    unique_run,
+    Background, Scratch, finish, live_processes_of, poll, run_as_user, task_view, unique_run,
 };
+use sortie_testkit::Events;
 
 /// Writes a role file at `rel` under the scratch dir (its folders made).
 fn write_role(s: &Scratch, rel: &str, text: &str) {
@@ -36,7 +36,8 @@ fn write_role(s: &Scratch, rel: &str, text: &str) {
 /// The usage journaled for task `task` (its attempts' last finished usage, summed):
 /// (input, output, cache_read).
 fn task_tokens(events: &[Value], task: usize) -> (u64, u64, u64) {
-    task_events(events, "AttemptFinished", task)
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .fold((0, 0, 0), |(i, o, c), b| {
             let u = &b["usage"];
@@ -47,7 +48,8 @@ fn task_tokens(events: &[Value], task: usize) -> (u64, u64, u64) {
 
 /// The session ids task `task`'s attempts named (`AttemptSession`).
 fn sessions_of(events: &[Value], task: usize) -> Vec<String> {
-    task_events(events, "AttemptSession", task)
+    events
+        .of(task as u64, "AttemptSession")
         .iter()
         .filter_map(|b| b["session"].as_str().map(str::to_owned))
         .collect()
@@ -55,7 +57,8 @@ fn sessions_of(events: &[Value], task: usize) -> Vec<String> {
 
 /// The sessions task `task`'s attempts continued (`AttemptContinues`): (attempt, session).
 fn continued(events: &[Value], task: usize) -> Vec<(u64, String)> {
-    task_events(events, "AttemptContinues", task)
+    events
+        .of(task as u64, "AttemptContinues")
         .iter()
         .map(|b| {
             (
@@ -175,7 +178,7 @@ fn real_claude_continues_a_session_across_tasks_and_applies_a_role() {
 
     // The role: its model, its read-only permissions (the write was denied), its prompt.
     assert_eq!(state_of(&s, &run, "audit"), "partial");
-    let finished = task_events(&events, "AttemptFinished", 0);
+    let finished = events.of(0, "AttemptFinished");
     assert_eq!(
         finished[0]["outcome"]["denials"],
         serde_json::json!([{"tool": "Bash", "count": 1}])
@@ -248,7 +251,7 @@ fn real_claude_crash_mid_attempt_continues_its_session() {
         !sessions_of(e, 0).is_empty() && !mock.served().is_empty()
     });
     assert_eq!(code, Some(0));
-    assert_eq!(task_events(&events, "AttemptOrphaned", 0).len(), 1);
+    assert_eq!(events.of(0, "AttemptOrphaned").len(), 1);
     let session = sessions_of(&events, 0);
     assert_eq!(session.len(), 2, "both attempts name it: {events:?}");
     assert_eq!(session[0], session[1], "the retry is in the same session");
@@ -400,7 +403,7 @@ fn real_codex_crash_mid_attempt_continues_its_session() {
         !sessions_of(e, 0).is_empty() && !mock.served().is_empty()
     });
     assert_eq!(code, Some(0));
-    assert_eq!(task_events(&events, "AttemptOrphaned", 0).len(), 1);
+    assert_eq!(events.of(0, "AttemptOrphaned").len(), 1);
     let session = sessions_of(&events, 0);
     assert_eq!(session.len(), 2, "both attempts name it: {events:?}");
     assert_eq!(session[0], session[1], "the retry is in the same thread");

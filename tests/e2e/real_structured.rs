@@ -23,7 +23,8 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{Value, json};
 use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, start_mock, task_events, task_view, unique_run};
+use crate::support::{Background, Scratch, start_mock, task_view, unique_run};
+use sortie_testkit::Events;
 
 const SCHEMA: &str =
     r#"{"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}}"#;
@@ -119,7 +120,7 @@ fn assert_repaired(
     label: &str,
     served: &[&Value],
 ) {
-    let finished = task_events(events, "AttemptFinished", task);
+    let finished = events.of(task as u64, "AttemptFinished");
     assert_eq!(
         finished.len(),
         1,
@@ -338,7 +339,7 @@ fn real_pi_repairs_a_structured_result_by_its_session_or_over_rpc_and_a_stubborn
         "one repair round only: {reqs:?}"
     );
     assert_eq!(reqs[1]["continues"], true, "{reqs:?}");
-    let finished = task_events(&events, "AttemptFinished", 2);
+    let finished = events.of(2, "AttemptFinished");
     assert_eq!(
         finished.len(),
         1,

@@ -159,25 +159,6 @@ pub fn event_kind(e: &serde_json::Value) -> (&str, &serde_json::Value) {
     (k.as_str(), v)
 }
 
-/// The bodies of the events of `kind` about task number `task`, in journal order.
-pub fn task_events<'a>(
-    events: &'a [serde_json::Value],
-    kind: &str,
-    task: usize,
-) -> Vec<&'a serde_json::Value> {
-    events
-        .iter()
-        .map(event_kind)
-        .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task as u64))
-        .map(|(_, b)| b)
-        .collect()
-}
-
-/// How many events of `kind` the run has.
-pub fn count_events(events: &[serde_json::Value], kind: &str) -> usize {
-    events.iter().filter(|e| event_kind(e).0 == kind).count()
-}
-
 /// The task labels of a run, in task-number order, from its `RunStarted` event.
 pub fn labels(events: &[serde_json::Value]) -> Vec<String> {
     let started = events
