@@ -14,13 +14,7 @@ use std::process::{Child, Stdio};
 use sortie_runner::engine::TEST_PAUSE_AFTER as PAUSE_AFTER;
 
 use crate::support::{Scratch, event_kind, fake_command, poll, unique_run};
-use sortie_testkit::Events;
-
-/// Runs git in `dir` (the test kit's, with its fixed identity), panicking when it fails;
-/// returns its stdout trimmed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    sortie_testkit::git(dir, args).trim().to_owned()
-}
+use sortie_testkit::{Events, git};
 
 /// A repository under the scratch dir: `shared.txt` ("base"), `sub/inner.txt`, and a
 /// `.gitignore` naming `ignored.txt`, all committed.
