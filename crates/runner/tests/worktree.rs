@@ -28,6 +28,8 @@ fn branches(repo: &Path) -> String {
         repo,
         &["branch", "--list", "sortie/*", "--format=%(refname:short)"],
     )
+    .trim()
+    .to_owned()
 }
 
 #[tokio::test]
@@ -166,9 +168,12 @@ async fn include_wip_seeds_a_commit_and_leaves_the_users_index_alone() {
     let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"), &state)
         .await
         .expect("plan");
-    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
     assert_ne!(plan.base, head, "a seed commit");
-    assert_eq!(git(&repo, &["rev-parse", &format!("{}^", plan.base)]), head);
+    assert_eq!(
+        git(&repo, &["rev-parse", &format!("{}^", plan.base)]).trim(),
+        head
+    );
     assert_eq!(git(&repo, &["status", "--porcelain"]), status);
     assert!(
         !state.join("s.index").exists(),
