@@ -301,7 +301,7 @@ fn a_grandchild_is_stopped_with_its_group_when_the_task_ends() {
          [[tasks]]\nlabel = \"forks\"\ncommand = {}\n\n\
          [[tasks]]\nlabel = \"slow\"\ncommand = {}\n",
         fake_command(&["--grandchild", "--sleep", "3", "--usage", "5,5,0.001"]),
-        fake_command(&["--sleep", "10", "--turns", "20"]),
+        fake_command(&["--sleep", "6", "--turns", "12"]),
     );
     let batch = s.write("batch.toml", &toml);
     let sortie = Background::start(

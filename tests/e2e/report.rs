@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{Background, Scratch, fake_command, poll, unique_run};
+use crate::support::{Background, Scratch, event_kind, fake_command, poll, unique_run};
 use sortie_testkit::Events;
 
 const TASKS: usize = 50;
@@ -113,7 +113,15 @@ fn the_html_report_of_a_50_task_run_shows_every_attempt_retries_fallbacks_and_th
         (!events.of(HELD as u64, "AttemptProgress").is_empty()).then_some(())
     });
     s.run_ok(&["hold", &run, "--task", &held]);
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Released once the journal shows the hold (its span's start), not after a fixed wait.
+    poll("the hold to be journaled", 30, || {
+        let events = s.try_events(&run)?;
+        events
+            .iter()
+            .map(event_kind)
+            .any(|(k, b)| k == "Control" && b["action"].get("hold").is_some())
+            .then_some(())
+    });
     s.run_ok(&["release", &run, "--task", &held]);
     let out = sortie.finish(120);
     assert_eq!(
