@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::support::{
-    Background, Scratch, count_events, finish, live_processes_of, poll, task_events, unique_run,
-};
+use crate::support::{Background, Scratch, finish, live_processes_of, poll, unique_run};
+use sortie_testkit::Events;
 
 /// The engine's crash-test hook (`sortie_runner::engine::TEST_PAUSE_AFTER`).
 const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
@@ -95,14 +94,15 @@ fn run_batch(s: &Scratch, run: &str, batch: &str) -> (Option<i32>, Vec<Value>, S
 
 /// The `TaskFinished` result of task `task`.
 fn result(events: &[Value], task: usize) -> &Value {
-    let r = task_events(events, "TaskFinished", task);
+    let r = events.of(task as u64, "TaskFinished");
     assert_eq!(r.len(), 1, "task {task} finished once");
     &r[0]["result"]
 }
 
 /// The stop reasons of task `task`'s attempts, in order.
 fn attempt_reasons(events: &[Value], task: usize) -> Vec<String> {
-    task_events(events, "AttemptFinished", task)
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .map(|f| {
             f["outcome"]["stop_reason"]
@@ -165,10 +165,10 @@ fn agents_pi_and_claude_samples_complete_with_the_samples_usage() {
         assert_eq!(r["state"], "completed", "{r}");
         assert_eq!(r["text"], "Hello from the mock LLM. Task complete.");
         assert_eq!(task_usage(&events, t), OK, "task {t}");
-        let finished = task_events(&events, "AttemptFinished", t);
+        let finished = events.of(t as u64, "AttemptFinished");
         assert_eq!(usage_of(&finished[0]["usage"]), OK);
     }
-    assert_eq!(count_events(&events, "AttemptSideEffects"), 0);
+    assert_eq!(events.count("AttemptSideEffects"), 0);
     assert_ledger(&s, &run, times(OK, 2));
 }
 
@@ -209,7 +209,7 @@ fn agents_transient_error_then_success_and_a_model_error_moves_to_the_fallback()
 
     // A 500 is transient: the same model again, after a backoff; then the sample's answer.
     assert_eq!(attempt_reasons(&events, 0), ["error", "completed"]);
-    let retry = task_events(&events, "RetryScheduled", 0);
+    let retry = events.of(0, "RetryScheduled");
     assert!(retry[0]["delay"] != Value::Null, "{retry:?}");
     assert_eq!(result(&events, 0)["state"], "completed");
     // The failed call has no tokens and a reported cost of 0: only the answer counts.
@@ -217,13 +217,13 @@ fn agents_transient_error_then_success_and_a_model_error_moves_to_the_fallback()
 
     // A 401 is a model error: the fallback at once, never the same model again.
     assert_eq!(attempt_reasons(&events, 1), ["model_error", "completed"]);
-    let launches = task_events(&events, "AttemptLaunching", 1);
+    let launches = events.of(1, "AttemptLaunching");
     let models: Vec<&str> = launches
         .iter()
         .map(|l| l["model"].as_str().expect("a model"))
         .collect();
     assert_eq!(models, ["bad", "good"]);
-    let retry = task_events(&events, "RetryScheduled", 1);
+    let retry = events.of(1, "RetryScheduled");
     assert_eq!(
         retry[0]["delay"]["secs"], 0,
         "a model switch starts at once"
@@ -275,7 +275,7 @@ fn agents_truncated_streams_and_a_stall() {
     assert_eq!(code, Some(1), "a partial task: {err}");
 
     assert_eq!(attempt_reasons(&events, 0), ["protocol_error", "completed"]);
-    let first = &task_events(&events, "AttemptFinished", 0)[0]["outcome"];
+    let first = &events.of(0, "AttemptFinished")[0]["outcome"];
     assert_eq!(first["status"], "failed", "{first}");
     assert_eq!(result(&events, 0)["state"], "completed");
 
@@ -285,7 +285,7 @@ fn agents_truncated_streams_and_a_stall() {
     assert_eq!(r["state"], "partial", "{r}");
     assert_eq!(r["text"], "Starting the ");
 
-    assert_eq!(task_events(&events, "AttemptStalled", 2).len(), 1);
+    assert_eq!(events.of(2, "AttemptStalled").len(), 1);
     assert_eq!(attempt_reasons(&events, 2), ["stalled", "completed"]);
     assert_eq!(result(&events, 2)["state"], "completed");
 
@@ -324,7 +324,7 @@ fn agents_budget_without_steering_stops_at_once_and_keeps_the_output() {
     let (code, events, err) = run_batch(&s, &run, &batch);
     assert_eq!(code, Some(1), "partial: {err}");
     assert_eq!(attempt_reasons(&events, 0), ["budget"]);
-    let outcome = &task_events(&events, "AttemptFinished", 0)[0]["outcome"];
+    let outcome = &events.of(0, "AttemptFinished")[0]["outcome"];
     assert_eq!(outcome["status"], "partial", "{outcome}");
     let r = result(&events, 0);
     assert_eq!(r["state"], "partial", "{r}");
@@ -512,7 +512,7 @@ fn agents_crash_mid_attempt_continues_the_session() {
     );
     // Killed once attempt 1 started and its agent wrote its session file.
     let started = |e: &[Value]| {
-        !task_events(e, "AttemptStarted", 0).is_empty()
+        !e.of(0, "AttemptStarted").is_empty()
             && log_lines(&log)
                 .iter()
                 .any(|l| l.get("session_file").is_some())
@@ -521,8 +521,8 @@ fn agents_crash_mid_attempt_continues_the_session() {
     assert_eq!(code, Some(0));
 
     // Attempt 1 was orphaned; attempt 2 continued its session, as the journal and the agent say.
-    assert_eq!(task_events(&events, "AttemptOrphaned", 0).len(), 1);
-    let continues = task_events(&events, "AttemptContinues", 0);
+    assert_eq!(events.of(0, "AttemptOrphaned").len(), 1);
+    let continues = events.of(0, "AttemptContinues");
     assert_eq!(continues.len(), 1, "{events:?}");
     assert_eq!(continues[0]["attempt"], 2);
     let session = continues[0]["session"].as_str().expect("a session");
@@ -588,16 +588,12 @@ fn agents_crash_after_side_effects_outside_a_worktree_is_not_retried() {
         "{p}{}",
         task("writer", "writer", "max_retries = 2\nsupervise = false")
     );
-    let fx = |e: &[Value]| !task_events(e, "AttemptSideEffects", 0).is_empty();
+    let fx = |e: &[Value]| !e.of(0, "AttemptSideEffects").is_empty();
     let (code, events) = crash_and_resume(&s, &run, &batch, "AttemptSideEffects", fx);
     assert_eq!(code, Some(1));
-    assert_eq!(task_events(&events, "AttemptSideEffects", 0).len(), 1);
-    assert_eq!(task_events(&events, "AttemptOrphaned", 0).len(), 1);
-    assert_eq!(
-        task_events(&events, "AttemptLaunching", 0).len(),
-        1,
-        "not retried"
-    );
+    assert_eq!(events.of(0, "AttemptSideEffects").len(), 1);
+    assert_eq!(events.of(0, "AttemptOrphaned").len(), 1);
+    assert_eq!(events.of(0, "AttemptLaunching").len(), 1, "not retried");
     let r = result(&events, 0);
     assert_eq!(
         (r["state"].as_str(), r["stop_reason"].as_str()),

@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::support::{Scratch, fake_command, finish, task_events, task_view};
+use crate::support::{Scratch, fake_command, finish, task_view};
+use sortie_testkit::Events;
 
 /// Runs `sortie run` on a batch with `text` and checks it is refused before anything runs:
 /// exit 2, a message naming the file and containing each of `expected`, no run in the state
@@ -113,16 +114,14 @@ fn a_missing_agent_binary_is_invalid_at_once_naming_the_binary() {
     assert_eq!(task_view(&status, "fine")["state"], "completed");
 
     let events = s.events("ghost");
-    let reasons: Vec<&str> = task_events(&events, "AttemptFinished", 0)
+    let reasons: Vec<&str> = events
+        .of(0, "AttemptFinished")
         .iter()
         .map(|e| e["outcome"]["stop_reason"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(reasons, ["invalid"]);
-    assert!(task_events(&events, "RetryScheduled", 0).is_empty());
-    assert!(
-        task_events(&events, "AttemptStarted", 0).is_empty(),
-        "nothing started"
-    );
+    assert!(events.of(0, "RetryScheduled").is_empty());
+    assert!(events.of(0, "AttemptStarted").is_empty(), "nothing started");
     s.audit_clean("ghost");
 }
 
@@ -295,7 +294,8 @@ fn transient_on_retries_a_plain_command_whose_failure_matches() {
     assert_eq!(out.status.code(), Some(1), "`other` failed");
     let events = s.events("tr");
     let reasons = |t: usize| -> Vec<String> {
-        task_events(&events, "AttemptFinished", t)
+        events
+            .of(t as u64, "AttemptFinished")
             .iter()
             .map(|e| {
                 e["outcome"]["stop_reason"]
@@ -306,7 +306,7 @@ fn transient_on_retries_a_plain_command_whose_failure_matches() {
             .collect()
     };
     assert_eq!(reasons(0), ["error", "completed"]);
-    let first = &task_events(&events, "AttemptFinished", 0)[0]["outcome"]["error"];
+    let first = &events.of(0, "AttemptFinished")[0]["outcome"]["error"];
     assert!(
         first
             .as_str()

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{Scratch, event_kind, fake_command, task_events, unique_run};
+use crate::support::{Scratch, event_kind, fake_command, unique_run};
+use sortie_testkit::Events;
 
 /// A scratch git repository `name` under `root` with one committed file.
 pub(crate) fn scratch_repo(root: &Path, name: &str) -> PathBuf {
@@ -64,7 +65,7 @@ fn for_each_over_five_repositories_times_two_samples_runs_ten_ordinary_tasks() {
         let repo = format!("r{}", i / 2 + 1);
         let cwd = t["cwd"].as_str().expect("cwd");
         assert!(cwd.ends_with(&format!("repos/{repo}")), "{i}: {cwd}");
-        let finished = task_events(&events, "TaskFinished", i);
+        let finished = events.of(i as u64, "TaskFinished");
         assert_eq!(finished.len(), 1, "{i}");
         assert_eq!(
             finished[0]["result"]["state"], "completed",
@@ -354,7 +355,7 @@ fn a_run_budget_stops_a_batch_warning_first_and_ends_with_the_reason() {
         "warned, then exceeded: {kinds:?}"
     );
     let result = |i: usize| {
-        let f = task_events(&events, "TaskFinished", i);
+        let f = events.of(i as u64, "TaskFinished");
         assert_eq!(f.len(), 1, "task {i}");
         f[0]["result"].clone()
     };
@@ -383,7 +384,7 @@ fn a_run_budget_stops_a_batch_warning_first_and_ends_with_the_reason() {
             "{r}"
         );
         assert!(
-            task_events(&events, "AttemptLaunching", i).is_empty(),
+            events.of(i as u64, "AttemptLaunching").is_empty(),
             "task {i} never started"
         );
     }
@@ -431,12 +432,12 @@ fn a_rerun_of_the_failed_tasks_carries_the_rest_with_their_ledger_apart() {
     assert_eq!(event_kind(&events[1]).1["parent"], parent.as_str());
     for (i, carried) in [(0, true), (1, false), (2, false), (3, true)] {
         assert_eq!(
-            task_events(&events, "TaskCarried", i).len(),
+            events.of(i, "TaskCarried").len(),
             usize::from(carried),
             "task {i}"
         );
         assert_eq!(
-            task_events(&events, "AttemptLaunching", i).is_empty(),
+            events.of(i, "AttemptLaunching").is_empty(),
             carried,
             "task {i}: carried tasks are not run again, the others are"
         );
@@ -521,7 +522,7 @@ fn two_runs_at_once_share_a_machine_wide_cap_of_two_live_attempts() {
     for run in &runs {
         let events = s.events(run);
         for i in 0..3 {
-            let f = task_events(&events, "TaskFinished", i);
+            let f = events.of(i, "TaskFinished");
             assert_eq!(f[0]["result"]["state"], "completed", "{run} task {i}");
         }
     }

@@ -9,9 +9,10 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use crate::support::{
-    Background, Scratch, count_events, event_kind, fake_command, labels, live_processes_of, poll,
-    send_signal, task_events, task_view, unique_run,
+    Background, Scratch, event_kind, fake_command, labels, live_processes_of, poll, send_signal,
+    task_view, unique_run,
 };
+use sortie_testkit::Events;
 
 /// The pid of task `i`'s attempt `attempt`, once it reported usage (so that it is well under
 /// way: its stall clock restarted by its output).
@@ -19,7 +20,7 @@ fn working_pid(s: &Scratch, run: &str, i: usize, attempt: u64) -> u32 {
     let pid = attempt_pid(s, run, i, attempt);
     poll("the attempt to report usage", 30, || {
         let events = s.try_events(run)?;
-        (!task_events(&events, "AttemptProgress", i).is_empty()).then_some(pid)
+        (!events.of(i as u64, "AttemptProgress").is_empty()).then_some(pid)
     })
 }
 
@@ -27,7 +28,8 @@ fn working_pid(s: &Scratch, run: &str, i: usize, attempt: u64) -> u32 {
 fn attempt_pid(s: &Scratch, run: &str, i: usize, attempt: u64) -> u32 {
     poll("the attempt to start", 30, || {
         let events = s.try_events(run)?;
-        task_events(&events, "AttemptStarted", i)
+        events
+            .of(i as u64, "AttemptStarted")
             .iter()
             .find(|e| e["attempt"] == attempt)
             .and_then(|e| e["pid"].as_u64())
@@ -128,15 +130,8 @@ fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_i
     std::thread::sleep(std::time::Duration::from_secs(4));
     assert_eq!(proc_state(pid), Some('T'), "still stopped");
     let events = s.events(&run);
-    assert_eq!(
-        count_events(&events, "AttemptStalled"),
-        0,
-        "no stall while held"
-    );
-    assert!(
-        task_events(&events, "AttemptLaunching", 1).is_empty(),
-        "after waits"
-    );
+    assert_eq!(events.count("AttemptStalled"), 0, "no stall while held");
+    assert!(events.of(1, "AttemptLaunching").is_empty(), "after waits");
 
     // A release of a task not held is refused (and not journaled).
     let refused = s.run(&["release", &run, "--task", "after"]);
@@ -152,12 +147,8 @@ fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_i
         String::from_utf8_lossy(&out.stderr)
     );
     let events = s.events(&run);
-    assert_eq!(count_events(&events, "AttemptStalled"), 0);
-    assert_eq!(
-        task_events(&events, "AttemptLaunching", 0).len(),
-        1,
-        "not retried"
-    );
+    assert_eq!(events.count("AttemptStalled"), 0);
+    assert_eq!(events.of(0, "AttemptLaunching").len(), 1, "not retried");
     let c = controls(&events);
     assert_eq!(c.len(), 2, "{c:?}");
     assert_eq!((c[0].0, c[0].1.as_str()), (Some(0), "hold"));
@@ -192,29 +183,24 @@ fn a_run_that_crashes_while_held_resumes_held() {
     // with sortie: resume records it orphaned and schedules its retry, which does not launch.
     let adopted = poll("the resume to take over", 30, || {
         let events = s.try_events(&run)?;
-        if count_events(&events, "RunResumed") != 1 {
+        if events.count("RunResumed") != 1 {
             return None;
         }
-        if !task_events(&events, "AttemptAdopted", 0).is_empty() {
+        if !events.of(0, "AttemptAdopted").is_empty() {
             return Some(true);
         }
-        (task_events(&events, "AttemptOrphaned", 0).len() == 1
-            && task_events(&events, "RetryScheduled", 0).len() == 1)
+        (events.of(0, "AttemptOrphaned").len() == 1 && events.of(0, "RetryScheduled").len() == 1)
             .then_some(false)
     });
     // Longer than stall_after + stall_kill_after.
     std::thread::sleep(std::time::Duration::from_secs(4));
     let events = s.events(&run);
     assert_eq!(
-        task_events(&events, "AttemptLaunching", 0).len(),
+        events.of(0, "AttemptLaunching").len(),
         1,
         "held after the resume: nothing more launches"
     );
-    assert_eq!(
-        count_events(&events, "AttemptStalled"),
-        0,
-        "no stall while held"
-    );
+    assert_eq!(events.count("AttemptStalled"), 0, "no stall while held");
     if adopted {
         assert_eq!(
             proc_state(pid),
@@ -239,8 +225,8 @@ fn a_run_that_crashes_while_held_resumes_held() {
     );
     let events = s.events(&run);
     let launches = if adopted { 1 } else { 2 };
-    assert_eq!(task_events(&events, "AttemptLaunching", 0).len(), launches);
-    assert_eq!(count_events(&events, "RunFinished"), 1);
+    assert_eq!(events.of(0, "AttemptLaunching").len(), launches);
+    assert_eq!(events.count("RunFinished"), 1);
 }
 
 #[test]
@@ -282,7 +268,7 @@ fn cancel_of_one_task_ends_it_cancelled_while_the_others_finish() {
     }
     let events = s.events(&run);
     assert_eq!(
-        task_events(&events, "AttemptLaunching", 1).len(),
+        events.of(1, "AttemptLaunching").len(),
         1,
         "b is not retried"
     );

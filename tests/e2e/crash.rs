@@ -21,6 +21,7 @@
 //! Exact moments come from `SORTIE_TEST_PAUSE_AFTER=<event>` (see `engine::TEST_PAUSE_AFTER`):
 //! the run loop waits forever once it has committed that event, and the test kills it there.
 
+use sortie_testkit::Events;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::PathBuf;

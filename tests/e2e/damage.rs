@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::{Scratch, fake_command};
+use sortie_testkit::Events;
 
 const RUN: &str = "good";
 const TASKS: usize = 12;
@@ -595,7 +596,7 @@ fn a_resume_is_the_first_to_see_a_crashed_runs_damage_and_changes_no_byte_of_it(
     let run_dir = s.state_dir().join("runs").join(&run);
     // The quick tasks ended and the mark beside the journal acknowledges records.
     crate::support::poll("two tasks to finish and a mark", 60, || {
-        let done = crate::support::count_events(&s.try_events(&run)?, "TaskFinished") >= 2;
+        let done = s.try_events(&run)?.count("TaskFinished") >= 2;
         let mark = sortie_journal::Mark::read(&run_dir)?;
         (done && mark.records > 0).then_some(mark)
     });

@@ -16,8 +16,9 @@
 //!   `kill_grace`, the attempt records a timeout ended by signal 9, no process left.
 
 use crate::support::{
-    Background, Scratch, event_kind, fake_command, live_processes_of, poll, task_events, unique_run,
+    Background, Scratch, event_kind, fake_command, live_processes_of, poll, unique_run,
 };
+use sortie_testkit::Events;
 
 /// A batch of `n` tasks that each report usage over several turns and append to their own
 /// counter file (`count-tNN`).
@@ -159,12 +160,12 @@ fn a_full_disk_stops_the_run_as_interrupted_and_resume_finishes_it() {
     let events = s.events(run);
     for t in 0..n {
         assert_eq!(
-            task_events(&events, "TaskFinished", t).len(),
+            events.of(t as u64, "TaskFinished").len(),
             1,
             "task {t} finishes exactly once"
         );
         assert_eq!(
-            task_events(&events, "TaskFinished", t)[0]["result"]["state"],
+            events.of(t as u64, "TaskFinished")[0]["result"]["state"],
             "completed"
         );
         assert!(counter(&s, t) >= 1, "task {t} answered");
@@ -199,7 +200,7 @@ fn an_unwritable_artifact_path_makes_the_task_partial_and_the_run_goes_on() {
         "a partial task: exit 1\n{stderr}"
     );
     let events = s.events(run);
-    let blocked = &task_events(&events, "TaskFinished", 0)[0]["result"];
+    let blocked = &events.of(0, "TaskFinished")[0]["result"];
     assert_eq!(blocked["state"], "partial", "{blocked}");
     assert!(
         blocked["error"]
@@ -213,8 +214,8 @@ fn an_unwritable_artifact_path_makes_the_task_partial_and_the_run_goes_on() {
             .is_some_and(|t| t.contains("blocked answer")),
         "the output stays in the journal: {blocked}"
     );
-    assert!(task_events(&events, "ArtifactWritten", 0).is_empty());
-    let after = &task_events(&events, "TaskFinished", 1)[0]["result"];
+    assert!(events.of(0, "ArtifactWritten").is_empty());
+    let after = &events.of(1, "TaskFinished")[0]["result"];
     assert_eq!(after["state"], "completed", "{after}");
     let text = std::fs::read_to_string(s.path().join("out/after.md")).expect("after's artifact");
     assert!(text.contains("after answer"), "{text:?}");
@@ -300,7 +301,7 @@ fn a_grandchild_is_stopped_with_its_group_when_the_task_ends() {
          [[tasks]]\nlabel = \"forks\"\ncommand = {}\n\n\
          [[tasks]]\nlabel = \"slow\"\ncommand = {}\n",
         fake_command(&["--grandchild", "--sleep", "3", "--usage", "5,5,0.001"]),
-        fake_command(&["--sleep", "10", "--turns", "20"]),
+        fake_command(&["--sleep", "6", "--turns", "12"]),
     );
     let batch = s.write("batch.toml", &toml);
     let sortie = Background::start(
@@ -336,7 +337,7 @@ fn a_grandchild_is_stopped_with_its_group_when_the_task_ends() {
         .expect("forks finished");
     assert!(forks_end < slow_end, "forks ended while the run went on");
     assert_eq!(
-        task_events(&events, "TaskFinished", 0)[0]["result"]["state"],
+        events.of(0, "TaskFinished")[0]["result"]["state"],
         "completed"
     );
     wait_gone(run, "no process of the run at its end");
@@ -375,7 +376,7 @@ fn a_child_ignoring_sigterm_is_killed_after_the_grace_on_timeout() {
     );
     wait_gone(run, "the stubborn agent to be gone");
     let events = s.events(run);
-    let finished = task_events(&events, "AttemptFinished", 0);
+    let finished = events.of(0, "AttemptFinished");
     assert_eq!(finished.len(), 1, "one attempt");
     let outcome = &finished[0]["outcome"];
     assert_eq!(outcome["stop_reason"], "timeout", "{outcome}");
@@ -383,7 +384,7 @@ fn a_child_ignoring_sigterm_is_killed_after_the_grace_on_timeout() {
         outcome["signal"], 9,
         "SIGTERM was ignored: SIGKILL after the grace ended it: {outcome}"
     );
-    let result = &task_events(&events, "TaskFinished", 0)[0]["result"];
+    let result = &events.of(0, "TaskFinished")[0]["result"];
     assert_eq!(result["state"], "timeout", "{result}");
     s.audit_clean(run);
 }

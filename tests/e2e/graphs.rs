@@ -7,9 +7,8 @@
 
 use std::path::Path;
 
-use crate::support::{
-    Background, Scratch, fake_agent, poll, send_signal, task_events, task_view, unique_run,
-};
+use crate::support::{Background, Scratch, fake_agent, poll, send_signal, task_view, unique_run};
+use sortie_testkit::Events;
 
 /// `[agents.echo]` (answers with its prompt, writes nothing) and `[agents.broken]` (the same,
 /// then exits 3: a real task failure), and defaults that use `echo` without retries.
@@ -31,7 +30,7 @@ fn profiles() -> String {
 
 /// The journaled output of task number `task`'s only attempt.
 fn output_of(events: &[serde_json::Value], task: usize) -> String {
-    let finished = task_events(events, "AttemptFinished", task);
+    let finished = events.of(task as u64, "AttemptFinished");
     assert_eq!(finished.len(), 1, "task {task} ran once");
     finished[0]["output"]
         .as_str()
@@ -147,7 +146,7 @@ fn graphs_failed_middle_task_skips_the_last() {
         "{three}"
     );
     let events = s.events(&run);
-    assert!(task_events(&events, "AttemptLaunching", 2).is_empty());
+    assert!(events.of(2, "AttemptLaunching").is_empty());
     assert!(
         !s.path().join("out/three.md").exists(),
         "a skipped task writes no artifact"
@@ -238,29 +237,25 @@ fn graphs_resume_writes_an_artifact_cut_short_by_a_crash() {
     let bg = Background::from_command(cmd, &run);
     poll("the attempt's end in the journal", 60, || {
         s.try_events(&run)
-            .filter(|ev| !task_events(ev, "AttemptFinished", 0).is_empty())
+            .filter(|ev| !ev.of(0, "AttemptFinished").is_empty())
     });
     send_signal(bg.pid(), nix::sys::signal::Signal::SIGKILL);
     let _ = bg.finish(30);
     let artifact = s.path().join("out/only.md");
     assert!(!artifact.exists(), "killed before the artifact was written");
-    assert!(task_events(&s.events(&run), "ArtifactWritten", 0).is_empty());
+    assert!(s.events(&run).of(0, "ArtifactWritten").is_empty());
 
     let out = s.run(&["resume", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let events = s.events(&run);
-    assert_eq!(
-        task_events(&events, "AttemptLaunching", 0).len(),
-        1,
-        "not run again"
-    );
+    assert_eq!(events.of(0, "AttemptLaunching").len(), 1, "not run again");
     let journaled = output_of(&events, 0);
     assert_eq!(journaled, "the whole answer");
     assert_eq!(
         std::fs::read_to_string(&artifact).expect("resume wrote the artifact"),
         journaled
     );
-    let written = task_events(&events, "ArtifactWritten", 0);
+    let written = events.of(0, "ArtifactWritten");
     assert_eq!(written.len(), 1);
     assert_eq!(written[0]["path"], artifact.display().to_string());
     assert_eq!(

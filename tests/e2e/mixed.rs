@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::support::{Scratch, event_kind, fake_command, finish, labels, task_events, task_view};
+use crate::support::{Scratch, event_kind, fake_command, finish, labels, task_view};
+use sortie_testkit::Events;
 
 /// One attempt's usage as the fake agent reports it (input, output, cost in nanodollars,
 /// turns).
@@ -242,7 +243,7 @@ fn settle_stall(cases: &mut [Case], events: &[Value]) {
         .position(|c| c.label == "stall")
         .expect("a stall task");
     let u = cases[i].attempts[0].2;
-    let finished = task_events(events, "AttemptFinished", i);
+    let finished = events.of(i as u64, "AttemptFinished");
     let n = finished.len();
     assert!(
         (2..=3).contains(&n),
@@ -312,13 +313,14 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         assert_eq!(v["attempts"], c.attempts.len(), "{what}: {v}");
 
         // The models tried, in order, and each attempt's stop reason and usage.
-        let launched: Vec<Option<&str>> = task_events(&events, "AttemptLaunching", i)
+        let launched: Vec<Option<&str>> = events
+            .of(i as u64, "AttemptLaunching")
             .iter()
             .map(|e| e["model"].as_str())
             .collect();
         let expected_models: Vec<Option<&str>> = c.attempts.iter().map(|a| a.0).collect();
         assert_eq!(launched, expected_models, "{what}: models tried");
-        let finished = task_events(&events, "AttemptFinished", i);
+        let finished = events.of(i as u64, "AttemptFinished");
         let reasons: Vec<&str> = finished
             .iter()
             .map(|e| e["outcome"]["stop_reason"].as_str().expect("stop reason"))
@@ -351,7 +353,7 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
             "{what}"
         );
         // A retry is scheduled between attempts, never after the last.
-        let retries = task_events(&events, "RetryScheduled", i);
+        let retries = events.of(i as u64, "RetryScheduled");
         assert_eq!(
             retries.len(),
             c.attempts.len().saturating_sub(1),
@@ -366,7 +368,7 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         }
 
         // The result.
-        let ends = task_events(&events, "TaskFinished", i);
+        let ends = events.of(i as u64, "TaskFinished");
         assert_eq!(ends.len(), 1, "{what}: one TaskFinished");
         let result = &ends[0]["result"];
         assert_eq!(result["phase"].as_str(), c.phase, "{what}: {result}");
@@ -526,7 +528,7 @@ fn fail_fast_stops_launching_after_the_first_failure() {
         let t = task_view(&status, l);
         assert_eq!(t["state"], "cancelled", "{t}");
         assert_eq!(t["attempts"], 0, "{t}");
-        assert!(task_events(&events, "AttemptLaunching", i + 1).is_empty());
+        assert!(events.of((i + 1) as u64, "AttemptLaunching").is_empty());
     }
     assert!(
         !s.path().join("counter").exists(),

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::support::{Background, Scratch, event_kind, fake_command, task_events, unique_run};
+use crate::support::{Background, Scratch, event_kind, fake_command, unique_run};
+use sortie_testkit::Events;
 
 /// The most attempts of the journal's run that were in flight at once (launching to finished),
 /// folded from the events alone.
@@ -60,19 +61,19 @@ fn a_pool_backs_off_on_429s_and_the_run_completes_without_spending_max_retries()
     );
     let events = s.events(&run);
     for i in 0..3 {
-        let finished = task_events(&events, "AttemptFinished", i);
+        let finished = events.of(i, "AttemptFinished");
         assert_eq!(finished.len(), 3, "task {i}: two 429s, then a success");
         for f in &finished[..2] {
             assert_eq!(f["outcome"]["rate_limited"], true, "{f}");
             assert_eq!(f["outcome"]["retry_after_ms"], 300, "{f}");
         }
-        let retries = task_events(&events, "RetryScheduled", i);
+        let retries = events.of(i, "RetryScheduled");
         assert_eq!(retries.len(), 2);
         for r in retries {
             let reason = r["reason"].as_str().unwrap_or_default();
             assert!(reason.contains("no retry spent"), "{reason}");
         }
-        let end = task_events(&events, "TaskFinished", i);
+        let end = events.of(i, "TaskFinished");
         assert_eq!(
             end[0]["result"]["state"], "completed",
             "max_retries = 0 was not spent"
@@ -153,7 +154,7 @@ fn a_named_pool_limits_the_attempts_in_flight() {
     );
     for i in 0..6 {
         assert_eq!(
-            task_events(&events, "TaskFinished", i)[0]["result"]["state"],
+            events.of(i, "TaskFinished")[0]["result"]["state"],
             "completed"
         );
     }

@@ -23,114 +23,18 @@
 //! Without Claude Code 2.1.332 (or python3) the test is skipped, saying why, unless `CI` is
 //! set: then it fails (`sortie_testkit::real_agent`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 
 use serde_json::Value;
-use sortie_testkit::real_agent::{output_of, python3_found, should_run};
 
-use crate::support::{Background, Scratch, start_mock, task_events, task_view, unique_run};
+use sortie_testkit::git;
+use sortie_testkit::real_agent::{ANSWER, MockServer, attempts, claude_found, should_run};
 
-const CLAUDE_VERSION: &str = "2.1.332";
-const ANSWER: &str = "Hello from the mock model.";
+use crate::support::{Background, Scratch, task_view, unique_run};
+use sortie_testkit::Events;
+
 const MIB: usize = 1 << 20;
-
-/// Whether the real Claude Code 2.1.332 (and the mock's python3) are here; if not, why.
-pub(crate) fn claude_found() -> Result<(), String> {
-    let version = output_of("claude", &["--version"], &[("DISABLE_AUTOUPDATER", "1")])
-        .map(|(out, _)| out)
-        .unwrap_or_else(|e| e);
-    if version != format!("{CLAUDE_VERSION} (Claude Code)") {
-        return Err(format!(
-            "this test runs the real Claude Code {CLAUDE_VERSION}, but `claude --version` is \
-             {version:?}: run `bash .ci/run` (or `npm install -g \
-             @anthropic-ai/claude-code@{CLAUDE_VERSION}`) first"
-        ));
-    }
-    python3_found()
-}
-
-/// `tests/mock-llm/anthropic_server.py`, running until dropped.
-pub(crate) struct AnthropicMock {
-    child: Child,
-    pub(crate) port: u16,
-    log: PathBuf,
-}
-
-impl AnthropicMock {
-    pub(crate) fn start(dir: &Path, models: &[(&str, &str)]) -> AnthropicMock {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/anthropic_server.py");
-        let log = dir.join("served.jsonl");
-        let mut cmd = Command::new("python3");
-        cmd.arg(script)
-            .arg("--log")
-            .arg(&log)
-            .args(["--answer", ANSWER, "--hang-seconds", "120"]);
-        for (id, kind) in models {
-            cmd.arg("--model").arg(format!("{id}={kind}"));
-        }
-        let (child, port) = start_mock(cmd, "the mock Messages API");
-        AnthropicMock { child, port, log }
-    }
-
-    /// Every response the mock logged.
-    pub(crate) fn served(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("the mock logs JSON lines"))
-            .collect()
-    }
-
-    /// The environment that points Claude Code at the mock (and nowhere else).
-    pub(crate) fn env(&self, cmd: &mut Command, home: &Path) {
-        cmd.env("HOME", home)
-            .env(
-                "ANTHROPIC_BASE_URL",
-                format!("http://127.0.0.1:{}", self.port),
-            )
-            .env("ANTHROPIC_API_KEY", "mock-key")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env_remove("CLAUDE_CONFIG_DIR");
-    }
-}
-
-impl Drop for AnthropicMock {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    sortie_testkit::git(dir, args).trim().to_owned()
-}
-
-/// The attempts of task number `task`: (model, status, stop reason, error, output).
-fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, String, String)> {
-    let launching = task_events(events, "AttemptLaunching", task);
-    task_events(events, "AttemptFinished", task)
-        .iter()
-        .map(|b| {
-            let model = launching
-                .iter()
-                .find(|l| l["attempt"] == b["attempt"])
-                .and_then(|l| l["model"].as_str())
-                .unwrap_or("")
-                .to_owned();
-            let o = &b["outcome"];
-            let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-            (
-                model,
-                s(&o["status"]),
-                s(&o["stop_reason"]),
-                s(&o["error"]),
-                s(&b["output"]),
-            )
-        })
-        .collect()
-}
 
 #[test]
 fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_and_takes_1_mib() {
@@ -138,7 +42,7 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
         return;
     }
     let s = Scratch::new();
-    let mock = AnthropicMock::start(
+    let mock = MockServer::anthropic(
         s.path(),
         &[
             ("good", "answer"),
@@ -188,7 +92,7 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
         ),
     );
     let mut cmd = s.sortie();
-    mock.env(&mut cmd, &home);
+    mock.claude_env(&mut cmd, &home);
     cmd.args(["run", "--run-id", &run])
         .arg(&batch)
         .stdout(Stdio::piped())
@@ -204,19 +108,19 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
     let answer = attempts(&events, 0);
     assert_eq!(answer.len(), 1, "{answer:?}");
     assert_eq!(
-        (answer[0].1.as_str(), answer[0].2.as_str()),
+        (answer[0].status.as_str(), answer[0].stop_reason.as_str()),
         ("completed", "completed")
     );
-    assert_eq!(answer[0].4, ANSWER);
+    assert_eq!(answer[0].output, ANSWER);
 
     // tool: completed, the Bash call ran in the task's worktree, which is kept with its patch.
     let tool = attempts(&events, 1);
     assert_eq!(tool.len(), 1, "{tool:?}");
-    assert_eq!(tool[0].1, "completed", "{tool:?}");
-    let finished = task_events(&events, "AttemptFinished", 1);
+    assert_eq!(tool[0].status, "completed", "{tool:?}");
+    let finished = events.of(1, "AttemptFinished");
     assert_eq!(finished[0]["outcome"]["side_effects"], true);
     assert_eq!(finished[0]["outcome"]["denials"], serde_json::json!([]));
-    let planned = task_events(&events, "WorktreePlanned", 1);
+    let planned = events.of(1, "WorktreePlanned");
     let worktree = PathBuf::from(planned[0]["path"].as_str().expect("a worktree path"));
     assert_eq!(
         std::fs::read_to_string(worktree.join("out.txt")).expect("out.txt in the worktree"),
@@ -243,14 +147,14 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
         "a partial attempt is not retried: {denied:?}"
     );
     assert_eq!(
-        (denied[0].1.as_str(), denied[0].2.as_str()),
+        (denied[0].status.as_str(), denied[0].stop_reason.as_str()),
         ("partial", "completed")
     );
     assert!(
-        denied[0].3.contains("denied") && denied[0].3.contains("Bash"),
+        denied[0].error.contains("denied") && denied[0].error.contains("Bash"),
         "{denied:?}"
     );
-    let finished = task_events(&events, "AttemptFinished", 2);
+    let finished = events.of(2, "AttemptFinished");
     assert_eq!(
         finished[0]["outcome"]["denials"],
         serde_json::json!([{"tool": "Bash", "count": 1}])
@@ -278,21 +182,31 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
     let fb = attempts(&events, 3);
     assert_eq!(fb.len(), 2, "{fb:?}");
     assert_eq!(
-        (fb[0].0.as_str(), fb[0].1.as_str(), fb[0].2.as_str()),
+        (
+            fb[0].model.as_str(),
+            fb[0].status.as_str(),
+            fb[0].stop_reason.as_str()
+        ),
         ("bad", "failed", "error")
     );
-    assert!(fb[0].3.contains("500"), "{fb:?}");
-    assert_eq!((fb[1].0.as_str(), fb[1].1.as_str()), ("good", "completed"));
+    assert!(fb[0].error.contains("500"), "{fb:?}");
+    assert_eq!(
+        (fb[1].model.as_str(), fb[1].status.as_str()),
+        ("good", "completed")
+    );
 
     // stall: stopped by the watchdog, then the fallback.
     let st = attempts(&events, 4);
     assert_eq!(st.len(), 2, "{st:?}");
     assert_eq!(
-        (st[0].0.as_str(), st[0].2.as_str()),
+        (st[0].model.as_str(), st[0].stop_reason.as_str()),
         ("hang", "stalled"),
         "{st:?}"
     );
-    assert_eq!((st[1].0.as_str(), st[1].1.as_str()), ("good", "completed"));
+    assert_eq!(
+        (st[1].model.as_str(), st[1].status.as_str()),
+        ("good", "completed")
+    );
 
     // answer: its system_prompt was appended to Claude Code's own.
     let served = mock.served();
@@ -307,7 +221,7 @@ fn real_claude_answers_edits_its_worktree_is_denied_read_only_falls_back_stalls_
 
     // big: completed, and the mock got the whole prompt.
     let b = attempts(&events, 5);
-    assert_eq!((b[0].1.as_str(), b.len()), ("completed", 1), "{b:?}");
+    assert_eq!((b[0].status.as_str(), b.len()), ("completed", 1), "{b:?}");
     assert!(
         served
             .iter()

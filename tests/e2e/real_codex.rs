@@ -20,75 +20,16 @@
 //! it fails (`sortie_testkit::real_agent`). When it runs it leaves a cookie in
 //! `target/real-agent-tests/`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
-use sortie_testkit::real_agent::{output_of, python3_found, should_run};
+use sortie_testkit::real_agent::{MockServer, attempts, codex_found, codex_user, should_run};
 
-use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
+use crate::support::{Scratch, event_kind, run_as_user, unique_run};
+use sortie_testkit::Events;
 
-const CODEX_VERSION: &str = "0.171.0";
 const HELLO: &str = "Hello from the mock LLM. Task complete.";
 const DONE: &str = "Done: I ran the command and wrote out.txt.";
-
-/// Whether the real Codex 0.171.0 (and the mock's python3) are here; if not, why, and how
-/// to install Codex.
-pub(crate) fn codex_found() -> Result<(), String> {
-    let version = output_of("codex", &["--version"], &[])
-        .map(|(out, _)| out)
-        .unwrap_or_else(|e| e);
-    if version != format!("codex-cli {CODEX_VERSION}") {
-        return Err(format!(
-            "this test runs the real Codex {CODEX_VERSION}, but `codex --version` is \
-             {version:?}: run `bash .ci/run` (or `npm install -g @openai/codex@{CODEX_VERSION}`) \
-             first"
-        ));
-    }
-    python3_found()
-}
-
-/// `tests/mock-llm/codex_server.py`, running until dropped.
-pub(crate) struct MockServer {
-    child: Child,
-    pub(crate) port: u16,
-    log: PathBuf,
-}
-
-impl MockServer {
-    pub(crate) fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/codex_server.py");
-        let log = dir.join("served.jsonl");
-        let mut cmd = Command::new("python3");
-        cmd.arg(script).arg("--log").arg(&log).arg("--print-port");
-        for (model, scenario) in models {
-            cmd.arg("--model-scenario")
-                .arg(format!("{model}={scenario}"));
-        }
-        cmd.stderr(Stdio::null());
-        let (child, port) = start_mock(cmd, "the mock Responses API");
-        MockServer { child, port, log }
-    }
-
-    /// Every request the mock logged.
-    pub(crate) fn served(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("the mock logs JSON lines"))
-            .filter(|r: &Value| r["method"] == "POST")
-            .collect()
-    }
-}
-
-impl Drop for MockServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Token counts as the ledger keeps them: (input without cache, output, cache_read).
 fn tokens(v: &Value) -> [u64; 3] {
@@ -107,64 +48,18 @@ fn served_tokens(u: &Value) -> [u64; 3] {
     ]
 }
 
-/// A fake user whose `~/.codex/config.toml` points Codex at the mock, retries left on.
-pub(crate) fn fake_user(home: &Path, port: u16) -> PathBuf {
-    let codex = home.join(".codex");
-    std::fs::create_dir_all(codex.join("sessions/2026")).expect("mkdir");
-    std::fs::write(
-        codex.join("config.toml"),
-        format!(
-            "model_provider = \"mock\"\napproval_policy = \"never\"\n\n\
-             [model_providers.mock]\nname = \"mock\"\n\
-             base_url = \"http://127.0.0.1:{port}/v1\"\nwire_api = \"responses\"\n\
-             env_key = \"MOCK_API_KEY\"\nrequest_max_retries = 4\n"
-        ),
-    )
-    .expect("config.toml");
-    std::fs::write(codex.join("sessions/2026/old.jsonl"), "{}\n").expect("old session");
-    codex
-}
-
-/// The attempts of task number `task`: (model, status, stop reason, error, output).
-fn attempts(events: &[Value], task: usize) -> Vec<(String, String, String, String, String)> {
-    let models: BTreeMap<u64, String> = task_events(events, "AttemptLaunching", task)
-        .iter()
-        .map(|b| {
-            (
-                b["attempt"].as_u64().expect("attempt"),
-                b["model"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
-    task_events(events, "AttemptFinished", task)
-        .iter()
-        .map(|b| {
-            let a = b["attempt"].as_u64().expect("attempt");
-            let o = &b["outcome"];
-            let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-            (
-                models.get(&a).cloned().unwrap_or_default(),
-                s(&o["status"]),
-                s(&o["stop_reason"]),
-                s(&o["error"]),
-                s(&b["output"]),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_served() {
     if !should_run("real_codex", codex_found()) {
         return;
     }
     let s = Scratch::new();
-    let mock = MockServer::start(
+    let mock = MockServer::responses(
         s.path(),
         &[("good", "ok"), ("tool", "tool"), ("bad", "error500")],
     );
     let home = s.path().join("home");
-    let user_codex = fake_user(&home, mock.port);
+    let user_codex = codex_user(&home, mock.port);
     let user_config = std::fs::read_to_string(user_codex.join("config.toml")).expect("config");
     for dir in ["work/plain", "work/tool", "work/fallback"] {
         std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
@@ -191,16 +86,16 @@ fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_serve
     let plain = attempts(&events, 0);
     assert_eq!(plain.len(), 1, "{plain:?}");
     assert_eq!(
-        (plain[0].1.as_str(), plain[0].2.as_str()),
+        (plain[0].status.as_str(), plain[0].stop_reason.as_str()),
         ("completed", "completed")
     );
-    assert_eq!(plain[0].4, HELLO);
+    assert_eq!(plain[0].output, HELLO);
 
     let tool = attempts(&events, 1);
     assert_eq!(tool.len(), 1, "{tool:?}");
-    assert_eq!(tool[0].1, "completed", "{tool:?}");
-    assert_eq!(tool[0].4, DONE);
-    let finished = task_events(&events, "AttemptFinished", 1);
+    assert_eq!(tool[0].status, "completed", "{tool:?}");
+    assert_eq!(tool[0].output, DONE);
+    let finished = events.of(1, "AttemptFinished");
     assert_eq!(finished[0]["outcome"]["side_effects"], true);
     assert_eq!(
         std::fs::read_to_string(s.path().join("work/tool/out.txt")).expect("out.txt"),
@@ -211,13 +106,20 @@ fn real_codex_answers_runs_a_command_and_falls_back_at_once_with_tokens_as_serve
     let fb = attempts(&events, 2);
     assert_eq!(fb.len(), 2, "{fb:?}");
     assert_eq!(
-        (fb[0].0.as_str(), fb[0].1.as_str(), fb[0].2.as_str()),
+        (
+            fb[0].model.as_str(),
+            fb[0].status.as_str(),
+            fb[0].stop_reason.as_str()
+        ),
         ("bad", "failed", "error"),
         "{fb:?}"
     );
-    assert!(fb[0].3.contains("high demand"), "{fb:?}");
-    assert_eq!((fb[1].0.as_str(), fb[1].1.as_str()), ("good", "completed"));
-    assert_eq!(fb[1].4, HELLO);
+    assert!(fb[0].error.contains("high demand"), "{fb:?}");
+    assert_eq!(
+        (fb[1].model.as_str(), fb[1].status.as_str()),
+        ("good", "completed")
+    );
+    assert_eq!(fb[1].output, HELLO);
 
     // Codex's own retries were off: one request to the failing model.
     let served = mock.served();
@@ -349,12 +251,12 @@ fn real_codex_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
     }
     let s = Scratch::new();
     // One model per tool task: the mock counts its steps per model.
-    let mock = MockServer::start(
+    let mock = MockServer::responses(
         s.path(),
         &[("good", "ok"), ("tool", "tool"), ("tool2", "tool")],
     );
     let home = s.path().join("home");
-    fake_user(&home, mock.port);
+    codex_user(&home, mock.port);
     for dir in ["work/ro", "work/edit", "work/big"] {
         std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
     }
@@ -388,7 +290,8 @@ fn real_codex_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
         "edit writes in the task's cwd: {:?}",
         attempts(&events, 1)
     );
-    let launched: Vec<Value> = task_events(&events, "AttemptFinished", 2)
+    let launched: Vec<Value> = events
+        .of(2, "AttemptFinished")
         .into_iter()
         .cloned()
         .collect();

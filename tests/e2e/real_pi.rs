@@ -24,73 +24,17 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 
 use serde_json::Value;
-use sortie_testkit::real_agent::{output_of, python3_found, should_run};
+use sortie_testkit::real_agent::{
+    ANSWER, MockServer, PI_VARS, attempts, pi_found, pi_user, should_run,
+};
 
-use crate::support::{Scratch, event_kind, run_as_user, start_mock, task_events, unique_run};
+use crate::support::{Scratch, event_kind, run_as_user, unique_run};
+use sortie_testkit::Events;
 
-const PI_VERSION: &str = "0.73.1";
-/// pi's own variables, removed from a test run as the fake user (the machine's must not leak in).
-pub(crate) const PI_VARS: &[&str] = &["PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR"];
-const ANSWER: &str = "Hello from the mock model.";
-
-/// Whether the real pi 0.73.1 (and the mock's python3) are here; if not, why, and how to
-/// install pi.
-pub(crate) fn pi_found() -> Result<(), String> {
-    // pi prints its version on stderr.
-    let version = output_of("pi", &["--version"], &[("PI_OFFLINE", "1")])
-        .map(|(out, err)| format!("{out}{err}"))
-        .unwrap_or_else(|e| e);
-    if version != PI_VERSION {
-        return Err(format!(
-            "this test runs the real pi {PI_VERSION}, but `pi --version` is {version:?}: run \
-             `bash .ci/run` (or `npm install -g @mariozechner/pi-coding-agent@{PI_VERSION}`) first"
-        ));
-    }
-    python3_found()
-}
-
-/// `tests/mock-llm/server.py`, running until dropped.
-pub(crate) struct MockServer {
-    child: Child,
-    pub(crate) port: u16,
-    log: PathBuf,
-}
-
-impl MockServer {
-    pub(crate) fn start(dir: &Path, models: &[(&str, &str)]) -> MockServer {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mock-llm/server.py");
-        let log = dir.join("served.jsonl");
-        let mut cmd = Command::new("python3");
-        cmd.arg(script)
-            .arg("--log")
-            .arg(&log)
-            .args(["--answer", ANSWER, "--hang-seconds", "120"]);
-        for (id, kind) in models {
-            cmd.arg("--model").arg(format!("{id}={kind}"));
-        }
-        let (child, port) = start_mock(cmd, "the mock model server");
-        MockServer { child, port, log }
-    }
-
-    /// Every response the mock logged.
-    pub(crate) fn served(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("the mock logs JSON lines"))
-            .collect()
-    }
-}
-
-impl Drop for MockServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The models the fake user's pi offers.
+const MODELS: &[&str] = &["good", "tool", "bad", "hang"];
 
 /// Token counts as the ledger keeps them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -149,65 +93,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-/// A fake user whose `~/.pi/agent` points pi at the mock, with pi's retries on.
-pub(crate) fn fake_user(home: &Path, port: u16) -> PathBuf {
-    let agent = home.join(".pi/agent");
-    std::fs::create_dir_all(agent.join("sessions")).expect("mkdir");
-    let model = |id: &str| {
-        serde_json::json!({
-            "id": id, "contextWindow": 128000, "maxTokens": 4096,
-            "cost": {"input": 3, "output": 15, "cacheRead": 0.3, "cacheWrite": 3.75}
-        })
-    };
-    let models = serde_json::json!({"providers": {"mock": {
-        "baseUrl": format!("http://127.0.0.1:{port}/v1"),
-        "api": "openai-completions",
-        "apiKey": "mock-key",
-        "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false,
-                   "supportsStore": false},
-        "models": [model("good"), model("tool"), model("bad"), model("hang")]
-    }}});
-    std::fs::write(agent.join("models.json"), models.to_string()).expect("models.json");
-    // The user's own settings keep pi's retries on: 12 requests and ~21 s per failed call.
-    std::fs::write(
-        agent.join("settings.json"),
-        r#"{"retry":{"enabled":true,"maxRetries":3},"quietStartup":true}"#,
-    )
-    .expect("settings.json");
-    std::fs::write(agent.join("auth.json"), "{}").expect("auth.json");
-    std::fs::write(agent.join("sessions/old.jsonl"), "{\"type\":\"session\"}\n").expect("old");
-    agent
-}
-
-/// The attempts of task number `task`: (attempt, model, status, stop reason, error, output).
-fn attempts(events: &[Value], task: usize) -> Vec<(u64, String, String, String, String, String)> {
-    let models: BTreeMap<u64, String> = task_events(events, "AttemptLaunching", task)
-        .iter()
-        .map(|b| {
-            (
-                b["attempt"].as_u64().expect("attempt"),
-                b["model"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
-    task_events(events, "AttemptFinished", task)
-        .iter()
-        .map(|b| {
-            let a = b["attempt"].as_u64().expect("attempt");
-            let o = &b["outcome"];
-            let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-            (
-                a,
-                models.get(&a).cloned().unwrap_or_default(),
-                s(&o["status"]),
-                s(&o["stop_reason"]),
-                s(&o["error"]),
-                s(&b["output"]),
-            )
-        })
-        .collect()
-}
-
 /// The most attempts the journal shows live at once.
 fn most_at_once(events: &[Value]) -> usize {
     let (mut live, mut most) = (0usize, 0usize);
@@ -230,7 +115,7 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
         return;
     }
     let s = Scratch::new();
-    let mock = MockServer::start(
+    let mock = MockServer::openai(
         s.path(),
         &[
             ("good", "answer"),
@@ -240,7 +125,7 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
         ],
     );
     let home = s.path().join("home");
-    let user_agent = fake_user(&home, mock.port);
+    let user_agent = pi_user(&home, mock.port, MODELS);
     let before = snapshot(&home);
     for dir in ["work/plain", "work/tool", "work/fallback", "work/stall"] {
         std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
@@ -270,17 +155,17 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
     let plain = attempts(&events, 0);
     assert_eq!(plain.len(), 1, "{plain:?}");
     assert_eq!(
-        (plain[0].2.as_str(), plain[0].3.as_str()),
+        (plain[0].status.as_str(), plain[0].stop_reason.as_str()),
         ("completed", "completed")
     );
-    assert_eq!(plain[0].5, ANSWER);
+    assert_eq!(plain[0].output, ANSWER);
 
     // tool: completed, the bash call's side effect seen and done in the task's cwd.
     let tool = attempts(&events, 1);
     assert_eq!(tool.len(), 1, "{tool:?}");
-    assert_eq!(tool[0].2, "completed", "{tool:?}");
-    assert_eq!(tool[0].5, ANSWER);
-    let finished = task_events(&events, "AttemptFinished", 1);
+    assert_eq!(tool[0].status, "completed", "{tool:?}");
+    assert_eq!(tool[0].output, ANSWER);
+    let finished = events.of(1, "AttemptFinished");
     assert_eq!(finished[0]["outcome"]["side_effects"], true);
     assert_eq!(
         std::fs::read_to_string(s.path().join("work/tool/out.txt")).expect("out.txt"),
@@ -291,33 +176,38 @@ fn real_pi_answers_runs_tools_falls_back_and_is_caught_stalling_with_usage_as_se
     let fb = attempts(&events, 2);
     assert_eq!(fb.len(), 2, "{fb:?}");
     assert_eq!(
-        (fb[0].1.as_str(), fb[0].2.as_str(), fb[0].3.as_str()),
+        (
+            fb[0].model.as_str(),
+            fb[0].status.as_str(),
+            fb[0].stop_reason.as_str()
+        ),
         ("mock/bad", "failed", "error"),
         "{fb:?}"
     );
-    assert!(fb[0].4.contains("500"), "{fb:?}");
+    assert!(fb[0].error.contains("500"), "{fb:?}");
     assert_eq!(
-        (fb[1].1.as_str(), fb[1].2.as_str()),
+        (fb[1].model.as_str(), fb[1].status.as_str()),
         ("mock/good", "completed")
     );
-    assert_eq!(fb[1].5, ANSWER);
+    assert_eq!(fb[1].output, ANSWER);
 
     // stall: attempt 1 on mock/hang marked stalled, then stopped as stalled; attempt 2 done.
     let st = attempts(&events, 3);
     assert_eq!(st.len(), 2, "{st:?}");
     assert_eq!(
-        (st[0].1.as_str(), st[0].3.as_str()),
+        (st[0].model.as_str(), st[0].stop_reason.as_str()),
         ("mock/hang", "stalled"),
         "{st:?}"
     );
     // Marked stalled at least once (twice when a loaded machine kept pi silent at start-up).
     assert!(
-        task_events(&events, "AttemptStalled", 3)
+        events
+            .of(3, "AttemptStalled")
             .iter()
             .any(|b| b["attempt"] == 1)
     );
     assert_eq!(
-        (st[1].1.as_str(), st[1].2.as_str()),
+        (st[1].model.as_str(), st[1].status.as_str()),
         ("mock/good", "completed")
     );
 
@@ -445,9 +335,9 @@ fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
         return;
     }
     let s = Scratch::new();
-    let mock = MockServer::start(s.path(), &[("good", "answer"), ("tool", "tool")]);
+    let mock = MockServer::openai(s.path(), &[("good", "answer"), ("tool", "tool")]);
     let home = s.path().join("home");
-    fake_user(&home, mock.port);
+    pi_user(&home, mock.port, MODELS);
     for dir in ["work/ro", "work/edit", "work/big"] {
         std::fs::create_dir_all(s.path().join(dir)).expect("mkdir");
     }
@@ -474,11 +364,11 @@ fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
     let ro = attempts(&events, 0);
     assert_eq!(ro.len(), 1, "{ro:?}");
     assert_eq!(
-        (ro[0].2.as_str(), ro[0].3.as_str()),
+        (ro[0].status.as_str(), ro[0].stop_reason.as_str()),
         ("partial", "completed"),
         "{ro:?}"
     );
-    let finished = task_events(&events, "AttemptFinished", 0);
+    let finished = events.of(0, "AttemptFinished");
     assert_eq!(
         finished[0]["outcome"]["denials"],
         serde_json::json!([{"tool": "bash", "count": 1}])
@@ -489,15 +379,19 @@ fn real_pi_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
     );
 
     let edit = attempts(&events, 1);
-    assert_eq!(edit[0].2, "completed", "{edit:?}");
+    assert_eq!(edit[0].status, "completed", "{edit:?}");
     assert_eq!(
         std::fs::read_to_string(s.path().join("work/edit/out.txt")).expect("out.txt"),
         "hi\n"
     );
 
     let big = attempts(&events, 2);
-    assert_eq!((big.len(), big[0].2.as_str()), (1, "completed"), "{big:?}");
-    assert_eq!(big[0].5, ANSWER);
+    assert_eq!(
+        (big.len(), big[0].status.as_str()),
+        (1, "completed"),
+        "{big:?}"
+    );
+    assert_eq!(big[0].output, ANSWER);
     let served = mock.served();
     let longest = served
         .iter()

@@ -18,13 +18,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use sortie_testkit::real_agent::should_run;
-
-use crate::real_claude::{AnthropicMock, claude_found};
-use crate::support::{
-    Background, Scratch, finish, live_processes_of, poll, run_as_user, task_events, task_view,
-    unique_run,
+use sortie_testkit::real_agent::{
+    MockServer, PI_VARS, claude_found, codex_found, codex_user, pi_found, pi_user, should_run,
 };
+
+use crate::support::{
+    Background, Scratch, finish, live_processes_of, poll, run_as_user, task_view, unique_run,
+};
+use sortie_testkit::Events;
 
 /// Writes a role file at `rel` under the scratch dir (its folders made).
 fn write_role(s: &Scratch, rel: &str, text: &str) {
@@ -36,7 +37,8 @@ fn write_role(s: &Scratch, rel: &str, text: &str) {
 /// The usage journaled for task `task` (its attempts' last finished usage, summed):
 /// (input, output, cache_read).
 fn task_tokens(events: &[Value], task: usize) -> (u64, u64, u64) {
-    task_events(events, "AttemptFinished", task)
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .fold((0, 0, 0), |(i, o, c), b| {
             let u = &b["usage"];
@@ -47,7 +49,8 @@ fn task_tokens(events: &[Value], task: usize) -> (u64, u64, u64) {
 
 /// The session ids task `task`'s attempts named (`AttemptSession`).
 fn sessions_of(events: &[Value], task: usize) -> Vec<String> {
-    task_events(events, "AttemptSession", task)
+    events
+        .of(task as u64, "AttemptSession")
         .iter()
         .filter_map(|b| b["session"].as_str().map(str::to_owned))
         .collect()
@@ -55,7 +58,8 @@ fn sessions_of(events: &[Value], task: usize) -> Vec<String> {
 
 /// The sessions task `task`'s attempts continued (`AttemptContinues`): (attempt, session).
 fn continued(events: &[Value], task: usize) -> Vec<(u64, String)> {
-    task_events(events, "AttemptContinues", task)
+    events
+        .of(task as u64, "AttemptContinues")
         .iter()
         .map(|b| {
             (
@@ -127,7 +131,7 @@ fn real_claude_continues_a_session_across_tasks_and_applies_a_role() {
         return;
     }
     let s = Scratch::new();
-    let mock = AnthropicMock::start(s.path(), &[("good", "answer"), ("tool", "tool")]);
+    let mock = MockServer::anthropic(s.path(), &[("good", "answer"), ("tool", "tool")]);
     let home = s.path().join("home");
     std::fs::create_dir_all(&home).expect("mkdir home");
     std::fs::create_dir_all(s.path().join("work/review")).expect("mkdir");
@@ -161,7 +165,7 @@ fn real_claude_continues_a_session_across_tasks_and_applies_a_role() {
         "{check_out}"
     );
     let mut cmd = s.sortie();
-    mock.env(&mut cmd, &home);
+    mock.claude_env(&mut cmd, &home);
     cmd.args(["run", "--run-id", &run])
         .arg(&batch)
         .stdout(Stdio::piped())
@@ -175,7 +179,7 @@ fn real_claude_continues_a_session_across_tasks_and_applies_a_role() {
 
     // The role: its model, its read-only permissions (the write was denied), its prompt.
     assert_eq!(state_of(&s, &run, "audit"), "partial");
-    let finished = task_events(&events, "AttemptFinished", 0);
+    let finished = events.of(0, "AttemptFinished");
     assert_eq!(
         finished[0]["outcome"]["denials"],
         serde_json::json!([{"tool": "Bash", "count": 1}])
@@ -223,7 +227,7 @@ fn real_claude_crash_mid_attempt_continues_its_session() {
         return;
     }
     let s = Scratch::new();
-    let mock = AnthropicMock::start(s.path(), &[("once", "hang_once")]);
+    let mock = MockServer::anthropic(s.path(), &[("once", "hang_once")]);
     let home = s.path().join("home");
     std::fs::create_dir_all(&home).expect("mkdir home");
     std::fs::create_dir_all(s.path().join("work")).expect("mkdir");
@@ -237,18 +241,18 @@ fn real_claude_crash_mid_attempt_continues_its_session() {
          prompt = \"Say hello after the crash.\"\n",
     );
     let mut cmd = s.sortie();
-    mock.env(&mut cmd, &home);
+    mock.claude_env(&mut cmd, &home);
     cmd.args(["run", "--run-id", &run])
         .arg(&batch)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut resume = s.sortie();
-    mock.env(&mut resume, &home);
+    mock.claude_env(&mut resume, &home);
     let (code, events) = crash_then_resume(&s, &run, cmd, resume, |e| {
         !sessions_of(e, 0).is_empty() && !mock.served().is_empty()
     });
     assert_eq!(code, Some(0));
-    assert_eq!(task_events(&events, "AttemptOrphaned", 0).len(), 1);
+    assert_eq!(events.of(0, "AttemptOrphaned").len(), 1);
     let session = sessions_of(&events, 0);
     assert_eq!(session.len(), 2, "both attempts name it: {events:?}");
     assert_eq!(session[0], session[1], "the retry is in the same session");
@@ -287,13 +291,12 @@ fn codex_env(cmd: &mut Command, home: &Path) {
 
 #[test]
 fn real_codex_continues_a_session_across_tasks_and_applies_a_role() {
-    use crate::real_codex::{MockServer, codex_found, fake_user};
     if !should_run("real_codex_sessions", codex_found()) {
         return;
     }
     let s = Scratch::new();
-    let mock = MockServer::start(s.path(), &[("good", "ok"), ("tool", "tool")]);
-    let home = user_and_work(&s, mock.port, fake_user);
+    let mock = MockServer::responses(s.path(), &[("good", "ok"), ("tool", "tool")]);
+    let home = user_and_work(&s, mock.port, codex_user);
     // sortie's own roles folder is looked at first.
     write_role(
         &s,
@@ -371,14 +374,13 @@ fn real_codex_continues_a_session_across_tasks_and_applies_a_role() {
 
 #[test]
 fn real_codex_crash_mid_attempt_continues_its_session() {
-    use crate::real_codex::{MockServer, codex_found, fake_user};
     if !should_run("real_codex_crash_session", codex_found()) {
         return;
     }
     let s = Scratch::new();
-    let mock = MockServer::start(s.path(), &[("once", "hang_once")]);
+    let mock = MockServer::responses(s.path(), &[("once", "hang_once")]);
     let home = s.path().join("home");
-    fake_user(&home, mock.port);
+    codex_user(&home, mock.port);
     std::fs::create_dir_all(s.path().join("work")).expect("mkdir");
     let run = unique_run("real-codex-crash");
     let batch = s.write(
@@ -400,7 +402,7 @@ fn real_codex_crash_mid_attempt_continues_its_session() {
         !sessions_of(e, 0).is_empty() && !mock.served().is_empty()
     });
     assert_eq!(code, Some(0));
-    assert_eq!(task_events(&events, "AttemptOrphaned", 0).len(), 1);
+    assert_eq!(events.of(0, "AttemptOrphaned").len(), 1);
     let session = sessions_of(&events, 0);
     assert_eq!(session.len(), 2, "both attempts name it: {events:?}");
     assert_eq!(session[0], session[1], "the retry is in the same thread");
@@ -419,13 +421,12 @@ fn real_codex_crash_mid_attempt_continues_its_session() {
 
 #[test]
 fn real_pi_continues_a_session_across_tasks_and_applies_a_role() {
-    use crate::real_pi::{MockServer, fake_user, pi_found};
     if !should_run("real_pi_sessions", pi_found()) {
         return;
     }
     let s = Scratch::new();
-    let mock = MockServer::start(s.path(), &[("good", "answer")]);
-    let home = user_and_work(&s, mock.port, fake_user);
+    let mock = MockServer::openai(s.path(), &[("good", "answer")]);
+    let home = user_and_work(&s, mock.port, |h, p| pi_user(h, p, &["good"]));
     // pi's own agents folder: a scout that may only read and list.
     write_role(
         &s,
@@ -444,7 +445,7 @@ fn real_pi_continues_a_session_across_tasks_and_applies_a_role() {
          [[tasks]]\nlabel = \"second\"\ncwd = \"work/talk\"\nmodel = \"mock/good\"\n\
          session = \"talk\"\nprompt = \"Which word did I ask you to remember?\"\n",
     );
-    let (out, stderr) = run_as_user(&s, &home, crate::real_pi::PI_VARS, &run, &batch);
+    let (out, stderr) = run_as_user(&s, &home, PI_VARS, &run, &batch);
     assert_eq!(out.status.code(), Some(0), "sortie run: {stderr}");
     let events = s.events(&run);
     let served = mock.served();

@@ -17,68 +17,19 @@
 //! Without the CLIs (or python3) the tests are skipped, saying why, unless `CI` is set: then
 //! they fail (`sortie_testkit::real_agent`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 
 use serde_json::{Value, json};
-use sortie_testkit::real_agent::{output_of, python3_found, should_run};
+use sortie_testkit::real_agent::{
+    MockServer, claude_found, codex_found, codex_user, pi_found, pi_user, should_run,
+};
 
-use crate::support::{Background, Scratch, start_mock, task_events, task_view, unique_run};
+use crate::support::{Background, Scratch, task_view, unique_run};
+use sortie_testkit::Events;
 
 const SCHEMA: &str =
     r#"{"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}}"#;
-
-/// Whether `program --version` prints `expected` (on stdout or stderr), and python3 is here.
-fn found(program: &str, expected: &str, env: &[(&str, &str)], install: &str) -> Result<(), String> {
-    let version = output_of(program, &["--version"], env)
-        .map(|(out, err)| format!("{out}{err}"))
-        .unwrap_or_else(|e| e);
-    if version.trim() != expected {
-        return Err(format!(
-            "this test runs the real {expected}, but `{program} --version` is {version:?}: run \
-             `bash .ci/run` (or `npm install -g {install}`) first"
-        ));
-    }
-    python3_found()
-}
-
-/// A mock from `tests/mock-llm/`, running until dropped; it prints its port on its first line.
-struct Mock {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Mock {
-    fn start(dir: &Path, script: &str, args: &[String]) -> Mock {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/mock-llm")
-            .join(script);
-        let log = dir.join("served.jsonl");
-        let mut cmd = Command::new("python3");
-        cmd.arg(script).arg("--log").arg(&log).args(args);
-        cmd.stderr(Stdio::null());
-        let (child, port) = start_mock(cmd, "the mock");
-        Mock { child, port, log }
-    }
-
-    /// Every response the mock logged (Codex's mock logs its GETs too: left out).
-    fn served(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("the mock logs JSON lines"))
-            .filter(|r: &Value| r["method"].is_null() || r["method"] == "POST")
-            .collect()
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Runs `batch` as run `run` with the environment `env`, and returns its journal's events.
 fn run_batch(s: &Scratch, run: &str, batch: &Path, env: &[(&str, &str)], code: i32) -> Vec<Value> {
@@ -119,7 +70,7 @@ fn assert_repaired(
     label: &str,
     served: &[&Value],
 ) {
-    let finished = task_events(events, "AttemptFinished", task);
+    let finished = events.of(task as u64, "AttemptFinished");
     assert_eq!(
         finished.len(),
         1,
@@ -181,12 +132,7 @@ fn prompt_of(s: &Scratch, run: &str, task: usize) -> String {
 
 #[test]
 fn real_claude_repairs_a_structured_result_once_in_its_session() {
-    let found = found(
-        "claude",
-        "2.1.332 (Claude Code)",
-        &[("DISABLE_AUTOUPDATER", "1")],
-        "@anthropic-ai/claude-code@2.1.332",
-    );
+    let found = claude_found();
     if !should_run("real_claude_structured", found) {
         return;
     }
@@ -195,7 +141,7 @@ fn real_claude_repairs_a_structured_result_once_in_its_session() {
         .iter()
         .map(|a| (*a).to_owned())
         .collect();
-    let mock = Mock::start(s.path(), "anthropic_server.py", &args);
+    let mock = MockServer::start(s.path(), "anthropic_server.py", &args);
     let home = s.path().join("home");
     std::fs::create_dir_all(s.path().join("work")).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir home");
@@ -232,34 +178,9 @@ fn real_claude_repairs_a_structured_result_once_in_its_session() {
     s.audit_clean(&run);
 }
 
-/// A fake user whose `~/.pi/agent` points pi at the mock.
-fn pi_user(home: &Path, port: u16, models: &[&str]) {
-    let agent = home.join(".pi/agent");
-    std::fs::create_dir_all(&agent).expect("mkdir");
-    let models: Vec<Value> = models
-        .iter()
-        .map(|id| json!({"id": id, "contextWindow": 128000, "maxTokens": 4096}))
-        .collect();
-    let config = json!({"providers": {"mock": {
-        "baseUrl": format!("http://127.0.0.1:{port}/v1"),
-        "api": "openai-completions",
-        "apiKey": "mock-key",
-        "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false,
-                   "supportsStore": false},
-        "models": models
-    }}});
-    std::fs::write(agent.join("models.json"), config.to_string()).expect("models.json");
-    std::fs::write(agent.join("auth.json"), "{}").expect("auth.json");
-}
-
 #[test]
 fn real_pi_repairs_a_structured_result_by_its_session_or_over_rpc_and_a_stubborn_one_is_partial() {
-    let found = found(
-        "pi",
-        "0.73.1",
-        &[("PI_OFFLINE", "1")],
-        "@mariozechner/pi-coding-agent@0.73.1",
-    );
+    let found = pi_found();
     if !should_run("real_pi_structured", found) {
         return;
     }
@@ -277,7 +198,7 @@ fn real_pi_repairs_a_structured_result_by_its_session_or_over_rpc_and_a_stubborn
     .iter()
     .map(|a| (*a).to_owned())
     .collect();
-    let mock = Mock::start(s.path(), "server.py", &args);
+    let mock = MockServer::start(s.path(), "server.py", &args);
     let home = s.path().join("home");
     pi_user(&home, mock.port, &["json", "rpc", "stubborn", "good"]);
     for dir in ["work/json", "work/rpc", "work/stubborn", "work/report"] {
@@ -338,7 +259,7 @@ fn real_pi_repairs_a_structured_result_by_its_session_or_over_rpc_and_a_stubborn
         "one repair round only: {reqs:?}"
     );
     assert_eq!(reqs[1]["continues"], true, "{reqs:?}");
-    let finished = task_events(&events, "AttemptFinished", 2);
+    let finished = events.of(2, "AttemptFinished");
     assert_eq!(
         finished.len(),
         1,
@@ -365,7 +286,7 @@ fn real_pi_repairs_a_structured_result_by_its_session_or_over_rpc_and_a_stubborn
 
 #[test]
 fn real_codex_repairs_a_structured_result_by_resuming_its_session_in_its_sandbox() {
-    let found = found("codex", "codex-cli 0.171.0", &[], "@openai/codex@0.171.0");
+    let found = codex_found();
     if !should_run("real_codex_structured", found) {
         return;
     }
@@ -374,21 +295,9 @@ fn real_codex_repairs_a_structured_result_by_resuming_its_session_in_its_sandbox
         .iter()
         .map(|a| (*a).to_owned())
         .collect();
-    let mock = Mock::start(s.path(), "codex_server.py", &args);
+    let mock = MockServer::start(s.path(), "codex_server.py", &args);
     let home = s.path().join("home");
-    let codex = home.join(".codex");
-    std::fs::create_dir_all(&codex).expect("mkdir");
-    std::fs::write(
-        codex.join("config.toml"),
-        format!(
-            "model_provider = \"mock\"\napproval_policy = \"never\"\n\n\
-             [model_providers.mock]\nname = \"mock\"\n\
-             base_url = \"http://127.0.0.1:{}/v1\"\nwire_api = \"responses\"\n\
-             env_key = \"MOCK_API_KEY\"\n",
-            mock.port
-        ),
-    )
-    .expect("config.toml");
+    codex_user(&home, mock.port);
     std::fs::create_dir_all(s.path().join("work")).expect("mkdir");
     s.write("schema.json", SCHEMA);
     let batch = s.write(

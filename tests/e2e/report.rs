@@ -4,9 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{
-    Background, Scratch, count_events, fake_command, poll, task_events, unique_run,
-};
+use crate::support::{Background, Scratch, event_kind, fake_command, poll, unique_run};
+use sortie_testkit::Events;
 
 const TASKS: usize = 50;
 /// The task that is held for a while.
@@ -111,10 +110,18 @@ fn the_html_report_of_a_50_task_run_shows_every_attempt_retries_fallbacks_and_th
     let held = format!("task-{HELD:02}");
     poll("the held task to report usage", 60, || {
         let events = s.try_events(&run)?;
-        (!task_events(&events, "AttemptProgress", HELD).is_empty()).then_some(())
+        (!events.of(HELD as u64, "AttemptProgress").is_empty()).then_some(())
     });
     s.run_ok(&["hold", &run, "--task", &held]);
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Released once the journal shows the hold (its span's start), not after a fixed wait.
+    poll("the hold to be journaled", 30, || {
+        let events = s.try_events(&run)?;
+        events
+            .iter()
+            .map(event_kind)
+            .any(|(k, b)| k == "Control" && b["action"].get("hold").is_some())
+            .then_some(())
+    });
     s.run_ok(&["release", &run, "--task", &held]);
     let out = sortie.finish(120);
     assert_eq!(
@@ -129,7 +136,7 @@ fn the_html_report_of_a_50_task_run_shows_every_attempt_retries_fallbacks_and_th
         .filter(|i| i % 11 == 5 && i % 7 != 3 && *i != HELD)
         .count();
     assert_eq!(
-        count_events(&events, "AttemptLaunching"),
+        events.count("AttemptLaunching"),
         TASKS + retried + fallbacks
     );
 

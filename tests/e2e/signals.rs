@@ -10,9 +10,10 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use crate::support::{
-    Background, Scratch, count_events, fake_command, labels, live_processes_of, poll, send_signal,
-    task_events, task_view, unique_run,
+    Background, Scratch, fake_command, labels, live_processes_of, poll, send_signal, task_view,
+    unique_run,
 };
+use sortie_testkit::Events;
 
 /// The long tasks of the batches here.
 const LONG: [&str; 3] = ["long-1", "long-2", "long-3"];
@@ -61,12 +62,12 @@ fn wait_running(s: &Scratch, run: &str) {
         let order = labels(&events);
         let all_going = LONG.iter().all(|l| {
             let i = order.iter().position(|x| x == l).expect("a long task");
-            !task_events(&events, "AttemptProgress", i).is_empty()
+            !events.of(i as u64, "AttemptProgress").is_empty()
         });
         let quick_done = order
             .iter()
             .position(|x| x == "quick")
-            .is_none_or(|i| !task_events(&events, "TaskFinished", i).is_empty());
+            .is_none_or(|i| !events.of(i as u64, "TaskFinished").is_empty());
         (all_going && quick_done).then_some(())
     });
 }
@@ -88,7 +89,8 @@ fn index(events: &[Value], label: &str) -> usize {
 
 /// The stop reasons of a task's finished attempts, in order.
 fn attempt_reasons(events: &[Value], task: usize) -> Vec<String> {
-    task_events(events, "AttemptFinished", task)
+    events
+        .of(task as u64, "AttemptFinished")
         .iter()
         .map(|e| {
             e["outcome"]["stop_reason"]
@@ -130,12 +132,12 @@ fn interrupt_with(s: &Scratch, run: &str, sortie: Background, signal: Signal) {
         assert_eq!(attempt_reasons(&events, i), ["interrupted"], "{l}");
         assert_eq!(task_view(&status, l)["state"], "interrupted", "{status}");
         assert!(
-            task_events(&events, "TaskFinished", i).is_empty(),
+            events.of(i as u64, "TaskFinished").is_empty(),
             "{l} is not finished: resume decides"
         );
     }
-    assert_eq!(count_events(&events, "RunInterrupted"), 1);
-    assert_eq!(count_events(&events, "RunFinished"), 0);
+    assert_eq!(events.count("RunInterrupted"), 1);
+    assert_eq!(events.count("RunFinished"), 0);
 }
 
 #[test]
@@ -154,7 +156,7 @@ fn ctrl_c_interrupts_resumably_and_resume_finishes_the_run() {
     let checkpoints: Vec<u64> = LONG
         .iter()
         .map(|l| {
-            let fin = task_events(&before, "AttemptFinished", index(&before, l));
+            let fin = before.of((index(&before, l)) as u64, "AttemptFinished");
             fin[0]["usage"]["input"].as_u64().expect("input")
         })
         .collect();
@@ -183,7 +185,7 @@ fn ctrl_c_interrupts_resumably_and_resume_finishes_the_run() {
     let status = s.status(run);
     assert_eq!(status["status"], "completed", "{status}");
     let events = s.events(run);
-    assert_eq!(count_events(&events, "RunResumed"), 1);
+    assert_eq!(events.count("RunResumed"), 1);
     for (l, checkpoint) in LONG.iter().zip(&checkpoints) {
         let i = index(&events, l);
         assert_eq!(
@@ -243,7 +245,7 @@ fn a_live_run_answers_status_and_refuses_a_second_owner() {
     // The refused resume disturbed nothing: the run goes on.
     let status = s.status(run);
     assert_eq!(status["status"], "running", "{status}");
-    assert_eq!(count_events(&s.events(run), "RunResumed"), 0);
+    assert_eq!(s.events(run).count("RunResumed"), 0);
     assert_eq!(live_processes_of(run).len(), LONG.len());
 
     interrupt(&s, run, sortie);
@@ -287,8 +289,8 @@ fn cancel_of_a_live_run_cancels_its_unfinished_tasks() {
         );
         assert_eq!(attempt_reasons(&events, index(&events, l)), ["cancelled"]);
     }
-    assert_eq!(count_events(&events, "RunFinished"), 1);
-    assert_eq!(count_events(&events, "RetryScheduled"), 0);
+    assert_eq!(events.count("RunFinished"), 1);
+    assert_eq!(events.count("RetryScheduled"), 0);
     s.audit_clean(run);
 
     // Final: there is nothing left to resume.
@@ -335,9 +337,14 @@ fn cancel_of_an_interrupted_run_cancels_its_unfinished_tasks() {
             t["error"].as_str().is_some_and(|e| e.contains("cancel")),
             "a cancelled task says it was cancelled, not only why its attempt ended: {t}"
         );
-        assert!(task_events(&events, "AttemptLaunching", index(&events, l)).len() == 1);
+        assert!(
+            events
+                .of((index(&events, l)) as u64, "AttemptLaunching")
+                .len()
+                == 1
+        );
     }
-    assert_eq!(count_events(&events, "RunFinished"), 1);
+    assert_eq!(events.count("RunFinished"), 1);
     let runs = std::fs::read_to_string(s.path().join("counter")).expect("counter");
     assert_eq!(runs.lines().count(), 1, "the quick task ran once");
     s.audit_clean(run);
@@ -424,7 +431,7 @@ fn a_second_ctrl_c_exits_at_once_and_the_run_stays_resumable() {
     for l in LONG {
         let i = index(&events, l);
         assert_eq!(
-            task_events(&events, "AttemptOrphaned", i).len(),
+            events.of(i as u64, "AttemptOrphaned").len(),
             1,
             "{l}: attempt 1 was found orphaned on resume"
         );

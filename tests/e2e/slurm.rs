@@ -9,6 +9,7 @@
 //! (every job cancelled, none left in `squeue`); and a job held in the queue past its attempt
 //! timeout, through a crash and an adoption, that must not time out while it waits.
 
+use sortie_testkit::Events;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -4,6 +4,7 @@
 //! Every side effect happens once, Slurm runs one job per attempt, the jobs that ended while
 //! sortie was down are recorded, not run again.
 
+use sortie_testkit::Events;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 

@@ -7,6 +7,7 @@
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use sortie_testkit::Events;
 use sortie_testkit::slurm::{self, CancelOnDrop};
 use sortie_testkit::{Journal, poll, unique_run};
 

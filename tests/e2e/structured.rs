@@ -7,7 +7,8 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Scratch, task_events, task_view};
+use crate::support::{Scratch, task_view};
+use sortie_testkit::Events;
 
 const SCHEMA: &str =
     r#"{"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}}"#;
@@ -44,7 +45,8 @@ fn plain_results_are_validated_without_repair_chained_as_json_and_listed_for_sco
     assert_eq!(out.status.code(), Some(1), "partial tasks: {stderr}");
     let events = s.events(run);
     let finished = |task: usize| -> Vec<Value> {
-        task_events(&events, "AttemptFinished", task)
+        events
+            .of(task as u64, "AttemptFinished")
             .into_iter()
             .cloned()
             .collect()

@@ -11,6 +11,7 @@
 //! counted once, the audit is clean, and no process of the run (agent or supervisor, found in
 //! `/proc` by their markers) is left, after a resume, a Ctrl-C or a cancel.
 
+use sortie_testkit::Events;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

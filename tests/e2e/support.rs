@@ -102,26 +102,6 @@ pub fn fake_command(args: &[&str]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// Starts a mock model server (`cmd`: a `tests/mock-llm` script, which prints its port on its
-/// first line) with its stdout piped; returns it and its port. `what` names it in a panic.
-pub fn start_mock(mut cmd: Command, what: &str) -> (Child, u16) {
-    use std::io::{BufRead, BufReader};
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {what} (python3): {e}"));
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().expect("piped stdout"))
-        .read_line(&mut first)
-        .expect("read the mock's port");
-    let port = first
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{what} printed {first:?}, not a port"));
-    (child, port)
-}
-
 /// Runs `sortie run --run-id RUN BATCH` to its end (within 300 s) as the fake user whose home
 /// is `home`, with the agent's own variables in `unset` removed (the machine's user must not
 /// leak in); returns its output and its stderr.
@@ -157,25 +137,6 @@ pub fn event_kind(e: &serde_json::Value) -> (&str, &serde_json::Value) {
     let obj = e["event"].as_object().expect("an event is an object");
     let (k, v) = obj.iter().next().expect("an event has a kind");
     (k.as_str(), v)
-}
-
-/// The bodies of the events of `kind` about task number `task`, in journal order.
-pub fn task_events<'a>(
-    events: &'a [serde_json::Value],
-    kind: &str,
-    task: usize,
-) -> Vec<&'a serde_json::Value> {
-    events
-        .iter()
-        .map(event_kind)
-        .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task as u64))
-        .map(|(_, b)| b)
-        .collect()
-}
-
-/// How many events of `kind` the run has.
-pub fn count_events(events: &[serde_json::Value], kind: &str) -> usize {
-    events.iter().filter(|e| event_kind(e).0 == kind).count()
 }
 
 /// The task labels of a run, in task-number order, from its `RunStarted` event.

@@ -5,6 +5,7 @@
 //! it ends), a chatty agent is cut to the cap (`SORTIE_TRANSCRIPT_CAP`: its head and tail kept,
 //! what was cut said), and `sortie gc` removes them with the run's other leftovers.
 
+use sortie_testkit::Events;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::mpsc;

@@ -13,13 +13,8 @@ use std::process::{Child, Stdio};
 
 use sortie_runner::engine::TEST_PAUSE_AFTER as PAUSE_AFTER;
 
-use crate::support::{Scratch, event_kind, fake_command, poll, task_events, unique_run};
-
-/// Runs git in `dir` (the test kit's, with its fixed identity), panicking when it fails;
-/// returns its stdout trimmed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    sortie_testkit::git(dir, args).trim().to_owned()
-}
+use crate::support::{Scratch, event_kind, fake_command, poll, unique_run};
+use sortie_testkit::{Events, git};
 
 /// A repository under the scratch dir: `shared.txt` ("base"), `sub/inner.txt`, and a
 /// `.gitignore` naming `ignored.txt`, all committed.
@@ -150,10 +145,10 @@ fn assert_matches_journal(s: &Scratch, run: &str, repo: &Path) -> BTreeMap<Strin
     let labels = crate::support::labels(&events);
     let mut fates = BTreeMap::new();
     for (i, label) in labels.iter().enumerate() {
-        let planned = task_events(&events, "WorktreePlanned", i);
-        let set_up = task_events(&events, "TaskSetUp", i);
-        let finals = task_events(&events, "WorktreeFinalized", i);
-        assert_eq!(task_events(&events, "TaskFinished", i).len(), 1, "{label}");
+        let planned = events.of(i as u64, "WorktreePlanned");
+        let set_up = events.of(i as u64, "TaskSetUp");
+        let finals = events.of(i as u64, "WorktreeFinalized");
+        assert_eq!(events.of(i as u64, "TaskFinished").len(), 1, "{label}");
         if planned.is_empty() {
             // Ended before its setup began (e.g. cancelled while queued): nothing to finalize.
             assert!(set_up.is_empty() && finals.is_empty(), "{label}");
@@ -168,7 +163,7 @@ fn assert_matches_journal(s: &Scratch, run: &str, repo: &Path) -> BTreeMap<Strin
             set_up.len(),
             1,
             "{label}: set up once; {:?}",
-            task_events(&events, "TaskFinished", i)
+            events.of(i as u64, "TaskFinished")
         );
         assert_eq!(finals.len(), 1, "{label}: finalized once");
         let p = planned[0];
@@ -322,7 +317,7 @@ fn ten_tasks_edit_the_same_file_in_their_own_worktrees() {
     );
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
     let events = s.events(&run);
-    let broken = task_events(&events, "TaskFinished", 11);
+    let broken = events.of(11, "TaskFinished");
     assert_eq!(broken[0]["result"]["state"], "failed");
 }
 
@@ -377,7 +372,7 @@ fn include_wip_seeds_the_worktree_and_wip_alone_counts_unchanged() {
 
     let events = s.events(&run);
     let text = |i: usize| {
-        task_events(&events, "TaskFinished", i)[0]["result"]["text"]
+        events.of(i as u64, "TaskFinished")[0]["result"]["text"]
             .as_str()
             .expect("text")
             .to_owned()
@@ -450,7 +445,7 @@ fn assert_crash_outcome(s: &Scratch, run: &str, repo: &Path, what: &str) {
     assert!(patch_of(s, run, "b").contains("+from b"), "{what}");
     let events = s.events(run);
     for i in 0..3 {
-        let finished = task_events(&events, "TaskFinished", i);
+        let finished = events.of(i, "TaskFinished");
         assert_eq!(
             finished[0]["result"]["state"], "completed",
             "{what}: task {i}"
@@ -475,7 +470,7 @@ fn sigkill_during_setup_then_resume() {
         kill9(child);
         let at_kill = s.events(&run);
         assert_eq!(
-            crate::support::count_events(&at_kill, "AttemptLaunching"),
+            at_kill.count("AttemptLaunching"),
             0,
             "killed during setup, after {pause}"
         );
@@ -484,7 +479,7 @@ fn sigkill_during_setup_then_resume() {
         let events = s.events(&run);
         for i in 0..3 {
             assert_eq!(
-                task_events(&events, "AttemptLaunching", i).len(),
+                events.of(i, "AttemptLaunching").len(),
                 1,
                 "{pause}: task {i} ran once"
             );
@@ -514,15 +509,15 @@ fn sigkill_mid_attempt_then_resume() {
     let child = start(&s, &["run", "--run-id", &run, &file], None);
     poll("three attempts started", 60, || {
         let events = s.try_events(&run)?;
-        (crate::support::count_events(&events, "AttemptStarted") == 3).then_some(())
+        (events.count("AttemptStarted") == 3).then_some(())
     });
     kill9(child);
     resume_to_end(&s, &run);
     assert_crash_outcome(&s, &run, &repo, "mid-attempt");
     let events = s.events(&run);
     for i in 0..3 {
-        assert_eq!(task_events(&events, "AttemptOrphaned", i).len(), 1);
-        assert_eq!(task_events(&events, "WorktreePlanned", i).len(), 1);
+        assert_eq!(events.of(i, "AttemptOrphaned").len(), 1);
+        assert_eq!(events.of(i, "WorktreePlanned").len(), 1);
     }
 }
 
@@ -579,22 +574,18 @@ fn sigkill_mid_finalize_then_resume() {
         std::thread::sleep(std::time::Duration::from_millis(300));
         kill9(child);
         let at_kill = s.events(&run);
-        assert_eq!(
-            crate::support::count_events(&at_kill, "WorktreeFinalized"),
-            0,
-            "{pause} {only}"
-        );
+        assert_eq!(at_kill.count("WorktreeFinalized"), 0, "{pause} {only}");
         resume_to_end(&s, &run);
         let events = s.events(&run);
         let labels = crate::support::labels(&events);
         let fates = assert_matches_journal(&s, &run, &repo);
         for (i, label) in labels.iter().enumerate() {
             assert_eq!(
-                task_events(&events, "AttemptLaunching", i).len(),
+                events.of(i as u64, "AttemptLaunching").len(),
                 1,
                 "{pause}: {label} is not run again"
             );
-            assert_eq!(task_events(&events, "ArtifactWritten", i).len(), 1);
+            assert_eq!(events.of(i as u64, "ArtifactWritten").len(), 1);
             assert_eq!(fates[label].changed, label != "idle", "{pause}: {label}");
         }
     }
@@ -625,7 +616,7 @@ fn cancel_and_fail_fast_finalize_worktrees() {
         let events = s.try_events(&run)?;
         let wrote =
             std::fs::read_to_string(early.join("shared.txt")).is_ok_and(|t| t.contains("early"));
-        (crate::support::count_events(&events, "AttemptStarted") == 2 && wrote).then_some(())
+        (events.count("AttemptStarted") == 2 && wrote).then_some(())
     });
     let out = s.run(&["cancel", &run]);
     assert_eq!(
@@ -641,7 +632,7 @@ fn cancel_and_fail_fast_finalize_worktrees() {
     let events = s.events(&run);
     for i in 0..2 {
         assert_eq!(
-            task_events(&events, "TaskFinished", i)[0]["result"]["state"],
+            events.of(i, "TaskFinished")[0]["result"]["state"],
             "cancelled"
         );
     }
@@ -688,9 +679,9 @@ fn cancel_and_fail_fast_finalize_worktrees() {
     );
     assert!(!fates.contains_key("later"), "never set up");
     let events = s.events(&run);
-    let state = |i: usize| task_events(&events, "TaskFinished", i)[0]["result"]["state"].clone();
+    let state = |i: usize| events.of(i as u64, "TaskFinished")[0]["result"]["state"].clone();
     assert_eq!(state(0), "cancelled");
     assert_eq!(state(1), "failed");
     assert_eq!(state(2), "cancelled");
-    assert_eq!(task_events(&events, "AttemptLaunching", 0).len(), 1);
+    assert_eq!(events.of(0, "AttemptLaunching").len(), 1);
 }

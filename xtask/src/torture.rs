@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use sortie_testkit::{Journal, Usage, try_git as git, wait_exit};
+use sortie_testkit::{Events, Journal, Usage, try_git as git, wait_exit};
 
 // Explicit, so that xtask and the e2e test that includes this file find the same file.
 #[path = "torture_checks.rs"]

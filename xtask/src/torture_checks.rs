@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use sortie_testkit::{Journal, Usage, marked_processes, supervisors_of, try_git as git};
+use sortie_testkit::{Events, Journal, Usage, marked_processes, supervisors_of, try_git as git};
 
 use super::{Gen, Torture, canonical, num, wait_until};
 

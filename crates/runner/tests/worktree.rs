@@ -8,11 +8,7 @@ use sortie_runner::layout::StateDir;
 use sortie_runner::process::run_tool;
 use sortie_runner::worktree::kept::{self, Applied, Discard, Kept};
 use sortie_runner::worktree::{self, agent_cwd, location};
-
-/// Runs git in `dir` (the test kit's, with its fixed identity); returns its stdout trimmed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    sortie_testkit::git(dir, args).trim().to_owned()
-}
+use sortie_testkit::git;
 
 /// A repository with one committed file, and a state dir beside it.
 fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -33,6 +29,8 @@ fn branches(repo: &Path) -> String {
         repo,
         &["branch", "--list", "sortie/*", "--format=%(refname:short)"],
     )
+    .trim()
+    .to_owned()
 }
 
 #[tokio::test]
@@ -87,7 +85,7 @@ async fn create_and_finalize_are_idempotent() {
         .await
         .expect("plan");
     assert_eq!(Path::new(&plan.repo), repo);
-    assert_eq!(plan.base, git(&repo, &["rev-parse", "HEAD"]));
+    assert_eq!(plan.base, git(&repo, &["rev-parse", "HEAD"]).trim());
     assert_eq!(
         agent_cwd(&plan, &repo.join("sub").display().to_string()),
         path.join("sub")
@@ -147,7 +145,7 @@ async fn changes_are_kept_with_a_patch_and_nothing_of_the_agents_is_committed() 
     assert!(path.exists());
     assert_eq!(branches(&repo), branch);
     assert_eq!(git(&path, &["status", "--porcelain"]), status_before);
-    assert_eq!(git(&path, &["rev-parse", "HEAD"]), plan.base);
+    assert_eq!(git(&path, &["rev-parse", "HEAD"]).trim(), plan.base);
 
     // The patch applies to the base.
     git(&repo, &["apply", "--check", &patch.display().to_string()]);
@@ -171,9 +169,12 @@ async fn include_wip_seeds_a_commit_and_leaves_the_users_index_alone() {
     let plan = worktree::plan(&repo, &path, &branch, true, &state.join("s.index"), &state)
         .await
         .expect("plan");
-    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
     assert_ne!(plan.base, head, "a seed commit");
-    assert_eq!(git(&repo, &["rev-parse", &format!("{}^", plan.base)]), head);
+    assert_eq!(
+        git(&repo, &["rev-parse", &format!("{}^", plan.base)]).trim(),
+        head
+    );
     assert_eq!(git(&repo, &["status", "--porcelain"]), status);
     assert!(
         !state.join("s.index").exists(),

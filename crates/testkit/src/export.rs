@@ -74,10 +74,50 @@ impl Usage {
     }
 }
 
-/// A run's exported events, each checked to be an object with an `event` of one kind.
+/// The questions asked of any run's exported events (a [`Journal`], or the `Vec` a test read
+/// from `sortie export`): the one way the tests pick a task's events.
+pub trait Events {
+    /// (kind, body) of every event, in order (an event without one kind is left out).
+    fn kinds(&self) -> impl Iterator<Item = (&str, &Value)>;
+
+    /// How many events of `kind` the run has.
+    fn count(&self, kind: &str) -> usize {
+        self.kinds().filter(|(k, _)| *k == kind).count()
+    }
+
+    /// Bodies of the events of `kind` about task number `task`, in order.
+    fn of(&self, task: u64, kind: &str) -> Vec<&Value> {
+        self.kinds()
+            .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task))
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// Whether the run has an event of `kind` about `task`.
+    fn has(&self, task: u64, kind: &str) -> bool {
+        !self.of(task, kind).is_empty()
+    }
+}
+
+impl Events for [Value] {
+    fn kinds(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.iter().filter_map(kind_of)
+    }
+}
+
+/// A run's exported events, each checked to be an object with an `event` of one kind. It
+/// derefs to its events, so [`Events`] asks it its questions.
 #[derive(Debug, Clone, Default)]
 pub struct Journal {
     events: Vec<Value>,
+}
+
+impl std::ops::Deref for Journal {
+    type Target = [Value];
+
+    fn deref(&self) -> &[Value] {
+        &self.events
+    }
 }
 
 impl Journal {
@@ -101,29 +141,6 @@ impl Journal {
     /// Every event, as exported.
     pub fn events(&self) -> &[Value] {
         &self.events
-    }
-
-    /// (kind, body) of every event, in order.
-    pub fn kinds(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.events.iter().filter_map(kind_of)
-    }
-
-    /// How many events of `kind` the run has.
-    pub fn count(&self, kind: &str) -> usize {
-        self.kinds().filter(|(k, _)| *k == kind).count()
-    }
-
-    /// Bodies of the events of `kind` about `task`, in order.
-    pub fn of(&self, task: u64, kind: &str) -> Vec<&Value> {
-        self.kinds()
-            .filter(|(k, b)| *k == kind && b["task"].as_u64() == Some(task))
-            .map(|(_, b)| b)
-            .collect()
-    }
-
-    /// Whether the run has an event of `kind` about `task`.
-    pub fn has(&self, task: u64, kind: &str) -> bool {
-        !self.of(task, kind).is_empty()
     }
 
     /// Whether an event of `kind` about `task` matching `pred` follows the event `first` of

@@ -30,7 +30,7 @@ pub mod slurm;
 
 pub use attempts::exit_recorded;
 pub use cmd::{CommandFailed, git, run, try_git, try_run};
-pub use export::{Journal, Usage};
+pub use export::{Events, Journal, Usage};
 pub use procs::{Marked, live_processes_of, marked_processes};
 // #10: supervisors.
 pub use procs::{all_processes_of, supervisors_of};

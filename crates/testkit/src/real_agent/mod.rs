@@ -1,5 +1,6 @@
-//! The gate of the tests that run a real agent CLI (`tests/e2e/real_pi.rs`, `real_codex.rs`),
-//! after rust-analyzer's `skip_slow_tests`.
+//! What the tests that run a real agent CLI (`tests/e2e/real_*.rs`) share: their gate, after
+//! rust-analyzer's `skip_slow_tests` (below), the CLIs' version checks and fake users
+//! ([`clis`]), the loopback mock model servers ([`mock`]) and the attempt table ([`attempts`]).
 //!
 //! On a machine without the CLI a plain `cargo test` skips them, printing why, so that it is
 //! green on a fresh checkout. Under CI (`CI` set, as `.ci/run` sets it) a missing CLI fails the
@@ -12,8 +13,19 @@
     reason = "the gate asks the CLIs their version"
 )]
 
+pub mod attempts;
+pub mod clis;
+pub mod mock;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+pub use attempts::{Attempt, attempts};
+pub use clis::{
+    CLAUDE_VERSION, CODEX_VERSION, PI_VARS, PI_VERSION, claude_found, cli_found, codex_found,
+    codex_user, pi_found, pi_user,
+};
+pub use mock::{ANSWER, MockServer};
 
 /// The cookie directory's name, under the target directory.
 pub const COOKIE_DIR: &str = "real-agent-tests";
