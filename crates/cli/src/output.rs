@@ -9,7 +9,7 @@ use crate::board::{Board, cut as truncate};
 use crate::error::Result;
 use sortie_core::ledger::Ledger;
 use sortie_core::{Attempt, Event, RunId, RunState, RunStatus, Stamped, TaskId, Usage};
-use sortie_runner::engine::Observer;
+use sortie_runner::engine::{Front, Observer};
 
 /// Installs the tracing subscriber: warnings by default, `-v` info, `-vv` debug; RUST_LOG wins.
 pub(crate) fn init_tracing(verbose: u8) {
@@ -40,81 +40,21 @@ pub(crate) fn observer(g: &crate::args::Global, run_id: Option<&RunId>) -> Box<d
         }
         board
     });
-    Box::new(LogLines {
-        quiet,
-        board,
+    Box::new(LogLines { quiet, board })
+}
+
+/// What a run's command gives the engine: the [`observer`] and `--on-task-end CMD` (the engine
+/// runs the task-end hooks).
+pub(crate) fn front(g: &crate::args::Global, run_id: Option<&RunId>) -> Front {
+    Front {
+        observer: observer(g, run_id),
         on_task_end: g.on_task_end.clone(),
-    })
+    }
 }
 
 struct LogLines {
     quiet: bool,
     board: Option<Board>,
-    /// `--on-task-end CMD`.
-    on_task_end: Option<String>,
-}
-
-/// The hook to run when `task` ends, and where: `--on-task-end CMD` (in sortie's cwd) wins;
-/// else the task's own `on_task_end`, else the run's (#15: batch fields, journaled with the
-/// batch, so a resume runs them too), in the task's `cwd`.
-fn hook_for<'a>(
-    flag: Option<&'a str>,
-    state: &'a RunState,
-    task: TaskId,
-) -> Option<(&'a str, Option<&'a std::path::Path>)> {
-    if let Some(cmd) = flag {
-        return Some((cmd, None));
-    }
-    let spec = state.spec(task)?;
-    let run = state
-        .batch
-        .as_ref()
-        .and_then(|b| b.config.on_task_end.as_deref());
-    let cmd = spec.on_task_end.as_deref().or(run)?;
-    Some((cmd, Some(std::path::Path::new(&spec.cwd))))
-}
-
-/// Runs `--on-task-end CMD` (or the batch's `on_task_end`) for a task that just ended, with
-/// what a hook wants to know in its environment.
-fn task_end_hook(
-    (cmd, cwd): (&str, Option<&std::path::Path>),
-    state: &RunState,
-    task: TaskId,
-    result: &sortie_core::TaskResult,
-) {
-    let rec = state.task(task);
-    let usage = rec.map(|r| r.usage()).unwrap_or_default();
-    let artifact = rec
-        .and_then(|r| r.steps().artifact.as_ref())
-        .map(|a| a.path.clone())
-        .unwrap_or_default();
-    let env = vec![
-        (
-            "SORTIE_RUN".to_owned(),
-            state
-                .run_id
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-        ),
-        ("SORTIE_TASK".to_owned(), state.label(task)),
-        ("SORTIE_STATE".to_owned(), result.state.to_string()),
-        (
-            "SORTIE_COST_USD".to_owned(),
-            format!("{:.6}", usage.cost.usd()),
-        ),
-        ("SORTIE_ARTIFACT".to_owned(), artifact),
-        (
-            "SORTIE_ERROR".to_owned(),
-            result
-                .error
-                .as_deref()
-                .map(first_line)
-                .unwrap_or_default()
-                .to_owned(),
-        ),
-    ];
-    sortie_runner::process::run_hook_in(cmd, &env, cwd);
 }
 
 /// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
@@ -124,11 +64,6 @@ fn colour() -> bool {
 
 impl Observer for LogLines {
     fn event(&mut self, state: &RunState, s: &Stamped) {
-        if let Event::TaskFinished { task, result } = &s.event
-            && let Some(hook) = hook_for(self.on_task_end.as_deref(), state, *task)
-        {
-            task_end_hook(hook, state, *task, result);
-        }
         if self.quiet {
             return;
         }

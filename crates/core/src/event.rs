@@ -449,6 +449,42 @@ impl Event {
         }
     }
 
+    /// The attempt this event is about, if it is an attempt's event.
+    pub fn attempt(&self) -> Option<Attempt> {
+        match self {
+            Event::AttemptLaunching { attempt, .. }
+            | Event::AttemptStarted { attempt, .. }
+            | Event::AttemptProgress { attempt, .. }
+            | Event::AttemptStalled { attempt, .. }
+            | Event::AttemptFinished { attempt, .. }
+            | Event::AttemptOrphaned { attempt, .. }
+            | Event::AttemptSideEffects { attempt, .. }
+            | Event::AttemptContinues { attempt, .. }
+            | Event::AttemptPlaced { attempt, .. }
+            | Event::AttemptHandle { attempt, .. }
+            | Event::AttemptAdopted { attempt, .. }
+            | Event::AttemptRecorded { attempt, .. }
+            | Event::AttemptRead { attempt, .. }
+            | Event::AttemptSession { attempt, .. } => Some(*attempt),
+            Event::RunStarted { .. }
+            | Event::RunResumed { .. }
+            | Event::RunInterrupted { .. }
+            | Event::RunFinished { .. }
+            | Event::RunBudgetWarned { .. }
+            | Event::RunBudgetExceeded { .. }
+            | Event::RunRerunOf { .. }
+            | Event::TaskQueued { .. }
+            | Event::TaskSetUp { .. }
+            | Event::RetryScheduled { .. }
+            | Event::ArtifactWritten { .. }
+            | Event::WorktreeFinalized { .. }
+            | Event::TaskFinished { .. }
+            | Event::WorktreePlanned { .. }
+            | Event::TaskCarried { .. }
+            | Event::Control { .. } => None,
+        }
+    }
+
     /// The event's name, as shown in timelines and exports.
     pub fn name(&self) -> &'static str {
         match self {

@@ -14,9 +14,11 @@
 pub mod agent_options;
 pub mod bounds;
 pub mod budget;
+pub mod control;
 pub mod decide;
 pub mod digest;
 pub mod event;
+pub mod hook;
 pub mod ids;
 pub mod ledger;
 pub mod outcome;
@@ -47,7 +49,7 @@ pub use outcome::{
     AttemptOutcome, AttemptStatus, Phase, RunOutcome, StopReason, TaskResult, TerminalState,
     aggregate,
 };
-pub use plan::{Action, Facts, JobKind, Planner, Stopping};
+pub use plan::{Action, Facts, JobKind, Planner, RunEnding, Stopping};
 pub use slurm::{Executor, ExecutorKind, SlurmOptions};
 pub use spec::Permissions;
 pub use spec::{

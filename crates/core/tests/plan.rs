@@ -121,6 +121,24 @@ impl Run {
         })
     }
 
+    /// A round planned in the default world, its events applied (as the runner appends them).
+    fn finish_planned(&mut self) -> &mut Run {
+        let facts = Facts {
+            now: Timestamp(self.now),
+            stopping: None,
+            live: 0,
+            jobs: &BTreeMap::new(),
+            setup_failed: &BTreeMap::new(),
+            missing_worktrees: &BTreeSet::new(),
+        };
+        for action in self.planner.plan(&self.state, &facts) {
+            if let Action::Append(event) = action {
+                self.push(event);
+            }
+        }
+        self
+    }
+
     /// The planner's round at `now` (ms after the last event) in `world`, one line per action.
     fn plan(&mut self, after_ms: u64, world: &World) -> Vec<String> {
         let facts = Facts {
@@ -187,6 +205,7 @@ fn render(state: &RunState, action: &Action) -> String {
         ),
         Action::StartJob(task, kind) => format!("job {} {kind:?}", label(task)),
         Action::WindDown(reason) => format!("wind down: {reason}"),
+        Action::EndRun(ending) => format!("end run {ending:?}"),
     }
 }
 
@@ -253,7 +272,11 @@ fn a_retry_is_left_undecided_on_interrupt_and_cancelled_on_cancel() {
         stopping: Some(Stopping::Interrupt),
         ..World::default()
     };
-    assert_eq!(run.plan(0, &interrupt), Vec::<String>::new());
+    assert_eq!(
+        run.plan(0, &interrupt),
+        lines(&["end run Interrupted"]),
+        "no retry decided: nothing in flight, the run ends interrupted"
+    );
     let cancel = World {
         stopping: Some(Stopping::Cancel),
         ..World::default()
@@ -448,7 +471,7 @@ fn nothing_is_queued_while_interrupting() {
         stopping: Some(Stopping::Interrupt),
         ..World::default()
     };
-    assert_eq!(run.plan(0, &world), Vec::<String>::new());
+    assert_eq!(run.plan(0, &world), lines(&["end run Interrupted"]));
     assert_eq!(
         run.plan(0, &World::default()),
         Vec::<String>::new(),
@@ -560,6 +583,7 @@ fn no_launch_while_stopping_or_without_a_free_slot() {
     assert_eq!(run.plan(0, &busy), Vec::<String>::new());
     let stopping = World {
         stopping: Some(Stopping::Interrupt),
+        live: 1,
         ..World::default()
     };
     assert_eq!(run.plan(0, &stopping), Vec::<String>::new());
@@ -873,5 +897,57 @@ fn a_carried_task_is_never_planned_and_its_dependents_see_its_result() {
         run.plan(0, &World::default()),
         lines(&["queue b"]),
         "b's need is met by the carried a; c's carried failure does not trip fail_fast"
+    );
+}
+
+// The run's end.
+
+#[test]
+fn a_run_ends_finished_in_a_round_of_its_own_once_every_task_finished() {
+    let mut run = Run::new(4, false, vec![task("a"), task("b")]);
+    run.attempt(0, AttemptOutcome::completed())
+        .attempt(1, failed(StopReason::NonzeroExit));
+    assert_eq!(
+        run.plan(0, &World::default()),
+        lines(&[
+            "finish a completed: -",
+            "finish b failed: nonzero_exit happened"
+        ]),
+        "the round that finishes the last tasks does not end the run too"
+    );
+    run.finish_planned();
+    assert_eq!(run.plan(0, &World::default()), lines(&["end run Finished"]));
+    let cancel = World {
+        stopping: Some(Stopping::Cancel),
+        ..World::default()
+    };
+    assert_eq!(run.plan(0, &cancel), lines(&["end run Finished"]));
+}
+
+#[test]
+fn an_interrupted_run_ends_only_once_nothing_is_in_flight() {
+    let mut run = Run::new(2, false, vec![task("a"), task("b")]);
+    run.push(Event::TaskQueued { task: TaskId(0) });
+    let interrupt = |live, jobs: &[(u32, JobKind)]| World {
+        stopping: Some(Stopping::Interrupt),
+        live,
+        jobs: jobs.iter().map(|(t, k)| (TaskId(*t), *k)).collect(),
+        ..World::default()
+    };
+    assert_eq!(run.plan(0, &interrupt(1, &[])), Vec::<String>::new());
+    assert_eq!(
+        run.plan(0, &interrupt(0, &[(1, JobKind::Plan)])),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        run.plan(0, &interrupt(0, &[])),
+        lines(&["end run Interrupted"])
+    );
+    let nothing = World::default();
+    assert!(
+        !run.plan(0, &nothing)
+            .iter()
+            .any(|l| l.starts_with("end run")),
+        "without a stop, a run with unfinished tasks goes on"
     );
 }

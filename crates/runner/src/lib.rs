@@ -3,8 +3,11 @@
 //! processes, worktrees, the state dir's layout, and resume. Batches load in `sortie-batch`
 //! and stdout is read by `sortie-protocol`, before and beside all this.
 //!
-//! Invariant: the runner never mutates run state directly. It decides an event, checks it
-//! against the state, appends it to the journal (durable on return), then applies it.
+//! Invariant: the runner performs, it does not decide. Core decides every event (the planner's
+//! actions, an attempt's outcome, a report's news, a control request, the run's end, the
+//! task-end hook); the runner gathers the facts core needs, checks each event against the
+//! state, appends it to the journal (durable on return), applies it, and only then performs
+//! the effects it announces. It never mutates run state directly.
 
 mod agent;
 mod attempt;

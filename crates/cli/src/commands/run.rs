@@ -61,9 +61,9 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
         }
         return super::wait::detach(g, &id);
     }
-    let observer = output::observer(g, run_id.as_ref());
+    let front = output::front(g, run_id.as_ref());
     let state_dir = g.layout().absolute();
-    let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, observer))?;
+    let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, front))?;
     Ok(report(g, &end))
 }
 
@@ -73,13 +73,13 @@ pub(crate) fn resume(g: &Global, run: Option<&str>) -> Result<Code> {
         Some(r) => super::find_run(g, r)?,
         None => newest(&g.layout(), true)?,
     };
-    let observer = output::observer(g, Some(&run));
+    let front = output::front(g, Some(&run));
     let end = runtime()?
         .block_on(engine::take_over(
             &g.layout().absolute(),
             run.clone(),
             Takeover::Resume,
-            observer,
+            front,
         ))
         .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
@@ -126,7 +126,7 @@ pub(crate) fn cancel(g: &Global, run: &str) -> Result<Code> {
             &g.layout().absolute(),
             run.clone(),
             Takeover::Cancel,
-            output::observer(g, Some(&run)),
+            output::front(g, Some(&run)),
         ))
         .map_err(|e| damage_context(e, &run))?;
     Ok(report(g, &end))
@@ -222,8 +222,8 @@ pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
     };
     let run_id = args.run_id.as_deref().map(run_id).transpose()?;
     let rerun = engine::Rerun { parent, carried };
-    let observer = output::observer(g, run_id.as_ref());
+    let front = output::front(g, run_id.as_ref());
     let state_dir = g.layout().absolute();
-    let end = runtime()?.block_on(engine::rerun(&state_dir, run_id, loaded, rerun, observer))?;
+    let end = runtime()?.block_on(engine::rerun(&state_dir, run_id, loaded, rerun, front))?;
     Ok(report(g, &end))
 }

@@ -105,6 +105,34 @@ pub enum Action {
     /// attempt to wrap up (a steerable agent gets its grace turns) or stop, with stop reason
     /// `budget` and this message.
     WindDown(String),
+    /// The run is over: nothing else is left to do this round, and every task finished, or a
+    /// stop (an interrupt) was asked for and no attempt nor job is in flight. The runner
+    /// journals [`RunEnding::event`] and exits; it decides nothing of it.
+    EndRun(RunEnding),
+}
+
+/// How a run ends (see [`Action::EndRun`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnding {
+    /// Every task finished: `RunFinished`, with the aggregate and the summary.
+    Finished,
+    /// Stopped by a signal with tasks left: `RunInterrupted`; a resume goes on.
+    Interrupted,
+}
+
+impl RunEnding {
+    /// The event that ends the run in `state`.
+    pub fn event(self, state: &RunState) -> Event {
+        match self {
+            RunEnding::Finished => Event::RunFinished {
+                state: state.aggregate(),
+                summary: crate::summary::summary_text(state),
+            },
+            RunEnding::Interrupted => Event::RunInterrupted {
+                reason: "interrupted by a signal".into(),
+            },
+        }
+    }
 }
 
 impl Action {
@@ -115,7 +143,7 @@ impl Action {
             Action::Launch(t) | Action::EndTask { task: t, .. } | Action::StartJob(t, _) => {
                 Some(*t)
             }
-            Action::WindDown(_) => None,
+            Action::WindDown(_) | Action::EndRun(_) => None,
         }
     }
 }
@@ -266,7 +294,7 @@ impl Planner {
             used: BTreeSet::new(),
             new_setups: 0,
         };
-        if state.batch.is_none() {
+        if state.batch.is_none() || state.is_finished() {
             return round.actions;
         }
         if self.budget_out.is_none()
@@ -286,6 +314,11 @@ impl Planner {
         self.expired_waits(state, &mut round);
         if !no_launch && !self.fail_fast_tripped {
             self.free_slots(state, &mut round);
+        }
+        if round.actions.is_empty()
+            && let Some(end) = run_end(state, facts)
+        {
+            round.push(Action::EndRun(end));
         }
         round.actions
     }
@@ -670,4 +703,15 @@ pub fn jitter(state: &RunState, task: TaskId, attempts: u32) -> u64 {
 fn concurrency(state: &RunState) -> usize {
     let batch = state.batch.as_ref().map_or(1, |b| b.config.concurrency);
     state.control.concurrency.unwrap_or(batch) as usize
+}
+
+/// Whether the run ends now, once a round has nothing else to do: finished when every task is;
+/// interrupted when an interrupt was asked for and nothing is in flight (no live attempt, no
+/// worktree job). A cancel ends every task instead, and so finishes the run.
+fn run_end(state: &RunState, facts: &Facts<'_>) -> Option<RunEnding> {
+    if state.all_finished() {
+        return Some(RunEnding::Finished);
+    }
+    (facts.stopping == Some(Stopping::Interrupt) && facts.live == 0 && facts.jobs.is_empty())
+        .then_some(RunEnding::Interrupted)
 }

@@ -6,6 +6,33 @@ use std::collections::HashMap;
 use super::*;
 
 impl RunState {
+    /// Whether an attempt's report, as the event it would become, adds anything to the state
+    /// (report fencing and once-only): it is of the task's live attempt (a late report of an
+    /// attempt that ended, or of an earlier one, is not), and a once-only fact not yet recorded
+    /// (side effects, the session) or a read offset that moves past the journaled one (only a
+    /// placed attempt's). A report that is not news is dropped, not journaled; one that is must
+    /// still pass [`RunState::check`].
+    pub fn report_is_news(&self, event: &Event) -> bool {
+        let Some(live) = event
+            .task()
+            .and_then(|t| self.task(t))
+            .and_then(|r| r.live_attempt())
+        else {
+            return false;
+        };
+        if Some(live.attempt) != event.attempt() {
+            return false;
+        }
+        match event {
+            Event::AttemptSideEffects { .. } => !live.side_effects,
+            Event::AttemptSession { .. } => live.session().is_none(),
+            Event::AttemptRead { offset, .. } => {
+                live.placed.as_deref().is_some_and(|p| *offset > p.read)
+            }
+            _ => true,
+        }
+    }
+
     /// Checks that an event may be applied now, without applying it. The runner calls this
     /// before appending, so a journal never receives an event that replay would refuse.
     pub fn check(&self, event: &Event) -> Result<(), Violation> {

@@ -36,11 +36,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sortie_core::decide;
-use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
+use sortie_core::plan::{Action, Facts, JobKind, Planner, RunEnding, Stopping};
 use sortie_core::{
     AgentProfile, Attempt, AttemptOutcome, AttemptStatus, Batch, Cost, Event, Isolation,
     OrphanAction, Phase, ResumePlan, RunConfig, RunId, RunState, Seq, Stamped, StopReason, TaskId,
-    TaskResult, TaskSpec, TaskState, Timestamp, Usage, resume_plan, summary_text, validate_batch,
+    TaskResult, TaskSpec, TaskState, Timestamp, Usage, resume_plan, validate_batch,
 };
 
 /// The most tasks a generated batch has.
@@ -852,10 +852,10 @@ impl<B: Backend> Driver<B> {
         };
         let actions = self.planner.as_mut()?.plan(st, &facts);
         if actions.is_empty() {
-            if st.all_finished() {
-                self.finish_run()?;
-                return Some(true);
-            }
+            assert!(
+                !st.all_finished(),
+                "the planner did not end a run whose tasks all finished"
+            );
             return Some(false);
         }
         let mut effects = Vec::new();
@@ -890,6 +890,16 @@ impl<B: Backend> Driver<B> {
                 // The run's budget ran out: the loop stops every live attempt (budget, partial).
                 Action::WindDown(_) => {
                     self.stop_live(&OutcomeKind::PartialBudget.outcome(false))?
+                }
+                // The run's end, decided by the planner: journaled; an interrupted run's
+                // process then exits.
+                Action::EndRun(ending) => {
+                    let event = ending.event(self.st()?);
+                    self.emit(event)?;
+                    if ending == RunEnding::Interrupted {
+                        self.crash();
+                    }
+                    return Some(false);
                 }
             }
         }
@@ -1090,14 +1100,12 @@ impl<B: Backend> Driver<B> {
             "interrupted",
         ))?;
         self.settle()?;
-        if self.st().is_none() {
-            return Some(()); // the run finished on the way
-        }
-        self.emit(Event::RunInterrupted {
-            reason: "Ctrl-C".into(),
-        })?;
-        // The process exits: nothing more is stored until a resume.
-        self.crash();
+        // The planner ended the run: `RunInterrupted` once nothing was in flight (the process
+        // then exited), or `RunFinished` when the last tasks finished on the way.
+        assert!(
+            self.st().is_none(),
+            "the planner did not end an interrupted run with nothing in flight"
+        );
         Some(())
     }
 
@@ -1178,13 +1186,6 @@ impl<B: Backend> Driver<B> {
         self.stopping = Some(Stopping::Cancel);
         self.stop_live(&OutcomeKind::Cancelled.outcome(false))?;
         self.settle()
-    }
-
-    fn finish_run(&mut self) -> Option<()> {
-        let st = self.st()?;
-        let state = st.aggregate();
-        let summary = summary_text(st);
-        self.emit(Event::RunFinished { state, summary })
     }
 
     /// Drives the run to its end with nothing going wrong any more: agents start and complete,

@@ -149,20 +149,6 @@ impl Msg {
             | Msg::Session { task, .. } => *task,
         }
     }
-
-    pub(crate) fn attempt(&self) -> Attempt {
-        match self {
-            Msg::Started { attempt, .. }
-            | Msg::Progress { attempt, .. }
-            | Msg::Stalled { attempt, .. }
-            | Msg::SideEffects { attempt, .. }
-            | Msg::Finished { attempt, .. }
-            | Msg::Activity { attempt, .. }
-            | Msg::Handle { attempt, .. }
-            | Msg::Read { attempt, .. }
-            | Msg::Session { attempt, .. } => *attempt,
-        }
-    }
 }
 
 /// What a user asks of a live attempt (`sortie hold`, `release`, `steer`).

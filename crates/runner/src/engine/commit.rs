@@ -135,8 +135,12 @@ impl Engine {
         Ok(stamped)
     }
 
-    /// Tells the observer of a durable event.
+    /// Tells the observer of a durable event, after running the task-end hook of a task it
+    /// ends.
     fn observe(&mut self, stamped: &Stamped) {
+        if let Event::TaskFinished { task, result } = &stamped.event {
+            self.task_end_hook(*task, result);
+        }
         self.observer.event(&self.state, stamped);
         self.pause_after.1 |= self.pause_after.0.as_deref() == Some(stamped.event.name());
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sortie_core::{ControlAction, Event, StopReason, TaskId};
+use sortie_core::{ControlAction, StopReason, TaskId};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
@@ -122,24 +122,17 @@ impl Engine {
             Ok(a) => a,
             Err(why) => return Ok(Reply::refused(why)),
         };
-        if self.stopping.is_some() {
-            return Ok(Reply::refused("the run is stopping"));
-        }
-        let event = Event::Control {
-            by: by.to_owned(),
-            action: action.clone(),
+        let facts = sortie_core::control::ControlFacts {
+            stopping: self.stopping.is_some(),
+            steerable: action
+                .task()
+                .and_then(|t| self.live.get(&t))
+                .is_some_and(|h| h.steerable),
         };
-        if let Err(v) = self.state.check(&event) {
-            return Ok(Reply::refused(v.to_string()));
-        }
-        if let ControlAction::Steer { task, .. } = &action
-            && !self.live.get(task).is_some_and(|h| h.steerable)
-        {
-            return Ok(Reply::refused(format!(
-                "task {}: its agent cannot be steered (only pi over RPC with can_steer)",
-                self.state.label(*task)
-            )));
-        }
+        let event = match sortie_core::control::decide(&self.state, by, action.clone(), facts) {
+            Ok(event) => event,
+            Err(why) => return Ok(Reply::refused(why)),
+        };
         self.commit(vec![event])?;
         self.control_effects(&action, by);
         Ok(Reply::done(self.describe(&action)))

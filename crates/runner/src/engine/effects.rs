@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use sortie_core::plan::Action;
+use sortie_core::plan::{Action, RunEnding};
 use sortie_core::{Event, TaskId, TaskResult, decide};
 
 use super::Engine;
@@ -14,9 +14,15 @@ use crate::{Result, files};
 impl Engine {
     /// Appends the round's events in one durable write, with the placements of its launches
     /// and its task ends that are only their event, then performs its effects: launches, then
-    /// the other task ends, then worktree jobs.
-    pub(super) async fn perform(&mut self, actions: Vec<Action>) -> Result<()> {
+    /// the other task ends, then worktree jobs. Returns the run's end when the planner decided
+    /// it (the loop journals it: `Engine::end_run`).
+    pub(super) async fn perform(&mut self, actions: Vec<Action>) -> Result<Option<RunEnding>> {
+        // The planner ends a run in a round of its own: nothing to write or perform here.
+        if let [Action::EndRun(end)] = actions[..] {
+            return Ok(Some(end));
+        }
         let mut launches = Vec::new();
+        let mut ending = None;
         let mut ends = Vec::new();
         let mut jobs = Vec::new();
         let mut wind_down = None;
@@ -46,6 +52,10 @@ impl Engine {
                 }
                 Action::WindDown(reason) => {
                     wind_down = Some(reason);
+                    None
+                }
+                Action::EndRun(end) => {
+                    ending = Some(end);
                     None
                 }
             })
@@ -87,7 +97,7 @@ impl Engine {
         if !reports.is_empty() {
             self.handle(reports)?;
         }
-        Ok(())
+        Ok(ending)
     }
 
     /// The placement event of the attempt `events` launch for `task`, when its executor

@@ -24,6 +24,7 @@
 mod commit;
 mod control;
 mod effects;
+mod hooks;
 mod launch;
 mod reports;
 mod resume;
@@ -37,7 +38,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
+use sortie_core::plan::{Action, Facts, JobKind, Planner, RunEnding, Stopping};
 use sortie_core::{Attempt, TaskId, TaskResult};
 use sortie_core::{Event, RunId, RunOutcome, RunState, RunStatus, Seq, Stamped, StopReason};
 use sortie_journal::Journal;
@@ -114,6 +115,25 @@ pub trait Observer: Send {
 /// An observer that ignores everything.
 pub struct Quiet;
 
+/// What a front end (the CLI, a test) gives a run besides its batch: who watches it, and the
+/// `--on-task-end` command. The engine runs the task-end hooks itself (`hooks.rs`), so a
+/// front end that only watches still runs the batch's hooks.
+pub struct Front {
+    /// Told of each event once it is durable.
+    pub observer: Box<dyn Observer>,
+    /// `--on-task-end CMD`: run for every task that ends, instead of the batch's own hooks.
+    pub on_task_end: Option<String>,
+}
+
+impl From<Box<dyn Observer>> for Front {
+    fn from(observer: Box<dyn Observer>) -> Front {
+        Front {
+            observer,
+            on_task_end: None,
+        }
+    }
+}
+
 impl Observer for Quiet {
     fn event(&mut self, _: &RunState, _: &Stamped) {}
 }
@@ -143,9 +163,9 @@ pub async fn run(
     state_dir: &StateDir,
     run_id: Option<RunId>,
     loaded: LoadedBatch,
-    observer: Box<dyn Observer>,
+    front: Front,
 ) -> Result<RunEnd> {
-    start(state_dir, run_id, loaded, Vec::new(), observer).await
+    start(state_dir, run_id, loaded, Vec::new(), front).await
 }
 
 /// What a rerun carries from its parent run (`sortie rerun`).
@@ -169,7 +189,7 @@ pub async fn rerun(
     run_id: Option<RunId>,
     loaded: LoadedBatch,
     rerun: Rerun,
-    observer: Box<dyn Observer>,
+    front: Front,
 ) -> Result<RunEnd> {
     let mut prelude = vec![Event::RunRerunOf {
         parent: rerun.parent,
@@ -184,7 +204,7 @@ pub async fn rerun(
                 usage,
             }),
     );
-    start(state_dir, run_id, loaded, prelude, observer).await
+    start(state_dir, run_id, loaded, prelude, front).await
 }
 
 /// A new run: its journal, `RunStarted`, then `prelude`, then the loop.
@@ -193,7 +213,7 @@ async fn start(
     run_id: Option<RunId>,
     loaded: LoadedBatch,
     prelude: Vec<Event>,
-    observer: Box<dyn Observer>,
+    front: Front,
 ) -> Result<RunEnd> {
     process::survive_file_size_limit()?;
     state_dir.ensure()?;
@@ -213,7 +233,7 @@ async fn start(
         lock,
         env: loaded.env,
     };
-    let mut engine = Engine::new(parts, RunState::new(), observer);
+    let mut engine = Engine::new(parts, RunState::new(), front);
     index::create(state_dir, &engine.run_id, &loaded.batch.source, now())?;
     let started = Event::RunStarted {
         run_id,
@@ -246,7 +266,7 @@ pub async fn take_over(
     state_dir: &StateDir,
     run_id: RunId,
     how: Takeover,
-    observer: Box<dyn Observer>,
+    front: Front,
 ) -> Result<RunEnd> {
     process::survive_file_size_limit()?;
     let dir = state_dir.run(&run_id);
@@ -268,7 +288,7 @@ pub async fn take_over(
         lock,
         env,
     };
-    let mut engine = Engine::new(parts, state, observer);
+    let mut engine = Engine::new(parts, state, front);
     let from_seq = Seq(engine.state.next_seq.0.saturating_sub(1));
     engine.commit(vec![Event::RunResumed {
         pid: std::process::id(),
@@ -325,6 +345,8 @@ struct Engine {
     rx: mpsc::UnboundedReceiver<Msg>,
     stopping: Option<Stopping>,
     observer: Box<dyn Observer>,
+    /// `--on-task-end CMD` (see [`Front`]).
+    on_task_end: Option<String>,
     /// [`TEST_PAUSE_AFTER`]'s event name, and whether such an event was committed.
     pause_after: (Option<String>, bool),
     /// Worktree jobs in flight (setup or finalize), by task.
@@ -350,7 +372,7 @@ struct Engine {
 }
 
 impl Engine {
-    fn new(parts: Parts, state: RunState, observer: Box<dyn Observer>) -> Engine {
+    fn new(parts: Parts, state: RunState, front: Front) -> Engine {
         let state_seq = state.next_seq.0;
         let (tx, rx) = mpsc::unbounded_channel();
         let (wt_tx, wt_rx) = mpsc::unbounded_channel();
@@ -381,7 +403,8 @@ impl Engine {
             tx,
             rx,
             stopping: None,
-            observer,
+            observer: front.observer,
+            on_task_end: front.on_task_end,
             pause_after: (std::env::var(TEST_PAUSE_AFTER).ok(), false),
             jobs: BTreeMap::new(),
             wt_tx,
@@ -442,14 +465,13 @@ impl Engine {
                 if actions.is_empty() {
                     break;
                 }
-                self.perform(actions).await?;
+                if let Some(ending) = self.perform(actions).await? {
+                    return self.end_run(ending);
+                }
             }
             // Nothing more to plan: the reports' pending rounds become durable before the loop
             // waits (a round planned from them already made them so).
             self.settle()?;
-            if let Some(end) = self.ending()? {
-                return Ok(end);
-            }
             let wake = self.planner.next_wake_of(&self.state, now());
             let sleep = async {
                 match wake {
@@ -525,10 +547,11 @@ impl Engine {
         self.planner.plan(&self.state, &facts)
     }
 
-    /// The run's end, once nothing more can happen: finished when every task is, interrupted
-    /// when a stop was asked for and nothing is in flight any more.
-    fn ending(&mut self) -> Result<Option<End>> {
-        if self.state.all_finished() {
+    /// Journals the run's end that the planner decided ([`Action::EndRun`]) and says how the
+    /// process ends.
+    fn end_run(&mut self, ending: RunEnding) -> Result<End> {
+        self.settle()?;
+        if ending == RunEnding::Finished {
             // sled's reopen (when its log grew enough) now rather than after the last event,
             // in the snapshot that follows it: the reopen's memory and that of the summary
             // (3.6 MB for 100,000 tasks, held by the event, its encoding and sled at once) no
@@ -537,23 +560,15 @@ impl Engine {
                 .reopen_if_grown()
                 .map_err(|e| self.journal_error(e))?;
             release_memory();
-            let state = self.state.aggregate();
-            let summary = sortie_core::summary_text(&self.state);
-            self.commit(vec![Event::RunFinished { state, summary }])?;
-            self.update_index();
-            return Ok(Some(End::Finished(state)));
         }
-        if self.stopping == Some(Stopping::Interrupt)
-            && self.live.is_empty()
-            && self.jobs.is_empty()
-        {
-            self.commit(vec![Event::RunInterrupted {
-                reason: "interrupted by a signal".into(),
-            }])?;
-            self.update_index();
-            return Ok(Some(End::Interrupted));
-        }
-        Ok(None)
+        let event = ending.event(&self.state);
+        let end = match &event {
+            Event::RunFinished { state, .. } => End::Finished(*state),
+            _ => End::Interrupted,
+        };
+        self.commit(vec![event])?;
+        self.update_index();
+        Ok(end)
     }
 
     /// [`TEST_PAUSE_AFTER`]: once its event was committed and the effects that follow it done,

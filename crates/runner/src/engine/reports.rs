@@ -172,108 +172,96 @@ impl Engine {
             .map_or(0, |p| p.read)
     }
 
-    /// The event an attempt's report becomes; reports of an attempt that is not live anymore
-    /// (fencing) are dropped.
+    /// The event an attempt's report becomes, when it is news to the state (core's
+    /// [`RunState::report_is_news`](sortie_core::RunState::report_is_news): a report of an
+    /// attempt that is not live anymore is fenced off, a once-only fact or a read offset that
+    /// does not move is dropped).
     fn event_for(&self, msg: Msg) -> Option<Event> {
-        let live = self
-            .state
-            .task(msg.task())
-            .and_then(|r| r.live_attempt())
-            .map(|a| a.attempt);
-        if live != Some(msg.attempt()) {
+        let event = report_event(msg)?;
+        if !self.state.report_is_news(&event) {
             tracing::debug!(
-                "dropping a report for attempt {} of task {}",
-                msg.attempt(),
-                msg.task()
+                "dropping a report ({}) of attempt {:?} of task {:?}",
+                event.name(),
+                event.attempt(),
+                event.task()
             );
             return None;
         }
-        Some(match msg {
-            Msg::Started {
-                task,
-                attempt,
-                pid,
-                start_time,
-            } => Event::AttemptStarted {
-                task,
-                attempt,
-                pid,
-                start_time,
-            },
-            // The attempt's watchdog made its usage monotonic (the one place that does);
-            // core's check refuses a decrease all the same.
-            Msg::Progress {
-                task,
-                attempt,
-                usage,
-            } => Event::AttemptProgress {
-                task,
-                attempt,
-                usage,
-            },
-            Msg::Stalled { task, attempt } => Event::AttemptStalled { task, attempt },
-            Msg::SideEffects { task, attempt } => {
-                if self.state.task(task)?.attempts.last()?.side_effects {
-                    return None;
-                }
-                Event::AttemptSideEffects { task, attempt }
-            }
-            Msg::Finished {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            } => Event::AttemptFinished {
-                task,
-                attempt,
-                outcome,
-                usage,
-                output,
-            },
-            // Handled before: activity is shown, not journaled.
-            Msg::Activity { .. } => return None,
-            Msg::Handle {
-                task,
-                attempt,
-                handle,
-            } => Event::AttemptHandle {
-                task,
-                attempt,
-                handle,
-            },
-            Msg::Read {
-                task,
-                attempt,
-                offset,
-            } => {
-                let placed = self.state.task(task)?.live_attempt()?.placed.as_deref()?;
-                if offset <= placed.read {
-                    return None;
-                }
-                Event::AttemptRead {
-                    task,
-                    attempt,
-                    offset,
-                }
-            }
-            // #13: once per attempt (an adopted attempt's reader names it again).
-            Msg::Session {
-                task,
-                attempt,
-                session,
-            } => {
-                if self.state.task(task)?.attempts.last()?.session().is_some() {
-                    return None;
-                }
-                Event::AttemptSession {
-                    task,
-                    attempt,
-                    session,
-                }
-            }
-        })
+        Some(event)
     }
+}
+
+/// The event an attempt's report would be journaled as (activity is shown, never journaled).
+fn report_event(msg: Msg) -> Option<Event> {
+    Some(match msg {
+        Msg::Started {
+            task,
+            attempt,
+            pid,
+            start_time,
+        } => Event::AttemptStarted {
+            task,
+            attempt,
+            pid,
+            start_time,
+        },
+        // The attempt's watchdog made its usage monotonic (the one place that does); core's
+        // check refuses a decrease all the same.
+        Msg::Progress {
+            task,
+            attempt,
+            usage,
+        } => Event::AttemptProgress {
+            task,
+            attempt,
+            usage,
+        },
+        Msg::Stalled { task, attempt } => Event::AttemptStalled { task, attempt },
+        Msg::SideEffects { task, attempt } => Event::AttemptSideEffects { task, attempt },
+        Msg::Finished {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        } => Event::AttemptFinished {
+            task,
+            attempt,
+            outcome,
+            usage,
+            output,
+        },
+        // Handled before: activity is shown, not journaled.
+        Msg::Activity { .. } => return None,
+        Msg::Handle {
+            task,
+            attempt,
+            handle,
+        } => Event::AttemptHandle {
+            task,
+            attempt,
+            handle,
+        },
+        Msg::Read {
+            task,
+            attempt,
+            offset,
+        } => Event::AttemptRead {
+            task,
+            attempt,
+            offset,
+        },
+        // #13: once per attempt (an adopted attempt's reader names it again).
+        Msg::Session {
+            task,
+            attempt,
+            session,
+        } => Event::AttemptSession {
+            task,
+            attempt,
+            session,
+        },
+    })
 }
 
 /// Whether `msgs` are all attempts' starts (see `STARTS_LINGER`; none: false).
