@@ -195,43 +195,57 @@ fn edge_problems(manifest: &toml::Table) -> Vec<String> {
     problems
 }
 
-/// Every `.rs` file under `dir` (skipping `target` and hidden directories) must begin with
-/// `//!`.
+/// Every `.rs` file under `dir` must begin with `//!`, and only the spawning rooms spawn.
 fn doc_problems(root: &Path, dir: &Path, problems: &mut Vec<String>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for path in entries {
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                doc_problems(root, &path, problems)?;
-            }
-        } else if name.ends_with(".rs") {
-            let text =
-                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-            let rel = path.strip_prefix(root).unwrap_or(&path);
-            if !starts_with_file_doc(&text) {
-                problems.push(format!(
-                    "{} does not begin with a //! doc comment",
-                    rel.display()
-                ));
-            }
-            if spawns_outside_process(rel, &text) {
-                problems.push(format!(
-                    "{} spawns a process: only {} may",
-                    rel.display(),
-                    SPAWNING_ROOMS.join(" and ")
-                ));
-            }
+    for path in files_under(dir, ".rs")? {
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let rel = path.strip_prefix(root).unwrap_or(&path);
+        if !starts_with_file_doc(&text) {
+            problems.push(format!(
+                "{} does not begin with a //! doc comment",
+                rel.display()
+            ));
+        }
+        if spawns_outside_process(rel, &text) {
+            problems.push(format!(
+                "{} spawns a process: only {} may",
+                rel.display(),
+                SPAWNING_ROOMS.join(" and ")
+            ));
         }
     }
     Ok(())
+}
+
+/// Every file under `dir` whose name ends with `suffix` (`.rs`, `.md`), at any depth but in
+/// `target` and hidden directories, sorted; none when `dir` does not exist. Every tidy rule
+/// reads the tree through this.
+pub(crate) fn files_under(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>> {
+    fn collect(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<()> {
+        if !dir.is_dir() {
+            return Ok(());
+        }
+        for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    collect(&path, suffix, out)?;
+                }
+            } else if name.ends_with(suffix) {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    collect(dir, suffix, &mut out)?;
+    out.sort();
+    Ok(out)
 }
 
 /// The runner's rooms that may create a `Command`: the spawn path of sortie's own children,

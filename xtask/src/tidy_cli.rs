@@ -10,7 +10,7 @@
 //! (`use sortie_runner as r`) of either crate.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -22,11 +22,8 @@ const FORBIDDEN: &[(&str, &str)] = &[("sortie_runner", "process"), ("sortie_jour
 
 /// Every problem the rule finds in the workspace at `root`, one line each.
 pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
-    let mut files = Vec::new();
-    rust_files(&root.join(CLI_SRC), &mut files)?;
-    files.sort();
     let mut problems = Vec::new();
-    for path in files {
+    for path in crate::tidy::files_under(&root.join(CLI_SRC), ".rs")? {
         let text =
             fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let rel = path.strip_prefix(root).unwrap_or(&path);
@@ -39,19 +36,6 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
         }
     }
     Ok(problems)
-}
-
-/// The `.rs` files under `dir`, at any depth.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let path = entry?.path();
-        if path.is_dir() {
-            rust_files(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// A token of Rust source: an identifier (or number), `::`, or one other character.

@@ -10,7 +10,7 @@
 //! link resolves from the linking file's directory; a written-out `docs/` path from the root.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -29,9 +29,7 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
             fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         problems.extend(too_long(name, &text));
     }
-    let mut files = Vec::new();
-    markdown_files(root, &mut files)?;
-    for path in files {
+    for path in crate::tidy::files_under(root, ".md")? {
         let text =
             fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let rel = path.strip_prefix(root).unwrap_or(&path);
@@ -46,29 +44,6 @@ fn too_long(name: &str, text: &str) -> Option<String> {
     (lines > MAX_LINES).then(|| {
         format!("{name} has {lines} lines, more than {MAX_LINES}: move the detail into docs/")
     })
-}
-
-/// Every `.md` file under `dir`, skipping `target` and hidden directories, sorted.
-fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for path in entries {
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                markdown_files(&path, out)?;
-            }
-        } else if name.ends_with(".md") {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// Where a reference is read from.

@@ -24,7 +24,7 @@
 //! the shapes such decisions take in this code base, and its tests name them.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -54,11 +54,8 @@ const OWNERS: &[&str] = &[
 /// Every product file outside the owners that decides by an executor's name, one line each
 /// (`path:line: text`).
 pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
-    let mut files = Vec::new();
-    rust_files(&root.join("crates"), &mut files)?;
-    files.sort();
     let mut problems = Vec::new();
-    for path in files {
+    for path in crate::tidy::files_under(&root.join("crates"), ".rs")? {
         let rel = path.strip_prefix(root).unwrap_or(&path);
         let rel = rel.to_string_lossy().replace('\\', "/");
         if !checked(&rel) {
@@ -74,28 +71,6 @@ pub(crate) fn check(root: &Path) -> Result<Vec<String>> {
         }
     }
     Ok(problems)
-}
-
-/// Every `.rs` file under `dir`, skipping `target` and hidden directories.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    if !dir.is_dir() {
-        return Ok(());
-    }
-    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let path = entry?.path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                rust_files(&path, out)?;
-            }
-        } else if name.ends_with(".rs") {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// Whether the file at `rel` (relative to the root, `/`-separated) is product code this check

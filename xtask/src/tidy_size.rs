@@ -17,30 +17,7 @@ pub(crate) const MAX_FN_LINES: usize = 150;
 /// One line per product function over [`MAX_FN_LINES`] under `root/crates`.
 pub(crate) fn problems(root: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    let crates = root.join("crates");
-    if crates.is_dir() {
-        walk(root, &crates, &mut out)?;
-    }
-    Ok(out)
-}
-
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
-    let mut entries: Vec<_> = fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for path in entries {
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                walk(root, &path, out)?;
-            }
-            continue;
-        }
+    for path in crate::tidy::files_under(&root.join("crates"), ".rs")? {
         let rel = path.strip_prefix(root).unwrap_or(&path);
         let rel = rel.to_string_lossy().replace('\\', "/");
         if !is_product(&rel) {
@@ -55,7 +32,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             ));
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Whether a workspace-relative path is product source that the size rule measures.

@@ -675,6 +675,23 @@ impl TryFrom<StoredEvent> for Event {
     }
 }
 
+/// `RunStarted` read back from any of its stored forms (their batches already converted).
+fn run_started(
+    run_id: String,
+    batch: sortie_core::Batch,
+    batch_digest: u64,
+    host: String,
+    pid: u32,
+) -> Result<Event, String> {
+    Ok(Event::RunStarted {
+        run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
+        batch,
+        batch_digest,
+        host,
+        pid,
+    })
+}
+
 /// A run's event read back (the run events of `Event::try_from`).
 fn run_event(e: StoredEvent) -> Result<Event, String> {
     Ok(match e {
@@ -684,13 +701,7 @@ fn run_event(e: StoredEvent) -> Result<Event, String> {
             batch_digest,
             host,
             pid,
-        } => Event::RunStarted {
-            run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-            batch: batch.try_into()?,
-            batch_digest,
-            host,
-            pid,
-        },
+        } => run_started(run_id, batch.try_into()?, batch_digest, host, pid)?,
         StoredEvent::RunResumed { pid, from_seq } => Event::RunResumed {
             pid,
             from_seq: Seq(from_seq),
@@ -706,13 +717,7 @@ fn run_event(e: StoredEvent) -> Result<Event, String> {
             batch_digest,
             host,
             pid,
-        } => Event::RunStarted {
-            run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-            batch: batch.try_into()?,
-            batch_digest,
-            host,
-            pid,
-        },
+        } => run_started(run_id, batch.try_into()?, batch_digest, host, pid)?,
         StoredEvent::RunBudgetWarned { limit, used, of } => Event::RunBudgetWarned {
             limit: limit.into(),
             used,
@@ -735,13 +740,7 @@ fn run_event(e: StoredEvent) -> Result<Event, String> {
             batch_digest,
             host,
             pid,
-        } => Event::RunStarted {
-            run_id: RunId::new(run_id).map_err(|e| e.to_string())?,
-            batch: batch.try_into()?,
-            batch_digest,
-            host,
-            pid,
-        },
+        } => run_started(run_id, batch.try_into()?, batch_digest, host, pid)?,
         _ => return Err("run_event was given an event that is not a run's".to_owned()),
     })
 }

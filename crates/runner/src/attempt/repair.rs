@@ -144,7 +144,9 @@ pub(super) async fn structured(
             argv,
             session_in,
             cumulative,
-        }) if !steered && ctx.executor.repairs_locally() => Some((argv, session_in, *cumulative)),
+        }) if !steered && ctx.executor.can().repairs_locally => {
+            Some((argv, session_in, *cumulative))
+        }
         _ => None,
     };
     let Some((argv, session_in, cumulative)) = continued else {

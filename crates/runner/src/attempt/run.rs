@@ -105,7 +105,7 @@ pub(super) async fn run(
     // scheduler tells (its run time so far); the deadline is a time of day and is not moved.
     let began = match child.ran_before() {
         Some(ran) => anchor.instant.checked_sub(ran).unwrap_or(anchor.instant),
-        None if ctx.executor.clocks_from_real_start() => anchor.instant,
+        None if ctx.executor.can().clocks_from_real_start => anchor.instant,
         None => anchor.instant_of_past(ctx.launched_at),
     };
     let mut watch = Watch::new(
@@ -508,7 +508,7 @@ impl Driver<'_> {
     /// read offset is journaled (`AttemptRead`), adoption reads on from it, and the
     /// transcript's cutter cuts below it.
     fn follows_files(&self) -> bool {
-        self.ctx.executor.follows_files()
+        self.ctx.executor.can().follows_files
     }
 
     /// #10: a stream followed from its file, read on by [`transcript::read_step`](crate::transcript::read_step) without usage held

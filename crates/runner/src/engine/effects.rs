@@ -110,7 +110,7 @@ impl Engine {
             _ => None,
         })?;
         let (executor, placement) = self.new_placement(task, attempt)?;
-        if !executor.outlives_sortie() {
+        if !executor.can().outlives_sortie {
             return None;
         }
         Some(Event::AttemptPlaced {
@@ -145,7 +145,7 @@ impl Engine {
                 .task(task)
                 .and_then(|r| r.live_attempt())
                 .is_some_and(|a| a.placed.is_none());
-            if unplaced && ctx.executor.outlives_sortie() {
+            if unplaced && ctx.executor.can().outlives_sortie {
                 placed.push(Event::AttemptPlaced {
                     task,
                     attempt: ctx.attempt,

@@ -67,7 +67,7 @@ impl Engine {
                 .as_ref()
                 .and_then(|a| self.executor_of(&a.placement.executor, o.task));
             let presence = match (&adoption, executor) {
-                (Some(a), Some(ex)) if ex.polls_in_batch() => {
+                (Some(a), Some(ex)) if ex.can().polls_in_batch => {
                     let at = (found.len(), a.clone());
                     let name = &a.placement.executor;
                     let same = |b: &&mut InBatch| {

@@ -12,7 +12,8 @@ use sortie_core::StopReason;
 use sortie_protocol::Exit;
 
 use super::{
-    Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Presence, Sig, Started,
+    Adoption, BoxFuture, Capabilities, Control, Execution, Executor, LaunchRequest, Presence, Sig,
+    Started,
 };
 use crate::process::{self, Child, Line, SpawnError, Stdin, Stopper, WaitError};
 
@@ -26,24 +27,14 @@ impl Executor for Direct {
     }
 
     // A child of sortie with pipes: it dies with sortie, and runs here.
-    fn outlives_sortie(&self) -> bool {
-        false
-    }
-
-    fn follows_files(&self) -> bool {
-        false
-    }
-
-    fn clocks_from_real_start(&self) -> bool {
-        false
-    }
-
-    fn polls_in_batch(&self) -> bool {
-        false
-    }
-
-    fn repairs_locally(&self) -> bool {
-        true
+    fn can(&self) -> Capabilities {
+        Capabilities {
+            outlives_sortie: false,
+            follows_files: false,
+            clocks_from_real_start: false,
+            polls_in_batch: false,
+            repairs_locally: true,
+        }
     }
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {

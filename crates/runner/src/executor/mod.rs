@@ -291,35 +291,39 @@ pub struct Adoption {
     pub started: Option<Started>,
 }
 
+/// What an executor can do, as the engine and the attempt ask it (each executor states every
+/// field: a new capability is a decision for each of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Its attempts outlive sortie: their placement is journaled (`AttemptPlaced`) before the
+    /// launch, so that a resume finds them again. One that dies with sortie journals none: its
+    /// attempt is orphaned on resume.
+    pub outlives_sortie: bool,
+    /// #10: its attempts' stdout is followed from a file (not a pipe): its read offset is
+    /// journaled (`AttemptRead`), adoption reads on from it, and the transcript's cutter cuts
+    /// below it.
+    pub follows_files: bool,
+    /// #11: its attempts may wait before they run (a batch scheduler's queue): their clocks
+    /// (stall, attempt timeout) start at the real start, which the executor tells
+    /// ([`Execution::ran_before`]), or else when the attempt is seen started; never at the
+    /// journaled launch.
+    pub clocks_from_real_start: bool,
+    /// #11: a resume asks for all of the run's attempts on it with one [`Executor::poll`] (a
+    /// batch scheduler's status query), not one [`Executor::find`] each.
+    pub polls_in_batch: bool,
+    /// Issue 13: a structured output's repair round may run as a local child of sortie
+    /// continuing the attempt's session (the attempt ran on this machine); else the first
+    /// result stands.
+    pub repairs_locally: bool,
+}
+
 /// An executor (see the module doc).
 pub trait Executor: Send + Sync + fmt::Debug {
     /// Its journaled name (the placement records it; nothing outside this module compares it).
     fn kind(&self) -> &'static str;
 
-    /// Whether its attempts outlive sortie: their placement is journaled (`AttemptPlaced`)
-    /// before the launch, so that a resume finds them again. One that dies with sortie
-    /// journals none: its attempt is orphaned on resume.
-    fn outlives_sortie(&self) -> bool;
-
-    /// #10: whether its attempts' stdout is followed from a file (not a pipe): its read offset
-    /// is journaled (`AttemptRead`), adoption reads on from it, and the transcript's cutter
-    /// cuts below it.
-    fn follows_files(&self) -> bool;
-
-    /// #11: whether its attempts may wait before they run (a batch scheduler's queue): their
-    /// clocks (stall, attempt timeout) start at the real start, which the executor tells
-    /// ([`Execution::ran_before`]), or else when the attempt is seen started; never at the
-    /// journaled launch.
-    fn clocks_from_real_start(&self) -> bool;
-
-    /// #11: whether a resume asks for all of the run's attempts on it with one
-    /// [`Executor::poll`] (a batch scheduler's status query), not one [`Executor::find`] each.
-    fn polls_in_batch(&self) -> bool;
-
-    /// Issue 13: whether a structured output's repair round may run as a local child of sortie
-    /// continuing the attempt's session (the attempt ran on this machine); else the first
-    /// result stands.
-    fn repairs_locally(&self) -> bool;
+    /// What it can do: the engine and the attempt ask this, never its name.
+    fn can(&self) -> Capabilities;
 
     /// The placement of attempt `attempt` of `task` in its attempt dir `dir` (the layout's
     /// `RunDir::attempt_dir`): its identity, journaled before the launch. Pure: nothing is
@@ -447,14 +451,15 @@ mod tests {
         for_spec(spec, &choice)
     }
 
-    /// What an executor can do, in the order of the trait's capability methods.
+    /// What an executor can do, in the order of [`Capabilities`]' fields.
     fn capabilities(ex: &dyn Executor) -> [bool; 5] {
+        let c = ex.can();
         [
-            ex.outlives_sortie(),
-            ex.follows_files(),
-            ex.clocks_from_real_start(),
-            ex.polls_in_batch(),
-            ex.repairs_locally(),
+            c.outlives_sortie,
+            c.follows_files,
+            c.clocks_from_real_start,
+            c.polls_in_batch,
+            c.repairs_locally,
         ]
     }
 

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use sortie_protocol::Exit;
 
 use super::{
-    Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Presence, Sig, Started,
+    Adoption, BoxFuture, Capabilities, Control, Execution, Executor, LaunchRequest, Presence, Sig,
+    Started,
 };
 use crate::layout::attempt::{AttemptFiles, StartedFile};
 use crate::process::{self, Line, SpawnError, Stdin, WaitError};
@@ -58,24 +59,14 @@ impl Executor for Supervised {
     }
 
     // A supervisor of its own on this machine, files for its output.
-    fn outlives_sortie(&self) -> bool {
-        true
-    }
-
-    fn follows_files(&self) -> bool {
-        true
-    }
-
-    fn clocks_from_real_start(&self) -> bool {
-        false
-    }
-
-    fn polls_in_batch(&self) -> bool {
-        false
-    }
-
-    fn repairs_locally(&self) -> bool {
-        true
+    fn can(&self) -> Capabilities {
+        Capabilities {
+            outlives_sortie: true,
+            follows_files: true,
+            clocks_from_real_start: false,
+            polls_in_batch: false,
+            repairs_locally: true,
+        }
     }
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {

@@ -38,8 +38,8 @@ use tokio::sync::{mpsc, watch};
 
 use self::jobs::{JobId, JobState, JobStatus, Submission, job_end, sbatch_args};
 use super::{
-    Adoption, BoxFuture, Control, Execution, Executor, LaunchRequest, Placement, Presence, Sig,
-    Started,
+    Adoption, BoxFuture, Capabilities, Control, Execution, Executor, LaunchRequest, Placement,
+    Presence, Sig, Started,
 };
 use crate::process::{Line, SpawnError, Stdin, WaitError};
 
@@ -244,24 +244,14 @@ impl Executor for Slurm {
     }
 
     // A batch job: queued, polled with the run's other jobs, run on another node.
-    fn outlives_sortie(&self) -> bool {
-        true
-    }
-
-    fn follows_files(&self) -> bool {
-        true
-    }
-
-    fn clocks_from_real_start(&self) -> bool {
-        true
-    }
-
-    fn polls_in_batch(&self) -> bool {
-        true
-    }
-
-    fn repairs_locally(&self) -> bool {
-        false
+    fn can(&self) -> Capabilities {
+        Capabilities {
+            outlives_sortie: true,
+            follows_files: true,
+            clocks_from_real_start: true,
+            polls_in_batch: true,
+            repairs_locally: false,
+        }
     }
 
     fn launch(&self, req: LaunchRequest) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
