@@ -270,7 +270,7 @@ fn kept_changing(repo: &Path, label: &str, task: u32, file: &str, text: &str) ->
         repo: repo.display().to_string(),
         path: repo.join("gone").display().to_string(),
         branch: format!("sortie/{label}"),
-        base: git(repo, &["rev-parse", "HEAD"]),
+        base: git(repo, &["rev-parse", "HEAD"]).trim().to_owned(),
         patch,
         summary: None,
         discarded: None,
@@ -307,7 +307,7 @@ async fn apply_all_skips_the_discarded_stops_at_the_first_conflict_and_commits_e
     assert_eq!(labels(&done.discarded), ["gone"]);
     // One commit, with the message of its task; the conflict changed nothing.
     assert_eq!(
-        git(&repo, &["log", "-1", "--format=%s"]),
+        git(&repo, &["log", "-1", "--format=%s"]).trim(),
         kept::commit_message(&all[0])
     );
     assert_eq!(kept::commit_message(&all[0]), "sortie: first (run r)");
@@ -315,7 +315,7 @@ async fn apply_all_skips_the_discarded_stops_at_the_first_conflict_and_commits_e
         std::fs::read_to_string(repo.join("a.txt")).unwrap(),
         "first\n"
     );
-    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert_eq!(git(&repo, &["status", "--porcelain"]).trim(), "");
 
     // Without a conflict, every one but the discarded, as uncommitted changes.
     let (_tmp, repo, _state) = setup();
@@ -328,7 +328,7 @@ async fn apply_all_skips_the_discarded_stops_at_the_first_conflict_and_commits_e
     assert_eq!(done.applied.len(), 2);
     assert!(done.applied.iter().all(|(_, _, commit)| commit.is_none()));
     assert!(done.not_applied.is_empty());
-    assert_eq!(git(&repo, &["log", "--format=%s"]), "init");
+    assert_eq!(git(&repo, &["log", "--format=%s"]).trim(), "init");
     assert_eq!(
         std::fs::read_to_string(repo.join("sub/b.txt")).unwrap(),
         "two\n"
