@@ -83,15 +83,25 @@ fn controls(events: &[Value]) -> Vec<(Option<u64>, String, String)> {
 }
 
 /// `long` works for a while (silence between lines longer than nothing, shorter than the
-/// stall); `after` needs it.
-fn hold_batch(s: &Scratch) -> std::path::PathBuf {
+/// stall); `after` needs it. With `ticker`, a third task reports its usage every quarter of a
+/// second for 8 s: it keeps the journal's clock moving while `long` is held.
+fn hold_batch(s: &Scratch, ticker: bool) -> std::path::PathBuf {
+    let concurrency = if ticker { 3 } else { 2 };
+    let ticker = if ticker {
+        format!(
+            "\n[[tasks]]\nlabel = \"ticker\"\ncommand = {}\n",
+            fake_command(&["--sleep", "8", "--turns", "32", "--usage", "320,32,0.032"])
+        )
+    } else {
+        String::new()
+    };
     s.write(
         "batch.toml",
         &format!(
-            "concurrency = 2\n\n[defaults]\nstall_after = \"2s\"\nstall_kill_after = \"1s\"\n\
+            "concurrency = {concurrency}\n\n[defaults]\nstall_after = \"2s\"\nstall_kill_after = \"1s\"\n\
              kill_grace = \"1s\"\n\n\
              [[tasks]]\nlabel = \"long\"\ncommand = {}\n\n\
-             [[tasks]]\nlabel = \"after\"\nneeds = [\"long\"]\ncommand = {}\n",
+             [[tasks]]\nlabel = \"after\"\nneeds = [\"long\"]\ncommand = {}\n{ticker}",
             fake_command(&[
                 "--attempt",
                 "{attempt}",
@@ -113,7 +123,7 @@ fn hold_batch(s: &Scratch) -> std::path::PathBuf {
 fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_it() {
     let s = Scratch::new();
     let run = unique_run("hold");
-    let batch = hold_batch(&s);
+    let batch = hold_batch(&s, true);
     let sortie = Background::start(
         &s,
         &run,
@@ -126,11 +136,22 @@ fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_i
     wait_state(pid, 'T');
     let status = s.status(&run);
     assert_eq!(task_view(&status, "long")["held"], true, "{status}");
-    // Held for longer than stall_after + stall_kill_after: no stall, nothing else launched.
-    std::thread::sleep(std::time::Duration::from_secs(4));
+    // Held for longer than stall_after + stall_kill_after, as the journal's clock (the ticker's
+    // reports) measures it from the hold: no stall, nothing else launched.
+    let held_at = s
+        .events(&run)
+        .first_at("Control")
+        .expect("the hold is journaled");
+    let events = s.events_past(
+        &run,
+        held_at + 3_500,
+        "the journal's clock to pass the stall",
+    );
     assert_eq!(proc_state(pid), Some('T'), "still stopped");
-    let events = s.events(&run);
-    assert_eq!(events.count("AttemptStalled"), 0, "no stall while held");
+    assert!(
+        events.of(0, "AttemptStalled").is_empty(),
+        "no stall while held"
+    );
     assert!(events.of(1, "AttemptLaunching").is_empty(), "after waits");
 
     // A release of a task not held is refused (and not journaled).
@@ -147,7 +168,11 @@ fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_i
         String::from_utf8_lossy(&out.stderr)
     );
     let events = s.events(&run);
-    assert_eq!(events.count("AttemptStalled"), 0);
+    assert_eq!(
+        events.count("AttemptStalled"),
+        0,
+        "the ticker never stalls either"
+    );
     assert_eq!(events.of(0, "AttemptLaunching").len(), 1, "not retried");
     let c = controls(&events);
     assert_eq!(c.len(), 2, "{c:?}");
@@ -166,7 +191,7 @@ fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_i
 fn a_run_that_crashes_while_held_resumes_held() {
     let s = Scratch::new();
     let run = unique_run("heldcrash");
-    let batch = hold_batch(&s);
+    let batch = hold_batch(&s, false);
     let sortie = Background::start(
         &s,
         &run,

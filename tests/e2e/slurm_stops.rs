@@ -180,12 +180,23 @@ fn slurm_a_job_held_in_the_queue_does_not_time_out_while_it_waits() {
     ]);
     // Submitted held (`--hold`): it waits in the queue until the test releases it. Its
     // attempt timeout and stall are far shorter than that wait, and far longer than its run.
+    // A local ticker reports its usage every quarter of a second for 30 s (supervised, so it
+    // outlives the kill below and is adopted): the journal's clock measures the waits.
+    let ticker = fake_command(&[
+        "--sleep",
+        "30",
+        "--turns",
+        "120",
+        "--usage",
+        "120,12,0.00012",
+    ]);
     let batch = s.write(
         "batch.toml",
         &format!(
             "[[tasks]]\nlabel = \"held\"\nexecutor = \"slurm\"\nattempt_timeout = \"6s\"\n\
              stall_after = \"4s\"\nstall_kill_after = \"1s\"\ncommand = {command}\n\
-             slurm = {{ extra_args = [\"--hold\"] }}\n"
+             slurm = {{ extra_args = [\"--hold\"] }}\n\n\
+             [[tasks]]\nlabel = \"ticker\"\ncommand = {ticker}\n"
         ),
     );
     let run = unique_run("slurmheld");
@@ -201,23 +212,38 @@ fn slurm_a_job_held_in_the_queue_does_not_time_out_while_it_waits() {
             .into_iter()
             .find(|j| j.state == "PENDING")
     });
-    // Longer than the attempt timeout, while queued under the first sortie...
-    std::thread::sleep(std::time::Duration::from_secs(8));
-    assert_eq!(journal(&s, &run).count("AttemptFinished"), 0);
+    // Longer than the attempt timeout after its launch, by the journal's clock, while queued
+    // under the first sortie...
+    let launched = journal(&s, &run)
+        .first_at("AttemptLaunching")
+        .expect("the attempt is journaled");
+    let events = s.events_past(
+        &run,
+        launched + 7_000,
+        "the journal's clock to pass the timeout",
+    );
+    assert!(
+        !events.has(0, "AttemptFinished"),
+        "not timed out while queued"
+    );
     send_signal(bg.pid(), Signal::SIGKILL);
     let _ = bg.finish(10);
     // ... and again under the one that adopts it.
     let resumed = Background::start(&s, &run, &["resume", &run]);
-    poll("the resume adopts the queued job", 60, || {
-        s.try_events(&run).and_then(|events| {
-            events
-                .iter()
-                .any(|e| e["event"].get("AttemptAdopted").is_some())
-                .then_some(())
-        })
+    let resumed_at = poll("the resume adopts the queued job", 60, || {
+        s.try_events(&run)
+            .filter(|events| events.has(0, "AttemptAdopted"))
+            .and_then(|events| events.first_at("RunResumed"))
     });
-    std::thread::sleep(std::time::Duration::from_secs(8));
-    assert_eq!(journal(&s, &run).count("AttemptFinished"), 0);
+    let events = s.events_past(
+        &run,
+        resumed_at + 7_000,
+        "the journal's clock to pass the timeout",
+    );
+    assert!(
+        !events.has(0, "AttemptFinished"),
+        "not timed out while queued"
+    );
     assert_eq!(
         slurm::squeue_jobs(&prefix)
             .iter()

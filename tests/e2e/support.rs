@@ -188,6 +188,17 @@ impl Scratch {
 }
 
 impl Scratch {
+    /// The run's events once its journal's clock (the `at` of its last event) has passed
+    /// `at_ms`: a wait measured by the journal, for a test that asserts something did not
+    /// happen within a span (a batch with a task that keeps reporting keeps the clock moving).
+    pub fn events_past(&self, run: &str, at_ms: u64, what: &str) -> Vec<serde_json::Value> {
+        use sortie_testkit::Events;
+        sortie_testkit::poll(what, 60, || {
+            self.try_events(run)
+                .filter(|events| events.clock() >= at_ms)
+        })
+    }
+
     /// The run's events through `sortie export`, or `None` while there is no such run yet (or
     /// export fails for another reason): for polling a run that is starting.
     pub fn try_events(&self, run: &str) -> Option<Vec<serde_json::Value>> {

@@ -97,11 +97,30 @@ pub trait Events {
     fn has(&self, task: u64, kind: &str) -> bool {
         !self.of(task, kind).is_empty()
     }
+
+    /// The journal's clock: the time (`at`, ms) of its last event (0: none).
+    fn clock(&self) -> u64;
+
+    /// When the first event of `kind` was journaled (`at`, ms), if one was.
+    fn first_at(&self, kind: &str) -> Option<u64>;
 }
 
 impl Events for [Value] {
     fn kinds(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.iter().filter_map(kind_of)
+    }
+
+    fn clock(&self) -> u64 {
+        self.iter()
+            .filter_map(|e| e["at"].as_u64())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn first_at(&self, kind: &str) -> Option<u64> {
+        self.iter()
+            .find(|e| kind_of(e).is_some_and(|(k, _)| k == kind))
+            .and_then(|e| e["at"].as_u64())
     }
 }
 
