@@ -10,7 +10,7 @@ use crate::{Error, Result};
 impl Journal {
     /// Every record from seq 0 up to `upto` inclusive (None: to the end) and the state folded
     /// from them, never from the snapshot; the newest valid snapshot is checked against the
-    /// fold when the fold reaches its seq (R10: a snapshot that differs is damage, `replay`
+    /// fold when the fold reaches its seq (a snapshot that differs is damage: `sortie replay`
     /// exits 4). A bad record is an error naming its seq, as for [`Journal::replay`].
     pub fn replay_checked(&self, upto: Option<Seq>) -> Result<CheckedReplay> {
         let snapshot = self.snapshot();

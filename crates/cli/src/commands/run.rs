@@ -204,12 +204,7 @@ pub(crate) fn rerun(g: &Global, args: &RerunArgs) -> Result<Code> {
             }
         })
     })?;
-    let batch = plan.batch;
-    let carried = plan
-        .carried
-        .into_iter()
-        .map(|c| (c.task, c.result, c.usage))
-        .collect();
+    let (batch, carried) = (plan.batch, plan.carried);
     let env = g
         .layout()
         .run(&parent)

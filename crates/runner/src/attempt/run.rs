@@ -511,10 +511,11 @@ impl Driver<'_> {
         self.ctx.executor.can().follows_files
     }
 
-    /// #10: a stream followed from its file, read on by [`transcript::read_step`](crate::transcript::read_step) without usage held
-    /// back (everything its lines said is sent: usage, side effects, its session): the offset
-    /// is sent as read, so that the transcript's cutter may cut below it (it never cuts what
-    /// the journal does not hold) even while the agent reports no usage.
+    /// #10: a stream followed from its file, read on by
+    /// [`transcript::read_step`](crate::transcript::read_step) without usage held back (everything
+    /// its lines said is sent: usage, side effects, its session): the offset is sent as read, so
+    /// that the transcript's cutter may cut below it (it never cuts what the journal does not hold)
+    /// even while the agent reports no usage.
     fn report_read(&mut self) {
         if self.replaying.is_some()
             || self.offset

@@ -173,12 +173,9 @@ pub async fn run(
 pub struct Rerun {
     /// The run whose batch runs again.
     pub parent: RunId,
-    /// The tasks not selected, with their results and the usage they spent before.
-    pub carried: Vec<(
-        sortie_core::TaskId,
-        sortie_core::TaskResult,
-        sortie_core::Usage,
-    )>,
+    /// The tasks not selected, with their results and the usage they spent before (core's
+    /// `rerun::select` decides them).
+    pub carried: Vec<sortie_core::rerun::Carried>,
 }
 
 /// Starts a rerun of a finished run's batch (`loaded`: its journaled batch and saved
@@ -194,16 +191,11 @@ pub async fn rerun(
     let mut prelude = vec![Event::RunRerunOf {
         parent: rerun.parent,
     }];
-    prelude.extend(
-        rerun
-            .carried
-            .into_iter()
-            .map(|(task, result, usage)| Event::TaskCarried {
-                task,
-                result,
-                usage,
-            }),
-    );
+    prelude.extend(rerun.carried.into_iter().map(|c| Event::TaskCarried {
+        task: c.task,
+        result: c.result,
+        usage: c.usage,
+    }));
     start(state_dir, run_id, loaded, prelude, front).await
 }
 

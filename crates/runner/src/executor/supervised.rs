@@ -1,16 +1,16 @@
 //! The local supervised executor: each attempt runs under its own small supervisor
-//! (`supervisor::supervise`: `sortie __supervise`), which outlives sortie, writes the agent's output
-//! to the attempt dir's files and its exit status, atomically, to its exit file. sortie follows
-//! the files (`transcript::Followed`), so that a crash of sortie costs the agent nothing: resume
-//! finds the attempt alive (adopted), ended (recorded from its files) or gone (orphaned).
+//! (`supervisor::supervise`: `sortie __supervise`), which outlives sortie, writes the agent's
+//! output to the attempt dir's files and its exit status, atomically, to its exit file. sortie
+//! follows the files (`transcript::Followed`), so that a crash of sortie costs the agent nothing:
+//! resume finds the attempt alive (adopted), ended (recorded from its files) or gone (orphaned).
 //!
 //! By default the supervisor is the run's shepherd (`supervisor::shepherd`: one long-lived process
 //! that starts every supervised attempt of the run); `SORTIE_SUPERVISION=attempt` gives each
-//! attempt its own (`sortie __supervise`). Both record the same (the shepherd its `started`
-//! and `exit` records in the run's status log, `supervisor::status_log`, not in two files per
-//! attempt, and its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a
-//! dir: `layout::attempt::AttemptFiles`), read by the same functions, so adoption and resume
-//! do not tell them apart. The shepherd won on `bench/dispatch.sh`: a supervisor per attempt is an exec of the
+//! attempt its own (`sortie __supervise`). Both record the same (the shepherd its `started` and
+//! `exit` records in the run's status log, `supervisor::status_log`, not in two files per attempt,
+//! and its attempts' `stdout` and `stderr` beside the attempt dir's name, not in a dir:
+//! `layout::attempt::AttemptFiles`), read by the same functions, so adoption and resume do not tell
+//! them apart. The shepherd won on `bench/dispatch.sh`: a supervisor per attempt is an exec of the
 //! sortie binary per attempt (see docs/design/shepherd.md).
 
 use std::io;

@@ -80,8 +80,8 @@ impl Child {
         }
     }
 
-    /// The end of stderr so far (the last [`STDERR_TAIL_BYTES`](super::lines::STDERR_TAIL_BYTES), starting at a char
-    /// boundary); complete once [`Child::wait`] returned.
+    /// The end of stderr so far (the last [`STDERR_TAIL_BYTES`](super::lines::STDERR_TAIL_BYTES),
+    /// starting at a char boundary); complete once [`Child::wait`] returned.
     pub fn stderr_tail(&self) -> String {
         lock(&self.stderr).text()
     }

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use crate::layout::attempt::{STDIN_CLOSE, STDIN_FIFO};
 
-/// The write end of a child's stdin (see [`spawn_piped`](super::spawn_piped)), or of a supervised agent's stdin
-/// FIFO (see `layout::attempt::STDIN_FIFO`). Dropping it closes the agent's stdin.
+/// The write end of a child's stdin (see [`spawn_piped`](super::spawn_piped)), or of a supervised
+/// agent's stdin FIFO (see `layout::attempt::STDIN_FIFO`). Dropping it closes the agent's stdin.
 #[derive(Debug)]
 pub struct Stdin {
     inner: StdinEnd,

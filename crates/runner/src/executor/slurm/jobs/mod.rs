@@ -1,6 +1,6 @@
-//! Slurm's jobs, as data: the arguments of the `sbatch`, `squeue`, `sacct`, `scontrol` and `scancel`
-//! calls that run attempts on a cluster, the parsing of what they print, and how a job's end maps
-//! to an attempt's outcome. Nothing here runs a command (the calls go through
+//! Slurm's jobs, as data: the arguments of the `sbatch`, `squeue`, `sacct`, `scontrol` and
+//! `scancel` calls that run attempts on a cluster, the parsing of what they print, and how a job's
+//! end maps to an attempt's outcome. Nothing here runs a command (the calls go through
 //! [`process::run_tool`](crate::process::run_tool)); everything is tested from canned output.
 //!
 //! Invariants:
