@@ -1,6 +1,6 @@
-//! End-to-end tests: signals and a live run seen from other processes. Ctrl-C (SIGINT)
-//! interrupts a run resumably (exit 3, children stopped, attempts journaled as interrupted) and
-//! `resume` finishes it without re-running finished work; `status` of a live run works from
+//! End-to-end tests: signals and a live run seen from other processes. Ctrl-C (SIGINT),
+//! SIGTERM and SIGHUP interrupt a run resumably (exit 3, children stopped, attempts journaled
+//! as interrupted, no retry spent) and `resume` finishes it without re-running finished work; `status` of a live run works from
 //! another process and a second owner is refused; `cancel` ends a run, live or dead, with its
 //! unfinished tasks cancelled and no child left.
 
@@ -438,5 +438,94 @@ fn a_second_ctrl_c_exits_at_once_and_the_run_stays_resumable() {
         assert_eq!(attempt_reasons(&events, i), ["completed"], "{l}");
         assert_eq!(task_view(&status, l)["attempts"], 2);
     }
+    s.audit_clean(run);
+}
+
+/// #32: an interrupt is the user's, never the task's. With `max_retries = 0`, a task
+/// interrupted by SIGINT, then SIGTERM, then SIGHUP (three attempts cut short, one per signal)
+/// is never failed and its dependent never skipped: each time the run exits 3 and stays
+/// resumable, and the last resume completes both.
+#[test]
+fn an_interrupt_costs_the_task_nothing_even_without_retries() {
+    let s = Scratch::new();
+    let run = &unique_run("free");
+    let toml = format!(
+        "[defaults]\nmax_retries = 0\nkill_grace = \"1s\"\n\n\
+         [[tasks]]\nlabel = \"long\"\ncommand = {}\n\n\
+         [[tasks]]\nlabel = \"after\"\nneeds = [\"long\"]\ncommand = {}\n",
+        fake_command(&[
+            "--attempt",
+            "{attempt}",
+            "--sleep",
+            "30",
+            "--sleep-attempts",
+            "3",
+            "--answer",
+            "long finished",
+        ]),
+        fake_command(&["--answer", "after finished"]),
+    );
+    let b = s.write("batch.toml", &toml);
+    let b = b.to_str().expect("utf-8");
+    let signals = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+    for (n, signal) in signals.into_iter().enumerate() {
+        let args: Vec<&str> = if n == 0 {
+            vec!["run", "--run-id", run, b]
+        } else {
+            vec!["resume", run]
+        };
+        let sortie = Background::start(&s, run, &args);
+        poll("the long task's attempt to start", 30, || {
+            let events = s.try_events(run)?;
+            let started = events.of(0, "AttemptStarted").len();
+            (started == n + 1).then_some(())
+        });
+        send_signal(sortie.pid(), signal);
+        let out = sortie.finish(30);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{signal:?} interrupts: exit 3\n{stderr}"
+        );
+        assert!(stderr.contains(&format!("resume {run}")), "{stderr}");
+        wait_no_children(run);
+        let status = s.status(run);
+        assert_eq!(
+            status["status"], "interrupted",
+            "after {signal:?}: {status}"
+        );
+        assert_eq!(
+            task_view(&status, "long")["state"],
+            "interrupted",
+            "{status}"
+        );
+        assert_eq!(task_view(&status, "after")["state"], "pending", "{status}");
+        let events = s.events(run);
+        assert_eq!(
+            events.count("TaskFinished"),
+            0,
+            "after {signal:?}: nothing ended"
+        );
+    }
+    let out = Background::start(&s, run, &["resume", run]).finish(60);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the last resume completes the run\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = s.status(run);
+    assert_eq!(status["status"], "completed", "{status}");
+    let events = s.events(run);
+    assert_eq!(
+        attempt_reasons(&events, 0),
+        ["interrupted", "interrupted", "interrupted", "completed"]
+    );
+    assert_eq!(
+        task_view(&status, "after")["state"],
+        "completed",
+        "{status}"
+    );
     s.audit_clean(run);
 }

@@ -110,7 +110,11 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     if !model_error && !is_transient(&outcome) {
         return give_up(&outcome);
     }
+    // An interrupt of sortie is the user's, never the task's: its conversation goes on, side
+    // effects or not, and it spends no retry.
+    let last_interrupted = interrupted(spec, last);
     if outcome.side_effects
+        && !last_interrupted
         && spec.isolation != Isolation::Worktree
         && !spec.retry_after_side_effects
     {
@@ -144,8 +148,9 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         ));
         return give_up(&o);
     }
-    let used = rec.attempts.len() as u32 - orphans - limited;
-    if !last.orphaned() && !last_limited && used >= spec.max_attempts() {
+    let interrupts = interrupted_attempts(spec, rec);
+    let used = rec.attempts.len() as u32 - orphans - limited - interrupts;
+    if !last.orphaned() && !last_limited && !last_interrupted && used >= spec.max_attempts() {
         return give_up(&outcome);
     }
     let next = Attempt(rec.attempts.len() as u32 + 1);
@@ -161,7 +166,7 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         .collect();
     // An orphan's retry stays on its model; otherwise the fallbacks go by the attempts that
     // were not orphaned.
-    let first = if last.orphaned() || last_limited {
+    let first = if last.orphaned() || last_limited || last_interrupted {
         last.model().map(str::to_owned)
     } else {
         model_for_attempt(spec, Attempt(used + 1))
@@ -247,6 +252,22 @@ pub fn rate_limited_attempts(spec: &TaskSpec, rec: &TaskRecord) -> u32 {
                 if outcome.rate_limited)
         })
         .count() as u32
+}
+
+/// Whether `attempt` ended because sortie was interrupted (SIGINT, SIGTERM or SIGHUP): the
+/// user's doing, never the task's, so it spends no retry (an orphan spends `max_orphans`, a
+/// rate limit `max_rate_limits`; neither counts here).
+pub fn interrupted(spec: &TaskSpec, attempt: &AttemptRecord) -> bool {
+    !attempt.orphaned()
+        && attempt.outcome().is_some_and(|o| {
+            o.stop_reason == StopReason::Interrupted
+                && !(spec.max_rate_limits > 0 && o.rate_limited)
+        })
+}
+
+/// How many of the task's attempts ended by an interrupt of sortie (see [`interrupted`]).
+pub fn interrupted_attempts(spec: &TaskSpec, rec: &TaskRecord) -> u32 {
+    rec.attempts.iter().filter(|a| interrupted(spec, a)).count() as u32
 }
 
 fn first_line(s: &str) -> &str {

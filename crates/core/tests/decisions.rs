@@ -742,3 +742,71 @@ fn an_orphan_spends_no_retry_and_orphans_have_their_own_budget() {
     assert!(step.starts_with("give up: failed interrupted"), "{step}");
     assert!(step.contains("max_orphans = 0"), "{step}");
 }
+
+// #32: an interrupt of sortie (SIGINT, SIGTERM, SIGHUP) is the user's: it spends nothing.
+#[test]
+fn an_interrupt_spends_no_retry_keeps_its_model_and_passes_side_effects() {
+    let i = || fail(StopReason::Interrupted);
+    let e = || fail(StopReason::Error);
+    // No retries at all: the interrupted attempt is still tried again, on its model, at once.
+    let s = spec(Some("a"), &[], 0);
+    check(&s, &[(Some("a"), i())], 0, 0, "retry 2 on a after 0ms");
+    // Any number of interrupts in a row: the third Ctrl-C fails nothing.
+    let s = spec(Some("a"), &["b"], 1);
+    check(
+        &s,
+        &[(Some("a"), i()), (Some("a"), i()), (Some("a"), i())],
+        0,
+        0,
+        "retry 4 on a after 0ms",
+    );
+    // The interrupt does not move the task to a fallback: the conversation goes on.
+    check(
+        &s,
+        &[(Some("a"), e()), (Some("b"), i())],
+        0,
+        0,
+        "retry 3 on b after 0ms",
+    );
+    // The retries are the real failures': one failure, interrupts around it, one retry left.
+    check(
+        &s,
+        &[(Some("a"), i()), (Some("a"), e()), (Some("b"), i())],
+        0,
+        0,
+        "retry 4 on b after 0ms",
+    );
+    check(
+        &s,
+        &[
+            (Some("a"), i()),
+            (Some("a"), e()),
+            (Some("b"), i()),
+            (Some("b"), e()),
+        ],
+        0,
+        0,
+        "give up: failed error: 429 overloaded (after 4 attempts: a → a → b → b)",
+    );
+    // Side effects outside a worktree end a failed task, never an interrupted one.
+    let s = spec(None, &[], 2);
+    check(
+        &s,
+        &[(None, with_side_effects(i()))],
+        0,
+        0,
+        "retry 2 on default after 0ms",
+    );
+    let step = show(&next_step(
+        &s,
+        replay(&s, &[(None, with_side_effects(e()))])
+            .task(T)
+            .expect("task"),
+        Timestamp(0),
+        0,
+    ));
+    assert!(
+        step.contains("not retried: the agent ran side-effecting"),
+        "{step}"
+    );
+}

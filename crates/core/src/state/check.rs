@@ -268,7 +268,8 @@ impl TaskCheck<'_> {
     }
 
     /// The most attempts allowed: retries and fallbacks, plus the orphans so far within
-    /// `max_orphans` (a crash of sortie spends no retry).
+    /// `max_orphans` (a crash of sortie spends no retry), plus every attempt an interrupt of
+    /// sortie ended (nor does an interrupt).
     fn max(&self) -> u32 {
         let orphans = self.rec.attempts.iter().filter(|a| a.orphaned()).count() as u32;
         self.run.spec(self.task).map_or(1, |s| {
@@ -276,6 +277,7 @@ impl TaskCheck<'_> {
             let limited = crate::decide::rate_limited_attempts(s, self.rec);
             s.max_attempts_with(orphans)
                 .saturating_add(limited.min(s.max_rate_limits))
+                .saturating_add(crate::decide::interrupted_attempts(s, self.rec))
         })
     }
 

@@ -260,18 +260,20 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
     let mut orphans: Vec<u32> = vec![0; batch.tasks.len()];
     // Issue 14: the rate-limited attempts, which spend `max_rate_limits` (when it is not 0).
     let mut limited: Vec<u32> = vec![0; batch.tasks.len()];
+    // Issue 32: the attempts an interrupt of sortie ended, which spend nothing.
+    let mut interrupts: Vec<u32> = vec![0; batch.tasks.len()];
     for e in events {
         let Some(task) = e.event.task() else { continue };
         let i = task.index();
         let spec = &batch.tasks[i];
         // The next attempt is within the policy when the attempts before it that were not
         // orphaned leave a retry, and the orphans are within their budget.
-        let (o, l) = (orphans[i], limited[i]);
+        let (o, l, n) = (orphans[i], limited[i], interrupts[i]);
         let within = |next: u32| {
-            let spent = next.saturating_sub(1 + o + l);
+            let spent = next.saturating_sub(1 + o + l + n);
             spent < spec.max_attempts() && o <= spec.max_orphans && l <= spec.max_rate_limits
         };
-        let max = spec.max_attempts() + o + l;
+        let max = spec.max_attempts() + o + l + n;
         if let Event::AttemptOrphaned { .. } = &e.event {
             orphans[i] += 1;
         }
@@ -280,6 +282,12 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
             && spec.max_rate_limits > 0
         {
             limited[i] += 1;
+        }
+        if let Event::AttemptFinished { outcome, .. } = &e.event
+            && outcome.stop_reason == sortie_core::outcome::StopReason::Interrupted
+            && !(outcome.rate_limited && spec.max_rate_limits > 0)
+        {
+            interrupts[i] += 1;
         }
         match &e.event {
             Event::AttemptLaunching { attempt, model, .. } => {

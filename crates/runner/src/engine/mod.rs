@@ -12,9 +12,10 @@
 //! `launch` (an attempt's context from its spec, record and agent), `worktree_jobs` (setup and
 //! finalize beside the loop), `resume` (taking over a run no process owns).
 //!
-//! Stopping: the first SIGINT or SIGTERM interrupts (stop launching, stop the children, journal
-//! their attempts as interrupted, then `RunInterrupted`: resumable); a second SIGINT kills the
-//! children's process groups and returns at once (still resumable: resume finds the orphans).
+//! Stopping: the first SIGINT, SIGTERM or SIGHUP interrupts (stop launching, stop the children,
+//! journal their attempts as interrupted, which spends no retry, then `RunInterrupted`:
+//! resumable); a second SIGINT kills the children's process groups and returns at once (still
+//! resumable: resume finds the orphans).
 //! SIGUSR1 (sent by `sortie cancel`) cancels: every unfinished task ends cancelled.
 //! A journal append that fails (a full disk, a file-size limit, the state dir removed) stops
 //! the run at once: nothing more launches, the children's groups are killed (their ends cannot
@@ -438,6 +439,7 @@ impl Engine {
         self.update_index();
         let mut sigint = signal(SignalKind::interrupt()).map_err(|e| self.io(e))?;
         let mut sigterm = signal(SignalKind::terminate()).map_err(|e| self.io(e))?;
+        let mut sighup = signal(SignalKind::hangup()).map_err(|e| self.io(e))?;
         let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| self.io(e))?;
         let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel();
         let _listener = control::listen(&self.run_dir.control_socket(), ctl_tx);
@@ -505,6 +507,8 @@ impl Engine {
                     self.stop_all(Stopping::Interrupt);
                 }
                 _ = sigterm.recv() => self.stop_all(Stopping::Interrupt),
+                // The terminal closed (an ssh session dropped): an interrupt, resumable.
+                _ = sighup.recv() => self.stop_all(Stopping::Interrupt),
                 _ = sigusr1.recv() => self.stop_all(Stopping::Cancel),
                 Some(msg) = ctl_rx.recv() => self.control(msg)?,
                 _ = presence.tick() => {
