@@ -687,3 +687,55 @@ fn an_escaped_descendant_dies_with_its_attempt_not_with_the_run() {
     let j = journal(&s, run);
     assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
 }
+
+/// #32: the run's shepherd killed (SIGKILL; SIGTERM in a second run) while sortie lives and
+/// three attempts run under it. Each agent, reparented, is stopped before its task runs again:
+/// its attempt is orphaned (`Killed`), which spends no retry (`max_retries = 0`), its retry
+/// answers once (a shepherd of its own), the run completes, the audit is clean, and no process
+/// of the run is left. Before, each attempt failed as "lost track", its agent ran on beside
+/// its retry, and with `max_retries = 0` every task failed.
+#[test]
+fn a_killed_shepherd_costs_no_retry_and_no_agent_runs_beside_its_retry() {
+    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+        let s = Scratch::new();
+        let run = &unique_run("shepherd");
+        let task = |label| T {
+            label,
+            sleep: "30",
+            turns: 3,
+            extra: "",
+        };
+        let b = batch(&s, "max_retries = 0", &[task("a"), task("b"), task("c")]);
+        let sortie = s.spawn(&["run", "--run-id", run, b.to_str().expect("utf-8")]);
+        wait_started(&s, run, 3);
+        let shepherds = shepherds_of(run);
+        assert_eq!(shepherds.len(), 1, "one shepherd runs the three attempts");
+        send_signal(shepherds[0].pid, signal);
+        let out = finish(sortie, 120);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{signal:?} of the shepherd: the run completes\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j = journal(&s, run);
+        for l in ["a", "b", "c"] {
+            let t = index_of(&j, l);
+            let orphaned = j.of(t, "AttemptOrphaned");
+            assert_eq!(orphaned.len(), 1, "{signal:?}: {l} was orphaned once");
+            assert_eq!(
+                orphaned[0]["action"], "killed",
+                "{signal:?}: {l}'s agent was stopped"
+            );
+            assert_eq!(j.of(t, "AttemptLaunching").len(), 2, "{signal:?}: {l}");
+            assert_eq!(j.of(t, "TaskFinished")[0]["result"]["state"], "completed");
+            assert_eq!(
+                counter(&s, l),
+                1,
+                "{signal:?}: {l} answered once, on its retry"
+            );
+        }
+        s.audit_clean(run);
+        wait_none_left(run, "after the run");
+    }
+}

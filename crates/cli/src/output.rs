@@ -106,7 +106,7 @@ impl Observer for LogLines {
                 attempt,
                 action,
             } => Some(format!(
-                "[{}] attempt {attempt} orphaned by a crash ({action:?})",
+                "[{}] attempt {attempt} orphaned: sortie or its supervisor stopped ({action:?})",
                 state.label(*task)
             )),
             Event::RetryScheduled {

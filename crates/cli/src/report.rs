@@ -145,7 +145,7 @@ impl Timeline {
                         if let Some(b) = r.bars.last_mut() {
                             b.end = Some(at);
                             b.class = "interrupted";
-                            b.what = format!("orphaned by a crash ({action:?})");
+                            b.what = format!("orphaned ({action:?})");
                         }
                     }
                 }

@@ -382,7 +382,7 @@ fn an_orphan_remembers_its_side_effects() {
     assert_eq!(step(&s, false), "retry 2 on default after 0ms");
     assert_eq!(
         step(&s, true),
-        "give up: failed interrupted: sortie stopped while attempt 1 ran; its process was still \
+        "give up: failed interrupted: sortie or its supervisor stopped while attempt 1 ran; its process was still \
          running and was killed; not retried: the agent ran side-effecting tools outside a \
          worktree"
     );
@@ -710,7 +710,7 @@ fn an_orphan_spends_no_retry_and_orphans_have_their_own_budget() {
         &four,
         0,
         0,
-        "give up: failed interrupted: sortie stopped while attempt 4 ran; its process was gone; \
+        "give up: failed interrupted: sortie or its supervisor stopped while attempt 4 ran; its process was gone; \
          not retried: sortie stopped 4 times while this task ran (max_orphans = 3) \
          (after 4 attempts: a → a → a → a)",
     );

@@ -235,7 +235,10 @@ impl AttemptRecord {
                     side_effects: self.side_effects,
                     ..AttemptOutcome::failed(
                         StopReason::Interrupted,
-                        format!("sortie stopped while attempt {} ran; {what}", self.attempt),
+                        format!(
+                            "sortie or its supervisor stopped while attempt {} ran; {what}",
+                            self.attempt
+                        ),
                     )
                 })
             }

@@ -108,6 +108,13 @@ pub(crate) enum Msg {
         usage: Usage,
         output: String,
     },
+    /// Its supervisor is gone without recording its end while sortie lives; its processes
+    /// were stopped (see `run::Orphan`). Like `Finished`, its last report.
+    Orphaned {
+        task: TaskId,
+        attempt: Attempt,
+        action: sortie_core::OrphanAction,
+    },
     /// What the agent is doing now changed (the tool it runs, `thinking`, ...): shown on the
     /// live board, never journaled.
     Activity {
@@ -143,6 +150,7 @@ impl Msg {
             | Msg::Stalled { task, .. }
             | Msg::SideEffects { task, .. }
             | Msg::Finished { task, .. }
+            | Msg::Orphaned { task, .. }
             | Msg::Activity { task, .. }
             | Msg::Handle { task, .. }
             | Msg::Read { task, .. }
@@ -217,14 +225,30 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
     let slot = Arc::clone(&control);
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        let (outcome, usage, output) = run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await;
-        let _ = tx.send(Msg::Finished {
-            task,
-            attempt,
-            outcome,
-            usage,
-            output,
-        });
+        match run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await {
+            Ok((outcome, usage, output)) => {
+                let _ = tx.send(Msg::Finished {
+                    task,
+                    attempt,
+                    outcome,
+                    usage,
+                    output,
+                });
+            }
+            // Its usage read to the end of its output, then its end as an orphan.
+            Err(run::Orphan { action, usage }) => {
+                let _ = tx.send(Msg::Progress {
+                    task,
+                    attempt,
+                    usage,
+                });
+                let _ = tx.send(Msg::Orphaned {
+                    task,
+                    attempt,
+                    action,
+                });
+            }
+        }
     });
     AttemptHandle {
         stop: stop_tx,

@@ -294,7 +294,11 @@ async fn repair_run(
     let exit = driver
         .watch_child(child.as_mut(), reader.as_mut(), stop_rx, ctl_rx)
         .await;
-    Ok(driver.finish(child, reader, exit).await)
+    // A direct child: never an orphan (its supervisor is this process).
+    driver
+        .finish(child, reader, exit)
+        .await
+        .map_err(|_| "the repair round lost its process".to_owned())
 }
 
 /// The newest session file (`*.jsonl`) of a session directory, searched one level deep too.

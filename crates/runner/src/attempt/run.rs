@@ -24,6 +24,17 @@ use sortie_protocol::{self as protocol, Exit, ProtocolReader, RunPhase};
 /// What an attempt reports at its end: its outcome, usage and output.
 pub(super) type Ended = (AttemptOutcome, Usage, String);
 
+/// An attempt whose supervisor (the run's shepherd, or its own) is gone without recording its
+/// end while sortie lives: its processes were stopped first, so that its retry never runs beside
+/// it, and it is journaled as orphaned (`AttemptOrphaned`: a crash, never the task's fault).
+#[derive(Debug)]
+pub(super) struct Orphan {
+    /// Whether its processes were still running (and were killed).
+    pub(super) action: sortie_core::OrphanAction,
+    /// Its usage as read to the end of its output.
+    pub(super) usage: Usage,
+}
+
 enum Step {
     Line(Option<process::Line>),
     Exit(Result<Exit, process::WaitError>),
@@ -39,18 +50,18 @@ pub(super) async fn run(
     mut stop_rx: mpsc::UnboundedReceiver<StopRequest>,
     mut ctl_rx: mpsc::UnboundedReceiver<Ctl>,
     control: &OnceLock<Arc<dyn Control>>,
-) -> Ended {
+) -> Result<Ended, Orphan> {
     // The machine-wide cap: held from before the spawn to the attempt's end.
     let _slot = match crate::slots::Pool::configured() {
         None => None,
         Some(pool) => match machine_slot(pool, &mut stop_rx).await {
             Ok(slot) => Some(slot),
-            Err(ended) => return ended,
+            Err(ended) => return Ok(ended),
         },
     };
     let mut child = match launch(&ctx).await {
         Ok(child) => child,
-        Err(ended) => return ended,
+        Err(ended) => return Ok(ended),
     };
     let (task, attempt) = (ctx.task, ctx.attempt);
     if ctx.placement.handle.is_none()
@@ -65,7 +76,7 @@ pub(super) async fn run(
     let _ = control.set(child.control());
     let started = match until_started(&ctx, child.as_mut(), &mut stop_rx).await {
         Ok(s) => s,
-        Err(ended) => return ended,
+        Err(ended) => return Ok(ended),
     };
     // An adopted attempt whose start was journaled is not reported started again.
     if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) {
@@ -137,9 +148,9 @@ pub(super) async fn run(
         .watch_child(child.as_mut(), reader.as_mut(), &mut stop_rx, &mut ctl_rx)
         .await;
     let steered = driver.steer_repair.was_sent();
-    let ended = driver.finish(child, reader, exit).await;
+    let ended = driver.finish(child, reader, exit).await?;
     // Issue 13: a structured result is checked, and repaired once where the agent can be.
-    super::repair::structured(&ctx, ended, steered, tx, &mut stop_rx, &mut ctl_rx).await
+    Ok(super::repair::structured(&ctx, ended, steered, tx, &mut stop_rx, &mut ctl_rx).await)
 }
 
 /// Waits until the attempt runs (at once for a local one; a batch job may wait in the
@@ -601,26 +612,20 @@ impl Driver<'_> {
     }
 
     /// The leader exited: waits for the stop to finish, keeps the stderr tail, and classifies
-    /// the attempt.
+    /// the attempt. When its supervisor is gone without recording its end, its processes are
+    /// stopped first (they may run on, reparented) and it is an [`Orphan`].
     pub(super) async fn finish(
-        self,
+        mut self,
         child: Box<dyn Execution>,
         reader: Box<dyn ProtocolReader>,
         exit: Result<Exit, process::WaitError>,
-    ) -> Ended {
-        if let Some(t) = self.stop_task {
+    ) -> Result<Ended, Orphan> {
+        if let Some(t) = self.stop_task.take() {
             let _ = t.await;
         }
         let exit = match exit {
             Ok(e) => e,
-            Err(e) => {
-                let msg = format!("lost track of the agent process: {}", e.message);
-                return (
-                    AttemptOutcome::failed(StopReason::Error, msg.clone()),
-                    self.watch.usage(),
-                    msg,
-                );
-            }
+            Err(e) => return self.lost(e).await,
         };
         let stderr = child.stderr_tail();
         keep_stderr(&self.ctx.stderr_log, &stderr);
@@ -642,7 +647,45 @@ impl Driver<'_> {
             rules,
             sortie_protocol::mark_rate_limit,
         );
-        (f.outcome, f.usage, f.output)
+        Ok((f.outcome, f.usage, f.output))
+    }
+
+    /// How the attempt ended is unknown. When its supervisor is gone, its process group is
+    /// stopped (TERM, `kill_grace`, KILL) before anything else: only then is it an [`Orphan`],
+    /// and retried. A group that survives SIGKILL ends the attempt as partial, never retried
+    /// while it may still run.
+    async fn lost(self, e: process::WaitError) -> Result<Ended, Orphan> {
+        let usage = self.watch.usage();
+        let Some(start_time) = e.orphan else {
+            let msg = format!("lost track of the agent process: {}", e.message);
+            return Ok((
+                AttemptOutcome::failed(StopReason::Error, msg.clone()),
+                usage,
+                msg,
+            ));
+        };
+        let action = match process::kill_group_if_same(e.pid, start_time, self.ctx.kill_grace).await
+        {
+            process::KillResult::Killed => sortie_core::OrphanAction::Killed,
+            process::KillResult::Gone => sortie_core::OrphanAction::Gone,
+            process::KillResult::Survived => {
+                let msg = format!(
+                    "{}; its process group (leader {}) survived SIGKILL: not retried while it may \
+                     still run",
+                    e.message, e.pid
+                );
+                let mut outcome = AttemptOutcome::failed(StopReason::Error, msg.clone());
+                outcome.status = sortie_core::AttemptStatus::Partial;
+                return Ok((outcome, usage, msg));
+            }
+        };
+        tracing::debug!(
+            "attempt {} of task {}: {}; {action:?}",
+            self.ctx.attempt,
+            self.ctx.task,
+            e.message
+        );
+        Err(Orphan { action, usage })
     }
 }
 

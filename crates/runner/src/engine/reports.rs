@@ -87,7 +87,7 @@ impl Engine {
         let mut events: Vec<Event> = Vec::with_capacity(round.len());
         for msg in round {
             let task = msg.task();
-            if let Msg::Finished { .. } = msg {
+            if let Msg::Finished { .. } | Msg::Orphaned { .. } = msg {
                 self.live.remove(&task);
             }
             if let Msg::Activity {
@@ -230,6 +230,15 @@ fn report_event(msg: Msg) -> Option<Event> {
             outcome,
             usage,
             output,
+        },
+        Msg::Orphaned {
+            task,
+            attempt,
+            action,
+        } => Event::AttemptOrphaned {
+            task,
+            attempt,
+            action,
         },
         // Handled before: activity is shown, not journaled.
         Msg::Activity { .. } => return None,

@@ -77,6 +77,7 @@ impl Child {
         WaitError {
             pid: self.pid,
             message: message.to_owned(),
+            orphan: None,
         }
     }
 
@@ -300,6 +301,7 @@ pub(super) async fn monitor(
     let result = result.map_err(|message| WaitError {
         pid: shared.pid,
         message,
+        orphan: None,
     });
     tracing::debug!(pid = shared.pid, ?result, "reaped");
     exit_tx.send_replace(Some(result));

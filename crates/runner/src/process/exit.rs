@@ -15,4 +15,7 @@ pub struct WaitError {
     pub pid: u32,
     /// What went wrong.
     pub message: String,
+    /// The leader's start time when its supervisor is gone without recording its exit: the
+    /// agent may run on, reparented, and is the attempt's to stop before anything is retried.
+    pub orphan: Option<u64>,
 }

@@ -128,11 +128,13 @@ impl Followed {
                 Err(WaitError {
                     pid,
                     message: "no status".into(),
+                    orphan: None,
                 })
             }),
             Err(_) => Err(WaitError {
                 pid,
                 message: "the follower stopped".into(),
+                orphan: None,
             }),
         }
     }
@@ -189,9 +191,11 @@ async fn watch_exit(
     watcher: Ended,
     tx: watch::Sender<ExitSlot>,
 ) {
+    // Its supervisor is gone without recording the end: the agent may run on (see `orphan`).
     let lost = |message: String| WaitError {
         pid: started.pid,
         message,
+        orphan: Some(started.start_time),
     };
     let watcher = match watcher {
         Ended::Shepherd(ended) => match ended.await {

@@ -389,7 +389,11 @@ impl Execution for JobExecution {
     fn wait(&mut self) -> BoxFuture<'_, Result<Exit, WaitError>> {
         Box::pin(async move {
             let job = self.job;
-            let lost = |message: String| WaitError { pid: 0, message };
+            let lost = |message: String| WaitError {
+                pid: 0,
+                message,
+                orphan: None,
+            };
             let seen = match self.status.wait_for(Seen::is_over).await {
                 Ok(s) => s.clone(),
                 Err(_) => return Err(lost(format!("stopped following Slurm job {job}"))),
