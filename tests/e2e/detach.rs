@@ -211,3 +211,55 @@ fn on_task_end_in_the_batch_runs_per_task_or_batch_wide_and_the_flag_wins() {
 fn toml_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
+
+/// #32: `run --detach` keeps a run private as plain `run` does, whatever the umask: a missing
+/// state dir is made 0700, `logs/` 0700 and the log (every task's output) 0600.
+#[test]
+fn a_detached_run_is_private_to_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let ok = batch(&s, "ok.toml", "0", "0");
+    let run = unique_run("private");
+    let state = s.path().join("fresh").join("state");
+    // Through a shell with the common umask 022 (the test's own may be stricter).
+    let out = std::process::Command::new("sh")
+        .args(["-c", "umask 022; exec \"$@\"", "sh"])
+        .arg(env!("CARGO_BIN_EXE_sortie"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["run", "--detach", "--run-id", &run])
+        .arg(&ok)
+        .current_dir(s.path())
+        .env_remove("SORTIE_DIR")
+        .output()
+        .expect("sortie run --detach");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waited = std::process::Command::new(env!("CARGO_BIN_EXE_sortie"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["wait", &run])
+        .output()
+        .expect("sortie wait");
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&state), 0o700, "the state dir");
+    assert_eq!(mode(&state.join("logs")), 0o700, "logs/");
+    let log = state.join("logs").join(format!("{run}.log"));
+    assert_eq!(mode(&log), 0o600, "the detached run's log");
+    assert_eq!(mode(&state.join("runs")), 0o700, "runs/");
+}

@@ -78,6 +78,10 @@ pub fn without_detach(mut args: Vec<String>) -> Vec<String> {
 /// of waiting for that, or with its log's last lines when it exits first.
 pub fn start(state_dir: &StateDir, run: &RunId, args: &[String]) -> Result<Detached, DetachError> {
     let log = state_dir.detached_log(run);
+    // The state dir as plain `run` makes it (0700), before the log beside `runs/`.
+    state_dir
+        .ensure()
+        .map_err(|e| DetachError::Spawn(std::io::Error::other(e.to_string())))?;
     let mut child = crate::process::spawn_detached_with(args, &log, DETACHED_RUN_ID, run.as_str())
         .map_err(DetachError::Spawn)?;
     let dir = state_dir.run(run);

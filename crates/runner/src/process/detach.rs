@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Stdio;
 
 /// Starts this program again with `args`, in its own process group (a Ctrl-C in the terminal
-/// does not reach it), stdin `/dev/null`, stdout and stderr appended to `log`. Returns its pid;
+/// does not reach it), stdin `/dev/null`, stdout and stderr appended to `log` (0600, in
+/// directories made 0700). Returns its pid;
 /// the caller does not wait for it. `env_key=env_value` is added to its environment.
 #[allow(
     clippy::disallowed_methods,
@@ -20,11 +21,22 @@ pub fn spawn_detached_with(
     env_key: &str,
     env_value: &str,
 ) -> std::io::Result<std::process::Child> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     use std::os::unix::process::CommandExt;
+    // The log holds every task's output: private to the user, as the state dir is (a missing
+    // state dir is made here, 0700, as `run` makes it).
     if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
     }
-    let out = File::options().create(true).append(true).open(log)?;
+    let out = File::options()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log)?;
+    out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     let err = out.try_clone()?;
     std::process::Command::new(std::env::current_exe()?)
         .args(args)
