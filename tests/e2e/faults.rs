@@ -388,3 +388,116 @@ fn a_child_ignoring_sigterm_is_killed_after_the_grace_on_timeout() {
     assert_eq!(result["state"], "timeout", "{result}");
     s.audit_clean(run);
 }
+
+/// A small tmpfs mounted over a path while it lives (root only), unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (`2m`) over `dir`; None when this process may not mount.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+
+    /// Gives it `size` (`64m`): space is back.
+    fn grow(&self, size: &str) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "remount {}", self.0.display());
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// #32: a state dir on a 2 MB disk, 20 tasks printing 150 KB each at concurrency 4: the disk
+/// fills up mid-run. sortie stops with exit 3 and a message naming the full disk (it used to
+/// hang for good in sled's drop, deaf to SIGINT and SIGTERM); once space is back, `resume`
+/// completes every task: none is failed for the disk's fault, none that completed runs again.
+#[test]
+fn a_disk_that_fills_up_stops_the_run_resumably_and_costs_no_task() {
+    let s = Scratch::new();
+    let Some(disk) = Tmpfs::mount(&s.state_dir(), "2m") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let run = &unique_run("fault-full");
+    let mut toml = String::from("concurrency = 4\n");
+    for i in 0..20 {
+        let counter = s.path().join(format!("count-{i}"));
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i:02}\"\ncommand = [\"sh\", \"-c\", \
+             \"echo run >> {}; head -c 150000 /dev/zero | tr '\\\\0' x; echo\"]\n",
+            counter.display()
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "interrupted, resumable:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("No space left on device") && stderr.contains(&format!("resume {run}")),
+        "the message names the full disk and the way on:\n{stderr}"
+    );
+    wait_gone(run, "the run's attempts to be stopped");
+    let ran_before: Vec<(usize, String)> = finished_tasks(&s, run)
+        .into_iter()
+        .map(|t| {
+            let c =
+                std::fs::read_to_string(s.path().join(format!("count-{t}"))).unwrap_or_default();
+            (t as usize, c)
+        })
+        .collect();
+
+    disk.grow("64m");
+    let out = Background::start(&s, run, &["resume", run]).finish(120);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "resume completes every task:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(run);
+    for t in 0..20u64 {
+        let finished = events.of(t, "TaskFinished");
+        assert_eq!(finished.len(), 1, "task {t} finishes once");
+        assert_eq!(finished[0]["result"]["state"], "completed", "task {t}");
+    }
+    for (t, before) in ran_before {
+        let now = std::fs::read_to_string(s.path().join(format!("count-{t}"))).unwrap_or_default();
+        assert_eq!(
+            now, before,
+            "task {t} finished before the disk filled, yet ran again"
+        );
+    }
+    s.audit_clean(run);
+}

@@ -59,6 +59,9 @@ pub(crate) struct Store {
     role: Role,
     /// sled's log file, opened for `fdatasync` (see [`Store::sync_data`]).
     log: Option<fs::File>,
+    /// A write failed (a full disk, a file-size limit): sled's log buffer can never become
+    /// stable, and sled's own drop of the database waits for that forever (see `Drop`).
+    broken: std::sync::atomic::AtomicBool,
 }
 
 /// One raw record: key and value bytes, as stored.
@@ -87,6 +90,22 @@ pub(crate) fn key(seq: u64) -> [u8; 8] {
 /// The seq of a key, if it is one.
 pub(crate) fn seq_of_key(key: &[u8]) -> Option<u64> {
     key.try_into().ok().map(u64::from_be_bytes)
+}
+
+impl Drop for Store {
+    /// sled flushes a database when its last handle drops, and after a failed write that flush
+    /// waits forever for a log buffer that can never be written: a broken store's database is
+    /// left to the process's exit instead (what it held durably is on disk; the rest never was).
+    fn drop(&mut self) {
+        if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+            let db = self
+                .db
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            std::mem::forget(db);
+        }
+    }
 }
 
 impl Store {
@@ -120,6 +139,7 @@ impl Store {
             path: path.to_owned(),
             role,
             log,
+            broken: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -131,6 +151,12 @@ impl Store {
 
     fn err(&self, e: sled::Error) -> Error {
         sled_error(&self.path, e)
+    }
+
+    /// The error of a failed write, which leaves the store broken (see `Drop`).
+    fn write_err(&self, e: sled::Error) -> Error {
+        self.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.err(e)
     }
 
     /// A handle on the open database.
@@ -158,18 +184,19 @@ impl Store {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(db) = slot.as_ref() {
-            db.flush().map_err(|e| self.err(e))?;
+            db.flush().map_err(|e| self.write_err(e))?;
         }
         drop(slot.take());
         *slot = Some(Store::open(&self.path, patience, self.role)?.into_db()?);
         Ok(())
     }
 
-    fn into_db(self) -> Result<sled::Db> {
+    fn into_db(mut self) -> Result<sled::Db> {
         let path = self.path.clone();
         self.db
-            .into_inner()
+            .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
             .ok_or(Error::Storage {
                 path,
                 message: "the database could not be opened again".into(),
@@ -193,12 +220,12 @@ impl Store {
         self.db()?
             .insert(key(seq), value)
             .map(drop)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.write_err(e))
     }
 
     /// Makes every value inserted before this call durable.
     pub(crate) fn flush(&self) -> Result<()> {
-        self.db()?.flush().map(drop).map_err(|e| self.err(e))
+        self.db()?.flush().map(drop).map_err(|e| self.write_err(e))
     }
 
     /// Forces sled's log file to stable storage (`fdatasync`). sled's flush writes the log with
