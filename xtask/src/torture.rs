@@ -5,7 +5,11 @@
 //! file of its own and logs the usage it reports, unique per attempt) is run by `sortie run`,
 //! SIGKILLed at a random moment (a random delay, or right after a random journal event through
 //! `SORTIE_TEST_PAUSE_AFTER`, or while the resume starts),
-//! resumed, killed again, ... until N crashes happened; a run that finishes before is checked
+//! resumed, killed again, ... until N crashes happened. A crash is mostly that SIGKILL; one in
+//! ten is an interrupt (SIGINT or SIGTERM: sortie must exit 3 by itself, resumable, charging no
+//! task), and one in ten a SIGKILL of the run's shepherd while sortie lives (its attempts must
+//! be stopped and orphaned, never run beside their retries, never failed as "lost track"),
+//! followed by the usual SIGKILL of sortie a moment later; a run that finishes before is checked
 //! and followed by a fresh one. The last run is then resumed to its end.
 //!
 //! After every crash: `sortie audit` exits 0 and finds the journal whole, with a ledger total
@@ -163,6 +167,10 @@ pub(crate) struct Report {
     pub(crate) paused_kills: BTreeMap<String, u32>,
     /// Of which while a resume was starting (before its orphans were checked).
     pub(crate) early_kills: u32,
+    /// Of which interrupts (SIGINT, SIGTERM), each ended by sortie itself with exit 3.
+    pub(crate) interrupts: u32,
+    /// Of which SIGKILLs of the run's shepherd while sortie lived (then sortie's SIGKILL).
+    pub(crate) shepherd_kills: u32,
     /// `sortie resume` processes started.
     pub(crate) resumes: u32,
     /// Runs (batches) driven to their end.
@@ -235,6 +243,12 @@ impl Report {
             "torture: supervised attempts found by a resume: {} adopted, {} recorded from \
              their files ({} seen ended while sortie was down, none run again)",
             self.adopted, self.recorded, self.ended_down
+        );
+        let _ = writeln!(
+            s,
+            "torture: of the crashes, {} interrupts (SIGINT, SIGTERM: exit 3 each time) and {} \
+             kills of the shepherd while sortie lived",
+            self.interrupts, self.shepherd_kills
         );
         let _ = writeln!(s, "torture: kills after: {}", paused.join(", "));
         let _ = write!(
@@ -550,8 +564,9 @@ impl Torture {
                 }
                 return Ok(true);
             }
-            child.kill().context("SIGKILL sortie")?;
-            child.wait().context("reaping sortie")?;
+            if self.fault(g, &mut child, matches!(plan, KillPlan::Delay(_)))? {
+                return Ok(true); // an interrupt found the run at its end
+            }
             self.report.crashes += 1;
             match plan {
                 KillPlan::After(event) => {
@@ -591,6 +606,69 @@ impl Torture {
             }
             resuming = true;
         }
+    }
+
+    /// Ends the live sortie of `g` as this crash's fault: mostly SIGKILL; one in ten an
+    /// interrupt, which sortie must end by itself with exit 3 (0 when the run was at its end:
+    /// then true); one in ten a SIGKILL of the run's shepherd first, sortie's a moment later.
+    /// An interrupt needs a `running` loop: not one the pause hook froze (it waits for the
+    /// kill), nor a resume still taking the run over.
+    fn fault(&mut self, g: &Gen, child: &mut Child, running: bool) -> Result<bool> {
+        let roll = self.rng.below(10);
+        if roll == 0 && running {
+            let sig = if self.rng.chance(50) { "INT" } else { "TERM" };
+            sortie_testkit::signal(child.id(), sig);
+            let until = Instant::now() + PATIENCE;
+            let status = loop {
+                if let Some(status) = child.try_wait()? {
+                    break status;
+                }
+                if Instant::now() > until {
+                    let _ = child.kill();
+                    bail!(
+                        "violation: sortie (run {}) did not stop within {PATIENCE:?} of SIG{sig}",
+                        g.run
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            self.report.interrupts += 1;
+            return match status.code() {
+                Some(3) => Ok(false),
+                Some(0) => Ok(true),
+                _ => bail!(
+                    "violation: SIG{sig} made sortie (run {}) exit with {status}, not 3:\n{}",
+                    g.run,
+                    tail(&g.log(g.starts))
+                ),
+            };
+        }
+        if roll == 1 {
+            let shepherds = sortie_testkit::shepherds_of(&g.run);
+            for s in &shepherds {
+                sortie_testkit::signal(s.pid, "KILL");
+            }
+            if !shepherds.is_empty() {
+                self.report.shepherd_kills += 1;
+                let until = Instant::now() + Duration::from_millis(self.rng.below(1500));
+                while Instant::now() < until && child.try_wait()?.is_none() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        if let Some(status) = child.try_wait()? {
+            if status.code() != Some(0) {
+                bail!(
+                    "violation: sortie (run {}) exited by itself with {status}:\n{}",
+                    g.run,
+                    tail(&g.log(g.starts))
+                );
+            }
+            return Ok(true);
+        }
+        child.kill().context("SIGKILL sortie")?;
+        child.wait().context("reaping sortie")?;
+        Ok(false)
     }
 
     fn kill_plan(&mut self, resuming: bool) -> KillPlan {

@@ -187,6 +187,20 @@ impl Torture {
                 );
             }
         }
+        // #32: an interrupt or a shepherd's death is never the task's: no task ends for it,
+        // and no attempt is failed as lost while its agent may run on.
+        for e in j.events() {
+            let ev = &e["event"];
+            let lost = ev["AttemptFinished"]["outcome"]["error"]
+                .as_str()
+                .is_some_and(|m| m.contains("lost track of the agent process"));
+            if lost {
+                bail!("violation {when}: an attempt failed as lost while its agent may run: {e}");
+            }
+            if ev["TaskFinished"]["result"]["stop_reason"] == "interrupted" {
+                bail!("violation {when}: a task ended for an interrupt or a crash: {e}");
+            }
+        }
         Ok(())
     }
 

@@ -36,7 +36,7 @@ pub use procs::{Marked, live_processes_of, marked_processes};
 pub use procs::{all_processes_of, supervisors_of};
 // #10: the per-run shepherd.
 pub use procs::{SHEPHERD_MARKER, shepherds_of, zombie_children_of};
-pub use wait::{TimedOut, finish, kill9, poll, poll_every, wait_exit};
+pub use wait::{TimedOut, finish, kill9, poll, poll_every, signal, wait_exit};
 
 /// A run id that no other test, nor an earlier run of the tests, uses: `prefix`, this
 /// process's id, a counter and the clock's nanoseconds. The `/proc` scan ([`procs`]) looks at

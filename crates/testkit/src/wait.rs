@@ -100,6 +100,17 @@ pub fn finish(mut child: Child, secs: u64) -> Output {
     }
 }
 
+/// Sends the signal named `signal` (`INT`, `TERM`, `KILL`) to process `pid` through `kill(1)`;
+/// false when it could not be sent (the process is gone).
+#[allow(clippy::disallowed_methods, reason = "the test kit runs kill(1)")]
+pub fn signal(pid: u32, signal: &str) -> bool {
+    std::process::Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// SIGKILLs `child` (std's `kill` is SIGKILL) and reaps it. False when it had already exited
 /// by itself (then it is reaped, not killed).
 pub fn kill9(child: &mut Child) -> bool {
