@@ -670,3 +670,90 @@ fn a_resume_is_the_first_to_see_a_crashed_runs_damage_and_changes_no_byte_of_it(
     assert!(from <= seq, "record {seq} flipped, audit says {said}");
     assert!(tree(&journal) == left, "`sortie audit` changed them");
 }
+
+/// Every file of a run dir, with its bytes, for a check that nothing changed.
+fn run_files(s: &Scratch) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.is_file() {
+                out.insert(p.clone(), std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(&s.state_dir().join("runs").join(RUN), &mut out);
+    out
+}
+
+/// #32: a refused `resume` or `cancel` of a finished run changes no byte of it (sled used to be
+/// opened in place: its log grew from about 1 KB to 512 KB, a snapshot appeared, `owner.pid`
+/// named the refused process).
+#[test]
+fn a_refused_resume_or_cancel_of_a_finished_run_writes_nothing() {
+    let s = finished_run();
+    let before = run_files(&s);
+    for command in ["resume", "cancel"] {
+        let out = s.run(&[command, RUN]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{command} of a finished run is refused"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("has already finished"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let after = run_files(&s);
+        assert_eq!(
+            before.keys().collect::<Vec<_>>(),
+            after.keys().collect::<Vec<_>>(),
+            "{command}: the run dir's files"
+        );
+        for (path, bytes) in &before {
+            assert!(
+                after[path] == *bytes,
+                "{command} changed {}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// #32: the private copy a reader killed mid-read left in `$TMPDIR` is removed by the next
+/// reader; a live reader's copy is left alone.
+#[test]
+fn a_killed_readers_journal_copy_is_removed_by_the_next_reader() {
+    let s = finished_run();
+    let tmp = s.path().join("tmp");
+    // A pid above any pid_max: its reader is gone. This test's own pid: a live reader.
+    let dead = tmp.join("sortie-journal-999999999-0-1");
+    let live = tmp.join(format!("sortie-journal-{}-0-1", std::process::id()));
+    for dir in [&dead, &live] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        std::fs::write(dir.join("db"), vec![7u8; 4096]).expect("write");
+    }
+    let out = s
+        .sortie()
+        .env("TMPDIR", &tmp)
+        .args(["status", RUN])
+        .output()
+        .expect("status");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dead.exists(), "the dead reader's copy is removed");
+    assert!(live.join("db").is_file(), "a live reader's copy stays");
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("read tmp")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "status removed its own copy too: {left:?}");
+}

@@ -292,14 +292,51 @@ fn existing_db_dir(run_dir: &Path) -> Result<PathBuf> {
     }
 }
 
+/// The prefix of a reader's private copy in the temporary directory, before its owner's pid.
+const COPY_PREFIX: &str = "sortie-journal-";
+
+/// Removes the private copies that readers killed mid-read left in `base` (their pid is gone),
+/// once per process: a copy is as large as its journal (100 MB for a 112,000-task run).
+fn sweep_dead_copies(base: &Path) {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        let Ok(entries) = fs::read_dir(base) else {
+            return;
+        };
+        // This process's user: the owner of its own `/proc` entry.
+        let Ok(uid) = fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(COPY_PREFIX))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let ours = entry
+                .metadata()
+                .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == uid);
+            if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+}
+
 fn private_temp_dir() -> Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let base = std::env::temp_dir();
+    sweep_dead_copies(&base);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let dir = base.join(format!(
-        "sortie-journal-{}-{}-{nanos}",
+        "{COPY_PREFIX}{}-{}-{nanos}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));

@@ -266,8 +266,9 @@ pub async fn take_over(
     if !dir.exists() {
         return Err(Error::NoSuchRun(run_id));
     }
-    let lock = dir.acquire()?;
+    let lock = dir.lock()?;
     let mut opened = crate::layout::open::take_over(state_dir, &dir)?;
+    dir.claim()?;
     if let RunStatus::Finished { state: s } = opened.state.status {
         return Err(Error::AlreadyFinished(run_id, s.to_string()));
     }

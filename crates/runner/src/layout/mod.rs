@@ -299,6 +299,20 @@ impl RunDir {
 
     /// Takes ownership of the run, or says which pid holds it.
     pub fn acquire(&self) -> Result<OwnerLock> {
+        let lock = self.lock()?;
+        self.claim()?;
+        Ok(lock)
+    }
+
+    /// Writes this process's pid as the owner's (after [`RunDir::lock`]).
+    pub fn claim(&self) -> Result<()> {
+        let pid = std::process::id().to_string();
+        write_atomic(&self.owner_pid(), pid.as_bytes(), 0o600)
+    }
+
+    /// Takes the run's lock without saying so in `owner.pid` yet ([`RunDir::claim`]): a take-over
+    /// that refuses the run (it has finished) leaves the previous owner's pid as it was.
+    pub fn lock(&self) -> Result<OwnerLock> {
         let path = self.owner_lock();
         let file = OpenOptions::new()
             .create(true)
@@ -311,11 +325,7 @@ impl RunDir {
                 source,
             })?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
-                let pid = std::process::id().to_string();
-                write_atomic(&self.owner_pid(), pid.as_bytes(), 0o600)?;
-                Ok(OwnerLock { _lock: lock })
-            }
+            Ok(lock) => Ok(OwnerLock { _lock: lock }),
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(Error::Live {
                 run_dir: self.path.clone(),
                 pid: self.read_pid(),

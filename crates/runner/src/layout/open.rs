@@ -159,6 +159,14 @@ pub(crate) fn take_over(state_dir: &StateDir, dir: &RunDir) -> Result<TakenOver>
     });
     note(state_dir, run, &checked, known_damaged);
     let (_copy_closing, checked) = checked?;
+    // A finished run is refused from the copy: its own files are never opened for writing
+    // (sled's open in place would grow its log and write a snapshot).
+    if let sortie_core::RunStatus::Finished { state } = checked.status {
+        return Err(crate::Error::AlreadyFinished(
+            run.clone(),
+            state.to_string(),
+        ));
+    }
     // The environment values (a JSON file of one list per task: ~25 M instructions for
     // 100,000 tasks) are read on a thread of their own while sled opens the journal in place.
     let env = {
