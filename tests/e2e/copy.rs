@@ -135,3 +135,46 @@ fn a_copy_of_a_missing_directory_is_refused_by_run_and_by_check() {
     }
     assert!(s.listed_runs().is_empty(), "nothing ran");
 }
+
+/// #32: a copy task without `output` (completed, failed, or skipped by a failed dependency)
+/// leaves no copy behind: the copies used to stay in `runs/<id>/copies/` for good.
+#[test]
+fn a_copy_task_without_output_leaves_no_copy() {
+    let s = Scratch::new();
+    let data = s.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("notes.txt"), "original\n").unwrap();
+    let edit = fake_command(&["--write", "notes.txt:changed", "--answer", "edited"]);
+    let fail = fake_command(&["--write", "notes.txt:half", "--exit", "3"]);
+    let b = s.write(
+        "b.toml",
+        &format!(
+            "[defaults]\ncwd = \"data\"\nisolation = \"copy\"\nmax_retries = 0\n\n\
+             [[tasks]]\nlabel = \"edit\"\ncommand = {edit}\n\n\
+             [[tasks]]\nlabel = \"fail\"\ncommand = {fail}\n"
+        ),
+    );
+    let out = s.run(&["run", "--run-id", "bare", b.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = s.status("bare");
+    assert_eq!(task_view(&status, "edit")["state"], "completed", "{status}");
+    assert_eq!(task_view(&status, "fail")["state"], "failed", "{status}");
+    let copies = s.state_dir().join("runs/bare/copies");
+    let left: Vec<_> = std::fs::read_dir(&copies)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "copies left in {}: {left:?}",
+        copies.display()
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("notes.txt")).unwrap(),
+        "original\n"
+    );
+}

@@ -26,13 +26,20 @@ impl Engine {
         let mut ends = Vec::new();
         let mut jobs = Vec::new();
         let mut wind_down = None;
+        let mut ended = Vec::new();
         // Collected in place: the events take over the actions' buffer (an `Action` is the size
         // of an `Event`) instead of a second one beside it (the first round of a 100,000-task
         // run queues every task: 32 MB each).
         let mut events: Vec<Event> = actions
             .into_iter()
             .filter_map(|action| match action {
-                Action::Append(e) => Some(e),
+                Action::Append(e) => {
+                    // A task the planner ended with its event alone: its copy goes too.
+                    if let Event::TaskFinished { task, .. } = &e {
+                        ended.push(*task);
+                    }
+                    Some(e)
+                }
                 Action::Launch(task) => {
                     launches.push(task);
                     None
@@ -85,7 +92,7 @@ impl Engine {
             self.wind_down(&reason);
         }
         self.launch_all(launches)?;
-        for task in plain_tasks {
+        for task in plain_tasks.into_iter().chain(ended) {
             self.discard_copy(task).await;
         }
         for (task, result, artifact, finalize) in effectful {
