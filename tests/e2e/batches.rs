@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{Scratch, event_kind, fake_command, unique_run};
+use crate::support::{Scratch, event_kind, fake_command, task_view, unique_run};
 use sortie_testkit::Events;
 
 /// A scratch git repository `name` under `root` with one committed file.
@@ -526,4 +526,70 @@ fn two_runs_at_once_share_a_machine_wide_cap_of_two_live_attempts() {
             assert_eq!(f[0]["result"]["state"], "completed", "{run} task {i}");
         }
     }
+}
+
+/// #32: a task that runs `sortie run` under `SORTIE_MACHINE_SLOTS=1` used to wait, silent, for
+/// the one slot its own attempt held, until its attempt timed out. The nested run takes no slot
+/// (its parent's attempt holds one for it) and completes; a run nested deeper than sortie
+/// allows is refused at once, naming the limit.
+#[test]
+fn a_nested_run_uses_its_parents_slot_and_too_deep_a_nesting_is_refused() {
+    let s = Scratch::new();
+    let slots = s.path().join("slots");
+    let sortie = env!("CARGO_BIN_EXE_sortie");
+    let state = s.path().join("inner-state");
+    let inner = s.write(
+        "inner.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"inner\"\ncommand = {}\n",
+            fake_command(&["--answer", "inner done"])
+        ),
+    );
+    let outer = s.write(
+        "outer.toml",
+        &format!(
+            "[defaults]\nattempt_timeout = \"60s\"\nmax_retries = 0\n\n\
+             [[tasks]]\nlabel = \"outer\"\ncommand = [{sortie:?}, \"--state-dir\", {:?}, \"run\", \
+             {:?}]\n",
+            state.display().to_string(),
+            inner.display().to_string()
+        ),
+    );
+    let out = s
+        .sortie()
+        .env("SORTIE_MACHINE_SLOTS", "1")
+        .env("SORTIE_SLOTS_DIR", &slots)
+        .env_remove("SORTIE_DEPTH")
+        .args(["run", "--run-id", "outer", outer.to_str().expect("utf-8")])
+        .output()
+        .expect("sortie run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the nested run completes in its parent's slot\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = s.status("outer");
+    assert_eq!(
+        task_view(&status, "outer")["state"],
+        "completed",
+        "{status}"
+    );
+
+    let deep = s
+        .sortie()
+        .env("SORTIE_DEPTH", "4")
+        .args(["run", "--run-id", "deep", inner.to_str().expect("utf-8")])
+        .output()
+        .expect("sortie run");
+    let stderr = String::from_utf8_lossy(&deep.stderr);
+    assert_eq!(deep.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("nested 4 deep") && stderr.contains("at most 3"),
+        "{stderr}"
+    );
+    assert!(
+        !s.state_dir().join("runs/deep").exists(),
+        "a refused run leaves no trace"
+    );
 }

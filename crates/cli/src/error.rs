@@ -199,7 +199,8 @@ impl From<sortie_runner::Error> for CliError {
             | Error::NoSuchRun(_)
             | Error::RunExists(_)
             | Error::NothingToResume(_)
-            | Error::AlreadyFinished(..) => Code::Usage,
+            | Error::AlreadyFinished(..)
+            | Error::TooDeep(_) => Code::Usage,
             Error::Io { .. } | Error::Survivor { .. } | Error::Violation(_) => Code::Failed,
         };
         CliError::new(code, err)

@@ -65,6 +65,8 @@ pub enum Error {
     Violation(Violation),
     /// The batch did not load.
     Batch(sortie_batch::BatchError),
+    /// A run started nested deeper than `slots::MAX_DEPTH` in other runs' attempts.
+    TooDeep(u32),
 }
 
 impl std::fmt::Display for Error {
@@ -86,6 +88,13 @@ impl std::fmt::Display for Error {
                 "run {run} exists already; pick another --run-id or `sortie resume {run}`"
             ),
             Error::NoSuchRun(run) => write!(f, "no run {run} in this state dir"),
+            Error::TooDeep(depth) => write!(
+                f,
+                "this run would be nested {depth} deep in other runs' attempts ({}={depth}); \
+                 sortie nests at most {} deep",
+                crate::slots::DEPTH_VAR,
+                crate::slots::MAX_DEPTH
+            ),
             Error::NothingToResume(dir) => {
                 write!(f, "no unfinished run to resume in {}", dir.display())
             }

@@ -24,6 +24,33 @@ pub const SLOTS_VAR: &str = "SORTIE_MACHINE_SLOTS";
 /// The variable that names the slots' directory.
 pub const DIR_VAR: &str = "SORTIE_SLOTS_DIR";
 
+/// The variable sortie sets in its attempts' environment: how deep a run started there is nested
+/// (1 inside a top-level run's attempt). A nested run takes no machine slot: the attempt that
+/// runs it holds one for it (it would otherwise wait for the very slot its parent holds).
+pub const DEPTH_VAR: &str = "SORTIE_DEPTH";
+
+/// How deep runs may nest: a run started at a greater depth is refused at once.
+pub const MAX_DEPTH: u32 = 3;
+
+/// This process's nesting depth ([`DEPTH_VAR`]; 0 for a run started by a user).
+pub fn depth() -> u32 {
+    static DEPTH: OnceLock<u32> = OnceLock::new();
+    *DEPTH.get_or_init(|| {
+        std::env::var(DEPTH_VAR)
+            .ok()
+            .and_then(|d| d.trim().parse().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// Refuses a run nested deeper than [`MAX_DEPTH`].
+pub fn check_depth() -> crate::Result<()> {
+    match depth() {
+        d if d > MAX_DEPTH => Err(crate::Error::TooDeep(d)),
+        _ => Ok(()),
+    }
+}
+
 /// The machine-wide pool, as the environment configures it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool {
@@ -42,11 +69,17 @@ pub struct Slot {
 }
 
 impl Pool {
-    /// The pool of this process's environment, read once; None when there is no cap.
+    /// The pool of this process's environment, read once; None when there is no cap, and
+    /// for a nested run (its parent's attempt holds a slot for it: [`DEPTH_VAR`]).
     pub fn configured() -> Option<&'static Pool> {
         static POOL: OnceLock<Option<Pool>> = OnceLock::new();
-        POOL.get_or_init(|| Pool::from_vars(|k| std::env::var(k).ok()))
-            .as_ref()
+        POOL.get_or_init(|| {
+            if depth() > 0 {
+                return None;
+            }
+            Pool::from_vars(|k| std::env::var(k).ok())
+        })
+        .as_ref()
     }
 
     /// The pool `var` describes (for tests: any lookup).

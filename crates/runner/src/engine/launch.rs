@@ -28,7 +28,12 @@ impl Engine {
             _ => PathBuf::from(&spec.cwd),
         };
         let profile = batch.launch_profile(spec)?;
-        let env = self.env.get(&task.index()).cloned().unwrap_or_default();
+        let mut env = self.env.get(&task.index()).cloned().unwrap_or_default();
+        // A run the attempt starts is nested one deeper (`slots::DEPTH_VAR`).
+        env.push((
+            crate::slots::DEPTH_VAR.to_owned(),
+            (crate::slots::depth() + 1).to_string(),
+        ));
         // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
         // its session's).
         let links = self

@@ -208,6 +208,7 @@ async fn start(
     prelude: Vec<Event>,
     front: Front,
 ) -> Result<RunEnd> {
+    crate::slots::check_depth()?;
     process::survive_file_size_limit()?;
     state_dir.ensure()?;
     let run_id = run_id.unwrap_or_else(clock::new_run_id);
@@ -261,6 +262,7 @@ pub async fn take_over(
     how: Takeover,
     front: Front,
 ) -> Result<RunEnd> {
+    crate::slots::check_depth()?;
     process::survive_file_size_limit()?;
     let dir = state_dir.run(&run_id);
     if !dir.exists() {
