@@ -757,3 +757,49 @@ fn a_killed_readers_journal_copy_is_removed_by_the_next_reader() {
         .collect();
     assert_eq!(left.len(), 1, "status removed its own copy too: {left:?}");
 }
+
+/// #32: a journal whose log file is deleted, replaced by a directory or by a link to
+/// `/dev/null`, or whose whole `journal/` is deleted, is a damaged journal, not a failure
+/// (exit 1) nor a missing run (exit 2): `status`, `audit` and `resume` exit 4 naming the run's
+/// own file, never a private copy's.
+#[test]
+fn missing_or_replaced_journal_files_are_damage_named_by_the_runs_own_path() {
+    let original = finished_run();
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage); 4] = [
+        ("log deleted", |dir| {
+            std::fs::remove_file(dir.join("db")).expect("rm")
+        }),
+        ("log a directory", |dir| {
+            std::fs::remove_file(dir.join("db")).expect("rm");
+            std::fs::create_dir(dir.join("db")).expect("mkdir");
+        }),
+        ("log a link to /dev/null", |dir| {
+            std::fs::remove_file(dir.join("db")).expect("rm");
+            std::os::unix::fs::symlink("/dev/null", dir.join("db")).expect("ln");
+        }),
+        ("journal/ deleted", |dir| {
+            std::fs::remove_dir_all(dir).expect("rm -r")
+        }),
+    ];
+    for (what, damage) in cases {
+        let copy = damaged(&original, damage);
+        for command in ["status", "audit", "resume"] {
+            let out = copy.run(&[command, RUN]);
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(4), "{what}: {command}: {text}");
+            assert!(
+                text.contains("storage damaged: ") && text.contains("journal"),
+                "{what}: {command} names the damage: {text}"
+            );
+            assert!(
+                !text.contains("sortie-journal-"),
+                "{what}: {command} names a private copy: {text}"
+            );
+        }
+    }
+}

@@ -283,7 +283,29 @@ impl Journal {
 
 fn existing_db_dir(run_dir: &Path) -> Result<PathBuf> {
     let db = db_dir(run_dir);
-    if db.join("db").is_file() || db.join("conf").is_file() {
+    let log = db.join("db");
+    // A run whose journal once acknowledged records (its mark or its snapshot is beside it)
+    // and whose log is gone or is not a file (deleted, a directory, a link to a device) has a
+    // damaged journal, not none: the damage names the run's own file.
+    let had_journal = ["journal.mark", "journal.snapshot"]
+        .iter()
+        .any(|f| run_dir.join(f).is_file());
+    if log.is_file() {
+        return Ok(db);
+    }
+    if had_journal {
+        let message = match fs::symlink_metadata(&log) {
+            Err(_) if !db.is_dir() => "the journal's directory is missing".to_owned(),
+            Err(_) => "the journal's log file is missing".to_owned(),
+            Ok(m) if m.is_dir() => "a directory stands where the log file should be".to_owned(),
+            Ok(_) => "the log is not a regular file".to_owned(),
+        };
+        return Err(Error::Damaged {
+            file: if db.is_dir() { log } else { db },
+            message,
+        });
+    }
+    if db.join("conf").is_file() {
         Ok(db)
     } else {
         Err(Error::NotFound {
