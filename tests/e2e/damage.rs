@@ -803,3 +803,33 @@ fn missing_or_replaced_journal_files_are_damage_named_by_the_runs_own_path() {
         }
     }
 }
+
+/// #32: another run's journal restored into this run's dir is refused by `recover` too (it
+/// used to keep every foreign record, and `status` then showed the other run's tasks and costs
+/// as this run's), naming both runs and changing nothing.
+#[test]
+fn recover_refuses_another_runs_journal() {
+    let s = finished_run();
+    let other = s.write(
+        "other.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"foreign\"\ncommand = {}\n",
+            fake_command(&["--answer", "not ours"])
+        ),
+    );
+    s.run_ok(&["run", "--run-id", "other", other.to_str().expect("utf-8")]);
+    let ours = journal_dir(&s);
+    std::fs::remove_dir_all(&ours).expect("rm");
+    copy_dir(&s.state_dir().join("runs/other/journal"), &ours);
+    let before = run_files(&s);
+    let out = s.run(&["recover", RUN]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("run other's") && stderr.contains(&format!("not run {RUN}'s")),
+        "{stderr}"
+    );
+    assert_eq!(before, run_files(&s), "recover changed nothing");
+    let status = s.run(&["status", RUN]);
+    assert_eq!(status.status.code(), Some(4), "status still refuses it");
+}

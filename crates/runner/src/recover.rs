@@ -48,8 +48,20 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
     if !dir.exists() {
         return Err(Error::NoSuchRun(run_id.clone()));
     }
-    let _lock = dir.acquire()?;
+    let _lock = dir.lock()?;
     let salvage = Journal::salvage(dir.path())?;
+    // Another run's journal (a backup restored to the wrong run dir) is not this run's to
+    // rebuild: its records would show run B's tasks and costs as run A's.
+    if let Some(theirs) = salvage.state.run_id.as_ref().filter(|id| *id != run_id) {
+        return Err(Error::Journal(sortie_journal::Error::Damaged {
+            file: sortie_journal::db_dir(dir.path()),
+            message: format!(
+                "this journal is run {theirs}'s, not run {run_id}'s (restored to the wrong run \
+                 dir?); nothing was changed"
+            ),
+        }));
+    }
+    dir.claim()?;
     let acked = crate::layout::open::acknowledged(state_dir, run_id, salvage.acked);
     let kept = salvage.records.len() as u64;
     let lost = acked.filter(|a| *a > kept).map(|a| (kept, a - 1));
