@@ -833,3 +833,43 @@ fn recover_refuses_another_runs_journal() {
     let status = s.run(&["status", RUN]);
     assert_eq!(status.status.code(), Some(4), "status still refuses it");
 }
+
+/// #32: a journal with nothing readable (a zero-length log, what a power loss can leave, or
+/// its first byte flipped) is refused by `recover` (exit 4, its files left as they are) instead
+/// of rebuilt empty: audit then said "whole, 0 events" and resume stopped with an internal error.
+#[test]
+fn recover_refuses_a_journal_with_nothing_readable() {
+    let original = finished_run();
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage); 2] = [
+        ("zero-length log", |dir| {
+            std::fs::write(dir.join("db"), b"").expect("truncate")
+        }),
+        ("first byte flipped", |dir| {
+            let mut bytes = std::fs::read(dir.join("db")).expect("read");
+            bytes[0] ^= 0xff;
+            std::fs::write(dir.join("db"), bytes).expect("write");
+        }),
+    ];
+    for (what, damage) in cases {
+        let copy = damaged(&original, damage);
+        let before = run_files(&copy);
+        let out = copy.run(&["recover", RUN]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{what}: {stderr}");
+        assert!(
+            stderr.contains("no record of the journal can be read"),
+            "{what}: {stderr}"
+        );
+        assert_eq!(before, run_files(&copy), "{what}: recover changed nothing");
+        for command in ["audit", "resume", "status"] {
+            let out = copy.run(&[command, RUN]);
+            let text = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(4), "{what}: {command}: {text}");
+            assert!(
+                !text.contains("internal error"),
+                "{what}: {command}: {text}"
+            );
+        }
+    }
+}

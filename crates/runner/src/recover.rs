@@ -61,6 +61,16 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
             ),
         }));
     }
+    // Nothing readable (a zero-length or garbled log): a journal rebuilt from no record would
+    // read as whole and empty, and resume could not go on from it. Refused, the files left.
+    if salvage.records.is_empty() {
+        return Err(Error::Journal(sortie_journal::Error::Damaged {
+            file: sortie_journal::db_dir(dir.path()).join("db"),
+            message: "no record of the journal can be read: there is nothing to rebuild the run \
+                      from (its files are left as they are)"
+                .into(),
+        }));
+    }
     dir.claim()?;
     let acked = crate::layout::open::acknowledged(state_dir, run_id, salvage.acked);
     let kept = salvage.records.len() as u64;
