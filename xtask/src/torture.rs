@@ -546,23 +546,7 @@ impl Torture {
                             .is_some_and(|j| j.count(event) > before))
                     })?;
                 }
-                KillPlan::Delay(ms) => {
-                    let until = Instant::now() + Duration::from_millis(*ms);
-                    while Instant::now() < until && child.try_wait()?.is_none() {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            }
-            if let Some(status) = child.try_wait()? {
-                // It finished before the kill.
-                if status.code() != Some(0) {
-                    bail!(
-                        "violation: sortie (run {}) exited by itself with {status}:\n{}",
-                        g.run,
-                        tail(&g.log(g.starts))
-                    );
-                }
-                return Ok(true);
+                KillPlan::Delay(ms) => sleep_while_alive(&mut child, *ms)?,
             }
             if self.fault(g, &mut child, matches!(plan, KillPlan::Delay(_)))? {
                 return Ok(true); // an interrupt found the run at its end
@@ -614,6 +598,17 @@ impl Torture {
     /// An interrupt needs a `running` loop: not one the pause hook froze (it waits for the
     /// kill), nor a resume still taking the run over.
     fn fault(&mut self, g: &Gen, child: &mut Child, running: bool) -> Result<bool> {
+        if let Some(status) = child.try_wait()? {
+            // It finished before the fault.
+            if status.code() != Some(0) {
+                bail!(
+                    "violation: sortie (run {}) exited by itself with {status}:\n{}",
+                    g.run,
+                    tail(&g.log(g.starts))
+                );
+            }
+            return Ok(true);
+        }
         let roll = self.rng.below(10);
         if roll == 0 && running {
             let sig = if self.rng.chance(50) { "INT" } else { "TERM" };
@@ -650,16 +645,15 @@ impl Torture {
             }
             if !shepherds.is_empty() {
                 self.report.shepherd_kills += 1;
-                let until = Instant::now() + Duration::from_millis(self.rng.below(1500));
-                while Instant::now() < until && child.try_wait()?.is_none() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                sleep_while_alive(child, self.rng.below(1500))?;
             }
         }
         if let Some(status) = child.try_wait()? {
+            // A run that lost its shepherd goes on as if nothing happened.
             if status.code() != Some(0) {
                 bail!(
-                    "violation: sortie (run {}) exited by itself with {status}:\n{}",
+                    "violation: sortie (run {}) exited with {status} after its shepherd was \
+                     killed:\n{}",
                     g.run,
                     tail(&g.log(g.starts))
                 );
@@ -807,6 +801,15 @@ fn num(v: &Value) -> u64 {
 }
 
 /// Polls `done` every 100 ms until it holds or `child` exits; fails past [`PATIENCE`].
+/// Sleeps `ms` milliseconds, or until `child` exits.
+fn sleep_while_alive(child: &mut Child, ms: u64) -> Result<()> {
+    let until = Instant::now() + Duration::from_millis(ms);
+    while Instant::now() < until && child.try_wait()?.is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 fn wait_until(child: &mut Child, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     let until = Instant::now() + PATIENCE;
     loop {
