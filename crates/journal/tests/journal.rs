@@ -639,15 +639,15 @@ fn pending_appends_reach_the_files_with_the_next_durable_append_or_a_settle() {
     let events = support::every_variant();
     let on_disk = || Journal::open_read_only(tmp.path()).unwrap().next_seq();
     let flushes = j.flush_count();
-    // Pending: seqs are given in order and the writer reads them back, but no flush was made
-    // and a reader of the files does not see them yet.
+    // Pending: seqs are given in order and the writer reads them back, but no flush was made.
+    // (sled's own background flusher may write them to the files at any moment, so whether a
+    // reader of the files sees them yet is not asserted: CI once saw it do so, under load.)
     let at = events[0].0;
     let first: Vec<Event> = events[..3].iter().map(|(_, e)| e.clone()).collect();
     assert_eq!(j.append_pending_at(at, &first).unwrap(), Seq(0));
     assert_eq!(j.append_pending_at(at, &[]).unwrap(), Seq(3));
     assert_eq!(j.next_seq(), Seq(3));
     assert_eq!(j.flush_count(), flushes);
-    assert_eq!(on_disk(), Seq(0));
     // A durable append makes the pending records durable with its own, in one flush.
     assert_eq!(j.append(events[3].0, &events[3].1).unwrap(), Seq(3));
     assert_eq!(j.flush_count(), flushes + 1);
@@ -657,7 +657,7 @@ fn pending_appends_reach_the_files_with_the_next_durable_append_or_a_settle() {
     assert_eq!(j.flush_count(), flushes + 1);
     let more: Vec<Event> = events[4..].iter().map(|(_, e)| e.clone()).collect();
     assert_eq!(j.append_pending_at(at, &more).unwrap(), Seq(4));
-    assert_eq!(on_disk(), Seq(4));
+    assert_eq!(j.flush_count(), flushes + 1);
     j.settle().unwrap();
     assert_eq!(j.flush_count(), flushes + 2);
     assert_eq!(on_disk(), Seq(events.len() as u64));
