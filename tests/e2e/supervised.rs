@@ -688,52 +688,85 @@ fn an_escaped_descendant_dies_with_its_attempt_not_with_the_run() {
     assert_eq!(j.of(0, "TaskFinished")[0]["result"]["state"], "completed");
 }
 
-/// #32: the run's shepherd killed (SIGKILL; SIGTERM in a second run) while sortie lives and
-/// three attempts run under it. Each agent, reparented, is stopped before its task runs again:
-/// its attempt is orphaned (`Killed`), which spends no retry (`max_retries = 0`), its retry
-/// answers once (a shepherd of its own), the run completes, the audit is clean, and no process
-/// of the run is left. Before, each attempt failed as "lost track", its agent ran on beside
-/// its retry, and with `max_retries = 0` every task failed.
+/// #32, finding 1: the run's shepherd killed (SIGKILL, then SIGTERM; each with `max_retries`
+/// 0 and 2) while sortie lives and three agents run under it, each writing `start` to its
+/// counter, waiting for a file, then writing `end`. sortie, a child subreaper, is handed the
+/// agents and waits for them itself: they run on to their own ends once the file is there,
+/// each attempt finishes once with its agent's exit (no orphan, no retry, no agent beside its
+/// retry: each counter holds one `start` and one `end`), the run completes, the audit is
+/// clean, and no process of the run is left. Before, each agent was stopped and its task run
+/// again (`start` twice); earlier still, failed as "lost track" and run again beside it.
 #[test]
-fn a_killed_shepherd_costs_no_retry_and_no_agent_runs_beside_its_retry() {
-    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+fn a_killed_shepherd_runs_no_task_twice_and_leaves_no_agent() {
+    let runs = [
+        (Signal::SIGKILL, 0),
+        (Signal::SIGKILL, 2),
+        (Signal::SIGTERM, 0),
+        (Signal::SIGTERM, 2),
+    ];
+    for (signal, retries) in runs {
         let s = Scratch::new();
         let run = &unique_run("shepherd");
-        let task = |label| T {
-            label,
-            sleep: "30",
-            turns: 3,
-            extra: "",
-        };
-        let b = batch(&s, "max_retries = 0", &[task("a"), task("b"), task("c")]);
+        let go = s.path().join("go");
+        let labels = ["a", "b", "c"];
+        let mut toml = format!(
+            "concurrency = 8\n\n[defaults]\nkill_grace = \"1s\"\nmax_retries = {retries}\n"
+        );
+        for l in labels {
+            let counter = s.path().join(format!("count-{l}"));
+            let script = format!(
+                "echo start >> {c}; while [ ! -e {go} ]; do sleep 0.05; done; echo end >> {c}",
+                c = counter.display(),
+                go = go.display()
+            );
+            toml.push_str(&format!(
+                "\n[[tasks]]\nlabel = {l:?}\ncommand = [\"sh\", \"-c\", {script:?}]\n"
+            ));
+        }
+        let b = s.write("batch.toml", &toml);
+        let read = |l: &str| std::fs::read_to_string(s.path().join(format!("count-{l}")));
         let sortie = s.spawn(&["run", "--run-id", run, b.to_str().expect("utf-8")]);
-        wait_started(&s, run, 3);
+        poll("the three agents to start", PATIENCE, || {
+            labels.iter().all(|l| read(l).is_ok()).then_some(())
+        });
         let shepherds = shepherds_of(run);
         assert_eq!(shepherds.len(), 1, "one shepherd runs the three attempts");
         send_signal(shepherds[0].pid, signal);
+        poll("the shepherd to die", PATIENCE, || {
+            shepherds_of(run).is_empty().then_some(())
+        });
+        // The agents outlive their shepherd, waiting for the file.
+        let alive = marked_processes(run);
+        for l in labels {
+            assert_eq!(
+                read(l).expect("counter"),
+                "start\n",
+                "{signal:?}: {l} waits"
+            );
+        }
+        assert!(alive.len() >= 3, "{signal:?}: the agents run on: {alive:?}");
+        std::fs::write(&go, "").expect("write the file the agents wait for");
         let out = finish(sortie, 120);
         assert_eq!(
             out.status.code(),
             Some(0),
-            "{signal:?} of the shepherd: the run completes\n{}",
+            "{signal:?} of the shepherd, max_retries = {retries}: the run completes\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
         let j = journal(&s, run);
-        for l in ["a", "b", "c"] {
+        for l in labels {
             let t = index_of(&j, l);
-            let orphaned = j.of(t, "AttemptOrphaned");
-            assert_eq!(orphaned.len(), 1, "{signal:?}: {l} was orphaned once");
             assert_eq!(
-                orphaned[0]["action"], "killed",
-                "{signal:?}: {l}'s agent was stopped"
+                read(l).expect("counter"),
+                "start\nend\n",
+                "{signal:?}, max_retries = {retries}: {l} ran once, to its end"
             );
-            assert_eq!(j.of(t, "AttemptLaunching").len(), 2, "{signal:?}: {l}");
+            assert_eq!(j.of(t, "AttemptOrphaned").len(), 0, "{signal:?}: {l}");
+            assert_eq!(j.of(t, "AttemptLaunching").len(), 1, "{signal:?}: {l}");
+            let finished = j.of(t, "AttemptFinished");
+            assert_eq!(finished.len(), 1, "{signal:?}: {l}");
+            assert_eq!(finished[0]["outcome"]["exit_code"], 0, "{signal:?}: {l}");
             assert_eq!(j.of(t, "TaskFinished")[0]["result"]["state"], "completed");
-            assert_eq!(
-                counter(&s, l),
-                1,
-                "{signal:?}: {l} answered once, on its retry"
-            );
         }
         s.audit_clean(run);
         wait_none_left(run, "after the run");

@@ -32,7 +32,8 @@
 //! `PATH` once; `child.rs` is the running child (its monitor, `waitid` with `WNOWAIT`, and the
 //! [`Stopper`]: TERM, grace, KILL behind the pid-reuse guard); `lines.rs` reads its output
 //! (bounded lines, stderr tail); `procfs.rs` reads `/proc` (stat, environ, [`find_marked`]);
-//! `orphan.rs` signals a group behind the pid-reuse guard; `marker.rs` names an attempt's
+//! `orphan.rs` signals a group behind the pid-reuse guard; `adopt.rs` waits, as its new parent,
+//! for an agent whose supervisor died while sortie lives; `marker.rs` names an attempt's
 //! processes and kills what a crashed run left; `tool.rs` runs short-lived tools
 //! ([`run_tool`], for git); `host.rs` the host's name and SIGXFSZ; `detach.rs` a detached run
 //! and the task-end hook.
@@ -41,6 +42,7 @@
 //! and their follower (`transcript`). Other rooms reach the internals they share with this one
 //! through its `pub(crate)` modules (`child`, `exit`, `lines`, `procfs`, `resolve`, `spawn`).
 
+mod adopt;
 mod argv;
 pub(crate) mod child;
 mod detach;
@@ -56,6 +58,7 @@ pub(crate) mod spawn;
 mod stdin;
 mod tool;
 
+pub use adopt::{become_subreaper, wait_orphan};
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper};
 pub use detach::{run_hook, run_hook_in, spawn_detached_with};

@@ -16,14 +16,15 @@
 //!   the end of its stdin: sortie died).
 //!
 //! When an agent's leader exits, the shepherd kills what is left of its group (the leader is
-//! still an unreaped zombie, so its group id cannot be reused), reaps it, records its exit
-//! status in the status log (what the per-attempt supervisor writes to its `exit` file, see
-//! `supervise.rs`; `presence`, adoption and resume read both alike), and says `exit <id> code
-//! <n>` (or `signal <n>`: what the record holds): sortie is woken by that line, not by
-//! polling, and reads the status from it, not from the file. Descendants that left the agent's group
-//! and were reparented to the shepherd are killed by a sweep of `/proc` once their attempt
-//! ended: at once when no sweep ran in the last [`SWEEP_EVERY`], else by the next one, within
-//! that time (a sweep reads every process's stat, too costly for each of a thousand attempts a
+//! still an unreaped zombie, so its group id cannot be reused), records its exit status in the
+//! status log (what the per-attempt supervisor writes to its `exit` file, see `supervise.rs`;
+//! `presence`, adoption and resume read both alike), then reaps it (a shepherd killed in
+//! between leaves the record or the zombie, whose status sortie, its next parent, reads), and
+//! says `exit <id> code <n>` (or `signal <n>`: what the record holds): sortie is woken by that
+//! line, not by polling, and reads the status from it, not from the file. Descendants that
+//! left the agent's group and were reparented to the shepherd are killed by a sweep of `/proc`
+//! once their attempt ended: at once when no sweep ran in the last [`SWEEP_EVERY`], else by
+//! the next one, within that time (a sweep reads every process's stat, too costly for each of a thousand attempts a
 //! second). Its last act is a sweep of everything left; it never outlives its attempts by more.
 //!
 //! A spawn request read after sortie died (its parent changed) is not carried out: the attempt
@@ -487,38 +488,45 @@ fn spawn_one(
     cmd.spawn()
 }
 
-/// The leader of `w` exited (seen, not reaped: `status`): kill the rest of its group, reap it,
-/// record its exit, and sweep for its escaped descendants (now, or soon).
+/// The leader of `w` exited (seen, not reaped: `status`): kill the rest of its group, record
+/// its exit, reap it, and sweep for its escaped descendants (now, or soon). The exit is
+/// recorded before the reaping: a shepherd killed in between leaves the record, or the
+/// unreaped leader, whose status sortie (its next parent, see `process::wait_orphan`) reads.
 fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     let pid = w.child.id();
     let _ = killpg(pid_of(pid), Signal::SIGKILL);
-    let reaped = w.child.wait();
-    let exit = match status {
-        WaitStatus::Exited(_, code) => Exit::Code(*code),
-        WaitStatus::Signaled(_, sig, _) => Exit::Signal(*sig as i32),
-        _ => match reaped {
-            Ok(s) => match (s.code(), s.signal()) {
-                (Some(c), _) => Exit::Code(c),
-                (None, Some(sig)) => Exit::Signal(sig),
-                (None, None) => Exit::Code(-1),
-            },
-            Err(_) => Exit::Code(-1),
-        },
+    let seen = match status {
+        WaitStatus::Exited(_, code) => Some(Exit::Code(*code)),
+        WaitStatus::Signaled(_, sig, _) => Some(Exit::Signal(*sig as i32)),
+        _ => None,
     };
+    // #10: cut to the cap once more, now that the files are complete.
+    for t in &mut w.trimmers {
+        let _ = t.check(true);
+    }
+    let recorded = match seen {
+        // Not fsynced: like the supervisor's exit file (see `supervise.rs`).
+        Some(exit) if !w.forgotten => st.record(&w.dir, &Record::Exit(exit)).is_ok(),
+        _ => false,
+    };
+    let reaped = w.child.wait();
+    let exit = seen.unwrap_or_else(|| match reaped {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(sig)) => Exit::Signal(sig),
+            (None, None) => Exit::Code(-1),
+        },
+        Err(_) => Exit::Code(-1),
+    });
     if st.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
         sweep(st, std::process::id(), false);
     } else {
         st.sweep_due = true;
     }
-    // #10: cut to the cap once more, now that the files are complete.
-    for t in &mut w.trimmers {
-        let _ = t.check(true);
-    }
     if w.forgotten {
         return;
     }
-    // Not fsynced: like the supervisor's exit file (see `supervise.rs`).
-    if st.record(&w.dir, &Record::Exit(exit)).is_ok() {
+    if recorded || st.record(&w.dir, &Record::Exit(exit)).is_ok() {
         say(&format!("exit {} {}", w.id, exit_text(exit).trim_end()));
     }
 }

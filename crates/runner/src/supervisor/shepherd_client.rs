@@ -184,6 +184,8 @@ async fn start(program: &Path, marker: &str) -> io::Result<Shepherd> {
     let mut parts = marker.split('/');
     let run = parts.next().unwrap_or_default();
     let incarnation = parts.nth(2).unwrap_or_default();
+    // Should the shepherd die, its agents are handed to us, to be waited for (`wait_orphan`).
+    crate::process::become_subreaper();
     let mut child = tokio::process::Command::new(program)
         .arg(SHEPHERD_ARG)
         .env(SHEPHERD_MARKER, format!("{run}/{incarnation}"))

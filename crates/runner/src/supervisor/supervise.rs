@@ -113,6 +113,8 @@ pub async fn spawn_supervised(
         return Err(SpawnError::EmptyArgv);
     };
     check_cwd(program, &spec.cwd)?;
+    // Should the supervisor die, its agent is handed to us, to be waited for (`wait_orphan`).
+    crate::process::become_subreaper();
     let io_err = |error| SpawnError::Io {
         program: program.clone(),
         error,

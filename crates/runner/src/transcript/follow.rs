@@ -22,7 +22,7 @@ use crate::process::lines::{
     FIRST_CHUNK, LINE_QUEUE, LineSplitter, MAX_LINE_BYTES, STDERR_TAIL_BYTES, TailBuffer, grow,
 };
 use crate::process::procfs::{is_running, pid_of};
-use crate::process::{Line, Stopper, WaitError};
+use crate::process::{Line, Stopper, WaitError, wait_orphan};
 use crate::supervisor::{DirPresence, Forget, Shepherded, presence, read_exit};
 
 /// How often a growing stdout file is read while the attempt runs.
@@ -191,12 +191,10 @@ async fn watch_exit(
     watcher: Ended,
     tx: watch::Sender<ExitSlot>,
 ) {
-    // Its supervisor is gone without recording the end: the agent may run on (see `orphan`).
-    let lost = |message: String| WaitError {
-        pid: started.pid,
-        message,
-        orphan: Some(started.start_time),
-    };
+    // Whether its supervisor died while this process watched: the agent, reparented to us,
+    // is ours to wait for (see `adopted_or_lost`), even once its exit was recorded (its
+    // zombie, to be reaped).
+    let mut died = false;
     let watcher = match watcher {
         Ended::Shepherd(ended) => match ended.await {
             // Said with the `exit` line, once its exit was recorded.
@@ -212,33 +210,69 @@ async fn watch_exit(
                 None => Ended::Files,
             },
             // The shepherd is gone: its files say the rest.
-            Err(_) => Ended::Files,
+            Err(_) => {
+                died = true;
+                Ended::Files
+            }
         },
         other => other,
     };
     let result = match watcher {
         Ended::Supervisor(mut child) => {
             let status = child.wait().await;
-            read_exit(&dir).ok_or_else(|| {
-                lost(format!(
-                    "its supervisor ended ({}) without recording its exit",
-                    status.map_or_else(|e| e.to_string(), |s| s.to_string())
-                ))
-            })
+            let message = format!(
+                "its supervisor ended ({}) without recording its exit",
+                status.map_or_else(|e| e.to_string(), |s| s.to_string())
+            );
+            match read_exit(&dir) {
+                Some(exit) => Ok(exit),
+                None => adopted_or_lost(&dir, started, message).await,
+            }
         }
         Ended::Shepherd(_) | Ended::Files => loop {
             match presence(&dir) {
-                DirPresence::Ended(exit) => break Ok(exit),
+                DirPresence::Ended(exit) => {
+                    if died {
+                        let _ =
+                            wait_orphan(started.pid, started.start_time, started.supervisor).await;
+                    }
+                    break Ok(exit);
+                }
                 DirPresence::Gone => {
-                    break Err(lost(
-                        "its supervisor is gone without recording its exit".into(),
-                    ));
+                    let message = "its supervisor is gone without recording its exit";
+                    break adopted_or_lost(&dir, started, message.into()).await;
                 }
                 DirPresence::Alive(_) => tokio::time::sleep(ADOPT_POLL).await,
             }
         },
     };
     tx.send_replace(Some(result));
+}
+
+/// The attempt's supervisor is gone (`message` says how) and no exit was recorded: its exit as
+/// this process, the agent's new parent, waits for it to end (`process::wait_orphan`: the attempt
+/// ends once, with its own status, and never runs beside its retry); else it is lost: handed
+/// to another process, it may run on, and the attempt stops it (see `WaitError::orphan`).
+async fn adopted_or_lost(
+    dir: &Path,
+    started: StartedFile,
+    message: String,
+) -> Result<sortie_protocol::Exit, WaitError> {
+    match wait_orphan(started.pid, started.start_time, started.supervisor).await {
+        Some(exit) => {
+            tracing::warn!(
+                "{}: {message}; sortie waited for its agent (pid {}) itself",
+                dir.display(),
+                started.pid
+            );
+            Ok(read_exit(dir).unwrap_or(exit))
+        }
+        None => read_exit(dir).ok_or(WaitError {
+            pid: started.pid,
+            message,
+            orphan: Some(started.start_time),
+        }),
+    }
 }
 
 /// Reads the stdout file from byte `from` as it grows, jumping over its cut (the transcript's
