@@ -362,3 +362,66 @@ fn a_launch_failure_is_retried_only_when_it_may_pass_next_time() {
         assert_eq!(is_transient(&o), *retried, "{at:?}");
     }
 }
+
+// #32: an attempt whose end is lost (its supervisor gone without a record, its agent not
+// handed to sortie): what sortie could do about the agent decides, never the task.
+#[test]
+fn a_lost_attempt_is_an_orphan_once_its_agent_is_stopped_and_never_retried_while_it_may_run() {
+    use sortie_core::OrphanAction;
+    use sortie_core::decide::{Lost, LostAgent, lost_attempt};
+    let why = "its supervisor is gone without recording its exit";
+    // (what sortie could do, the status and stop reason of an ended attempt, or the orphan)
+    let rows: [(
+        LostAgent,
+        Result<OrphanAction, (AttemptStatus, StopReason, &str)>,
+    ); 4] = [
+        (
+            LostAgent::Stopped(OrphanAction::Killed),
+            Ok(OrphanAction::Killed),
+        ),
+        (
+            LostAgent::Stopped(OrphanAction::Gone),
+            Ok(OrphanAction::Gone),
+        ),
+        (
+            LostAgent::Survived,
+            Err((
+                AttemptStatus::Partial,
+                StopReason::Error,
+                "survived SIGKILL: not retried while it may still run",
+            )),
+        ),
+        (
+            LostAgent::Unknown,
+            Err((
+                AttemptStatus::Failed,
+                StopReason::Error,
+                "lost track of the agent process",
+            )),
+        ),
+    ];
+    for (agent, want) in rows {
+        let got = lost_attempt(agent, why);
+        match (got, want) {
+            (Lost::Orphaned(a), Ok(w)) => assert_eq!(a, w, "{agent:?}"),
+            (Lost::Ended(o), Err((status, reason, says))) => {
+                assert_eq!((o.status, o.stop_reason), (status, reason), "{agent:?}");
+                let error = o.error.unwrap_or_default();
+                assert!(
+                    error.contains(says) && error.contains(why),
+                    "{agent:?}: {error}"
+                );
+                // A partial attempt is never retried; a failed `error` is transient.
+                assert_eq!(
+                    is_transient(&AttemptOutcome {
+                        error: Some(error),
+                        ..o
+                    }),
+                    status == AttemptStatus::Failed,
+                    "{agent:?}"
+                );
+            }
+            (got, want) => panic!("{agent:?}: got {got:?}, want {want:?}"),
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! An attempt's outcome, composed from what each side saw of its end, in one order: what the
 //! protocol reader made of the exit, the watchdog's stop (or a wrap-up's account), an end the
 //! executor caused, the denied tool calls, the task's transient patterns, and the provider's
-//! rate limit. Also which launch failure is retried and which is not.
+//! rate limit. Also which launch failure is retried and which is not, and how an attempt
+//! whose end is lost (its supervisor gone without a record) ends ([`lost_attempt`]).
 //!
 //! The order decides retries, so it is written once, in [`attempt_outcome`]:
 //! 1. the usage: the reader's last word raised to what the watchdog saw ([`final_usage`]);
@@ -209,6 +210,53 @@ impl LaunchFailure {
     /// The outcome of an attempt whose launch failed here with `message`.
     pub fn outcome(self, message: impl Into<String>) -> AttemptOutcome {
         AttemptOutcome::failed(self.stop_reason(), message)
+    }
+}
+
+/// What sortie could do about an attempt whose end it cannot learn: its supervisor is gone
+/// without recording it, and its agent was not handed to sortie to wait for (the runner waits
+/// for an agent it was handed, and the attempt ends with the agent's own exit: never lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostAgent {
+    /// Nothing names the agent's process (no start time: the pid-reuse guard cannot pass).
+    Unknown,
+    /// Its process group was stopped (`Killed`), or was gone already (`Gone`).
+    Stopped(crate::event::OrphanAction),
+    /// Its process group survived SIGKILL (or may not be signalled): it may still run.
+    Survived,
+}
+
+/// How a lost attempt ends (see [`lost_attempt`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// Orphaned, as by a crash of sortie (`AttemptOrphaned`: spends `max_orphans`, never
+    /// `max_retries`), and retried at once: nothing of it runs any more.
+    Orphaned(crate::event::OrphanAction),
+    /// Ended with this outcome.
+    Ended(AttemptOutcome),
+}
+
+/// The rule for an attempt whose end is lost (`message` says how): a supervisor's death is
+/// never the task's fault, so an agent known stopped is an orphan; one that may still run is
+/// partial, never retried beside it; one that nothing names is a transient `error` (its end
+/// was not seen: no exit to judge it by).
+pub fn lost_attempt(agent: LostAgent, message: &str) -> Lost {
+    match agent {
+        LostAgent::Stopped(action) => Lost::Orphaned(action),
+        LostAgent::Survived => {
+            let mut o = AttemptOutcome::failed(
+                StopReason::Error,
+                format!(
+                    "{message}; its process group survived SIGKILL: not retried while it may still run"
+                ),
+            );
+            o.status = AttemptStatus::Partial;
+            Lost::Ended(o)
+        }
+        LostAgent::Unknown => Lost::Ended(AttemptOutcome::failed(
+            StopReason::Error,
+            format!("lost track of the agent process: {message}"),
+        )),
     }
 }
 

@@ -650,42 +650,42 @@ impl Driver<'_> {
         Ok((f.outcome, f.usage, f.output))
     }
 
-    /// How the attempt ended is unknown. When its supervisor is gone, its process group is
-    /// stopped (TERM, `kill_grace`, KILL) before anything else: only then is it an [`Orphan`],
-    /// and retried. A group that survives SIGKILL ends the attempt as partial, never retried
-    /// while it may still run.
+    /// How the attempt ended is unknown (its supervisor is gone without recording it, and its
+    /// agent was not handed to sortie to wait for): its process group is stopped (TERM,
+    /// `kill_grace`, KILL) before anything else, and core's `lost_attempt` says what follows
+    /// (an [`Orphan`], retried, once it is stopped; partial, never retried, while it may run).
     async fn lost(self, e: process::WaitError) -> Result<Ended, Orphan> {
+        use sortie_core::decide::{Lost, LostAgent, lost_attempt};
         let usage = self.watch.usage();
-        let Some(start_time) = e.orphan else {
-            let msg = format!("lost track of the agent process: {}", e.message);
-            return Ok((
-                AttemptOutcome::failed(StopReason::Error, msg.clone()),
-                usage,
-                msg,
-            ));
-        };
-        let action = match process::kill_group_if_same(e.pid, start_time, self.ctx.kill_grace).await
-        {
-            process::KillResult::Killed => sortie_core::OrphanAction::Killed,
-            process::KillResult::Gone => sortie_core::OrphanAction::Gone,
-            process::KillResult::Survived => {
-                let msg = format!(
-                    "{}; its process group (leader {}) survived SIGKILL: not retried while it may \
-                     still run",
-                    e.message, e.pid
-                );
-                let mut outcome = AttemptOutcome::failed(StopReason::Error, msg.clone());
-                outcome.status = sortie_core::AttemptStatus::Partial;
-                return Ok((outcome, usage, msg));
+        let agent = match e.orphan {
+            None => LostAgent::Unknown,
+            Some(start_time) => {
+                match process::kill_group_if_same(e.pid, start_time, self.ctx.kill_grace).await {
+                    process::KillResult::Killed => {
+                        LostAgent::Stopped(sortie_core::OrphanAction::Killed)
+                    }
+                    process::KillResult::Gone => {
+                        LostAgent::Stopped(sortie_core::OrphanAction::Gone)
+                    }
+                    process::KillResult::Survived => LostAgent::Survived,
+                }
             }
         };
-        tracing::debug!(
-            "attempt {} of task {}: {}; {action:?}",
-            self.ctx.attempt,
-            self.ctx.task,
-            e.message
-        );
-        Err(Orphan { action, usage })
+        match lost_attempt(agent, &e.message) {
+            Lost::Orphaned(action) => {
+                tracing::debug!(
+                    "attempt {} of task {}: {}; {action:?}",
+                    self.ctx.attempt,
+                    self.ctx.task,
+                    e.message
+                );
+                Err(Orphan { action, usage })
+            }
+            Lost::Ended(outcome) => {
+                let msg = outcome.error.clone().unwrap_or_default();
+                Ok((outcome, usage, msg))
+            }
+        }
     }
 }
 
