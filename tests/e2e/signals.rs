@@ -447,10 +447,39 @@ fn a_second_ctrl_c_exits_at_once_and_the_run_stays_resumable() {
 /// resumable, and the last resume completes both.
 #[test]
 fn an_interrupt_costs_the_task_nothing_even_without_retries() {
+    interrupted_again_and_again(
+        "max_retries = 0\n",
+        &[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP],
+    );
+}
+
+/// #32, finding 3: with the default retries (2), the third Ctrl-C used to fail the task (each
+/// interrupt spent one) and skip its dependent. Three Ctrl-C, then a SIGTERM and a SIGHUP: five
+/// attempts cut short, more than the task's three, and it still completes on the last resume.
+#[test]
+fn three_ctrl_c_and_more_do_not_fail_a_task_with_the_default_retries() {
+    interrupted_again_and_again(
+        "",
+        &[
+            Signal::SIGINT,
+            Signal::SIGINT,
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+        ],
+    );
+}
+
+/// A task `long` (and `after`, which needs it) under `defaults`: `sortie run`, then a resume
+/// for each further signal, each stopped by its signal in `signals` while `long` runs: exit 3,
+/// the run interrupted, `long` interrupted and not failed, `after` pending, nothing ended. A
+/// last resume completes both, `long`'s attempts all interrupted but the last.
+fn interrupted_again_and_again(defaults: &str, signals: &[Signal]) {
     let s = Scratch::new();
     let run = &unique_run("free");
+    let n_signals = signals.len().to_string();
     let toml = format!(
-        "[defaults]\nmax_retries = 0\nkill_grace = \"1s\"\n\n\
+        "[defaults]\n{defaults}kill_grace = \"1s\"\n\n\
          [[tasks]]\nlabel = \"long\"\ncommand = {}\n\n\
          [[tasks]]\nlabel = \"after\"\nneeds = [\"long\"]\ncommand = {}\n",
         fake_command(&[
@@ -459,7 +488,7 @@ fn an_interrupt_costs_the_task_nothing_even_without_retries() {
             "--sleep",
             "30",
             "--sleep-attempts",
-            "3",
+            &n_signals,
             "--answer",
             "long finished",
         ]),
@@ -467,8 +496,7 @@ fn an_interrupt_costs_the_task_nothing_even_without_retries() {
     );
     let b = s.write("batch.toml", &toml);
     let b = b.to_str().expect("utf-8");
-    let signals = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
-    for (n, signal) in signals.into_iter().enumerate() {
+    for (n, &signal) in signals.iter().enumerate() {
         let args: Vec<&str> = if n == 0 {
             vec!["run", "--run-id", run, b]
         } else {
@@ -518,10 +546,9 @@ fn an_interrupt_costs_the_task_nothing_even_without_retries() {
     let status = s.status(run);
     assert_eq!(status["status"], "completed", "{status}");
     let events = s.events(run);
-    assert_eq!(
-        attempt_reasons(&events, 0),
-        ["interrupted", "interrupted", "interrupted", "completed"]
-    );
+    let mut reasons = vec!["interrupted"; signals.len()];
+    reasons.push("completed");
+    assert_eq!(attempt_reasons(&events, 0), reasons);
     assert_eq!(
         task_view(&status, "after")["state"],
         "completed",
