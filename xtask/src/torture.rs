@@ -6,11 +6,14 @@
 //! SIGKILLed at a random moment (a random delay, or right after a random journal event through
 //! `SORTIE_TEST_PAUSE_AFTER`, or while the resume starts),
 //! resumed, killed again, ... until N crashes happened. A crash is mostly that SIGKILL; one in
-//! ten is an interrupt (SIGINT or SIGTERM: sortie must exit 3 by itself, resumable, charging no
-//! task), and one in ten a SIGKILL of the run's shepherd while sortie lives (its attempts must
-//! be stopped and orphaned, never run beside their retries, never failed as "lost track"),
-//! followed by the usual SIGKILL of sortie a moment later; a run that finishes before is checked
-//! and followed by a fresh one. The last run is then resumed to its end.
+//! ten is an interrupt (SIGINT, SIGTERM or SIGHUP: sortie must exit 3 by itself, resumable,
+//! charging no task), and one in ten a SIGKILL or SIGTERM of the run's shepherds while sortie
+//! lives, followed by the usual SIGKILL of sortie: a moment later, or (one time in two) once
+//! every agent the live sortie's own shepherd ran has ended. Meanwhile sortie, handed those
+//! agents, waits for each to its own end: each must be recorded once (`AttemptFinished`), never
+//! orphaned, never failed as "lost track", and no task may have processes of two attempts
+//! alive at once (an agent beside its retry). A run that finishes before is checked and
+//! followed by a fresh one. The last run is then resumed to its end.
 //!
 //! After every crash: `sortie audit` exits 0 and finds the journal whole, with a ledger total
 //! equal to the sum over the journal's attempts of each attempt's last usage (from `sortie
@@ -169,8 +172,14 @@ pub(crate) struct Report {
     pub(crate) early_kills: u32,
     /// Of which interrupts (SIGINT, SIGTERM), each ended by sortie itself with exit 3.
     pub(crate) interrupts: u32,
-    /// Of which SIGKILLs of the run's shepherd while sortie lived (then sortie's SIGKILL).
+    /// Of which kills (SIGKILL or SIGTERM) of the run's shepherds while sortie lived (then
+    /// sortie's SIGKILL).
     pub(crate) shepherd_kills: u32,
+    /// Of which kills that sortie lived through until every agent its shepherd ran had ended.
+    pub(crate) shepherd_outlived: u32,
+    /// The agents those shepherds ran: each waited for by sortie, recorded once, never
+    /// orphaned, never beside its retry.
+    pub(crate) shepherd_agents: u64,
     /// `sortie resume` processes started.
     pub(crate) resumes: u32,
     /// Runs (batches) driven to their end.
@@ -246,9 +255,10 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "torture: of the crashes, {} interrupts (SIGINT, SIGTERM: exit 3 each time) and {} \
-             kills of the shepherd while sortie lived",
-            self.interrupts, self.shepherd_kills
+            "torture: of the crashes, {} interrupts (SIGINT, SIGTERM, SIGHUP: exit 3 each time) \
+             and {} kills of the shepherd while sortie lived ({} lived through by sortie until \
+             the {} agents their shepherd ran had ended, each once, none orphaned)",
+            self.interrupts, self.shepherd_kills, self.shepherd_outlived, self.shepherd_agents
         );
         let _ = writeln!(s, "torture: kills after: {}", paused.join(", "));
         let _ = write!(
@@ -594,7 +604,8 @@ impl Torture {
 
     /// Ends the live sortie of `g` as this crash's fault: mostly SIGKILL; one in ten an
     /// interrupt, which sortie must end by itself with exit 3 (0 when the run was at its end:
-    /// then true); one in ten a SIGKILL of the run's shepherd first, sortie's a moment later.
+    /// then true); one in ten a SIGKILL or SIGTERM of the run's shepherds first, sortie's a
+    /// moment later or once the agents its own shepherd ran have ended (`check_shepherd_kill`).
     /// An interrupt needs a `running` loop: not one the pause hook froze (it waits for the
     /// kill), nor a resume still taking the run over.
     fn fault(&mut self, g: &Gen, child: &mut Child, running: bool) -> Result<bool> {
@@ -611,7 +622,7 @@ impl Torture {
         }
         let roll = self.rng.below(10);
         if roll == 0 && running {
-            let sig = if self.rng.chance(50) { "INT" } else { "TERM" };
+            let sig = ["INT", "TERM", "HUP"][self.rng.below(3) as usize];
             sortie_testkit::signal(child.id(), sig);
             let until = Instant::now() + PATIENCE;
             let status = loop {
@@ -640,12 +651,30 @@ impl Torture {
         }
         if roll == 1 {
             let shepherds = sortie_testkit::shepherds_of(&g.run);
+            // The agents the live sortie's own shepherd runs: they are handed to sortie.
+            let ours: Vec<u32> = shepherds
+                .iter()
+                .map(|s| s.pid)
+                .filter(|&p| parent_of(p) == Some(child.id()))
+                .collect();
+            let under: BTreeSet<(u64, u64)> = sortie_testkit::marked_processes(&g.run)
+                .into_iter()
+                .filter(|m| parent_of(m.pid).is_some_and(|p| ours.contains(&p)))
+                .filter_map(|m| m.attempt)
+                .collect();
+            let sig = if self.rng.chance(50) { "KILL" } else { "TERM" };
             for s in &shepherds {
-                sortie_testkit::signal(s.pid, "KILL");
+                sortie_testkit::signal(s.pid, sig);
             }
             if !shepherds.is_empty() {
                 self.report.shepherd_kills += 1;
-                sleep_while_alive(child, self.rng.below(1500))?;
+                if !under.is_empty() && self.rng.chance(50) {
+                    self.check_shepherd_kill(g, child, &under)?;
+                    self.report.shepherd_outlived += 1;
+                    self.report.shepherd_agents += under.len() as u64;
+                } else {
+                    sleep_while_alive(child, self.rng.below(1500))?;
+                }
             }
         }
         if let Some(status) = child.try_wait()? {
@@ -802,6 +831,13 @@ fn num(v: &Value) -> u64 {
 
 /// Polls `done` every 100 ms until it holds or `child` exits; fails past [`PATIENCE`].
 /// Sleeps `ms` milliseconds, or until `child` exits.
+/// The parent of process `pid` (`/proc/<pid>/stat`'s fourth field), while it lives.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
 fn sleep_while_alive(child: &mut Child, ms: u64) -> Result<()> {
     let until = Instant::now() + Duration::from_millis(ms);
     while Instant::now() < until && child.try_wait()?.is_none() {

@@ -1,9 +1,10 @@
 //! The torture's checks (see `torture.rs`): after every crash, the audit, the ledger, each
 //! attempt's usage against what its agent reported, finished tasks frozen, no survivor of an
-//! orphaned attempt once the resume recorded it; at the end of a run, every task completed once,
+//! orphaned attempt once the resume recorded it; after a shepherd's death, its agents waited for
+//! by sortie, each recorded once, never orphaned, none beside its retry; at the end of a run, every task completed once,
 //! nothing left running, and git's worktrees and branches are the ones the journal kept.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use sortie_testkit::{Events, Journal, Usage, marked_processes, supervisors_of, try_git as git};
 
-use super::{Gen, Torture, canonical, num, wait_until};
+use super::{Gen, PATIENCE, Torture, canonical, num, wait_until};
 
 impl Torture {
     /// Once the resume has found every attempt live at the crash (orphaned, adopted or
@@ -63,6 +64,66 @@ impl Torture {
             );
         }
         Ok(())
+    }
+
+    /// The live sortie's shepherd was just killed while it ran the attempts `under`: sortie,
+    /// handed their agents, waits for each itself. Until each is recorded ended (or sortie
+    /// exited, which `fault` judges), none may be orphaned (it would run again) and no task may
+    /// have processes of two attempts alive at once (an agent beside its retry).
+    pub(super) fn check_shepherd_kill(
+        &self,
+        g: &Gen,
+        child: &mut Child,
+        under: &BTreeSet<(u64, u64)>,
+    ) -> Result<()> {
+        let when = format!(
+            "after crash {} (run {}), its shepherd killed",
+            self.report.crashes, g.run
+        );
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let mut alive: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+            for (t, a) in marked_processes(&g.run)
+                .into_iter()
+                .filter_map(|m| m.attempt)
+            {
+                alive.entry(t).or_default().insert(a);
+            }
+            if let Some((t, attempts)) = alive.iter().find(|(_, a)| a.len() > 1) {
+                bail!(
+                    "violation {when}: [{}] processes of attempts {attempts:?} alive at once",
+                    g.labels[*t as usize]
+                );
+            }
+            if child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            if let Some(j) = g.try_journal(&self.sortie) {
+                for &(t, a) in under {
+                    if j.of(t, "AttemptOrphaned")
+                        .iter()
+                        .any(|b| num(&b["attempt"]) == a)
+                    {
+                        bail!(
+                            "violation {when}: [{}] attempt {a} was orphaned, though its agent \
+                             was handed to sortie: it runs again",
+                            g.labels[t as usize]
+                        );
+                    }
+                }
+                let ended = j.finished_attempts();
+                if under.iter().all(|k| ended.contains(k)) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > until {
+                bail!(
+                    "violation {when}: the attempts its shepherd ran ({under:?}) were not all \
+                     recorded within {PATIENCE:?}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// What must hold right after a kill; returns the journal. Also notes the live attempts

@@ -80,7 +80,7 @@ pub async fn wait_orphan(pid: u32, start_time: u64, supervisor: u32) -> Option<E
     let _ = killpg(pid_of(pid), Signal::SIGKILL);
     let _ = reap(pid);
     if let Some(marker) = marker {
-        let _ = tokio::task::spawn_blocking(move || end_strays(me, &marker)).await;
+        let _ = tokio::task::spawn_blocking(move || end_marked_children(&marker)).await;
     }
     Some(exit)
 }
@@ -97,10 +97,11 @@ fn reap(pid: u32) -> Option<Exit> {
     }
 }
 
-/// Kills this process's children that carry the attempt's `marker` (descendants that left the
-/// agent's group, reparented with it), and reaps them (within [`STRAY_WAIT`]).
-fn end_strays(me: u32, marker: &str) {
-    let strays: Vec<u32> = children_of(me)
+/// Kills this process's children that carry the attempt marker value `marker` (reparented to
+/// sortie: an adopted agent's descendants that left its group, or an agent whose supervisor
+/// died before recording its start), and reaps them (within [`STRAY_WAIT`]). Blocking.
+pub fn end_marked_children(marker: &str) {
+    let strays: Vec<u32> = children_of(std::process::id())
         .into_iter()
         .filter(|&p| env_value(p, MARKER).as_deref() == Some(marker))
         .collect();

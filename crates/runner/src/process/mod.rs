@@ -58,7 +58,7 @@ pub(crate) mod spawn;
 mod stdin;
 mod tool;
 
-pub use adopt::{become_subreaper, wait_orphan};
+pub use adopt::{become_subreaper, end_marked_children, wait_orphan};
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper};
 pub use detach::{run_hook, run_hook_in, spawn_detached_with};

@@ -101,6 +101,11 @@ impl Shepherd {
 /// `program __shepherd`, when the run has none alive), placed with the attempt dir `dir` (never
 /// created: the status log beside it keys its records by its name) and its output going to
 /// `files` (beside it, in the same directory), and waits until it runs.
+///
+/// A shepherd that dies with the request is no failure of the attempt's: when it recorded the
+/// start, the attempt is followed from its record (its agent, handed to sortie, is waited for:
+/// `process::wait_orphan`); else an agent it may have started unrecorded is ended, and the
+/// request goes to a new shepherd, once.
 pub async fn spawn_shepherded(
     program: &Path,
     spec: &SpawnSpec,
@@ -108,10 +113,54 @@ pub async fn spawn_shepherded(
     files: &AttemptFiles,
     stdin: Option<&Path>,
 ) -> Result<Shepherded, SpawnError> {
+    match spawn_once(program, spec, dir, files, stdin).await {
+        Err(Failed::Died(error, forget)) => {
+            if let Some(started) = super::read_started(dir) {
+                // Its sender is gone with the shepherd: the follower looks at the files.
+                let (_, ended) = oneshot::channel();
+                return Ok(Shepherded {
+                    started,
+                    ended,
+                    forget,
+                });
+            }
+            tracing::warn!("the run's shepherd died with a spawn request ({error}): once more");
+            let marker = spec.marker.1.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::process::end_marked_children(&marker);
+            })
+            .await;
+            spawn_once(program, spec, dir, files, stdin)
+                .await
+                .map_err(|f| match f {
+                    Failed::Died(e, _) | Failed::Spawn(e) => e,
+                })
+        }
+        Err(Failed::Spawn(e)) => Err(e),
+        Ok(s) => Ok(s),
+    }
+}
+
+/// Why [`spawn_once`] failed.
+enum Failed {
+    /// The spawn failed (the shepherd said why, or none could be started).
+    Spawn(SpawnError),
+    /// The shepherd died with the request (and its `forget`, which says so).
+    Died(SpawnError, Forget),
+}
+
+/// One try of [`spawn_shepherded`].
+async fn spawn_once(
+    program: &Path,
+    spec: &SpawnSpec,
+    dir: &Path,
+    files: &AttemptFiles,
+    stdin: Option<&Path>,
+) -> Result<Shepherded, Failed> {
     let Some(first) = spec.argv.first() else {
-        return Err(SpawnError::EmptyArgv);
+        return Err(Failed::Spawn(SpawnError::EmptyArgv));
     };
-    check_cwd(first, &spec.cwd)?;
+    check_cwd(first, &spec.cwd).map_err(Failed::Spawn)?;
     let io_err = |error| SpawnError::Io {
         program: first.clone(),
         error,
@@ -131,22 +180,35 @@ pub async fn spawn_shepherded(
                 // The directory of the run's attempt dirs, where the files and the status log
                 // go: made once per shepherd, not once per attempt.
                 if let Some(attempts) = dir.parent() {
-                    std::fs::create_dir_all(attempts).map_err(io_err)?;
+                    std::fs::create_dir_all(attempts).map_err(|e| Failed::Spawn(io_err(e)))?;
                 }
-                let s = Arc::new(start(program, &spec.marker.1).await.map_err(io_err)?);
+                let s = Arc::new(
+                    start(program, &spec.marker.1)
+                        .await
+                        .map_err(|e| Failed::Spawn(io_err(e)))?,
+                );
                 all.insert(run, Arc::clone(&s));
                 s
             }
         }
     };
     let id = shepherd.next_id.fetch_add(1, Ordering::SeqCst);
+    let died = |message: &str| {
+        Failed::Died(
+            io_err(io::Error::other(message.to_owned())),
+            Forget {
+                id,
+                shepherd: Arc::clone(&shepherd),
+            },
+        )
+    };
     let (started_tx, started_rx) = oneshot::channel();
     let (ended_tx, ended) = oneshot::channel();
     let bytes = spec.argv.iter().map(|a| a.len() + 1).sum();
     {
         let mut p = lock(&shepherd.pending);
         if p.dead {
-            return Err(io_err(io::Error::other("the run's shepherd is gone")));
+            return Err(died("the run's shepherd is gone"));
         }
         p.starting.insert(id, (first.clone(), bytes, started_tx));
         p.running.insert(id, ended_tx);
@@ -162,7 +224,7 @@ pub async fn spawn_shepherded(
         stdin: stdin.map(Path::to_path_buf),
     });
     if !sent {
-        return Err(io_err(io::Error::other("the run's shepherd is gone")));
+        return Err(died("the run's shepherd is gone"));
     }
     match started_rx.await {
         Ok(Ok(started)) => Ok(Shepherded {
@@ -170,10 +232,8 @@ pub async fn spawn_shepherded(
             ended,
             forget: Forget { id, shepherd },
         }),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(io_err(io::Error::other(
-            "the run's shepherd ended before starting it",
-        ))),
+        Ok(Err(e)) => Err(Failed::Spawn(e)),
+        Err(_) => Err(died("the run's shepherd ended before starting it")),
     }
 }
 
