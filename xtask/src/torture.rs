@@ -668,7 +668,8 @@ impl Torture {
             }
             if !shepherds.is_empty() {
                 self.report.shepherd_kills += 1;
-                if !under.is_empty() && self.rng.chance(50) {
+                // Not while the pause hook froze the loop: nothing is recorded then.
+                if running && !under.is_empty() && self.rng.chance(50) {
                     self.check_shepherd_kill(g, child, &under)?;
                     self.report.shepherd_outlived += 1;
                     self.report.shepherd_agents += under.len() as u64;

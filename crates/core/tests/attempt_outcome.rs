@@ -370,11 +370,9 @@ fn a_lost_attempt_is_an_orphan_once_its_agent_is_stopped_and_never_retried_while
     use sortie_core::OrphanAction;
     use sortie_core::decide::{Lost, LostAgent, lost_attempt};
     let why = "its supervisor is gone without recording its exit";
-    // (what sortie could do, the status and stop reason of an ended attempt, or the orphan)
-    let rows: [(
-        LostAgent,
-        Result<OrphanAction, (AttemptStatus, StopReason, &str)>,
-    ); 4] = [
+    // The orphan, or the status, stop reason and words of an ended attempt.
+    type Want = Result<OrphanAction, (AttemptStatus, StopReason, &'static str)>;
+    let rows: [(LostAgent, Want); 4] = [
         (
             LostAgent::Stopped(OrphanAction::Killed),
             Ok(OrphanAction::Killed),
