@@ -54,7 +54,7 @@ use serde::{Deserialize, Serialize};
 use sortie_protocol::Exit;
 
 use super::status_log::{Record, StatusLog};
-use crate::layout::attempt::{AttemptFiles, StartedFile, exit_text};
+use crate::layout::attempt::{AttemptFiles, StartedFile, exit_text, output_disk_full};
 use crate::process::MARKER;
 use crate::process::procfs::{
     children_of, children_with_state, env_value, pid_of, process_start_time,
@@ -516,6 +516,10 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     }
     if w.forgotten {
         return;
+    }
+    // #32: an agent that failed while the disk of its output was full failed for the disk.
+    if exit != Exit::Code(0) && output_disk_full(&AttemptFiles::beside(&w.dir)) {
+        let _ = st.record(&w.dir, &Record::NoSpace);
     }
     // Not fsynced: like the supervisor's exit file (see `supervise.rs`).
     if st.record(&w.dir, &Record::Exit(exit)).is_ok() {
