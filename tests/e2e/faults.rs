@@ -5,6 +5,9 @@
 //!   run stops with exit 3 and a message naming the journal and the error, no process of the
 //!   run survives, the journal audits whole, and once the limit is gone `sortie resume`
 //!   finishes the run without running a finished task again;
+//! - a state dir on a small tmpfs (root only) filled by the journal, or by the agents' own
+//!   output: the run stops with exit 3 naming the full disk, and an attempt whose writes failed
+//!   spends no retry, so `resume` completes every task once space is back;
 //! - an artifact path that cannot be written (under a regular file): that task ends partial
 //!   with `Artifact write failed: ...`, the run goes on;
 //! - the state dir removed while tasks run: sortie notices at its next journal write (or, while
@@ -499,5 +502,73 @@ fn a_disk_that_fills_up_stops_the_run_resumably_and_costs_no_task() {
             "task {t} finished before the disk filled, yet ran again"
         );
     }
+    s.audit_clean(run);
+}
+
+/// #32: the tasks whose own output filled the disk (4 x 800 KB at once on a 2 MB state dir,
+/// with no retries at all): their writes fail, they exit 1, through no fault of theirs. Such an
+/// attempt ends `interrupted`, naming the full disk, and spends no retry: once space is back,
+/// `resume` runs it again and every task completes (each used to stay `failed`).
+#[test]
+fn a_task_whose_output_filled_the_disk_spends_no_retry() {
+    let s = Scratch::new();
+    let Some(disk) = Tmpfs::mount(&s.state_dir(), "2m") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let run = &unique_run("fault-nospace");
+    let mut toml = String::from("concurrency = 4\n\n[defaults]\nmax_retries = 0\n");
+    for i in 0..4 {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i}\"\ncommand = [\"sh\", \"-c\", \
+             \"head -c 800000 /dev/zero | tr '\\\\0' x; echo\"]\n"
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "interrupted, resumable:\n{stderr}"
+    );
+    wait_gone(run, "the run's attempts to end");
+
+    disk.grow("64m");
+    let out = Background::start(&s, run, &["resume", run]).finish(120);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "resume completes every task:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(run);
+    let mut spared = 0;
+    for t in 0..4u64 {
+        let finished = events.of(t, "TaskFinished");
+        assert_eq!(finished.len(), 1, "task {t} finishes once");
+        assert_eq!(finished[0]["result"]["state"], "completed", "task {t}");
+        for a in events.of(t, "AttemptFinished") {
+            let outcome = &a["outcome"];
+            if outcome["status"] == "failed" {
+                assert_eq!(outcome["stop_reason"], "interrupted", "{outcome}");
+                let error = outcome["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("was full") && error.contains("not the task's"),
+                    "the error names the full disk: {error}"
+                );
+                spared += 1;
+            }
+        }
+    }
+    assert!(
+        spared >= 1,
+        "4 x 800 KB on 2 MB: at least one attempt's writes failed"
+    );
     s.audit_clean(run);
 }

@@ -246,7 +246,8 @@ mod tests {
         assert_eq!(lookup(&b), Logged::default());
         // #32: a failure on a full disk says so before its exit.
         log.append(&b, &Record::NoSpace).expect("append");
-        log.append(&b, &Record::Exit(Exit::Code(1))).expect("append");
+        log.append(&b, &Record::Exit(Exit::Code(1)))
+            .expect("append");
         assert!(lookup(&b).nospace);
         assert_eq!(lookup(&b).exit, Some(Exit::Code(1)));
         assert_eq!(lookup(&tmp.path().join("2.1")), Logged::default());
