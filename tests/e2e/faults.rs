@@ -15,6 +15,8 @@
 //!   journal was removed (no panic, no hang), and kills its attempts;
 //! - an agent that forks a grandchild and exits: the grandchild (same process group, same
 //!   environment marker) is gone once the task ends, while the run still goes on;
+//! - a daemon an agent started in a session of its own (`setsid`, `supervise = false`): it is
+//!   stopped when its attempt ends;
 //! - an agent that ignores SIGTERM, stopped by its attempt timeout: SIGKILLed after
 //!   `kill_grace`, the attempt records a timeout ended by signal 9, no process left.
 
@@ -570,5 +572,59 @@ fn a_task_whose_output_filled_the_disk_spends_no_retry() {
         spared >= 1,
         "4 x 800 KB on 2 MB: at least one attempt's writes failed"
     );
+    s.audit_clean(run);
+}
+
+/// #32: with `supervise = false`, a daemon that an attempt starts in a session of its own
+/// (`setsid`, so out of the attempt's process group, which is all that is killed when the agent
+/// exits) used to outlive the run. It still carries the attempt's marker: it is stopped when
+/// its attempt ends, before the task is reported finished.
+#[test]
+fn a_daemon_that_left_its_attempts_group_is_stopped_when_the_attempt_ends() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-setsid");
+    let pid_file = s.path().join("daemon.pid");
+    // The agent starts the daemon, waits until it runs (its pid written), and exits 0.
+    let script = s.write(
+        "agent.sh",
+        &format!(
+            "setsid sh -c 'echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; exec sleep 300' \
+             </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -s {pid} ]; do sleep 0.05; done\necho started\n",
+            pid = pid_file.display()
+        ),
+    );
+    let toml = format!(
+        "[[tasks]]\nlabel = \"daemon\"\nsupervise = false\ncommand = [\"sh\", \"{}\"]\n",
+        script.display()
+    );
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(60);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the daemon ran")
+        .trim()
+        .parse()
+        .expect("its pid");
+    // It had left the attempt's group: a session (and group) of its own.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    if let Some(fields) = stat.rsplit_once(") ").map(|(_, rest)| rest) {
+        let fields: Vec<&str> = fields.split(' ').collect();
+        assert!(
+            fields.first() == Some(&"Z") || fields.get(2) == Some(&pid.to_string().as_str()),
+            "the daemon {pid} leads its own group: {stat}"
+        );
+    }
+    wait_gone(run, "the daemon to be stopped with its attempt");
     s.audit_clean(run);
 }
