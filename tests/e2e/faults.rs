@@ -5,6 +5,9 @@
 //!   run stops with exit 3 and a message naming the journal and the error, no process of the
 //!   run survives, the journal audits whole, and once the limit is gone `sortie resume`
 //!   finishes the run without running a finished task again;
+//! - a state dir on a small tmpfs (root only) filled by the journal, or by the agents' own
+//!   output: the run stops with exit 3 naming the full disk, and an attempt whose writes failed
+//!   spends no retry, so `resume` completes every task once space is back;
 //! - an artifact path that cannot be written (under a regular file): that task ends partial
 //!   with `Artifact write failed: ...`, the run goes on;
 //! - the state dir removed while tasks run: sortie notices at its next journal write (or, while
@@ -12,6 +15,8 @@
 //!   journal was removed (no panic, no hang), and kills its attempts;
 //! - an agent that forks a grandchild and exits: the grandchild (same process group, same
 //!   environment marker) is gone once the task ends, while the run still goes on;
+//! - a daemon an agent started in a session of its own (`setsid`, `supervise = false`): it is
+//!   stopped when its attempt ends;
 //! - an agent that ignores SIGTERM, stopped by its attempt timeout: SIGKILLed after
 //!   `kill_grace`, the attempt records a timeout ended by signal 9, no process left.
 
@@ -499,5 +504,127 @@ fn a_disk_that_fills_up_stops_the_run_resumably_and_costs_no_task() {
             "task {t} finished before the disk filled, yet ran again"
         );
     }
+    s.audit_clean(run);
+}
+
+/// #32: the tasks whose own output filled the disk (4 x 800 KB at once on a 2 MB state dir,
+/// with no retries at all): their writes fail, they exit 1, through no fault of theirs. Such an
+/// attempt ends `interrupted`, naming the full disk, and spends no retry: once space is back,
+/// `resume` runs it again and every task completes (each used to stay `failed`).
+#[test]
+fn a_task_whose_output_filled_the_disk_spends_no_retry() {
+    let s = Scratch::new();
+    let Some(disk) = Tmpfs::mount(&s.state_dir(), "2m") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let run = &unique_run("fault-nospace");
+    let mut toml = String::from("concurrency = 4\n\n[defaults]\nmax_retries = 0\n");
+    for i in 0..4 {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i}\"\ncommand = [\"sh\", \"-c\", \
+             \"head -c 800000 /dev/zero | tr '\\\\0' x; echo\"]\n"
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "interrupted, resumable:\n{stderr}"
+    );
+    wait_gone(run, "the run's attempts to end");
+
+    disk.grow("64m");
+    let out = Background::start(&s, run, &["resume", run]).finish(120);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "resume completes every task:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(run);
+    let mut spared = 0;
+    for t in 0..4u64 {
+        let finished = events.of(t, "TaskFinished");
+        assert_eq!(finished.len(), 1, "task {t} finishes once");
+        assert_eq!(finished[0]["result"]["state"], "completed", "task {t}");
+        for a in events.of(t, "AttemptFinished") {
+            let outcome = &a["outcome"];
+            if outcome["status"] == "failed" {
+                assert_eq!(outcome["stop_reason"], "interrupted", "{outcome}");
+                let error = outcome["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("was full") && error.contains("not the task's"),
+                    "the error names the full disk: {error}"
+                );
+                spared += 1;
+            }
+        }
+    }
+    assert!(
+        spared >= 1,
+        "4 x 800 KB on 2 MB: at least one attempt's writes failed"
+    );
+    s.audit_clean(run);
+}
+
+/// #32: with `supervise = false`, a daemon that an attempt starts in a session of its own
+/// (`setsid`, so out of the attempt's process group, which is all that is killed when the agent
+/// exits) used to outlive the run. It still carries the attempt's marker: it is stopped when
+/// its attempt ends, before the task is reported finished.
+#[test]
+fn a_daemon_that_left_its_attempts_group_is_stopped_when_the_attempt_ends() {
+    let s = Scratch::new();
+    let run = &unique_run("fault-setsid");
+    let pid_file = s.path().join("daemon.pid");
+    // The agent starts the daemon, waits until it runs (its pid written), and exits 0.
+    let script = s.write(
+        "agent.sh",
+        &format!(
+            "setsid sh -c 'echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; exec sleep 300' \
+             </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -s {pid} ]; do sleep 0.05; done\necho started\n",
+            pid = pid_file.display()
+        ),
+    );
+    let toml = format!(
+        "[[tasks]]\nlabel = \"daemon\"\nsupervise = false\ncommand = [\"sh\", \"{}\"]\n",
+        script.display()
+    );
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(60);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the daemon ran")
+        .trim()
+        .parse()
+        .expect("its pid");
+    // It had left the attempt's group: a session (and group) of its own.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    if let Some(fields) = stat.rsplit_once(") ").map(|(_, rest)| rest) {
+        let fields: Vec<&str> = fields.split(' ').collect();
+        assert!(
+            fields.first() == Some(&"Z") || fields.get(2) == Some(&pid.to_string().as_str()),
+            "the daemon {pid} leads its own group: {stat}"
+        );
+    }
+    wait_gone(run, "the daemon to be stopped with its attempt");
     s.audit_clean(run);
 }

@@ -255,9 +255,10 @@ pub fn rate_limited_attempts(spec: &TaskSpec, rec: &TaskRecord) -> u32 {
         .count() as u32
 }
 
-/// Whether `attempt` ended because sortie was interrupted (SIGINT, SIGTERM or SIGHUP): the
-/// user's doing, never the task's, so it spends no retry (an orphan spends `max_orphans`, a
-/// rate limit `max_rate_limits`; neither counts here).
+/// Whether `attempt` ended because sortie was interrupted (SIGINT, SIGTERM or SIGHUP), or
+/// failed while its output could not be written to the state dir (a full disk, step 7 of
+/// [`attempt_outcome`]): the user's or the machine's doing, never the task's, so it spends no
+/// retry (an orphan spends `max_orphans`, a rate limit `max_rate_limits`; neither counts here).
 pub fn interrupted(spec: &TaskSpec, attempt: &AttemptRecord) -> bool {
     !attempt.orphaned()
         && attempt.outcome().is_some_and(|o| {

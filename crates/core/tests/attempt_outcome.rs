@@ -17,6 +17,8 @@ struct Facts {
     stderr: &'static str,
     allow_denials: bool,
     transient_on: Vec<String>,
+    /// Why its output could not be written to the state dir, when it could not.
+    output_lost: Option<&'static str>,
 }
 
 fn reader(outcome: AttemptOutcome, output: &str) -> Finished {
@@ -39,6 +41,7 @@ fn facts(reader: Finished) -> Facts {
         stderr: "",
         allow_denials: false,
         transient_on: vec![],
+        output_lost: None,
     }
 }
 
@@ -100,7 +103,15 @@ fn check(table: Vec<(&str, Facts, &str)>) {
             allow_denials: f.allow_denials,
             transient_on: &f.transient_on,
         };
-        let got = attempt_outcome(f.reader, &f.watch, f.executor_end, f.stderr, rules, mark);
+        let got = attempt_outcome(
+            f.reader,
+            &f.watch,
+            f.executor_end,
+            f.stderr,
+            rules,
+            mark,
+            f.output_lost,
+        );
         assert_eq!(render(&got), expected, "{name}");
     }
 }
@@ -325,6 +336,7 @@ fn the_usage_is_never_below_what_the_watchdog_saw_and_side_effects_survive_the_e
         "",
         OutcomeRules::default(),
         mark,
+        None,
     );
     assert_eq!((got.usage.turns, got.usage.input), (5, 9));
     assert!(got.outcome.side_effects);
@@ -422,4 +434,77 @@ fn a_lost_attempt_is_an_orphan_once_its_agent_is_stopped_and_never_retried_while
             (got, want) => panic!("{agent:?}: got {got:?}, want {want:?}"),
         }
     }
+}
+
+// #32: step 7, the state dir. An attempt whose output could not be written (the disk of the
+// state dir full, so the agent's own writes failed and it exited nonzero) failed for the
+// machine, not for the task: it is `interrupted`, which spends no retry.
+#[test]
+fn a_failure_while_the_output_could_not_be_written_is_an_interrupt() {
+    const FULL: Option<&str> = Some("the disk of its output was full");
+    let lost = |reader: Finished| Facts {
+        output_lost: FULL,
+        ..facts(reader)
+    };
+    let mut killed = AttemptOutcome::failed(StopReason::UnexpectedSignal, "killed by SIGPIPE");
+    killed.signal = Some(13);
+    let timed_out = WatchEnd {
+        stop: stop(
+            StopReason::Timeout,
+            Some(Phase::Running),
+            "attempt timed out after 10s",
+        ),
+        sent: Some(StopReason::Timeout),
+        ..WatchEnd::default()
+    };
+    check(vec![
+        (
+            "a nonzero exit while the disk was full is an interrupt, its error says why",
+            lost(reader(nonzero("exited with code 1"), "")),
+            "Failed Interrupted | exited with code 1 while the disk of its output was full: \
+             the state dir's fault, not the task's | exited with code 1 while the disk of its \
+             output was full: the state dir's fault, not the task's",
+        ),
+        (
+            "output the agent gave is kept",
+            lost(reader(nonzero("exited with code 1"), "half an answer")),
+            "Failed Interrupted | exited with code 1 while the disk of its output was full: \
+             the state dir's fault, not the task's | half an answer",
+        ),
+        (
+            "a signal it was killed by (a broken pipe of a writer) likewise",
+            lost(reader(killed, "")),
+            "Failed Interrupted | killed by SIGPIPE while the disk of its output was full: \
+             the state dir's fault, not the task's | killed by SIGPIPE while the disk of its \
+             output was full: the state dir's fault, not the task's",
+        ),
+        (
+            "a transient error that read as a rate limit is no longer the provider's",
+            lost(reader(
+                AttemptOutcome::failed(StopReason::Error, "429 overloaded"),
+                "",
+            )),
+            "Failed Interrupted | 429 overloaded while the disk of its output was full: the \
+             state dir's fault, not the task's | 429 overloaded while the disk of its output \
+             was full: the state dir's fault, not the task's",
+        ),
+        (
+            "a completed attempt stays completed: its writes did not fail it",
+            lost(reader(AttemptOutcome::completed(), "done")),
+            "Completed Completed | - | done",
+        ),
+        (
+            "a stop sortie sent stays that stop (the watchdog's step comes first)",
+            Facts {
+                watch: timed_out,
+                ..lost(reader(nonzero("exited with code 1"), ""))
+            },
+            "Failed Timeout Running | attempt timed out after 10s | attempt timed out after 10s",
+        ),
+        (
+            "without the observation a nonzero exit is the task's",
+            facts(reader(nonzero("exited with code 1"), "")),
+            "Failed NonzeroExit | exited with code 1 | ",
+        ),
+    ]);
 }

@@ -743,6 +743,51 @@ fn an_orphan_spends_no_retry_and_orphans_have_their_own_budget() {
     assert!(step.contains("max_orphans = 0"), "{step}");
 }
 
+// #32: a failure while the attempt's output could not be written to the state dir (a full
+// disk) is composed as an interrupt (step 7 of `attempt_outcome`): with no retries at all, the
+// task is tried again, at once, on its model; the same exit without the observation fails it.
+#[test]
+fn a_failure_on_a_full_disk_spends_no_retry() {
+    use sortie_core::decide::{Finished, OutcomeRules, WatchEnd, attempt_outcome};
+    let compose = |lost: Option<&str>| {
+        let mut o = AttemptOutcome::failed(StopReason::NonzeroExit, "exited with code 1");
+        o.exit_code = Some(1);
+        let reader = Finished {
+            outcome: o,
+            usage: Usage::ZERO,
+            output: String::new(),
+            has_output: false,
+        };
+        let f = attempt_outcome(
+            reader,
+            &WatchEnd::default(),
+            None,
+            "",
+            OutcomeRules::default(),
+            |_, _| {},
+            lost,
+        );
+        Some(f.outcome)
+    };
+    let s = spec(Some("a"), &["b"], 0);
+    let full = || compose(Some("its disk was full"));
+    check(&s, &[(Some("a"), full())], 0, 0, "retry 2 on a after 0ms");
+    check(
+        &s,
+        &[(Some("a"), full()), (Some("a"), full())],
+        0,
+        0,
+        "retry 3 on a after 0ms",
+    );
+    check(
+        &s,
+        &[(Some("a"), compose(None))],
+        0,
+        0,
+        "give up: failed nonzero_exit: exited with code 1",
+    );
+}
+
 // #32: an interrupt of sortie (SIGINT, SIGTERM, SIGHUP) is the user's: it spends nothing.
 #[test]
 fn an_interrupt_spends_no_retry_keeps_its_model_and_passes_side_effects() {

@@ -16,7 +16,11 @@
 //! 5. `transient_on`: a nonzero exit whose stderr or last output lines match a pattern is a
 //!    transient `error`;
 //! 6. the rate limit: a transient `error` that is the provider's rate limit is marked (its pool
-//!    backs off). Reading a rate limit in a text is the protocol crate's; the caller passes it.
+//!    backs off). Reading a rate limit in a text is the protocol crate's; the caller passes it;
+//! 7. the state dir: an attempt that failed by itself while its stdout or stderr could not be
+//!    written to the state dir (its disk full: the agent's own writes failed) is `interrupted`,
+//!    as a stop of sortie is: the machine's fault, not the task's, so it spends no retry
+//!    ([`crate::decide::interrupted`]). Whether the writes failed is the runner's observation.
 
 use crate::budget::final_usage;
 use crate::outcome::{AttemptOutcome, AttemptStatus, Phase, StopReason};
@@ -109,6 +113,8 @@ const TAIL_BYTES: usize = 8192;
 /// An attempt's outcome, usage and output (see the module doc for the order).
 /// `mark_rate_limit` marks a transient failure whose error or `text` is a provider's rate
 /// limit (the protocol crate's `mark_rate_limit`).
+/// `output_lost`: why the attempt's output could not be written to the state dir, when the
+/// runner saw that it could not (step 7).
 pub fn attempt_outcome(
     reader: Finished,
     watch: &WatchEnd,
@@ -116,6 +122,7 @@ pub fn attempt_outcome(
     stderr: &str,
     rules: OutcomeRules<'_>,
     mark_rate_limit: impl FnOnce(&mut AttemptOutcome, &str),
+    output_lost: Option<&str>,
 ) -> Finished {
     let mut finished = watched(reader, watch);
     if watch.sent.is_none()
@@ -135,6 +142,33 @@ pub fn attempt_outcome(
     }
     mark_rate_limit(&mut outcome, &text);
     finished.outcome = outcome;
+    if let Some(why) = output_lost
+        && watch.sent.is_none()
+    {
+        finished = lost_output(finished, why);
+    }
+    finished
+}
+
+/// Step 7: a failure of an attempt whose output could not be written (`why`) is `interrupted`:
+/// it spends no retry and keeps its model. A completed or partial attempt keeps its outcome.
+fn lost_output(mut finished: Finished, why: &str) -> Finished {
+    let o = &mut finished.outcome;
+    if o.status != AttemptStatus::Failed || o.stop_reason == StopReason::Interrupted {
+        return finished;
+    }
+    let error = format!(
+        "{} while {why}: the state dir's fault, not the task's",
+        o.error.as_deref().unwrap_or(o.stop_reason.as_str())
+    );
+    o.stop_reason = StopReason::Interrupted;
+    o.phase = None;
+    o.rate_limited = false;
+    o.retry_after_ms = None;
+    o.error = Some(error.clone());
+    if !finished.has_output {
+        finished.output = error;
+    }
     finished
 }
 

@@ -646,6 +646,7 @@ impl Driver<'_> {
             &stderr,
             rules,
             sortie_protocol::mark_rate_limit,
+            child.output_lost().as_deref(),
         );
         Ok((f.outcome, f.usage, f.output))
     }

@@ -408,6 +408,7 @@ mod tests {
             "",
             OutcomeRules::default(),
             |_, _| {},
+            None,
         )
     }
 

@@ -280,6 +280,13 @@ pub trait Execution: Send {
     fn executor_end(&self) -> Option<sortie_core::AttemptOutcome> {
         None
     }
+
+    /// #32: once [`Execution::wait`] returned, why its stdout or stderr could not be written to
+    /// the state dir, when it could not (the disk full as the agent failed): core then counts
+    /// its failure as an interrupt, not the task's. `None`: nothing seen.
+    fn output_lost(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What an executor may be asked to adopt: an attempt found again after a crash.

@@ -113,7 +113,11 @@ impl Executor for Supervised {
             } else {
                 None
             };
-            Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
+            Ok(Box::new(SupervisedExecution {
+                followed,
+                stdin,
+                dir,
+            }) as Box<dyn Execution>)
         })
     }
 
@@ -145,7 +149,11 @@ impl Executor for Supervised {
                 .exists()
                 .then(|| Stdin::fifo(&dir).ok())
                 .flatten();
-            Ok(Box::new(SupervisedExecution { followed, stdin }) as Box<dyn Execution>)
+            Ok(Box::new(SupervisedExecution {
+                followed,
+                stdin,
+                dir,
+            }) as Box<dyn Execution>)
         })
     }
 
@@ -160,6 +168,8 @@ impl Executor for Supervised {
 struct SupervisedExecution {
     followed: Followed,
     stdin: Option<Stdin>,
+    /// Its attempt dir (#32: where its supervisor marks a failure on a full disk).
+    dir: PathBuf,
 }
 
 impl Execution for SupervisedExecution {
@@ -198,5 +208,12 @@ impl Execution for SupervisedExecution {
 
     fn take_stdin(&mut self) -> Option<Stdin> {
         self.stdin.take()
+    }
+
+    fn output_lost(&self) -> Option<String> {
+        supervisor::read_nospace(&self.dir).then(|| {
+            let at = self.dir.parent().unwrap_or(&self.dir);
+            format!("the disk of its output ({}) was full", at.display())
+        })
     }
 }

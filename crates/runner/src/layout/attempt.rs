@@ -13,6 +13,9 @@
 //! - `started`: `<agent pid> <agent start time> <supervisor pid> <supervisor start time>`;
 //! - `exit`: `code <n>` or `signal <n>`, once everything of the attempt is gone;
 //! - `stdin`: #10, the FIFO of an attempt driven over stdin;
+//! - `nospace`: #32, empty, written before `exit` when the agent failed while the disk of its
+//!   output was full ([`output_disk_full`]): its writes failed, not the task (the shepherd
+//!   records the same as a `nospace` line of its status log);
 //! - `job.sh`, `job`: a Slurm job's script and id (see `executor::slurm`).
 
 use std::fs;
@@ -29,6 +32,31 @@ pub const STDERR_FILE: &str = "stderr";
 pub const STARTED_FILE: &str = "started";
 /// The `exit` record of an attempt dir (`exit_text`).
 pub const EXIT_FILE: &str = "exit";
+
+/// #32: the mark that the agent failed while the disk of its output was full (empty).
+pub const NOSPACE_FILE: &str = "nospace";
+
+/// #32: below this many free bytes (for this user) the disk of an attempt's output counts as
+/// full: a write of the agent's failed or was about to (one 64 KiB pipe's worth).
+const FULL_BELOW: u64 = 64 * 1024;
+
+/// #32: whether the disk holding `files` is full (fewer than 64 KiB free for this user: root
+/// may use the blocks reserved for it). Read when an agent failed: a full disk makes its own
+/// writes fail (`No space left on device`), and it exits nonzero through no fault of the task.
+pub fn output_disk_full(files: &AttemptFiles) -> bool {
+    let Some(dir) = files.stdout.parent() else {
+        return false;
+    };
+    let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
+        return false;
+    };
+    let blocks = if nix::unistd::geteuid().is_root() {
+        st.blocks_free()
+    } else {
+        st.blocks_available()
+    };
+    blocks.saturating_mul(st.fragment_size()) < FULL_BELOW
+}
 
 /// #10: an attempt driven over stdin (pi's RPC mode) gets, in its attempt dir, a FIFO of this
 /// name that its supervisor forwards to the agent's stdin: sortie writes commands into it (and

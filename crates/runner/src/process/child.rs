@@ -225,12 +225,15 @@ impl Stopper {
     }
 }
 
-/// Reaps the leader (see the module doc) and publishes its exit.
+/// Reaps the leader (see the module doc) and publishes its exit. `marker`: an attempt's marker
+/// value ([`MARKER`](super::MARKER)): before the exit is published, every process still carrying
+/// it is stopped too (see [`stop_escaped`]).
 pub(super) async fn monitor(
     mut child: tokio::process::Child,
     shared: Arc<Shared>,
     mut sigchld: Option<SignalStream>,
     exit_tx: watch::Sender<ExitSlot>,
+    marker: Option<String>,
 ) {
     let pid = pid_of(shared.pid);
     // Exited (with its status, if nix could read it) but not reaped; or None when it cannot
@@ -298,6 +301,9 @@ pub(super) async fn monitor(
         }
         (None, Err(e)) => Err(e.to_string()),
     };
+    if let Some(value) = marker {
+        stop_escaped(value, shared.start_time).await;
+    }
     let result = result.map_err(|message| WaitError {
         pid: shared.pid,
         message,
@@ -305,6 +311,30 @@ pub(super) async fn monitor(
     });
     tracing::debug!(pid = shared.pid, ?result, "reaped");
     exit_tx.send_replace(Some(result));
+}
+
+/// #32: stops what is left of an ended attempt outside its process group: a descendant that
+/// left it (`setsid`, a daemon) still carries the attempt's marker (`value`), so it is found in
+/// `/proc` among the processes started since its leader (`since`: only their environments are
+/// read, [`find_marked_since`](super::procfs::find_marked_since)) and stopped with its own
+/// group (SIGKILL behind the pid-reuse guard), as the attempt's group was. A process that
+/// cleared its environment is not found (only a supervised attempt's subreaper catches it).
+async fn stop_escaped(value: String, since: u64) {
+    let key = super::MARKER;
+    let found = tokio::task::spawn_blocking(move || {
+        let mut found = super::procfs::find_marked_since(key, &value, since);
+        found.retain(|m| m.marker_value == value);
+        found
+    })
+    .await
+    .unwrap_or_default();
+    for m in found {
+        tracing::debug!(
+            pid = m.pid,
+            "stopping a process that left its attempt's group"
+        );
+        let _ = super::orphan::kill_group_if_same(m.pid, m.start_time, Duration::ZERO).await;
+    }
 }
 
 #[cfg(test)]

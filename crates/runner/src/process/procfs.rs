@@ -105,6 +105,17 @@ pub struct MarkedProcess {
 /// are skipped silently. Blocking (reads `/proc`, and may wait up to 100 ms for a process in
 /// the middle of an exec): from async code, call it once, or through `spawn_blocking`.
 pub fn find_marked(marker_key: &str, value_prefix: &str) -> Vec<MarkedProcess> {
+    find_marked_since(marker_key, value_prefix, 0)
+}
+
+/// [`find_marked`] among the processes started at or after `since` (a start time, see
+/// [`process_start_time`]): the descendants of a process that started then. Only their
+/// environments are read.
+pub(crate) fn find_marked_since(
+    marker_key: &str,
+    value_prefix: &str,
+    since: u64,
+) -> Vec<MarkedProcess> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -122,7 +133,7 @@ pub fn find_marked(marker_key: &str, value_prefix: &str) -> Vec<MarkedProcess> {
         if pid == me {
             continue;
         }
-        let Some(before) = read_stat(pid) else {
+        let Some(before) = read_stat(pid).filter(|s| s.start_time >= since) else {
             continue;
         };
         let Some(environ) = read_environ(pid, before) else {

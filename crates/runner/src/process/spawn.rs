@@ -241,7 +241,15 @@ async fn spawn_child(
         ));
     }
     let stdin = child.stdin.take().map(Stdin::child);
-    tokio::spawn(monitor(child, Arc::clone(&shared), sigchld, exit_tx));
+    // #32: an attempt's descendants that left its group are stopped when it ends.
+    let marker = (spec.marker.0 == super::MARKER).then(|| spec.marker.1.clone());
+    tokio::spawn(monitor(
+        child,
+        Arc::clone(&shared),
+        sigchld,
+        exit_tx,
+        marker,
+    ));
 
     tracing::debug!(pid, program = %program, "spawned");
     Ok(Child {

@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 use sortie_protocol::Exit;
 
 use super::status_log::{Record, StatusLog};
-use crate::layout::attempt::{AttemptFiles, StartedFile, exit_text};
+use crate::layout::attempt::{AttemptFiles, StartedFile, exit_text, output_disk_full};
 use crate::process::MARKER;
 use crate::process::procfs::{
     children_of, children_with_state, env_value, pid_of, process_start_time,
@@ -504,6 +504,16 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     for t in &mut w.trimmers {
         let _ = t.check(true);
     }
+    // #32: an agent that failed while the disk of its output was full failed for the disk
+    // (said before its exit).
+    let nospace = |st: &mut State, dir: &Path, exit: Exit| {
+        if exit != Exit::Code(0) && output_disk_full(&AttemptFiles::beside(dir)) {
+            let _ = st.record(dir, &Record::NoSpace);
+        }
+    };
+    if let Some(exit) = seen.filter(|_| !w.forgotten) {
+        nospace(st, &w.dir, exit);
+    }
     let recorded = match seen {
         // Not fsynced: like the supervisor's exit file (see `supervise.rs`).
         Some(exit) if !w.forgotten => st.record(&w.dir, &Record::Exit(exit)).is_ok(),
@@ -525,6 +535,9 @@ fn end_attempt(st: &mut State, mut w: Watched, status: &WaitStatus) {
     }
     if w.forgotten {
         return;
+    }
+    if !recorded && seen.is_none() {
+        nospace(st, &w.dir, exit);
     }
     if recorded || st.record(&w.dir, &Record::Exit(exit)).is_ok() {
         say(&format!("exit {} {}", w.id, exit_text(exit).trim_end()));

@@ -9,6 +9,7 @@
 //! <attempt dir name> started <pid> <start time> <shepherd pid> <shepherd start time> #<fnv>
 //! <attempt dir name> exit code <n>|signal <n> #<fnv>
 //! <attempt dir name> forgot #<fnv>
+//! <attempt dir name> nospace #<fnv>
 //! ```
 //!
 //! `<fnv>` is the FNV-1a 64 (16 hex digits) of the line before ` #`. Not fsynced, like the
@@ -17,6 +18,8 @@
 //! reads as gone (orphaned), never as a wrong status; a writer that finds the file not ending
 //! in a newline ends the torn line first. `forgot` (sortie dropped the attempt) takes back its
 //! `started`: the attempt has no status, as when the supervisor's `started` file is removed.
+//! `nospace` (#32, before its `exit`): the agent failed while the disk of its output was full
+//! (what a supervisor's `nospace` file says); a reader that does not know it skips the line.
 //!
 //! Readers ([`lookup`]) read a log once and then only what was appended since (a resume polls
 //! each adopted attempt's status), per log.
@@ -45,6 +48,8 @@ pub(super) enum Record {
     Exit(Exit),
     /// sortie dropped it: no status.
     Forgot,
+    /// #32: it failed while the disk of its output was full (what `nospace` says).
+    NoSpace,
 }
 
 /// What the log says of one attempt.
@@ -52,6 +57,8 @@ pub(super) enum Record {
 pub(super) struct Logged {
     pub(super) started: Option<StartedFile>,
     pub(super) exit: Option<Exit>,
+    /// #32: it failed while the disk of its output was full.
+    pub(super) nospace: bool,
 }
 
 impl Logged {
@@ -61,6 +68,7 @@ impl Logged {
             // The first exit stands (an attempt ends once).
             Record::Exit(e) => self.exit = self.exit.or(Some(e)),
             Record::Forgot => self.started = None,
+            Record::NoSpace => self.nospace = true,
         }
     }
 }
@@ -76,6 +84,7 @@ fn line(name: &str, record: &Record) -> String {
         Record::Started(s) => format!("{name} started {}", s.text().trim_end()),
         Record::Exit(e) => format!("{name} exit {}", exit_text(*e).trim_end()),
         Record::Forgot => format!("{name} forgot"),
+        Record::NoSpace => format!("{name} nospace"),
     };
     let sum = sortie_core::digest::fnv1a(body.as_bytes());
     format!("{body} #{sum:016x}\n")
@@ -96,6 +105,7 @@ fn parse(line: &[u8]) -> Option<(&str, Record)> {
         "started" => Record::Started(StartedFile::parse(fields)?),
         "exit" => Record::Exit(parse_exit(fields)?),
         "forgot" if fields.is_empty() => Record::Forgot,
+        "nospace" if fields.is_empty() => Record::NoSpace,
         _ => return None,
     };
     Some((name, record))
@@ -229,10 +239,17 @@ mod tests {
             lookup(&a),
             Logged {
                 started: Some(started(10)),
-                exit: Some(Exit::Signal(9))
+                exit: Some(Exit::Signal(9)),
+                nospace: false,
             }
         );
         assert_eq!(lookup(&b), Logged::default());
+        // #32: a failure on a full disk says so before its exit.
+        log.append(&b, &Record::NoSpace).expect("append");
+        log.append(&b, &Record::Exit(Exit::Code(1)))
+            .expect("append");
+        assert!(lookup(&b).nospace);
+        assert_eq!(lookup(&b).exit, Some(Exit::Code(1)));
         assert_eq!(lookup(&tmp.path().join("2.1")), Logged::default());
     }
 
@@ -260,7 +277,8 @@ mod tests {
             lookup(&a),
             Logged {
                 started: Some(started(10)),
-                exit: None
+                exit: None,
+                nospace: false,
             }
         );
     }

@@ -29,8 +29,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::status_log;
 use crate::layout::attempt::{
-    EXIT_FILE, STARTED_FILE, STDERR_FILE, STDIN_CLOSE, STDIN_FIFO, STDOUT_FILE, StartedFile,
-    exit_text, parse_exit,
+    AttemptFiles, EXIT_FILE, NOSPACE_FILE, STARTED_FILE, STDERR_FILE, STDIN_CLOSE, STDIN_FIFO,
+    STDOUT_FILE, StartedFile, exit_text, output_disk_full, parse_exit,
 };
 use crate::process::procfs::{children_of, is_running, pid_of, process_start_time};
 use crate::process::spawn::check_cwd;
@@ -58,6 +58,12 @@ pub fn read_exit(dir: &Path) -> Option<Exit> {
         .ok()
         .and_then(|text| parse_exit(&text))
         .or_else(|| status_log::lookup(dir).exit)
+}
+
+/// #32: whether the agent of the attempt dir `dir` failed while the disk of its output was full
+/// (its supervisor's `nospace` file, or the shepherd's `nospace` record).
+pub fn read_nospace(dir: &Path) -> bool {
+    dir.join(NOSPACE_FILE).exists() || status_log::lookup(dir).nospace
 }
 
 /// Where a supervised attempt stands, from its dir and `/proc`.
@@ -298,6 +304,10 @@ pub fn supervise_main(args: &[String]) -> i32 {
     reap_descendants(me);
     if let Some(k) = keeper {
         k.finish();
+    }
+    // #32: an agent that failed while the disk of its output was full failed for the disk.
+    if exit != Exit::Code(0) && output_disk_full(&AttemptFiles::inside(&dir)) {
+        let _ = write_file(&dir, NOSPACE_FILE, b"", false);
     }
     let text = exit_text(exit);
     // Renamed into place, not fsynced: it must survive sortie, not a power loss (which takes
