@@ -342,6 +342,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    global COMMAND
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="ok",
                    help="the scenario of requests whose model has none of its own")
@@ -352,7 +353,10 @@ def main():
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file")
     p.add_argument("--log")
+    p.add_argument("--command", default=COMMAND,
+                   help="the shell command of the tool call (`cargo xtask crash-matrix`)")
     a = p.parse_args()
+    COMMAND = a.command
     per_model = {}
     for spec in a.model_scenario:
         model, _, scenario = spec.partition("=")
