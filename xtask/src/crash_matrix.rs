@@ -128,12 +128,15 @@ impl Row {
 }
 
 /// The rows, in the table's order; `short` ones are measured by `--short` too.
-const ROWS: [(Row, bool); 5] = [
+const ROWS: [(Row, bool); 8] = [
     (row(Controller::Sortie, Work::Plain), true),
     (row(Controller::Parallel, Work::Plain), true),
     (row(Controller::Sortie, Work::Pi), true),
     (row(Controller::Parallel, Work::Pi), false),
     (row(Controller::Sortie, Work::Claude), false),
+    (row(Controller::Parallel, Work::Claude), false),
+    (row(Controller::Sortie, Work::Codex), false),
+    (row(Controller::Parallel, Work::Codex), false),
 ];
 
 const fn row(controller: Controller, work: Work) -> Row {
@@ -171,6 +174,11 @@ impl Counted {
             served,
             failed: scene.tasks.saturating_sub(completed),
         }
+    }
+
+    /// Whether no work was begun again, no side effect done twice and no token billed twice.
+    fn kept_promise(self) -> bool {
+        self.restarted == 0 && self.twice == 0 && self.billed_twice.unwrap_or(0) == 0
     }
 
     /// The cell's text: restarted / twice / billed twice / wasted (`–`: not applicable).
@@ -221,15 +229,17 @@ pub(crate) fn options(args: &[String]) -> Result<Options> {
 /// Measures the matrix with the sortie binary `bin`, then checks (or writes) README's table.
 pub(crate) fn run(root: &Path, bin: &Path, opts: &Options) -> Result<()> {
     let started = Instant::now();
-    let scratch = std::env::temp_dir().join(format!("sortie-crash-matrix-{}", std::process::id()));
-    let mut lines = Vec::new();
+    // Short paths: a run's control socket lives under it (a socket's path is at most 107 bytes).
+    let scratch = std::env::temp_dir().join(format!("scm-{}", std::process::id()));
+    let (mut lines, mut broken) = (Vec::new(), Vec::new());
     for (r, short) in ROWS {
         if opts.short && !short {
             continue;
         }
-        let line = measure_row(&scratch, bin, r)?;
+        let (line, promises) = measure_row(&scratch, bin, r)?;
         eprintln!("crash-matrix: {line}");
         lines.push(line);
+        broken.extend(promises);
     }
     let elapsed = started.elapsed();
     eprintln!(
@@ -253,19 +263,27 @@ pub(crate) fn run(root: &Path, bin: &Path, opts: &Options) -> Result<()> {
     } else {
         let _ = fs::remove_dir_all(&scratch);
     }
+    if !broken.is_empty() {
+        bail!(
+            "sortie broke its promise (no work begun again, no side effect twice, no token \
+             billed twice) in {} cell(s):\n  {}",
+            broken.len(),
+            broken.join("\n  ")
+        );
+    }
     Ok(())
 }
 
-/// Measures every cell of row `r`: its table line.
-fn measure_row(scratch: &Path, bin: &Path, r: Row) -> Result<String> {
-    let mut cells = Vec::new();
+/// Measures every cell of row `r`: its table line, and the cells where sortie broke a promise.
+fn measure_row(scratch: &Path, bin: &Path, r: Row) -> Result<(String, Vec<String>)> {
+    let (mut cells, mut broken) = (Vec::new(), Vec::new());
     let mut baseline = None;
-    for (moment, name) in MOMENTS {
+    for (i, (moment, name)) in MOMENTS.into_iter().enumerate() {
         if r.controller == Controller::Parallel && moment == Moment::Shepherd {
             cells.push("no shepherd".to_owned());
             continue;
         }
-        let dir = scratch.join(cell_dir(r, name));
+        let dir = scratch.join(cell_dir(r, i));
         let scene = Scene::new(dir.clone(), r.work, TASKS)?;
         let counted = match r.controller {
             Controller::Sortie => sortie::cell(&scene, bin, moment),
@@ -273,7 +291,8 @@ fn measure_row(scratch: &Path, bin: &Path, r: Row) -> Result<String> {
         }
         .with_context(|| format!("{}, {name} (scene {})", r.label(), dir.display()))?;
         if moment == Moment::None {
-            if counted.failed > 0 || counted.restarted > 0 {
+            let once = (0..TASKS).all(|t| scene.counts(t) == (1, 1));
+            if !once || counted.failed > 0 || counted.restarted > 0 {
                 bail!(
                     "{}: the run without a crash did not complete once: {counted:?}",
                     r.label()
@@ -281,18 +300,23 @@ fn measure_row(scratch: &Path, bin: &Path, r: Row) -> Result<String> {
             }
             baseline = counted.served;
         }
-        cells.push(counted.cell(baseline));
+        let cell = counted.cell(baseline);
+        if r.controller == Controller::Sortie && !counted.kept_promise() {
+            broken.push(format!("{}, {name}: {cell}", r.label()));
+        }
+        cells.push(cell);
     }
-    Ok(format!("| {} | {} |", r.label(), cells.join(" | ")))
+    Ok((format!("| {} | {} |", r.label(), cells.join(" | ")), broken))
 }
 
-fn cell_dir(r: Row, moment: &str) -> PathBuf {
-    let slug = |s: &str| {
-        s.chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect::<String>()
+/// A cell's scene directory: `s-pi-2` (sortie, pi, the third moment), `p-command-0`, ...
+fn cell_dir(r: Row, moment: usize) -> PathBuf {
+    let who = match r.controller {
+        Controller::Sortie => "s",
+        Controller::Parallel => "p",
     };
-    PathBuf::from(format!("{}-{}", slug(&r.label()), slug(moment)))
+    let work = r.work.agent().unwrap_or("command");
+    PathBuf::from(format!("{who}-{work}-{moment}"))
 }
 
 /// The markdown table of the measured `lines`.
@@ -368,4 +392,72 @@ fn check_readme(text: &str, lines: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readme(rows: &[&str]) -> String {
+        format!(
+            "# x\n\ntext\n\n{BEGIN}\n| controller · work | a |\n|---|---|\n{}\n{END}\n\nmore\n",
+            rows.join("\n")
+        )
+    }
+
+    #[test]
+    fn the_table_is_written_between_the_markers_and_then_agrees() {
+        let lines = vec!["| sortie · command | 0 / 0 / – / – |".to_owned()];
+        let old = readme(&["| sortie · command | 2 / 2 / – / – |"]);
+        let new = with_table(&old, &table(&lines)).expect("markers");
+        assert!(new.starts_with("# x\n\ntext\n\n"), "{new}");
+        assert!(new.ends_with(&format!("{END}\n\nmore\n")), "{new}");
+        check_readme(&new, &lines).expect("the written table agrees");
+        assert_eq!(
+            with_table(&new, &table(&lines)).expect("markers"),
+            new,
+            "writing is idempotent"
+        );
+    }
+
+    #[test]
+    fn a_cell_readme_does_not_show_fails_naming_both() {
+        let text = readme(&["| sortie · command | 0 / 0 / – / – |"]);
+        let measured = vec!["| sortie · command | 2 / 2 / – / – |".to_owned()];
+        let e = check_readme(&text, &measured).expect_err("they disagree");
+        let e = e.to_string();
+        assert!(
+            e.contains("measured: | sortie · command | 2 / 2")
+                && e.contains("README:   | sortie · command | 0 / 0"),
+            "{e}"
+        );
+        let missing = vec!["| GNU parallel · pi | 0 / 0 / – / 0 |".to_owned()];
+        let e = check_readme(&text, &missing).expect_err("no such row");
+        assert!(e.to_string().contains("(no such row)"), "{e}");
+        let e = check_readme("# no markers\n", &measured).expect_err("no markers");
+        assert!(e.to_string().contains("marker"), "{e}");
+    }
+
+    #[test]
+    fn a_cell_says_what_is_not_applicable_and_what_did_not_complete() {
+        let c = Counted {
+            restarted: 1,
+            twice: 2,
+            billed_twice: None,
+            served: Some(1000),
+            failed: 1,
+        };
+        // Two tasks needed 800 without a crash: the one that completed needed 400.
+        assert_eq!(c.cell(Some(800)), "1 / 2 / – / 600 (1 not completed)");
+        assert!(!c.kept_promise());
+        let plain = Counted {
+            served: None,
+            failed: 0,
+            restarted: 0,
+            twice: 0,
+            billed_twice: None,
+        };
+        assert_eq!(plain.cell(None), "0 / 0 / – / –");
+        assert!(plain.kept_promise());
+    }
 }

@@ -93,14 +93,17 @@ impl Peer<'_> {
                      --no-skills --model {} > agent.out 2>&1",
                     s.model()
                 ),
+                // As sortie runs it under `permissions = "edit"`, with no start-up traffic.
                 Work::Claude => format!(
-                    "echo '{PROMPT}' | claude -p --output-format stream-json --verbose \
+                    "echo '{PROMPT}' | DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+                     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 claude -p --output-format \
+                     stream-json --verbose --permission-mode acceptEdits --allowedTools Bash \
                      --model {} > agent.out 2>&1",
                     s.model()
                 ),
                 Work::Codex => format!(
-                    "echo '{PROMPT}' | codex exec --json --skip-git-repo-check --model {} - \
-                     > agent.out 2>&1",
+                    "echo '{PROMPT}' | codex exec --json --skip-git-repo-check --sandbox \
+                     workspace-write --model {} - > agent.out 2>&1",
                     s.model()
                 ),
             };
@@ -180,12 +183,17 @@ fn exited(child: &mut Child) -> bool {
     child.try_wait().ok().flatten().is_some()
 }
 
-/// Jobs the joblog lists as ended with exit 0 (its header skipped).
+/// Jobs the joblog lists as ended with exit 0 (its header skipped; a job listed by several
+/// runs counted once).
 fn done_in_joblog(path: &Path) -> Result<usize> {
     let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
+    let done: std::collections::BTreeSet<&str> = text
         .lines()
         .skip(1)
-        .filter(|l| l.split('\t').nth(6) == Some("0"))
-        .count())
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            (cols.get(6) == Some(&"0")).then(|| cols[0])
+        })
+        .collect();
+    Ok(done.len())
 }

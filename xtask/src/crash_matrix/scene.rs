@@ -6,14 +6,14 @@
 //! `bash` tool call, which the mock asks for):
 //!
 //! ```sh
-//! echo $$ >> pids-tN                     # it began (not a side effect)
-//! until [ -e go1 ]; do sleep 0.05; done  # held before its side effect
-//! echo start >> count-tN                 # the side effect begins
-//! until [ -e go2 ]; do sleep 0.05; done  # held while it runs
-//! echo end >> count-tN                   # and ends
+//! echo $$ >> pids                          # it began (not a side effect)
+//! until [ -e ../../go1 ]; do sleep 0.05; done  # held before its side effect
+//! echo start >> count                          # the side effect begins
+//! until [ -e ../../go2 ]; do sleep 0.05; done  # held while it runs
+//! echo end >> count                            # and ends
 //! ```
 //!
-//! The gates make every moment exact without a timed kill: the matrix opens `go1` and `go2`
+//! (its files in its own directory, where an agent's sandbox lets it write). The gates make every moment exact without a timed kill: the matrix opens `go1` and `go2`
 //! when the moment it kills at wants the work to go on.
 
 use std::fs;
@@ -56,27 +56,31 @@ impl Scene {
             let task_dir = dir.join("work").join(format!("t{t}"));
             fs::create_dir_all(&task_dir)
                 .with_context(|| format!("creating {}", task_dir.display()))?;
-            let d = dir.display();
+            let (d, w) = (dir.display(), task_dir.display());
             let script = format!(
-                "echo $$ >> '{d}/pids-t{t}'\n\
+                "echo $$ >> '{w}/pids'\n\
                  until [ -e '{d}/go1' ]; do sleep 0.05; done\n\
-                 echo start >> '{d}/count-t{t}'\n\
+                 echo start >> '{w}/count'\n\
                  until [ -e '{d}/go2' ]; do sleep 0.05; done\n\
-                 echo end >> '{d}/count-t{t}'\n"
+                 echo end >> '{w}/count'\n"
             );
             fs::write(task_dir.join("work.sh"), script).context("writing work.sh")?;
         }
         let mock = match work {
             Work::Plain => None,
-            Work::Pi => Some(MockServer::start(&dir, "server.py", &mock_args("--model"))),
+            Work::Pi => Some(MockServer::start(
+                &dir,
+                "server.py",
+                &mock_args("--model", "tool"),
+            )),
             Work::Claude => Some(MockServer::start(
                 &dir,
                 "anthropic_server.py",
-                &mock_args("--model"),
+                &mock_args("--model", "tool"),
             )),
             Work::Codex => {
                 let mut args = vec!["--print-port".to_owned()];
-                args.extend(mock_args("--model-scenario"));
+                args.extend(mock_args("--model-scenario", "tool_each"));
                 Some(MockServer::start(&dir, "codex_server.py", &args))
             }
         };
@@ -144,8 +148,8 @@ impl Scene {
         fs::write(&gate, "").with_context(|| format!("opening {}", gate.display()))
     }
 
-    fn lines(&self, name: String) -> Vec<String> {
-        fs::read_to_string(self.dir.join(name))
+    fn lines(&self, t: usize, name: &str) -> Vec<String> {
+        fs::read_to_string(self.task_dir(t).join(name))
             .unwrap_or_default()
             .lines()
             .map(str::to_owned)
@@ -154,7 +158,7 @@ impl Scene {
 
     /// Task `t`'s side effects: (begun, ended).
     pub(super) fn counts(&self, t: usize) -> (u64, u64) {
-        let lines = self.lines(format!("count-t{t}"));
+        let lines = self.lines(t, "count");
         let n = |w: &str| lines.iter().filter(|l| l.as_str() == w).count() as u64;
         (n("start"), n("end"))
     }
@@ -164,12 +168,10 @@ impl Scene {
         (0..self.tasks).all(|t| self.counts(t).0 >= n)
     }
 
-    /// The pids of task `t`'s runs of its work, in order.
-    pub(super) fn pids(&self, t: usize) -> Vec<u32> {
-        self.lines(format!("pids-t{t}"))
-            .iter()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+    /// The pids of task `t`'s runs of its work, in order (one line each run began; the pid
+    /// is the one its shell saw, maybe in a sandbox's namespace).
+    pub(super) fn pids(&self, t: usize) -> Vec<String> {
+        self.lines(t, "pids")
     }
 
     /// Whether every task's work was begun at least `n` times.
@@ -177,9 +179,21 @@ impl Scene {
         (0..self.tasks).all(|t| self.pids(t).len() >= n)
     }
 
-    /// Whether any run of any task's work is still alive.
+    /// Whether anything of any task still runs: a live process whose working directory is
+    /// in a task's (its work, an agent, an agent's tool; found in `/proc`, since a pid the
+    /// work wrote may be a sandbox's own).
     pub(super) fn work_alive(&self) -> bool {
-        (0..self.tasks).any(|t| self.pids(t).into_iter().any(alive))
+        let work = self.dir.join("work");
+        let Ok(procs) = fs::read_dir("/proc") else {
+            return false;
+        };
+        procs.flatten().any(|p| {
+            let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                return false;
+            };
+            fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&work))
+                && alive(pid)
+        })
     }
 
     /// Tokens the mock served in all (input, output, cache read and write), None without a
@@ -190,19 +204,23 @@ impl Scene {
     }
 }
 
-/// The mock's arguments: the tool model, whose tool call runs [`TOOL_COMMAND`].
-fn mock_args(flag: &str) -> Vec<String> {
+/// The mock's arguments: the tool model (its scenario `kind`), whose tool call runs
+/// [`TOOL_COMMAND`].
+fn mock_args(flag: &str, kind: &str) -> Vec<String> {
     vec![
         flag.to_owned(),
-        format!("{MODEL}=tool"),
+        format!("{MODEL}={kind}"),
         "--command".to_owned(),
         TOOL_COMMAND.to_owned(),
     ]
 }
 
-/// The tokens of one logged response: its `tokens` (pi's and Claude's mocks) or its `usage`
-/// (Codex's), every kind summed.
+/// The tokens of one logged response: its `tokens` (pi's and Claude's mocks) every kind
+/// summed, or its `usage`'s `total_tokens` (Codex's).
 fn served_tokens(r: &Value) -> u64 {
+    if let Some(total) = r["usage"]["total_tokens"].as_u64() {
+        return total;
+    }
     let t = if r["tokens"].is_object() {
         &r["tokens"]
     } else {
