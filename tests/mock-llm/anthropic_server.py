@@ -18,7 +18,7 @@ The scenario is chosen by the request's `model`: from `--model ID=KIND` (repeata
 
     answer      streams the answer text (`--answer`), stop_reason "end_turn"
     tool        when the conversation has no tool result yet: a `Bash` tool call running
-                `echo hi > out.txt` (stop_reason "tool_use"); once it has one: the answer
+                `echo hi > out.txt` (or `--command CMD`; stop_reason "tool_use"); once it has one: the answer
     error500    HTTP 500 with an `api_error` body every time
     hang        HTTP 200 and event-stream headers, then nothing (for `--hang-seconds`, default
                 an hour), then the connection is closed
@@ -311,13 +311,17 @@ def error_body(kind, message):
 
 
 def main():
+    global COMMAND
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", default=[], metavar="ID=KIND")
     ap.add_argument("--default", default="answer", choices=KINDS)
     ap.add_argument("--log")
     ap.add_argument("--answer", default="Hello from the mock model.")
     ap.add_argument("--hang-seconds", type=float, default=3600.0)
+    ap.add_argument("--command", default=COMMAND,
+                    help="the shell command of the tool call (`cargo xtask crash-matrix`)")
     args = ap.parse_args()
+    COMMAND = args.command
 
     scenarios = {}
     for spec in args.model:

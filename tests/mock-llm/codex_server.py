@@ -26,6 +26,9 @@ Scenarios (a list of steps, one per `POST /v1/responses`; the last step repeats)
     ok            a plain answer, with usage in `response.completed`
     tool          a reasoning summary and a shell tool call (`exec_command`), then (next
                   request) an answer; usage on both responses
+    tool_each     the same, chosen by each request's conversation rather than by count: the
+                  tool call while its `input` holds no tool output, then the answer (several
+                  conversations, and a conversation started again, on one model)
     patch         an `apply_patch` call that adds hello.txt (a custom tool call, offered only
                   for models codex knows, e.g. gpt-5.5), then an answer
     error500      HTTP 500 on every request
@@ -103,6 +106,7 @@ ERRORS = {
 SCENARIOS = {
     "ok": ["answer"],
     "tool": ["tool_call", "answer_after_tool"],
+    "tool_each": ["tool_call", "answer_after_tool"],
     "patch": ["patch_call", "answer_after_patch"],
     "error500": ["500"],
     "ratelimit429": ["429"],
@@ -167,6 +171,15 @@ def shell_call(tools):
         return "shell", {"command": ["bash", "-lc", COMMAND]}
     # Unknown tool set: the most likely shape; the request log tells what was offered.
     return "exec_command", {"cmd": COMMAND}
+
+
+def has_tool_output(body):
+    """Whether a Responses request's `input` holds a tool call's output."""
+    items = body.get("input") if isinstance(body, dict) else None
+    return any(
+        isinstance(item, dict) and str(item.get("type", "")).endswith("call_output")
+        for item in items or []
+    )
 
 
 def structured_answer(body):
@@ -247,6 +260,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         model = body.get("model") if isinstance(body, dict) else None
         index, step = state.next_step(model)
+        if state.per_model.get(model, state.scenario) == "tool_each":
+            step = "answer_after_tool" if has_tool_output(body) else "tool_call"
         if step in ERRORS:
             status, obj = ERRORS[step]
             state.log(self.entry(status, body, step, index))
@@ -342,6 +357,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    global COMMAND
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="ok",
                    help="the scenario of requests whose model has none of its own")
@@ -352,7 +368,10 @@ def main():
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file")
     p.add_argument("--log")
+    p.add_argument("--command", default=COMMAND,
+                   help="the shell command of the tool call (`cargo xtask crash-matrix`)")
     a = p.parse_args()
+    COMMAND = a.command
     per_model = {}
     for spec in a.model_scenario:
         model, _, scenario = spec.partition("=")

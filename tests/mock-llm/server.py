@@ -19,7 +19,7 @@ else `--default` (`answer`). Kinds:
 
     answer    streams the answer text (`--answer`), finish_reason "stop"
     tool      when the conversation has no tool result yet: a `bash` tool call running
-              `echo hi > out.txt` (finish_reason "tool_calls"); once it has one: the answer
+              `echo hi > out.txt` (or `--command CMD`; finish_reason "tool_calls"); once it has one: the answer
     error500  HTTP 500 with {"error": {"message": "mock: internal server error"}} every time
     hang      HTTP 200 and event-stream headers, then nothing (for `--hang-seconds`, default
               an hour), then the connection is closed
@@ -301,6 +301,7 @@ def make_handler(mock):
 
 
 def main():
+    global COMMAND
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", default=[], metavar="ID=KIND")
     ap.add_argument("--scenario-file")
@@ -308,7 +309,10 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--answer", default="Hello from the mock model.")
     ap.add_argument("--hang-seconds", type=float, default=3600.0)
+    ap.add_argument("--command", default=COMMAND,
+                    help="the shell command of the tool call (`cargo xtask crash-matrix`)")
     args = ap.parse_args()
+    COMMAND = args.command
 
     scenarios = {}
     if args.scenario_file:

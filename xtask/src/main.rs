@@ -2,6 +2,9 @@
 //!
 //! - `ci`: `cargo fmt --check`, `cargo clippy -D warnings` and `cargo test`, on the workspace;
 //! - `tidy`: forbidden dependency edges and missing `//!` file docs (also a test of this crate);
+//! - `crash-matrix [--short] [--write]`: sortie and GNU parallel crashed at each kind of
+//!   checkpoint, what each crash cost counted, the table checked against README's (see
+//!   `crash_matrix.rs`);
 //! - `torture [--crashes N] [--seed S] [--tasks T]`: a batch SIGKILLed N times at random
 //!   moments and resumed, every invariant checked after each crash (see `torture.rs`);
 //! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
@@ -17,6 +20,7 @@
 #![allow(clippy::disallowed_methods, reason = "xtask runs cargo and tools")]
 
 mod bench;
+mod crash_matrix;
 mod fuzz;
 mod tidy;
 mod tidy_cli;
@@ -36,6 +40,10 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   ci                        cargo fmt --check, clippy -D warnings, test (the whole workspace)
   tidy                      check dependency edges between crates and //! file docs
+  crash-matrix [--short] [--write]
+                            kill sortie (and GNU parallel) at each kind of checkpoint, count
+                            work redone, side effects twice, tokens billed twice and wasted;
+                            fail when README's table disagrees (--write rewrites it)
   torture [--crashes N] [--seed S] [--tasks T] [--quiet]
                             SIGKILL a run N times (default 200) at random moments, resume,
                             check every invariant after each crash (release build)
@@ -75,6 +83,7 @@ fn run() -> Result<()> {
             report_tidy(&problems)
         }
         Some("torture") => torture_task(&root, &args[1..]),
+        Some("crash-matrix") => crash_matrix_task(&root, &args[1..]),
         Some("proptest") => proptest(&root, cases(&args[1..])?),
         Some("bench") => bench(&root, args.get(1).map(String::as_str).unwrap_or("all")),
         Some("fuzz") => fuzz::fuzz(&root, &fuzz::options(&args[1..])?),
@@ -133,6 +142,19 @@ fn ci(root: &Path) -> Result<()> {
     step(test, "cargo test --workspace --no-fail-fast")?;
     eprintln!("xtask: ci passed");
     Ok(())
+}
+
+/// `cargo xtask crash-matrix`: builds the debug binary (the matrix counts, it does not time),
+/// then measures.
+fn crash_matrix_task(root: &Path, args: &[String]) -> Result<()> {
+    let opts = crash_matrix::options(args)?;
+    let mut build = cargo(root);
+    build.args(["build", "-p", "sortie-cli"]);
+    step(build, "cargo build -p sortie-cli")?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    crash_matrix::run(root, &target.join("debug").join("sortie"), &opts)
 }
 
 /// `cargo xtask torture`: builds the release binary (what users run; it also makes the

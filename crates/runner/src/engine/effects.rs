@@ -91,7 +91,7 @@ impl Engine {
         if let Some(reason) = wind_down {
             self.wind_down(&reason);
         }
-        self.launch_all(launches)?;
+        self.launch_all(launches).await?;
         for task in plain_tasks.into_iter().chain(ended) {
             self.discard_copy(task).await;
         }
@@ -132,8 +132,10 @@ impl Engine {
     /// `perform`). An attempt that continues an interrupted attempt's session has
     /// `AttemptContinues` journaled first; an attempt that outlives sortie and was not placed
     /// in its launch's write has its placement journaled (one write for the round's
-    /// launches) before its executor starts it.
-    fn launch_all(&mut self, tasks: Vec<TaskId>) -> Result<()> {
+    /// launches) before its executor starts it. Under the test hook `before:spawn`
+    /// ([`super::TEST_PAUSE_AFTER`]) the loop freezes here, the launches durable and nothing
+    /// spawned.
+    async fn launch_all(&mut self, tasks: Vec<TaskId>) -> Result<()> {
         let mut ready = Vec::with_capacity(tasks.len());
         let mut placed = Vec::new();
         for task in tasks {
@@ -163,6 +165,10 @@ impl Engine {
             ready.push(ctx);
         }
         self.commit(placed)?;
+        if !ready.is_empty() && self.pause_after.0.as_deref() == Some("before:spawn") {
+            self.settle()?;
+            std::future::pending::<()>().await;
+        }
         for ctx in ready {
             self.start_attempt(ctx);
         }

@@ -82,7 +82,9 @@ pub use crate::process::MARKER;
 /// committed the first such event has done its side effects (spawns, artifact writes), waits
 /// forever, so that a test can SIGKILL sortie at exactly that point. Unset: no effect.
 /// `before:WorktreeFinalized` instead freezes the loop once the first finalize job has done its
-/// work (worktree removed, or patch written), right before its event is committed.
+/// work (worktree removed, or patch written), right before its event is committed;
+/// `before:spawn` once a round's launches are durable (`AttemptLaunching`, and `AttemptPlaced`
+/// where the executor outlives sortie), before any of them is spawned.
 pub const TEST_PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 
 /// How often the run loop checks, between appends, that its journal was not removed.
