@@ -267,6 +267,24 @@ pub fn interrupted(spec: &TaskSpec, attempt: &AttemptRecord) -> bool {
         })
 }
 
+/// Whether an attempt that ended with `outcome` while the run was `stopping` stops the run as
+/// an interrupt does (resumable, exit 3): an attempt `interrupted` that sortie did not stop
+/// failed because its output could not be written (the disk full), and `still_full` says the
+/// disk of the run's files is full now (the runner's observation; an attempt that a resume
+/// records from its files may have failed on a disk freed since). Retrying it at once would
+/// fail again on the same disk, spending the agent's tokens each time; nothing more starts
+/// until the user frees space and resumes.
+pub fn stops_the_run(
+    outcome: &AttemptOutcome,
+    stopping: Option<crate::plan::Stopping>,
+    still_full: bool,
+) -> bool {
+    still_full
+        && stopping.is_none()
+        && outcome.status == AttemptStatus::Failed
+        && outcome.stop_reason == StopReason::Interrupted
+}
+
 /// How many of the task's attempts ended by an interrupt of sortie (see [`interrupted`]).
 pub fn interrupted_attempts(spec: &TaskSpec, rec: &TaskRecord) -> u32 {
     rec.attempts.iter().filter(|a| interrupted(spec, a)).count() as u32

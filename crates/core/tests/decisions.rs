@@ -786,6 +786,18 @@ fn a_failure_on_a_full_disk_spends_no_retry() {
         0,
         "give up: failed nonzero_exit: exited with code 1",
     );
+    // The same disk would fail its retry again, spending the agent's tokens each time: such an
+    // attempt stops the run (resumable) while the disk is still full, unless the run was
+    // stopping already; a failure of the task's own, or an interrupt sortie caused, does not.
+    use sortie_core::decide::stops_the_run;
+    use sortie_core::plan::Stopping;
+    let full = full().expect("outcome");
+    assert!(stops_the_run(&full, None, true));
+    // A resume recording it from its files once space was freed goes on.
+    assert!(!stops_the_run(&full, None, false));
+    assert!(!stops_the_run(&full, Some(Stopping::Interrupt), true));
+    assert!(!stops_the_run(&full, Some(Stopping::Cancel), true));
+    assert!(!stops_the_run(&compose(None).expect("outcome"), None, true));
 }
 
 // #32: an interrupt of sortie (SIGINT, SIGTERM, SIGHUP) is the user's: it spends nothing.

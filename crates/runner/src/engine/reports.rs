@@ -90,6 +90,23 @@ impl Engine {
             if let Msg::Finished { .. } | Msg::Orphaned { .. } = msg {
                 self.live.remove(&task);
             }
+            if let Msg::Finished { outcome, .. } = &msg
+                && sortie_core::decide::stops_the_run(
+                    outcome,
+                    self.stopping,
+                    outcome.stop_reason == sortie_core::StopReason::Interrupted
+                        && crate::layout::attempt::disk_full(self.run_dir.path()),
+                )
+            {
+                tracing::warn!(
+                    "stopping the run: {}; free space, then resume it",
+                    outcome
+                        .error
+                        .as_deref()
+                        .unwrap_or("its output could not be written")
+                );
+                self.stop_all(sortie_core::plan::Stopping::Interrupt);
+            }
             if let Msg::Activity {
                 task,
                 attempt,

@@ -44,9 +44,11 @@ const FULL_BELOW: u64 = 64 * 1024;
 /// may use the blocks reserved for it). Read when an agent failed: a full disk makes its own
 /// writes fail (`No space left on device`), and it exits nonzero through no fault of the task.
 pub fn output_disk_full(files: &AttemptFiles) -> bool {
-    let Some(dir) = files.stdout.parent() else {
-        return false;
-    };
+    files.stdout.parent().is_some_and(disk_full)
+}
+
+/// #32: whether the disk holding `dir` is full (see [`output_disk_full`]).
+pub fn disk_full(dir: &Path) -> bool {
     let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
         return false;
     };
