@@ -446,8 +446,13 @@ fn recover_then_resume_finishes_the_run_and_never_runs_a_surviving_finished_task
         !survivors.is_empty() && survivors.len() < TASKS,
         "{survivors:?}"
     );
+    // The records kept, then `RunRecovered` and what it restored from the attempts' files.
     let audit = s.audit_clean(RUN);
-    assert_eq!(audit["events"].as_u64(), Some(kept));
+    assert!(audit["events"].as_u64() > Some(kept), "{audit}");
+    assert_eq!(
+        crate::support::event_kind(&s.events(RUN)[kept as usize]).0,
+        "RunRecovered"
+    );
 
     let resumed = s.run(&["resume", RUN]);
     assert_eq!(
@@ -766,7 +771,9 @@ fn a_killed_readers_journal_copy_is_removed_by_the_next_reader() {
 fn missing_or_replaced_journal_files_are_damage_named_by_the_runs_own_path() {
     let original = finished_run();
     type Damage = fn(&Path);
-    let cases: [(&str, Damage); 4] = [
+    let cases: [(&str, Damage); 6] = [
+        ("one byte of sled's conf flipped", flip_conf),
+        ("log and conf swapped", swap_log_and_conf),
         ("log deleted", |dir| {
             std::fs::remove_file(dir.join("db")).expect("rm")
         }),
@@ -804,6 +811,190 @@ fn missing_or_replaced_journal_files_are_damage_named_by_the_runs_own_path() {
     }
 }
 
+fn flip_conf(dir: &Path) {
+    let mut bytes = std::fs::read(dir.join("conf")).expect("read conf");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(dir.join("conf"), bytes).expect("write conf");
+}
+
+fn swap_log_and_conf(dir: &Path) {
+    std::fs::rename(dir.join("db"), dir.join("swap")).expect("mv");
+    std::fs::rename(dir.join("conf"), dir.join("db")).expect("mv");
+    std::fs::rename(dir.join("swap"), dir.join("conf")).expect("mv");
+}
+
+/// #32, finding 7: where the records are intact, damage to sled's other files is recoverable:
+/// one flipped byte of its 62-byte `conf` (recover used to fail though the log was whole), the
+/// log and `conf` swapped, or the log's first byte flipped (sled refuses to open each). The
+/// records are found whole in the files: recover keeps every one, the audit is clean, the run
+/// stays finished, and `status`, `list` and `audit` say it was recovered.
+#[test]
+fn damage_beside_intact_records_is_recovered_with_every_record() {
+    let original = finished_run();
+    let events = original.audit_clean(RUN)["events"]
+        .as_u64()
+        .expect("events");
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage); 3] = [
+        ("one byte of sled's conf flipped", flip_conf),
+        ("log and conf swapped", swap_log_and_conf),
+        ("the log's first byte flipped", |dir| {
+            let mut bytes = std::fs::read(dir.join("db")).expect("read");
+            bytes[0] ^= 0xff;
+            std::fs::write(dir.join("db"), bytes).expect("write");
+        }),
+    ];
+    for (what, damage) in cases {
+        let copy = damaged(&original, damage);
+        let out = copy.run_ok(&["--json", "recover", RUN]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(report["kept"].as_u64(), Some(events), "{what}: {report}");
+        assert!(report["lost"].is_null(), "{what}: {report}");
+        let audit = copy.audit_clean(RUN);
+        assert_eq!(
+            audit["events"].as_u64(),
+            Some(events + 1),
+            "{what}: {audit}"
+        );
+        assert_recovered(&copy, what);
+        assert_eq!(copy.status(RUN)["status"], "completed", "{what}");
+    }
+}
+
+/// `status`, `list` and `audit` (text and JSON) say the run was recovered after damage.
+fn assert_recovered(s: &Scratch, what: &str) {
+    for args in [
+        vec!["status", RUN],
+        vec!["audit", RUN],
+        vec!["list"],
+        vec!["--json", "status", RUN],
+        vec!["--json", "audit", RUN],
+    ] {
+        let out = s.run(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("recovered"),
+            "{what}: `sortie {}` does not say the run was recovered:\n{text}",
+            args.join(" ")
+        );
+    }
+}
+
+/// #32, findings 4 and 5: the journal of a finished run loses its last records (the log cut
+/// at 45%, every copy past it gone) or all of them (a zero-length log, what a power loss can
+/// leave). `recover` rebuilds it from what remains: the records, the run's start from its
+/// snapshot when none is left, and the attempts' own files (each attempt whose records were
+/// lost is restored as launched, and resume records it from its files). Every task completes,
+/// none runs again (each agent's counter says once), no attempt number is used twice, the
+/// ledger holds what each agent reported, and the run says it was recovered. Before, tasks
+/// whose records were lost ran again under the same attempt number, overwriting its files,
+/// and a zero-length log could not be recovered at all.
+#[test]
+fn recover_never_runs_finished_work_again_nor_reuses_an_attempt_number() {
+    let s = Scratch::new();
+    let mut toml = String::from("concurrency = 3\n");
+    for i in 0..TASKS {
+        let usage = format!("{},{},0.00{:02}", 100 + i, 10 + i, 10 + i);
+        let counter = s.path().join(format!("count-t{i:02}"));
+        let log = s.path().join(format!("usage-t{i:02}"));
+        // t03 needs t02: a dependent's lost attempt is restored too.
+        let needs = if i == 3 { "needs = [\"t02\"]\n" } else { "" };
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i:02}\"\n{needs}command = {}\n",
+            fake_command(&[
+                "--usage",
+                &usage,
+                "--turns",
+                "2",
+                "--counter",
+                counter.to_str().expect("utf-8"),
+                "--usage-log",
+                log.to_str().expect("utf-8"),
+            ])
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage); 2] = [
+        ("the log cut at 45%", |dir| {
+            let bytes = std::fs::read(dir.join("db")).expect("read");
+            let cut = written(&bytes) * 45 / 100;
+            std::fs::write(dir.join("db"), &bytes[..cut]).expect("write");
+        }),
+        ("a zero-length log", |dir| {
+            std::fs::write(dir.join("db"), b"").expect("truncate")
+        }),
+    ];
+    for (what, damage) in cases {
+        let copy = damaged(&s, damage);
+        // The agents write their counters and usage logs where the batch says, in `s`: kept
+        // here, and put back after each case.
+        let kept: Vec<(PathBuf, Vec<u8>)> = (0..TASKS)
+            .flat_map(|i| [format!("count-t{i:02}"), format!("usage-t{i:02}")])
+            .map(|name| s.path().join(name))
+            .map(|p| {
+                let bytes = std::fs::read(&p).expect("an agent's file");
+                (p, bytes)
+            })
+            .collect();
+        let out = copy.run_ok(&["--json", "recover", RUN]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let restored = report["restored"].as_array().expect("restored").len();
+        assert!(
+            restored > 0,
+            "{what}: attempts restored from files: {report}"
+        );
+        let resumed = copy.run(&["resume", RUN]);
+        assert_eq!(
+            resumed.status.code(),
+            Some(0),
+            "{what}: {}",
+            String::from_utf8_lossy(&resumed.stderr)
+        );
+        assert_eq!(copy.status(RUN)["status"], "completed", "{what}");
+        let audit = copy.audit_clean(RUN);
+        let ledger: std::collections::BTreeMap<String, serde_json::Value> =
+            audit["ledger"]["tasks"]
+                .as_array()
+                .expect("tasks")
+                .iter()
+                .map(|p| (p[0].as_str().expect("label").to_owned(), p[1].clone()))
+                .collect();
+        let events = copy.events(RUN);
+        for i in 0..TASKS {
+            let label = format!("t{i:02}");
+            // The fake agent's counter is in the original scratch dir: a run again adds a line.
+            let ran = lines(&s.path().join(format!("count-{label}")));
+            assert_eq!(ran.len(), 1, "{what}: {label} ran again");
+            let launched: Vec<u64> = events
+                .of(i as u64, "AttemptLaunching")
+                .iter()
+                .map(|e| e["attempt"].as_u64().expect("attempt"))
+                .collect();
+            let mut distinct = launched.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(
+                launched, distinct,
+                "{what}: {label} reused an attempt number"
+            );
+            let reports = lines(&s.path().join(format!("usage-{label}")));
+            let last: serde_json::Value =
+                serde_json::from_str(reports.last().expect("a report")).expect("JSON");
+            assert_eq!(
+                ledger[&label]["input"], last["usage"]["input"],
+                "{what}: {label}"
+            );
+        }
+        assert_recovered(&copy, what);
+        for (p, bytes) in kept {
+            std::fs::write(p, bytes).expect("put back");
+        }
+    }
+}
+
 /// #32: another run's journal restored into this run's dir is refused by `recover` too (it
 /// used to keep every foreign record, and `status` then showed the other run's tasks and costs
 /// as this run's), naming both runs and changing nothing.
@@ -835,20 +1026,30 @@ fn recover_refuses_another_runs_journal() {
 }
 
 /// #32: a journal with nothing readable (a zero-length log, what a power loss can leave, or
-/// its first byte flipped) is refused by `recover` (exit 4, its files left as they are) instead
-/// of rebuilt empty: audit then said "whole, 0 events" and resume stopped with an internal error.
+/// noise) and no snapshot holding the run's start is refused by `recover` (exit 4, its files
+/// left as they are) instead of rebuilt empty: audit then said "whole, 0 events" and resume
+/// stopped with an internal error. (With a snapshot it is rebuilt: see
+/// `recover_never_runs_finished_work_again_nor_reuses_an_attempt_number`.)
 #[test]
 fn recover_refuses_a_journal_with_nothing_readable() {
     let original = finished_run();
     type Damage = fn(&Path);
+    fn no_snapshot(dir: &Path) {
+        let run_dir = dir.parent().expect("the run dir");
+        for name in ["journal.snapshot", "journal.snapshot.1"] {
+            let _ = std::fs::remove_file(run_dir.join(name));
+        }
+    }
     let cases: [(&str, Damage); 2] = [
-        ("zero-length log", |dir| {
-            std::fs::write(dir.join("db"), b"").expect("truncate")
+        ("zero-length log, no snapshot", |dir| {
+            std::fs::write(dir.join("db"), b"").expect("truncate");
+            no_snapshot(dir);
         }),
-        ("first byte flipped", |dir| {
-            let mut bytes = std::fs::read(dir.join("db")).expect("read");
-            bytes[0] ^= 0xff;
-            std::fs::write(dir.join("db"), bytes).expect("write");
+        ("random bytes, no snapshot", |dir| {
+            let len = std::fs::metadata(dir.join("db")).expect("stat").len() as usize;
+            let noise: Vec<u8> = (0..len).map(|i| (i * 7919 % 251) as u8).collect();
+            std::fs::write(dir.join("db"), noise).expect("write");
+            no_snapshot(dir);
         }),
     ];
     for (what, damage) in cases {

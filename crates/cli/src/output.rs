@@ -389,6 +389,9 @@ pub(crate) struct RunView {
     pub(crate) commands: Vec<String>,
     /// The run this one reruns.
     pub(crate) parent: Option<String>,
+    /// #32: each rebuild of its journal by `sortie recover`, as a line.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) recovered: Vec<String>,
     /// The pools (issue 14).
     pub(crate) pools: Vec<crate::pools::PoolView>,
     /// The time the view was made for (ms since the epoch; the last attempt's end for a run
@@ -461,9 +464,25 @@ pub(crate) fn view_head(run: &RunId, state: &RunState, live_pid: Option<u32>) ->
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
         commands: Vec::new(),
         parent: state.parent.as_ref().map(ToString::to_string),
+        recovered: recovery_lines(state),
         pools: crate::pools::views(state, now),
         now,
     }
+}
+
+/// #32: one line per rebuild of the run's journal by `sortie recover`.
+pub(crate) fn recovery_lines(state: &RunState) -> Vec<String> {
+    state
+        .recovered
+        .iter()
+        .map(|r| {
+            format!(
+                "{} at {}",
+                crate::text::recovery_line(r.kept, r.lost, r.restored.len()),
+                clock(r.at.0)
+            )
+        })
+        .collect()
 }
 
 /// The view of task `i` of `state` (its record `rec`), as of `now` (ms since the epoch).
@@ -654,6 +673,9 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
     writeln!(out, "{}", counts.join(", "))?;
     if let Some(reason) = &v.budget_exceeded {
         writeln!(out, "run budget exceeded: {reason}")?;
+    }
+    for line in &v.recovered {
+        writeln!(out, "{line}")?;
     }
     let mut line = String::new();
     for t in &v.tasks {

@@ -27,3 +27,15 @@ pub(crate) fn control_text(action: &sortie_core::ControlAction) -> String {
 pub(crate) fn percent(used: u64, of: u64) -> u128 {
     u128::from(used) * 100 / u128::from(of.max(1))
 }
+
+/// #32: one line for a rebuild of the journal by `sortie recover` (replay, status, audit).
+pub(crate) fn recovery_line(kept: u64, lost: Option<(u64, u64)>, restored: usize) -> String {
+    let lost = match lost {
+        Some((first, last)) => format!(", records {first}..={last} lost"),
+        None => String::new(),
+    };
+    format!(
+        "recovered after damage: {kept} records read back{lost}, {restored} attempt(s) restored \
+         from their files"
+    )
+}

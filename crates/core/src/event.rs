@@ -330,6 +330,22 @@ pub enum Event {
         /// The agent's session id.
         session: String,
     },
+    // #32: recovery.
+    /// `sortie recover` rebuilt this run's journal after damage: appended once the records
+    /// that could be read are, before any event recover restored from the attempts' files.
+    RunRecovered {
+        /// How many records were read back (sled's own reading, then the scan of its files).
+        kept: u64,
+        /// Of which the scan of the journal's files found (sled no longer gave them).
+        scanned: u64,
+        /// The acknowledged records that were lost (`first..=last`), when the mark says.
+        lost: Option<(u64, u64)>,
+        /// The attempts recover found in their files and restored as launched (resume then
+        /// records or adopts each from its files: never run again, its number never reused).
+        restored: Vec<(TaskId, Attempt)>,
+        /// Where the damaged files were moved.
+        damaged: String,
+    },
 }
 
 /// One limit of a run's budget.
@@ -422,7 +438,8 @@ impl Event {
             | Event::RunFinished { .. }
             | Event::RunBudgetWarned { .. }
             | Event::RunBudgetExceeded { .. }
-            | Event::RunRerunOf { .. } => None,
+            | Event::RunRerunOf { .. }
+            | Event::RunRecovered { .. } => None,
             Event::TaskQueued { task }
             | Event::TaskSetUp { task, .. }
             | Event::AttemptLaunching { task, .. }
@@ -481,6 +498,7 @@ impl Event {
             | Event::TaskFinished { .. }
             | Event::WorktreePlanned { .. }
             | Event::TaskCarried { .. }
+            | Event::RunRecovered { .. }
             | Event::Control { .. } => None,
         }
     }
@@ -518,6 +536,7 @@ impl Event {
             Event::TaskCarried { .. } => "TaskCarried",
             Event::AttemptRead { .. } => "AttemptRead",
             Event::AttemptSession { .. } => "AttemptSession",
+            Event::RunRecovered { .. } => "RunRecovered",
         }
     }
 }

@@ -60,7 +60,7 @@ pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,
 };
 // #10: attempts that outlive sortie.
-pub use state::{Found, OutcomeRecord, Placed, TaskSteps};
+pub use state::{Found, OutcomeRecord, Placed, Recovery, TaskSteps};
 pub use summary::summary_text;
 pub use usage::{Cost, Usage};
 // #14: shared rate limits.

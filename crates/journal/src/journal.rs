@@ -202,7 +202,7 @@ impl Journal {
             // The copy is private: nothing else can hold its lock.
             match Store::open(&copy.0, Duration::ZERO, Role::Reader) {
                 Ok(store) => return Journal::with_store(store, run_dir, true, Some(copy)),
-                Err(e) => last_err = Some(e),
+                Err(e) => last_err = Some(in_place(e, &copy.0, &db)),
             }
         }
         Err(last_err.unwrap_or(Error::Locked { path: db }))
@@ -278,6 +278,33 @@ impl Journal {
     /// The seq the next append will get (= how many records the journal holds).
     pub fn next_seq(&self) -> Seq {
         Seq(*lock(&self.writer))
+    }
+}
+
+/// An error of sled's over the private copy `copy` of the journal's files in `db`, said of the
+/// run's own files (the copy is gone once the command ends): what sled refuses in them (files it
+/// cannot read, or did not write, such as two of its files swapped) is damage (exit 4), and
+/// names the run's file.
+fn in_place(e: Error, copy: &Path, db: &Path) -> Error {
+    let own = |path: &Path| match path.strip_prefix(copy) {
+        Ok(rel) if rel.as_os_str().is_empty() => db.to_path_buf(),
+        Ok(rel) => db.join(rel),
+        Err(_) => path.to_path_buf(),
+    };
+    match e {
+        Error::Damaged { file, message } => Error::Damaged {
+            file: own(&file),
+            message,
+        },
+        Error::Storage { path, message } => Error::Damaged {
+            file: own(&path),
+            message: format!("sled cannot open it: {message}"),
+        },
+        Error::Io { path, source } => Error::Io {
+            path: own(&path),
+            source,
+        },
+        other => other,
     }
 }
 

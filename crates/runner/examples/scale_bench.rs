@@ -179,6 +179,7 @@ fn crashed_run(state_dir: &Path, batch_file: &Path, a: &Args) -> (RunId, u64) {
             acked: None,
             damaged: None,
             parent: None,
+            recovered: 0,
         },
     )
     .unwrap();

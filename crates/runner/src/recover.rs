@@ -7,18 +7,31 @@
 //! damaged log). A new journal is built from every record that can still be read, in order, with
 //! their seqs and times; its high-water mark and a snapshot are written, and
 //! `runs/<id>/recovered.json` says what was lost: the seq range, and the tasks whose fate is
-//! uncertain. Nothing is appended that the run did not record: attempts that were live in the
-//! surviving records (their end lost) are found by `resume`, which records them orphaned and
-//! retries them; tasks that finished only in lost records run again.
+//! uncertain.
+//!
+//! Every source is used: the records sled still gives, then those the scan of the journal's
+//! files finds whole past the damage (`Journal::salvage`); when none can be read, the run's
+//! start from the newest valid snapshot (its batch, its id, its start); then the attempts'
+//! own files. An attempt whose records were lost but whose files (its `started` record in its
+//! dir or the shepherd's status log, or its Slurm job file) are there is restored as launched
+//! and placed (`restore_attempts`): `resume` then finds it like any attempt a crash left
+//! running, records it from its files if it ended (its output, its usage: never run again) or
+//! adopts it, and its number is never used again. Earlier attempts of the same task found on
+//! disk before it are restored as orphaned (ended, their end unknown; no retry spent). A
+//! `RunRecovered` event, after the records read back and before what was restored, says all
+//! this in the journal itself, so `audit`, `status`, `list` and `replay` show the recovery.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
-use sortie_core::{RunId, RunState, TaskState, Timestamp};
+use sortie_core::{
+    Attempt, Event, Isolation, OrphanAction, RunId, RunState, Stamped, TaskId, TaskState, Timestamp,
+};
 use sortie_journal::{Journal, Salvage};
 
 use crate::clock::now;
-use crate::layout::{StateDir, index};
+use crate::layout::{RunDir, StateDir, index};
 use crate::{Error, Result};
 
 /// What `recover` did.
@@ -40,6 +53,14 @@ pub struct Recovered {
     pub uncertain: Vec<String>,
     /// Where the damaged files are now.
     pub damaged: PathBuf,
+    /// How many of `kept` the scan of the journal's files found past sled's reading.
+    pub scanned: u64,
+    /// Whether the run's start was taken from the snapshot (no record could be read).
+    pub started_from_snapshot: bool,
+    /// The attempts restored from their files (`label.attempt`).
+    pub restored: Vec<String>,
+    /// Attempts whose files are there but could not be restored, and why.
+    pub not_restored: Vec<String>,
 }
 
 /// Recovers a run that no process owns (see the module docs).
@@ -61,12 +82,16 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
             ),
         }));
     }
-    // Nothing readable (a zero-length or garbled log): a journal rebuilt from no record would
-    // read as whole and empty, and resume could not go on from it. Refused, the files left.
+    let mut salvage = salvage;
+    // Nothing readable (a zero-length or garbled log): the run's start from the snapshot, when
+    // one is there; else a journal rebuilt from no record would read as whole and empty, and
+    // resume could not go on from it: refused, the files left.
+    let started_from_snapshot =
+        salvage.records.is_empty() && start_from_snapshot(&mut salvage, run_id);
     if salvage.records.is_empty() {
         return Err(Error::Journal(sortie_journal::Error::Damaged {
             file: sortie_journal::db_dir(dir.path()).join("db"),
-            message: "no record of the journal can be read: there is nothing to rebuild the run \
+            message: "no record of the journal can be read and no snapshot holds the run's start: there is nothing to rebuild the run \
                       from (its files are left as they are)"
                 .into(),
         }));
@@ -96,9 +121,30 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
         }
     }
 
+    let restoring = restore_attempts(&dir, &salvage.state);
+    let at = now();
+    let mut tail = vec![Event::RunRecovered {
+        kept,
+        scanned: salvage.scanned,
+        lost,
+        restored: restoring.restored.clone(),
+        damaged: aside.to_string_lossy().into_owned(),
+    }];
+    tail.extend(restoring.events);
+    let mut state = salvage.state.clone();
+    for event in &tail {
+        let stamped = Stamped {
+            seq: state.next_seq,
+            at,
+            event: event.clone(),
+        };
+        state.apply(&stamped).map_err(Error::Violation)?;
+    }
     let journal = Journal::create(run_dir)?;
     rebuild(&journal, &salvage)?;
-    let mark = journal.write_snapshot(&salvage.state)?;
+    let stamped: Vec<(Timestamp, Event)> = tail.into_iter().map(|e| (at, e)).collect();
+    journal.append_all(&stamped)?;
+    let mark = journal.write_snapshot(&state)?;
     let report = Recovered {
         run_id: run_id.clone(),
         kept,
@@ -107,13 +153,21 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
         stopped: salvage.stopped.clone(),
         uncertain,
         damaged: aside,
+        scanned: salvage.scanned,
+        started_from_snapshot,
+        restored: restoring
+            .restored
+            .iter()
+            .map(|(t, a)| format!("{}.{}", state.label(*t), a.0))
+            .collect(),
+        not_restored: restoring.not_restored,
     };
     let json = serde_json::to_vec_pretty(&report).map_err(|e| Error::Io {
         path: dir.recovered(),
         source: std::io::Error::other(e),
     })?;
     crate::files::write_atomic(&dir.recovered(), &json, 0o600)?;
-    let mut entry = index::RunEntry::from_state(run_id.clone(), &salvage.state, now());
+    let mut entry = index::RunEntry::from_state(run_id.clone(), &state, now());
     entry.acked = mark;
     index::write(state_dir, &entry)?;
     Ok(report)
@@ -150,4 +204,247 @@ fn uncertain(salvage: &Salvage) -> Vec<String> {
         })
         .map(|i| state.label(sortie_core::TaskId(i as u32)))
         .collect()
+}
+
+/// When no record can be read: the run's start (`RunStarted`, at the run's own start time, so
+/// that its processes' markers still name it) from the newest snapshot that decodes and is this
+/// run's, as the salvage's first record. Whether there was one.
+fn start_from_snapshot(salvage: &mut Salvage, run_id: &RunId) -> bool {
+    let Some((_, snap)) = &salvage.snapshot else {
+        return false;
+    };
+    let (Some(id), Some(batch), Some(started)) = (&snap.run_id, &snap.batch, snap.started_at)
+    else {
+        return false;
+    };
+    if id != run_id {
+        return false;
+    }
+    let first = Stamped {
+        seq: sortie_core::Seq(0),
+        at: started,
+        event: Event::RunStarted {
+            run_id: id.clone(),
+            batch: batch.clone(),
+            batch_digest: snap.batch_digest,
+            host: snap.host.clone(),
+            pid: snap.pid,
+        },
+    };
+    let mut state = RunState::new();
+    if state.apply(&first).is_err() {
+        return false;
+    }
+    salvage.records.push(first);
+    salvage.state = state;
+    true
+}
+
+/// What [`restore_attempts`] found.
+#[derive(Default)]
+struct Restoring {
+    /// The events that restore them, in order.
+    events: Vec<Event>,
+    /// The attempts restored as launched (the last of each task's, the live one).
+    restored: Vec<(TaskId, Attempt)>,
+    /// Attempts found on disk that could not be restored, and why.
+    not_restored: Vec<String>,
+}
+
+/// How an attempt's files say it was placed.
+enum OnDisk {
+    /// A supervised attempt: its `started` record.
+    Local(crate::layout::attempt::StartedFile),
+    /// A Slurm job: its id.
+    Slurm(String),
+}
+
+/// What the files of the attempt dir `dir` say of its placement, if they are there.
+fn on_disk(dir: &Path) -> Option<OnDisk> {
+    // A Slurm job's dir holds its `started` record too (its supervisor runs on the node).
+    if let Some(job) = crate::executor::slurm::read_job_id(dir) {
+        return Some(OnDisk::Slurm(job));
+    }
+    crate::supervisor::read_started(dir).map(OnDisk::Local)
+}
+
+/// The attempts whose records were lost but whose files are there: for each task, those
+/// numbered after the last attempt `state` knows, in order while each is found. Restored when
+/// the task may launch in `state` (pending, queued, or retrying into that number; in `cwd` or
+/// in a worktree already set up): the earlier ones as launched, placed and orphaned (their end
+/// is not known here), the last as launched and placed (and started, for a supervised one),
+/// live: resume finds it. A task whose state or isolation forbids it is named, not restored.
+fn restore_attempts(dir: &RunDir, state: &RunState) -> Restoring {
+    let mut out = Restoring::default();
+    let mut scratch = state.clone();
+    for (i, rec) in state.tasks.iter().enumerate() {
+        let task = TaskId(i as u32);
+        let Some(spec) = state.spec(task) else {
+            continue;
+        };
+        let known = rec.attempts.len() as u32;
+        // The live attempt whose placement (or start) was lost with the records: without it
+        // resume could not find it, and would run it again.
+        if let TaskState::Running { attempt } = rec.state
+            && let Some(live) = rec.attempts.last()
+            && (live.placed.is_none() || live.pid.is_none())
+        {
+            let at_dir = dir.attempt_dir(task.0, attempt.0);
+            if let Some(disk) = on_disk(&at_dir) {
+                let mut events = Vec::new();
+                placement_events(&mut events, task, attempt, &at_dir, &disk);
+                events.retain(|e| match e {
+                    Event::AttemptPlaced { .. } => live.placed.is_none(),
+                    Event::AttemptStarted { .. } => live.pid.is_none(),
+                    Event::AttemptHandle { .. } => {
+                        live.placed.as_ref().is_none_or(|p| p.handle.is_none())
+                    }
+                    _ => true,
+                });
+                if commit_restoring(&mut scratch, &mut out, task, attempt, events).is_err() {
+                    out.not_restored.push(format!(
+                        "{}.{}: the journal refuses its placement",
+                        state.label(task),
+                        attempt.0
+                    ));
+                }
+            }
+        }
+        let found: Vec<(Attempt, PathBuf, OnDisk)> = (known + 1..)
+            .map(|k| (Attempt(k), dir.attempt_dir(task.0, k)))
+            .map_while(|(a, d)| on_disk(&d).map(|o| (a, d, o)))
+            .collect();
+        if found.is_empty() || rec.state.is_terminal() {
+            continue;
+        }
+        let named = |why: &str| {
+            found
+                .iter()
+                .map(|(a, _, _)| format!("{}.{}: {why}", state.label(task), a.0))
+                .collect::<Vec<_>>()
+        };
+        if spec.isolation != Isolation::None && rec.steps().setup.is_none() {
+            out.not_restored.extend(named(
+                "its isolated checkout's setup was lost with the records",
+            ));
+            continue;
+        }
+        let mut events = Vec::new();
+        let mut model = match &rec.state {
+            TaskState::Pending => {
+                events.push(Event::TaskQueued { task });
+                None
+            }
+            TaskState::Queued { .. } => None,
+            TaskState::Retrying { next, model, .. } if next.0 == known + 1 => Some(model.clone()),
+            _ => {
+                out.not_restored
+                    .extend(named("the end of the attempt before it was lost"));
+                continue;
+            }
+        };
+        let last = found.len() - 1;
+        for (n, (attempt, at_dir, disk)) in found.iter().enumerate() {
+            let attempt = *attempt;
+            let this_model = model
+                .take()
+                .unwrap_or_else(|| sortie_core::decide::model_for_attempt(spec, attempt));
+            if n > 0 {
+                events.push(Event::RetryScheduled {
+                    task,
+                    next_attempt: attempt,
+                    model: this_model.clone(),
+                    delay: Duration::ZERO,
+                    reason: "its files were found by recover".into(),
+                });
+            }
+            events.push(Event::AttemptLaunching {
+                task,
+                attempt,
+                model: this_model,
+            });
+            placement_events(&mut events, task, attempt, at_dir, disk);
+            if n < last {
+                events.push(Event::AttemptOrphaned {
+                    task,
+                    attempt,
+                    action: OrphanAction::Gone,
+                });
+            }
+        }
+        if let Err(violation) =
+            commit_restoring(&mut scratch, &mut out, task, found[last].0, events)
+        {
+            out.not_restored
+                .extend(named(&format!("the journal refuses it ({violation})")));
+        }
+    }
+    out
+}
+
+/// The events that place attempt `attempt` of `task` as its files in `at_dir` say (`disk`).
+fn placement_events(
+    events: &mut Vec<Event>,
+    task: TaskId,
+    attempt: Attempt,
+    at_dir: &Path,
+    disk: &OnDisk,
+) {
+    let dir = at_dir.to_string_lossy().into_owned();
+    match disk {
+        OnDisk::Local(started) => {
+            events.push(Event::AttemptPlaced {
+                task,
+                attempt,
+                executor: crate::executor::SUPERVISED.to_owned(),
+                dir,
+            });
+            events.push(Event::AttemptStarted {
+                task,
+                attempt,
+                pid: started.pid,
+                start_time: started.start_time,
+            });
+        }
+        OnDisk::Slurm(job) => {
+            events.push(Event::AttemptPlaced {
+                task,
+                attempt,
+                executor: crate::executor::slurm::SLURM.to_owned(),
+                dir,
+            });
+            events.push(Event::AttemptHandle {
+                task,
+                attempt,
+                handle: job.clone(),
+            });
+        }
+    }
+}
+
+/// Checks `events` (restoring `attempt` of `task`) against `scratch`, the state with what was
+/// restored before, and when the journal accepts them, applies and keeps them.
+fn commit_restoring(
+    scratch: &mut RunState,
+    out: &mut Restoring,
+    task: TaskId,
+    attempt: Attempt,
+    events: Vec<Event>,
+) -> std::result::Result<(), sortie_core::Violation> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let at = scratch.last_at.unwrap_or(Timestamp(0));
+    scratch.check_round(at, &events)?;
+    for event in &events {
+        let stamped = Stamped {
+            seq: scratch.next_seq,
+            at,
+            event: event.clone(),
+        };
+        scratch.apply(&stamped)?;
+    }
+    out.restored.push((task, attempt));
+    out.events.extend(events);
+    Ok(())
 }

@@ -22,6 +22,8 @@ struct AuditView<'a> {
     ledger_mismatch: Option<&'a str>,
     ledger: LedgerView,
     snapshot_mismatch: Option<&'a str>,
+    /// #32: each rebuild of the journal by `sortie recover`.
+    recovered: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -61,6 +63,7 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
             ledger_mismatch: audit.ledger_mismatch.as_deref(),
             ledger: ledger_view(&audit.state, &audit.ledger),
             snapshot_mismatch: audit.snapshot_mismatch.as_deref(),
+            recovered: output::recovery_lines(&audit.state),
         };
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -78,6 +81,9 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
         }
         if let Some(m) = &audit.snapshot_mismatch {
             writeln!(out, "snapshot MISMATCH: {m}")?;
+        }
+        for line in output::recovery_lines(&audit.state) {
+            writeln!(out, "{line}")?;
         }
         writeln!(out)?;
         output::print_ledger(&mut out, &audit.state, &audit.ledger)?;

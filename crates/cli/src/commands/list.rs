@@ -22,6 +22,8 @@ struct Row {
     source: String,
     /// The run this one reruns.
     parent: Option<String>,
+    /// #32: how many times `sortie recover` rebuilt its journal.
+    recovered: u32,
 }
 
 /// Lists the runs.
@@ -61,6 +63,7 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
                 created: e.created.0,
                 source: e.source,
                 parent: e.parent.as_ref().map(ToString::to_string),
+                recovered: e.recovered,
             }
         })
         .collect();
@@ -91,6 +94,11 @@ pub(crate) fn list(g: &Global) -> Result<Code> {
                 .as_deref()
                 .map(|p| format!("  (rerun of {p})"))
                 .unwrap_or_default()
+                + if r.recovered > 0 {
+                    "  (recovered after damage: sortie audit says what)"
+                } else {
+                    ""
+                }
         )?;
     }
     Ok(say_damaged(&damaged, code))

@@ -20,6 +20,19 @@ pub(crate) fn recover(g: &Global, run: &str) -> Result<Code> {
         return Ok(Code::Ok);
     }
     writeln!(out, "run {run}: kept {} records", r.kept)?;
+    if r.scanned > 0 {
+        writeln!(
+            out,
+            "of which {} found whole in the journal's files past the damage",
+            r.scanned
+        )?;
+    }
+    if r.started_from_snapshot {
+        writeln!(
+            out,
+            "no record could be read: the run's start was taken from its snapshot"
+        )?;
+    }
     match (r.lost, r.acknowledged) {
         (Some((from, to)), _) => writeln!(out, "lost: records {from}..{to}")?,
         (None, Some(_)) => writeln!(out, "lost: nothing the journal acknowledged")?,
@@ -32,11 +45,24 @@ pub(crate) fn recover(g: &Global, run: &str) -> Result<Code> {
     if let Some(why) = &r.stopped {
         writeln!(out, "reading stopped at: {why}")?;
     }
+    if !r.restored.is_empty() {
+        writeln!(
+            out,
+            "restored from their files ({}): {} (resume records each from its files if it \
+             ended, else adopts it: none runs again, no attempt number is used twice)",
+            r.restored.len(),
+            r.restored.join(", ")
+        )?;
+    }
+    for why in &r.not_restored {
+        writeln!(out, "not restored: {why}")?;
+    }
     if !r.uncertain.is_empty() {
         writeln!(
             out,
-            "uncertain ({}): {} (their end is lost: resume records their attempts orphaned; \
-             a task that finished only in lost records runs again)",
+            "uncertain ({}): {} (their end is lost: resume records a live attempt from its \
+             files, or orphaned when they are gone; a task that finished only in lost records \
+             and left no attempt files runs again)",
             r.uncertain.len(),
             r.uncertain.join(", ")
         )?;

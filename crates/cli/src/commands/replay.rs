@@ -200,6 +200,12 @@ fn details(e: &Event) -> String {
         }
         Event::RunBudgetExceeded { reason, .. } => reason.clone(),
         Event::RunRerunOf { parent } => format!("rerun of {parent}"),
+        Event::RunRecovered {
+            kept,
+            lost,
+            restored,
+            ..
+        } => crate::text::recovery_line(*kept, *lost, restored.len()),
         Event::TaskCarried { result, usage, .. } => format!(
             "carried: {} ({} tokens, {} spent by the parent run)",
             result.state,

@@ -36,6 +36,20 @@ impl RunState {
             }
             Event::RunBudgetWarned { limit, .. } => self.budget_warned.push(*limit),
             Event::RunRerunOf { parent } => self.parent = Some(parent.clone()),
+            Event::RunRecovered {
+                kept,
+                scanned,
+                lost,
+                restored,
+                damaged,
+            } => self.recovered.push(super::Recovery {
+                at,
+                kept: *kept,
+                scanned: *scanned,
+                lost: *lost,
+                restored: restored.clone(),
+                damaged: damaged.clone(),
+            }),
             Event::RunBudgetExceeded { limit, reason } => {
                 self.budget_exceeded = Some((*limit, reason.clone()));
             }
@@ -235,7 +249,8 @@ impl RunState {
             | Event::RunBudgetWarned { .. }
             | Event::RunBudgetExceeded { .. }
             | Event::Control { .. }
-            | Event::RunRerunOf { .. } => {}
+            | Event::RunRerunOf { .. }
+            | Event::RunRecovered { .. } => {}
         }
     }
 

@@ -41,6 +41,8 @@ impl RunState {
             (RunStatus::NotStarted, Event::RunStarted { .. }) => return Ok(()),
             (RunStatus::NotStarted, _) => return Err(Violation::NotStarted { event: name }),
             (_, Event::RunStarted { .. }) => return Err(Violation::AlreadyStarted),
+            // Recover says so whatever the run's state: a finished run's end may have survived.
+            (_, Event::RunRecovered { .. }) => return Ok(()),
             (RunStatus::Finished { .. }, _) => return Err(Violation::RunEnded { event: name }),
             (RunStatus::Running | RunStatus::Interrupted { .. }, Event::RunResumed { .. }) => {
                 return Ok(());

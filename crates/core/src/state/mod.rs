@@ -578,11 +578,30 @@ pub struct RunState {
     pub control: ControlState,
     /// The run this one reruns (`RunRerunOf`).
     pub parent: Option<RunId>,
+    /// Each time `sortie recover` rebuilt the journal after damage (`RunRecovered`).
+    pub recovered: Vec<Recovery>,
     /// The pools' state (issue 14), by name: a fold of their attempts (see `crate::pool`).
     pub pools: std::collections::BTreeMap<String, crate::pool::PoolState>,
     /// The strings the placements share.
     #[serde(skip)]
     strings: Interner,
+}
+
+/// One rebuild of the journal by `sortie recover` (see `Event::RunRecovered`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// When.
+    pub at: Timestamp,
+    /// The records read back, of which `scanned` from the scan of the journal's files.
+    pub kept: u64,
+    /// See `kept`.
+    pub scanned: u64,
+    /// The acknowledged records lost (`first..=last`), when known.
+    pub lost: Option<(u64, u64)>,
+    /// The attempts restored from their files.
+    pub restored: Vec<(TaskId, Attempt)>,
+    /// Where the damaged files went.
+    pub damaged: String,
 }
 
 /// What `Event::Control` changed, as the planner and the runner need it.
@@ -636,6 +655,7 @@ impl RunState {
             budget_exceeded: None,
             control: ControlState::default(),
             parent: None,
+            recovered: Vec::new(),
             pools: std::collections::BTreeMap::new(),
             strings: Interner::default(),
         }

@@ -202,6 +202,14 @@ pub(crate) enum StoredEvent {
         host: String,
         pid: u32,
     },
+    /// `Event::RunRecovered` (#32).
+    RunRecovered {
+        kept: u64,
+        scanned: u64,
+        lost: Option<(u64, u64)>,
+        restored: Vec<(u32, u32)>,
+        damaged: String,
+    },
 }
 
 /// Reads a `String` as a borrowed `str` copied once: for `String` itself, bincode zeroes a
@@ -420,6 +428,19 @@ impl From<&Event> for StoredEvent {
             },
             Event::RunRerunOf { parent } => StoredEvent::RunRerunOf {
                 parent: parent.as_str().to_owned(),
+            },
+            Event::RunRecovered {
+                kept,
+                scanned,
+                lost,
+                restored,
+                damaged,
+            } => StoredEvent::RunRecovered {
+                kept: *kept,
+                scanned: *scanned,
+                lost: *lost,
+                restored: restored.iter().map(|(t, a)| (t.0, a.0)).collect(),
+                damaged: damaged.clone(),
             },
             Event::TaskCarried {
                 task,
@@ -655,6 +676,7 @@ impl TryFrom<StoredEvent> for Event {
             | StoredEvent::RunBudgetExceeded { .. }
             | StoredEvent::Control { .. }
             | StoredEvent::RunRerunOf { .. }
+            | StoredEvent::RunRecovered { .. }
             | StoredEvent::RunStartedShared { .. } => run_event(e)?,
             StoredEvent::AttemptLaunching { .. }
             | StoredEvent::AttemptStarted { .. }
@@ -733,6 +755,22 @@ fn run_event(e: StoredEvent) -> Result<Event, String> {
         },
         StoredEvent::RunRerunOf { parent } => Event::RunRerunOf {
             parent: RunId::new(parent).map_err(|e| e.to_string())?,
+        },
+        StoredEvent::RunRecovered {
+            kept,
+            scanned,
+            lost,
+            restored,
+            damaged,
+        } => Event::RunRecovered {
+            kept,
+            scanned,
+            lost,
+            restored: restored
+                .into_iter()
+                .map(|(t, a)| (sortie_core::TaskId(t), sortie_core::Attempt(a)))
+                .collect(),
+            damaged,
         },
         StoredEvent::RunStartedShared {
             run_id,

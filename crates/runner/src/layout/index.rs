@@ -89,6 +89,9 @@ pub struct RunEntry {
     /// The run this one reruns (`sortie rerun`), for `list`'s lineage.
     #[serde(default)]
     pub parent: Option<RunId>,
+    /// #32: how many times `sortie recover` rebuilt its journal (`list` says so).
+    #[serde(default)]
+    pub recovered: u32,
 }
 
 impl RunEntry {
@@ -109,6 +112,7 @@ impl RunEntry {
             acked: None,
             damaged: None,
             parent: state.parent.clone(),
+            recovered: state.recovered.len() as u32,
         }
     }
 }
@@ -165,6 +169,7 @@ pub fn create(state_dir: &StateDir, run: &RunId, source: &str, now: Timestamp) -
         acked: None,
         damaged: None,
         parent: None,
+        recovered: 0,
     };
     write(state_dir, &entry)
 }
@@ -185,6 +190,7 @@ pub fn record(
         e.pid = std::process::id();
         e.updated = now;
         e.parent = state.parent.clone();
+        e.recovered = state.recovered.len() as u32;
         if acked.is_some() {
             e.acked = acked;
         }
@@ -322,6 +328,7 @@ mod tests {
             acked: None,
             damaged: None,
             parent: None,
+            recovered: 0,
         }
     }
 

@@ -63,6 +63,14 @@ const SCRIPT_FILE: &str = "job.sh";
 const ARGS_FILE: &str = "sbatch.args";
 const JOB_FILE: &str = "job";
 
+/// #32: the id of the Slurm job an attempt dir's `job` file names, if it names one (`recover`
+/// restores the attempt from it when the journal lost its records).
+pub fn read_job_id(dir: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(JOB_FILE)).ok()?;
+    let id = text.trim();
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit() || b == b'_')).then(|| id.to_owned())
+}
+
 /// How long a stop waits for Slurm to report the job over after SIGKILL.
 const STOP_WAIT: Duration = Duration::from_secs(120);
 
