@@ -941,11 +941,6 @@ fn recover_never_runs_finished_work_again_nor_reuses_an_attempt_number() {
             .collect();
         let out = copy.run_ok(&["--json", "recover", RUN]);
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        let restored = report["restored"].as_array().expect("restored").len();
-        assert!(
-            restored > 0,
-            "{what}: attempts restored from files: {report}"
-        );
         let resumed = copy.run(&["resume", RUN]);
         assert_eq!(
             resumed.status.code(),
@@ -988,6 +983,12 @@ fn recover_never_runs_finished_work_again_nor_reuses_an_attempt_number() {
                 "{what}: {label}"
             );
         }
+        // What recover restored from the attempts' files (before: nothing).
+        let restored = report["restored"].as_array().expect("restored").len();
+        assert!(
+            restored > 0,
+            "{what}: attempts restored from files: {report}"
+        );
         assert_recovered(&copy, what);
         for (p, bytes) in kept {
             std::fs::write(p, bytes).expect("put back");

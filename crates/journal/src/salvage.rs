@@ -107,7 +107,7 @@ impl Journal {
     }
 }
 
-/// The records framed in the files under `dir` (sled's log, its blobs), by seq: the first whole
+/// The records framed in the files under `dir` (sled's log, its blobs), by seq: the last whole
 /// one of each. Files that cannot be read are skipped.
 fn scan_files(dir: &Path) -> BTreeMap<u64, Stamped> {
     let mut found = BTreeMap::new();
@@ -125,8 +125,10 @@ fn scan_files(dir: &Path) -> BTreeMap<u64, Stamped> {
             } else if kind.is_file()
                 && let Ok(bytes) = std::fs::read(entry.path())
             {
+                // The last copy of a seq in a file is its newest write (a record sled dropped
+                // in a crash and written again under the same seq comes later in its log).
                 for r in codec::scan(&bytes) {
-                    found.entry(r.seq.0).or_insert(r);
+                    found.insert(r.seq.0, r);
                 }
             }
         }
