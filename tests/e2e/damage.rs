@@ -1075,3 +1075,45 @@ fn recover_refuses_a_journal_with_nothing_readable() {
         }
     }
 }
+
+/// #32, finding 4: a direct attempt (`supervise = false`) records no exit of its own, so when
+/// the journal loses its records it cannot be recorded from its files; recover restores it as
+/// orphaned, and the task runs again under the next attempt number, never writing over the old
+/// attempt's files (they used to be overwritten by a second attempt 1).
+#[test]
+fn recover_never_reuses_a_direct_attempts_number() {
+    let s = Scratch::new();
+    let mut toml = String::from("concurrency = 2\n[defaults]\nsupervise = false\n");
+    for i in 0..6 {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"d{i}\"\ncommand = {}\n",
+            fake_command(&["--answer", "done"])
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    let attempts = s.state_dir().join("runs").join(RUN).join("attempts");
+    let before: std::collections::BTreeMap<PathBuf, Vec<u8>> = tree(&attempts);
+    let bytes = std::fs::read(journal_dir(&s).join("db")).expect("read");
+    let cut = written(&bytes) * 45 / 100;
+    std::fs::write(journal_dir(&s).join("db"), &bytes[..cut]).expect("write");
+    let out = s.run_ok(&["--json", "recover", RUN]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        !report["orphaned"].as_array().expect("orphaned").is_empty(),
+        "{report}"
+    );
+    let resumed = s.run(&["resume", RUN]);
+    assert_eq!(resumed.status.code(), Some(0));
+    assert_eq!(s.status(RUN)["status"], "completed");
+    let after = tree(&attempts);
+    for (path, bytes) in &before {
+        assert_eq!(
+            after.get(path),
+            Some(bytes),
+            "{}: an attempt's files were written over",
+            path.display()
+        );
+    }
+    s.audit_clean(RUN);
+}

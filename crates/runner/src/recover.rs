@@ -61,6 +61,9 @@ pub struct Recovered {
     pub restored: Vec<String>,
     /// Attempts whose files are there but could not be restored, and why.
     pub not_restored: Vec<String>,
+    /// Attempts of which only output files were found (a direct attempt records no exit):
+    /// restored as orphaned, so the task runs again under the next number.
+    pub orphaned: Vec<String>,
 }
 
 /// Recovers a run that no process owns (see the module docs).
@@ -127,7 +130,12 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
         kept,
         scanned: salvage.scanned,
         lost,
-        restored: restoring.restored.clone(),
+        restored: restoring
+            .restored
+            .iter()
+            .chain(&restoring.orphaned)
+            .copied()
+            .collect(),
         damaged: aside.to_string_lossy().into_owned(),
     }];
     tail.extend(restoring.events);
@@ -161,6 +169,11 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
             .map(|(t, a)| format!("{}.{}", state.label(*t), a.0))
             .collect(),
         not_restored: restoring.not_restored,
+        orphaned: restoring
+            .orphaned
+            .iter()
+            .map(|(t, a)| format!("{}.{}", state.label(*t), a.0))
+            .collect(),
     };
     let json = serde_json::to_vec_pretty(&report).map_err(|e| Error::Io {
         path: dir.recovered(),
@@ -249,6 +262,9 @@ struct Restoring {
     restored: Vec<(TaskId, Attempt)>,
     /// Attempts found on disk that could not be restored, and why.
     not_restored: Vec<String>,
+    /// Attempts of which only output files were found, restored as orphaned (run again under
+    /// the next number: a direct attempt records no exit).
+    orphaned: Vec<(TaskId, Attempt)>,
 }
 
 /// How an attempt's files say it was placed.
@@ -257,6 +273,10 @@ enum OnDisk {
     Local(crate::layout::attempt::StartedFile),
     /// A Slurm job: its id.
     Slurm(String),
+    /// Only its output files: a direct attempt (a child of the sortie that crashed, gone with
+    /// it), or one whose placement left no record. Restored as orphaned, so that its number is
+    /// not used again (its files would be written over).
+    Files,
 }
 
 /// What the files of the attempt dir `dir` say of its placement, if they are there.
@@ -265,7 +285,11 @@ fn on_disk(dir: &Path) -> Option<OnDisk> {
     if let Some(job) = crate::executor::slurm::read_job_id(dir) {
         return Some(OnDisk::Slurm(job));
     }
-    crate::supervisor::read_started(dir).map(OnDisk::Local)
+    if let Some(started) = crate::supervisor::read_started(dir) {
+        return Some(OnDisk::Local(started));
+    }
+    let files = crate::layout::attempt::AttemptFiles::of(dir);
+    (files.stdout.exists() || files.stderr.exists()).then_some(OnDisk::Files)
 }
 
 /// The attempts whose records were lost but whose files are there: for each task, those
@@ -364,7 +388,7 @@ fn restore_attempts(dir: &RunDir, state: &RunState) -> Restoring {
                 model: this_model,
             });
             placement_events(&mut events, task, attempt, at_dir, disk);
-            if n < last {
+            if n < last || matches!(disk, OnDisk::Files) {
                 events.push(Event::AttemptOrphaned {
                     task,
                     attempt,
@@ -406,6 +430,7 @@ fn placement_events(
                 start_time: started.start_time,
             });
         }
+        OnDisk::Files => {}
         OnDisk::Slurm(job) => {
             events.push(Event::AttemptPlaced {
                 task,
@@ -444,7 +469,14 @@ fn commit_restoring(
         };
         scratch.apply(&stamped)?;
     }
-    out.restored.push((task, attempt));
+    if events
+        .last()
+        .is_some_and(|e| matches!(e, Event::AttemptOrphaned { .. }))
+    {
+        out.orphaned.push((task, attempt));
+    } else {
+        out.restored.push((task, attempt));
+    }
     out.events.extend(events);
     Ok(())
 }

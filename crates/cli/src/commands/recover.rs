@@ -54,6 +54,15 @@ pub(crate) fn recover(g: &Global, run: &str) -> Result<Code> {
             r.restored.join(", ")
         )?;
     }
+    if !r.orphaned.is_empty() {
+        writeln!(
+            out,
+            "orphaned ({}): {} (only their output files are left, no exit: each runs again \
+             under the next attempt number)",
+            r.orphaned.len(),
+            r.orphaned.join(", ")
+        )?;
+    }
     for why in &r.not_restored {
         writeln!(out, "not restored: {why}")?;
     }
