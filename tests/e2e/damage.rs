@@ -1076,18 +1076,24 @@ fn recover_refuses_a_journal_with_nothing_readable() {
     }
 }
 
-/// #32, finding 4: a direct attempt (`supervise = false`) records no exit of its own, so when
-/// the journal loses its records it cannot be recorded from its files; recover restores it as
-/// orphaned, and the task runs again under the next attempt number, never writing over the old
-/// attempt's files (they used to be overwritten by a second attempt 1).
+/// #32, finding 4: a direct attempt (`supervise = false`) has no supervisor, but sortie wrote
+/// its files and its `exit` record in its attempt dir; when the journal loses its records,
+/// recover restores it from them and resume records it: no task runs again, and no attempt's
+/// files are written over (a second attempt 1 used to overwrite them).
 #[test]
-fn recover_never_reuses_a_direct_attempts_number() {
+fn recover_records_ended_direct_attempts_and_never_reuses_their_numbers() {
     let s = Scratch::new();
     let mut toml = String::from("concurrency = 2\n[defaults]\nsupervise = false\n");
     for i in 0..6 {
+        let counter = s.path().join(format!("count-d{i}"));
         toml.push_str(&format!(
             "\n[[tasks]]\nlabel = \"d{i}\"\ncommand = {}\n",
-            fake_command(&["--answer", "done"])
+            fake_command(&[
+                "--answer",
+                "done",
+                "--counter",
+                counter.to_str().expect("utf-8"),
+            ])
         ));
     }
     let batch = s.write("batch.toml", &toml);
@@ -1099,13 +1105,13 @@ fn recover_never_reuses_a_direct_attempts_number() {
     std::fs::write(journal_dir(&s).join("db"), &bytes[..cut]).expect("write");
     let out = s.run_ok(&["--json", "recover", RUN]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert!(
-        !report["orphaned"].as_array().expect("orphaned").is_empty(),
-        "{report}"
-    );
     let resumed = s.run(&["resume", RUN]);
     assert_eq!(resumed.status.code(), Some(0));
     assert_eq!(s.status(RUN)["status"], "completed");
+    for i in 0..6 {
+        let ran = lines(&s.path().join(format!("count-d{i}")));
+        assert_eq!(ran.len(), 1, "d{i} ran again: {report}");
+    }
     let after = tree(&attempts);
     for (path, bytes) in &before {
         assert_eq!(

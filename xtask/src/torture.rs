@@ -55,6 +55,8 @@ use sortie_testkit::{Events, Journal, Usage, try_git as git, wait_exit};
 // Explicit, so that xtask and the e2e test that includes this file find the same file.
 #[path = "torture_checks.rs"]
 mod checks;
+#[path = "torture_damage.rs"]
+mod damage;
 
 /// The engine's test hook, `sortie_runner::engine::TEST_PAUSE_AFTER` (xtask does not build the
 /// runner; `tests/e2e/torture.rs` checks that the two agree).
@@ -180,6 +182,11 @@ pub(crate) struct Report {
     /// The agents those shepherds ran: each waited for by sortie, recorded once, never
     /// orphaned, never beside its retry.
     pub(crate) shepherd_agents: u64,
+    /// #32: damage-and-recover rounds (see `torture_damage.rs`), and of them those recover
+    /// refused (nothing to rebuild from: the journal put back) and those it recovered.
+    pub(crate) damage_rounds: u32,
+    pub(crate) damage_refused: u32,
+    pub(crate) damage_recovered: u32,
     /// `sortie resume` processes started.
     pub(crate) resumes: u32,
     /// Runs (batches) driven to their end.
@@ -259,6 +266,13 @@ impl Report {
              and {} kills of the shepherd while sortie lived ({} lived through by sortie until \
              the {} agents their shepherd ran had ended, each once, none orphaned)",
             self.interrupts, self.shepherd_kills, self.shepherd_outlived, self.shepherd_agents
+        );
+        let _ = writeln!(
+            s,
+            "torture: {} damage-and-recover rounds: {} recovered (audit whole and saying so, no \
+             attempt number used twice, no finished task run again), {} refused by recover \
+             (nothing to rebuild from; the journal put back)",
+            self.damage_rounds, self.damage_recovered, self.damage_refused
         );
         let _ = writeln!(s, "torture: kills after: {}", paused.join(", "));
         let _ = write!(
@@ -349,6 +363,8 @@ struct Gen {
     /// Attempts whose exit file was there right after a kill, before they were recorded: they
     /// ended while sortie was down.
     ended_down: BTreeSet<(u64, u64)>,
+    /// #32: the process of each attempt started before a damage round (see `torture_damage`).
+    started_before_damage: BTreeMap<(u64, u64), (u64, u64)>,
 }
 
 /// How the next sortie process of a run will be killed.
@@ -425,6 +441,7 @@ impl Torture {
             seen_usage: BTreeMap::new(),
             starts: 0,
             ended_down: BTreeSet::new(),
+            started_before_damage: BTreeMap::new(),
         })
     }
 
@@ -574,6 +591,14 @@ impl Torture {
                 KillPlan::Delay(_) => {}
             }
             let j = self.check_after_kill(g)?;
+            // #32: one crash in ten (and one at half-way if none yet), the journal is damaged
+            // and recovered before the resume.
+            let halfway = self.report.crashes == self.opts.crashes / 2;
+            if j.count("RunFinished") == 0
+                && (self.rng.chance(10) || (halfway && self.report.damage_rounds == 0))
+            {
+                self.damage_round(g, &j)?;
+            }
             if self.opts.verbose {
                 eprintln!(
                     "torture: crash {}/{} ({}, run {}): {} of {} tasks finished, {} attempts \

@@ -262,7 +262,7 @@ impl Torture {
                 bail!("violation {when}: a task ended for an interrupt or a crash: {e}");
             }
         }
-        Ok(())
+        self.check_attempt_numbers(g, j, when)
     }
 
     /// What must hold once a run has ended.

@@ -339,3 +339,40 @@ fn the_task_end_hook_is_the_flag_else_the_tasks_else_the_runs() {
         "the error's first line"
     );
 }
+
+// #32: an attempt is placed before it starts; only after `sortie recover` (`RunRecovered`) may
+// a started attempt without a placement (a direct one, whose end the damage lost) be placed
+// from its files, once, so that resume records it instead of running it again.
+#[test]
+fn a_started_attempt_is_placed_late_only_after_a_recovery_and_once() {
+    let mut state = run();
+    let placed = Event::AttemptPlaced {
+        task: B,
+        attempt: Attempt(1),
+        executor: "local".into(),
+        dir: "/state/runs/r/attempts/1.1".into(),
+    };
+    assert!(state.check(&placed).is_err(), "placed after its start");
+    let apply = |state: &mut RunState, event: Event| {
+        let stamped = Stamped {
+            seq: state.next_seq,
+            at: Timestamp(9_000),
+            event,
+        };
+        state.apply(&stamped).expect("legal");
+    };
+    apply(
+        &mut state,
+        Event::RunRecovered {
+            kept: 20,
+            scanned: 0,
+            lost: Some((20, 30)),
+            restored: vec![(B, Attempt(1))],
+            damaged: "/state/runs/r/damaged/1".into(),
+        },
+    );
+    assert_eq!(state.recovered.len(), 1);
+    assert_eq!(state.check(&placed), Ok(()));
+    apply(&mut state, placed.clone());
+    assert!(state.check(&placed).is_err(), "placed twice");
+}

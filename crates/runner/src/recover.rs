@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sortie_core::{
-    Attempt, Event, Isolation, OrphanAction, RunId, RunState, Stamped, TaskId, TaskState, Timestamp,
+    Attempt, Event, Isolation, OrphanAction, PlannedWorktree, RunId, RunState, Stamped, TaskId,
+    TaskState, Timestamp,
 };
 use sortie_journal::{Journal, Salvage};
 
@@ -124,7 +125,8 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
         }
     }
 
-    let restoring = restore_attempts(&dir, &salvage.state);
+    let worktrees = lost_worktrees(state_dir, &dir, &salvage);
+    let restoring = restore_attempts(&dir, &salvage.state, &worktrees);
     let at = now();
     let mut tail = vec![Event::RunRecovered {
         kept,
@@ -273,10 +275,54 @@ enum OnDisk {
     Local(crate::layout::attempt::StartedFile),
     /// A Slurm job: its id.
     Slurm(String),
+    /// Its output files and its `exit` record, and no `started` record: a direct attempt
+    /// (`supervise = false`) that ended, whose files sortie wrote. Restored as placed with
+    /// its files, so that resume records it from them like an ended supervised attempt.
+    Ended,
     /// Only its output files: a direct attempt (a child of the sortie that crashed, gone with
     /// it), or one whose placement left no record. Restored as orphaned, so that its number is
     /// not used again (its files would be written over).
     Files,
+}
+
+/// The live attempt of `task` in `state` whose placement (or start) was lost with the records:
+/// placed (and started) again from its files, else resume could not find it, and would run it
+/// again.
+fn restore_placement(
+    dir: &RunDir,
+    state: &RunState,
+    scratch: &mut RunState,
+    out: &mut Restoring,
+    task: TaskId,
+) {
+    let Some(rec) = state.task(task) else {
+        return;
+    };
+    let (TaskState::Running { attempt }, Some(live)) = (&rec.state, rec.attempts.last()) else {
+        return;
+    };
+    if live.placed.is_some() && live.pid.is_some() {
+        return;
+    }
+    let at_dir = dir.attempt_dir(task.0, attempt.0);
+    let Some(disk) = on_disk(&at_dir) else {
+        return;
+    };
+    let mut events = Vec::new();
+    placement_events(&mut events, task, *attempt, &at_dir, &disk);
+    events.retain(|e| match e {
+        Event::AttemptPlaced { .. } => live.placed.is_none(),
+        Event::AttemptStarted { .. } => live.pid.is_none(),
+        Event::AttemptHandle { .. } => live.placed.as_ref().is_none_or(|p| p.handle.is_none()),
+        _ => true,
+    });
+    if commit_restoring(scratch, out, task, *attempt, events).is_err() {
+        out.not_restored.push(format!(
+            "{}.{}: the journal refuses its placement",
+            state.label(task),
+            attempt.0
+        ));
+    }
 }
 
 /// What the files of the attempt dir `dir` say of its placement, if they are there.
@@ -288,6 +334,9 @@ fn on_disk(dir: &Path) -> Option<OnDisk> {
     if let Some(started) = crate::supervisor::read_started(dir) {
         return Some(OnDisk::Local(started));
     }
+    if crate::supervisor::read_exit(dir).is_some() {
+        return Some(OnDisk::Ended);
+    }
     let files = crate::layout::attempt::AttemptFiles::of(dir);
     (files.stdout.exists() || files.stderr.exists()).then_some(OnDisk::Files)
 }
@@ -298,47 +347,40 @@ fn on_disk(dir: &Path) -> Option<OnDisk> {
 /// in a worktree already set up): the earlier ones as launched, placed and orphaned (their end
 /// is not known here), the last as launched and placed (and started, for a supervised one),
 /// live: resume finds it. A task whose state or isolation forbids it is named, not restored.
-fn restore_attempts(dir: &RunDir, state: &RunState) -> Restoring {
+fn restore_attempts(
+    dir: &RunDir,
+    state: &RunState,
+    worktrees: &std::collections::BTreeMap<TaskId, PlannedWorktree>,
+) -> Restoring {
     let mut out = Restoring::default();
+    // Checked as they will be journaled: after the `RunRecovered` that says what was restored.
     let mut scratch = state.clone();
+    let _ = scratch.apply(&Stamped {
+        seq: scratch.next_seq,
+        at: scratch.last_at.unwrap_or(Timestamp(0)),
+        event: Event::RunRecovered {
+            kept: 0,
+            scanned: 0,
+            lost: None,
+            restored: Vec::new(),
+            damaged: String::new(),
+        },
+    });
     for (i, rec) in state.tasks.iter().enumerate() {
         let task = TaskId(i as u32);
         let Some(spec) = state.spec(task) else {
             continue;
         };
         let known = rec.attempts.len() as u32;
-        // The live attempt whose placement (or start) was lost with the records: without it
-        // resume could not find it, and would run it again.
-        if let TaskState::Running { attempt } = rec.state
-            && let Some(live) = rec.attempts.last()
-            && (live.placed.is_none() || live.pid.is_none())
-        {
-            let at_dir = dir.attempt_dir(task.0, attempt.0);
-            if let Some(disk) = on_disk(&at_dir) {
-                let mut events = Vec::new();
-                placement_events(&mut events, task, attempt, &at_dir, &disk);
-                events.retain(|e| match e {
-                    Event::AttemptPlaced { .. } => live.placed.is_none(),
-                    Event::AttemptStarted { .. } => live.pid.is_none(),
-                    Event::AttemptHandle { .. } => {
-                        live.placed.as_ref().is_none_or(|p| p.handle.is_none())
-                    }
-                    _ => true,
-                });
-                if commit_restoring(&mut scratch, &mut out, task, attempt, events).is_err() {
-                    out.not_restored.push(format!(
-                        "{}.{}: the journal refuses its placement",
-                        state.label(task),
-                        attempt.0
-                    ));
-                }
-            }
-        }
         let found: Vec<(Attempt, PathBuf, OnDisk)> = (known + 1..)
             .map(|k| (Attempt(k), dir.attempt_dir(task.0, k)))
             .map_while(|(a, d)| on_disk(&d).map(|o| (a, d, o)))
             .collect();
-        if found.is_empty() || rec.state.is_terminal() {
+        if rec.state.is_terminal() {
+            continue;
+        }
+        if found.is_empty() {
+            restore_placement(dir, state, &mut scratch, &mut out, task);
             continue;
         }
         let named = |why: &str| {
@@ -347,33 +389,63 @@ fn restore_attempts(dir: &RunDir, state: &RunState) -> Restoring {
                 .map(|(a, _, _)| format!("{}.{}: {why}", state.label(task), a.0))
                 .collect::<Vec<_>>()
         };
-        if spec.isolation != Isolation::None && rec.steps().setup.is_none() {
+        let mut events = Vec::new();
+        let lost_setup = spec.isolation == Isolation::Worktree && rec.steps().setup.is_none();
+        if lost_setup && !worktrees.contains_key(&task) {
             out.not_restored.extend(named(
-                "its isolated checkout's setup was lost with the records",
+                "its worktree's setup was lost with the records and is not on disk",
             ));
             continue;
         }
-        let mut events = Vec::new();
-        let mut model = match &rec.state {
+        // How the task got to the first attempt found: queued, or retried after the one before
+        // (a live one ended, since another was launched: its end is lost, so it is an orphan).
+        let (mut model, retried) = match &rec.state {
             TaskState::Pending => {
                 events.push(Event::TaskQueued { task });
-                None
+                (None, false)
             }
-            TaskState::Queued { .. } => None,
-            TaskState::Retrying { next, model, .. } if next.0 == known + 1 => Some(model.clone()),
+            TaskState::Queued { .. } => (None, false),
+            TaskState::Retrying { next, model, .. } if next.0 == known + 1 => {
+                (Some(model.clone()), false)
+            }
+            TaskState::Running { attempt } if attempt.0 == known => {
+                events.push(Event::AttemptOrphaned {
+                    task,
+                    attempt: *attempt,
+                    action: OrphanAction::Gone,
+                });
+                (None, true)
+            }
+            TaskState::Ended { attempt } if attempt.0 == known => (None, true),
             _ => {
                 out.not_restored
                     .extend(named("the end of the attempt before it was lost"));
                 continue;
             }
         };
+        // Its worktree, found on disk, set up again in the journal before its attempts.
+        if lost_setup && let Some(w) = worktrees.get(&task) {
+            if rec.steps().worktree.is_none() {
+                events.push(Event::WorktreePlanned {
+                    task,
+                    repo: w.repo.clone(),
+                    path: w.path.clone(),
+                    branch: w.branch.clone(),
+                    base: w.base.clone(),
+                });
+            }
+            events.push(Event::TaskSetUp {
+                task,
+                worktree: Some(w.path.clone()),
+            });
+        }
         let last = found.len() - 1;
         for (n, (attempt, at_dir, disk)) in found.iter().enumerate() {
             let attempt = *attempt;
             let this_model = model
                 .take()
                 .unwrap_or_else(|| sortie_core::decide::model_for_attempt(spec, attempt));
-            if n > 0 {
+            if n > 0 || retried {
                 events.push(Event::RetryScheduled {
                     task,
                     next_attempt: attempt,
@@ -431,6 +503,12 @@ fn placement_events(
             });
         }
         OnDisk::Files => {}
+        OnDisk::Ended => events.push(Event::AttemptPlaced {
+            task,
+            attempt,
+            executor: crate::executor::SUPERVISED.to_owned(),
+            dir,
+        }),
         OnDisk::Slurm(job) => {
             events.push(Event::AttemptPlaced {
                 task,
@@ -479,4 +557,71 @@ fn commit_restoring(
     }
     out.events.extend(events);
     Ok(())
+}
+
+/// The worktrees of the tasks whose setup was lost with the records but whose worktree is on
+/// disk: what `WorktreePlanned` said, from the newest snapshot when it holds it, else read back
+/// from git (the repository of the task's `cwd`, the branch's fork point from its HEAD as the
+/// base: with `include_wip`, the seed commit then counts as a change, and the worktree is kept).
+fn lost_worktrees(
+    state_dir: &StateDir,
+    dir: &RunDir,
+    salvage: &Salvage,
+) -> std::collections::BTreeMap<TaskId, PlannedWorktree> {
+    let state = &salvage.state;
+    let snapshot = salvage.snapshot.as_ref().map(|(_, s)| s);
+    let mut out = std::collections::BTreeMap::new();
+    let mut runtime = None;
+    for (i, rec) in state.tasks.iter().enumerate() {
+        let task = TaskId(i as u32);
+        let Some(spec) = state.spec(task) else {
+            continue;
+        };
+        if spec.isolation != Isolation::Worktree
+            || rec.steps().setup.is_some()
+            || !rec.attempts.is_empty()
+        {
+            continue;
+        }
+        let (path, branch) =
+            crate::worktree::location(state_dir, dir.id().as_str(), &spec.label, task.0);
+        if !path.is_dir() {
+            continue;
+        }
+        let from_snapshot = snapshot
+            .and_then(|s| s.task(task))
+            .and_then(|r| r.steps().worktree.clone())
+            .filter(|w| Path::new(&w.path) == path);
+        let planned = from_snapshot.or_else(|| {
+            let rt = runtime.get_or_insert_with(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()
+            });
+            let rt = rt.as_ref()?;
+            let git = |cwd: &Path, args: &[&str]| {
+                let argv: Vec<String> = std::iter::once("git")
+                    .chain(args.iter().copied())
+                    .map(str::to_owned)
+                    .collect();
+                rt.block_on(crate::process::run_tool(&argv, cwd, &[]))
+                    .ok()
+                    .filter(|o| o.success())
+                    .map(|o| o.text())
+            };
+            let repo = git(Path::new(&spec.cwd), &["rev-parse", "--show-toplevel"])?;
+            let base = git(Path::new(&repo), &["merge-base", &branch, "HEAD"])?;
+            Some(PlannedWorktree {
+                repo,
+                path: path.display().to_string(),
+                branch: branch.clone(),
+                base,
+            })
+        });
+        if let Some(p) = planned {
+            out.insert(task, p);
+        }
+    }
+    out
 }

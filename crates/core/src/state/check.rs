@@ -408,6 +408,9 @@ impl TaskCheck<'_> {
         match (event, a.placed.as_deref()) {
             (Event::AttemptPlaced { .. }, Some(_)) => Err(self.duplicate()),
             (Event::AttemptPlaced { .. }, None) if a.pid.is_none() => Ok(()),
+            // #32: after `sortie recover`, a started attempt whose placement is not in the
+            // journal (an ended direct attempt) is placed from its files, so resume records it.
+            (Event::AttemptPlaced { .. }, None) if !self.run.recovered.is_empty() => Ok(()),
             (Event::AttemptHandle { .. }, Some(p)) if p.handle.is_some() => Err(self.duplicate()),
             (Event::AttemptHandle { .. }, Some(_)) => Ok(()),
             (Event::AttemptRead { offset, .. }, Some(p)) if *offset >= p.read => Ok(()),

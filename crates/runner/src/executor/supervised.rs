@@ -136,7 +136,18 @@ impl Executor for Supervised {
     fn adopt(&self, adoption: Adoption) -> BoxFuture<'_, Result<Box<dyn Execution>, SpawnError>> {
         Box::pin(async move {
             let dir = adoption.placement.dir.clone();
-            let Some(started) = supervisor::read_started(&dir) else {
+            // #32: an ended attempt that no supervisor ran (a direct one, restored by `recover`
+            // from the files sortie wrote) has no `started` record: its exit is read at once,
+            // and no supervisor is waited for.
+            let ended_unsupervised = || {
+                supervisor::read_exit(&dir).map(|_| StartedFile {
+                    pid: adoption.started.map_or(0, |s| s.pid),
+                    start_time: adoption.started.map_or(0, |s| s.start_time),
+                    supervisor: 0,
+                    supervisor_start: 0,
+                })
+            };
+            let Some(started) = supervisor::read_started(&dir).or_else(ended_unsupervised) else {
                 return Err(SpawnError::Io {
                     program: "sortie".into(),
                     error: io::Error::other(format!("no supervisor record in {}", dir.display())),
