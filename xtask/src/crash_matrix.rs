@@ -61,6 +61,9 @@ pub(crate) enum Work {
     Claude,
     /// The real Codex against `tests/mock-llm/codex_server.py`.
     Codex,
+    /// A plain command as a job of the real Slurm cluster (`executor = "slurm"`; the peer
+    /// runs each job with `srun`).
+    Slurm,
 }
 
 impl Work {
@@ -70,13 +73,14 @@ impl Work {
             Work::Pi => "pi",
             Work::Claude => "Claude Code",
             Work::Codex => "Codex",
+            Work::Slurm => "command on Slurm",
         }
     }
 
     /// The built-in agent profile, for an agent.
     fn agent(self) -> Option<&'static str> {
         match self {
-            Work::Plain => None,
+            Work::Plain | Work::Slurm => None,
             Work::Pi => Some("pi"),
             Work::Claude => Some("claude"),
             Work::Codex => Some("codex"),
@@ -128,7 +132,7 @@ impl Row {
 }
 
 /// The rows, in the table's order; `short` ones are measured by `--short` too.
-const ROWS: [(Row, bool); 8] = [
+const ROWS: [(Row, bool); 10] = [
     (row(Controller::Sortie, Work::Plain), true),
     (row(Controller::Parallel, Work::Plain), true),
     (row(Controller::Sortie, Work::Pi), true),
@@ -137,6 +141,8 @@ const ROWS: [(Row, bool); 8] = [
     (row(Controller::Parallel, Work::Claude), false),
     (row(Controller::Sortie, Work::Codex), false),
     (row(Controller::Parallel, Work::Codex), false),
+    (row(Controller::Sortie, Work::Slurm), true),
+    (row(Controller::Parallel, Work::Slurm), true),
 ];
 
 const fn row(controller: Controller, work: Work) -> Row {
@@ -236,6 +242,20 @@ pub(crate) fn run(root: &Path, bin: &Path, opts: &Options) -> Result<()> {
         if opts.short && !short {
             continue;
         }
+        if r.work == Work::Slurm
+            && let Err(why) = sortie_testkit::slurm::cluster_answers()
+        {
+            // Under CI the cluster is started first (.ci/run): its absence is a failure.
+            if sortie_testkit::real_agent::under_ci() {
+                bail!("the Slurm rows need a cluster, and none answers: {why}");
+            }
+            eprintln!(
+                "crash-matrix: {}: SKIPPED, no Slurm cluster answers ({why}; start one with \
+                 .ci/slurm/up.sh and export the SLURM_CONF it prints)",
+                r.label()
+            );
+            continue;
+        }
         let (line, promises) = measure_row(&scratch, bin, r)?;
         eprintln!("crash-matrix: {line}");
         lines.push(line);
@@ -279,9 +299,19 @@ fn measure_row(scratch: &Path, bin: &Path, r: Row) -> Result<(String, Vec<String
     let (mut cells, mut broken) = (Vec::new(), Vec::new());
     let mut baseline = None;
     for (i, (moment, name)) in MOMENTS.into_iter().enumerate() {
-        if r.controller == Controller::Parallel && moment == Moment::Shepherd {
-            cells.push("no shepherd".to_owned());
-            continue;
+        if moment == Moment::Shepherd {
+            match (r.controller, r.work) {
+                (Controller::Parallel, _) => {
+                    cells.push("no shepherd".to_owned());
+                    continue;
+                }
+                // slurmd runs the job: sortie starts no shepherd for it.
+                (Controller::Sortie, Work::Slurm) => {
+                    cells.push("no shepherd (a job)".to_owned());
+                    continue;
+                }
+                (Controller::Sortie, _) => {}
+            }
         }
         let dir = scratch.join(cell_dir(r, i));
         let scene = Scene::new(dir.clone(), r.work, TASKS)?;
@@ -315,7 +345,10 @@ fn cell_dir(r: Row, moment: usize) -> PathBuf {
         Controller::Sortie => "s",
         Controller::Parallel => "p",
     };
-    let work = r.work.agent().unwrap_or("command");
+    let work = match r.work {
+        Work::Slurm => "slurm",
+        w => w.agent().unwrap_or("command"),
+    };
     PathBuf::from(format!("{who}-{work}-{moment}"))
 }
 

@@ -88,6 +88,8 @@ impl Peer<'_> {
             let cd = format!("cd {} && ", quoted(&s.task_dir(t)));
             let line = match s.work {
                 Work::Plain => "sh work.sh".to_owned(),
+                // One job step per task, from the task's directory (shared: one node).
+                Work::Slurm => "srun --quiet --ntasks=1 sh work.sh".to_owned(),
                 Work::Pi => format!(
                     "echo '{PROMPT}' | pi --mode json --offline --no-session --no-extensions \
                      --no-skills --model {} > agent.out 2>&1",

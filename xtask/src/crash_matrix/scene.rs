@@ -67,7 +67,7 @@ impl Scene {
             fs::write(task_dir.join("work.sh"), script).context("writing work.sh")?;
         }
         let mock = match work {
-            Work::Plain => None,
+            Work::Plain | Work::Slurm => None,
             Work::Pi => Some(MockServer::start(
                 &dir,
                 "server.py",
@@ -94,7 +94,7 @@ impl Scene {
             match work {
                 Work::Pi => drop(pi_user(&scene.home(), port, &[MODEL])),
                 Work::Codex => drop(codex_user(&scene.home(), port)),
-                Work::Claude | Work::Plain => {
+                Work::Claude | Work::Plain | Work::Slurm => {
                     fs::create_dir_all(scene.home()).context("creating the fake home")?;
                 }
             }
@@ -130,7 +130,7 @@ impl Scene {
                     .env_remove("CODEX_HOME")
                     .env_remove("OPENAI_API_KEY");
             }
-            Work::Pi | Work::Plain => {}
+            Work::Pi | Work::Plain | Work::Slurm => {}
         }
     }
 

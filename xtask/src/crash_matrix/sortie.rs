@@ -85,10 +85,22 @@ pub(super) fn cell(scene: &Scene, bin: &Path, moment: Moment) -> Result<Counted>
             let mut run = r.start(false, Some("AttemptStarted"))?;
             r.wait_begun(&mut run)?;
             scene.open(2)?;
-            r.wait_journal(&mut run, "every attempt's exit recorded", |j| {
-                let dirs = placed_dirs(j);
-                dirs.len() >= scene.tasks && dirs.iter().all(|d| exit_recorded(d))
-            })?;
+            if scene.work == Work::Slurm {
+                // A job's end is Slurm's to tell (sacct), not a file's.
+                let prefix = format!("sortie:{}:", r.run);
+                wait_until("every job ended (sacct)", PATIENCE, || {
+                    let jobs = sortie_testkit::slurm::sacct_jobs(&prefix);
+                    jobs.len() >= scene.tasks
+                        && jobs.iter().all(|j| {
+                            !["PENDING", "RUNNING", "COMPLETING"].contains(&j.state.as_str())
+                        })
+                })?;
+            } else {
+                r.wait_journal(&mut run, "every attempt's exit recorded", |j| {
+                    let dirs = placed_dirs(j);
+                    dirs.len() >= scene.tasks && dirs.iter().all(|d| exit_recorded(d))
+                })?;
+            }
             r.kill(&mut run)?;
             r.resume_to_end()?;
         }
@@ -124,12 +136,17 @@ impl Run<'_> {
         if let Some(agent) = s.work.agent() {
             toml.push_str(&format!("agent = \"{agent}\"\nmodel = \"{}\"\n", s.model()));
         }
+        if s.work == Work::Slurm {
+            toml.push_str("executor = \"slurm\"\n");
+        }
         for t in 0..s.tasks {
             toml.push_str(&format!(
                 "\n[[tasks]]\nlabel = \"t{t}\"\ncwd = \"work/t{t}\"\n"
             ));
             match s.work {
-                Work::Plain => toml.push_str("command = [\"sh\", \"work.sh\"]\n"),
+                Work::Plain | Work::Slurm => {
+                    toml.push_str("command = [\"sh\", \"work.sh\"]\n");
+                }
                 _ => toml.push_str(&format!("prompt = \"{}\"\n", super::scene::PROMPT)),
             }
         }
