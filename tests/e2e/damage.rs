@@ -373,22 +373,19 @@ fn a_zeroed_stale_or_foreign_snapshot_is_ignored_with_a_warning_never_trusted() 
 }
 
 /// Lines in a file (0 when missing).
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().map(str::to_owned).collect())
-        .unwrap_or_default()
-}
-
-#[test]
-fn recover_then_resume_finishes_the_run_and_never_runs_a_surviving_finished_task_again() {
+/// A finished run of [`TASKS`] fake agents after `header`, each counting its answers in
+/// `count-tNN` and logging its usage reports in `usage-tNN` (in the scratch dir), task `i`'s
+/// extra settings `extra(i)`.
+fn counted_run(header: &str, extra: impl Fn(usize) -> &'static str) -> Scratch {
     let s = Scratch::new();
-    let mut toml = String::from("concurrency = 2\n[defaults]\nmax_retries = 3\n");
+    let mut toml = String::from(header);
     for i in 0..TASKS {
         let usage = format!("{},{},0.00{:02}", 100 + i, 10 + i, 10 + i);
         let counter = s.path().join(format!("count-t{i:02}"));
         let log = s.path().join(format!("usage-t{i:02}"));
         toml.push_str(&format!(
-            "\n[[tasks]]\nlabel = \"t{i:02}\"\ncommand = {}\n",
+            "\n[[tasks]]\nlabel = \"t{i:02}\"\n{}command = {}\n",
+            extra(i),
             fake_command(&[
                 "--usage",
                 &usage,
@@ -403,6 +400,18 @@ fn recover_then_resume_finishes_the_run_and_never_runs_a_surviving_finished_task
     }
     let batch = s.write("batch.toml", &toml);
     s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    s
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn recover_then_resume_finishes_the_run_and_never_runs_a_surviving_finished_task_again() {
+    let s = counted_run("concurrency = 2\n[defaults]\nmax_retries = 3\n", |_| "");
     // Damage a record past the middle of the journal, in every place the log holds it.
     let records = records(&s);
     let log = db(&s);
@@ -892,30 +901,10 @@ fn assert_recovered(s: &Scratch, what: &str) {
 /// and a zero-length log could not be recovered at all.
 #[test]
 fn recover_never_runs_finished_work_again_nor_reuses_an_attempt_number() {
-    let s = Scratch::new();
-    let mut toml = String::from("concurrency = 3\n");
-    for i in 0..TASKS {
-        let usage = format!("{},{},0.00{:02}", 100 + i, 10 + i, 10 + i);
-        let counter = s.path().join(format!("count-t{i:02}"));
-        let log = s.path().join(format!("usage-t{i:02}"));
-        // t03 needs t02: a dependent's lost attempt is restored too.
-        let needs = if i == 3 { "needs = [\"t02\"]\n" } else { "" };
-        toml.push_str(&format!(
-            "\n[[tasks]]\nlabel = \"t{i:02}\"\n{needs}command = {}\n",
-            fake_command(&[
-                "--usage",
-                &usage,
-                "--turns",
-                "2",
-                "--counter",
-                counter.to_str().expect("utf-8"),
-                "--usage-log",
-                log.to_str().expect("utf-8"),
-            ])
-        ));
-    }
-    let batch = s.write("batch.toml", &toml);
-    s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    // t03 needs t02: a dependent's lost attempt is restored too.
+    let s = counted_run("concurrency = 3\n", |i| {
+        if i == 3 { "needs = [\"t02\"]\n" } else { "" }
+    });
     type Damage = fn(&Path);
     let cases: [(&str, Damage); 2] = [
         ("the log cut at 45%", |dir| {
