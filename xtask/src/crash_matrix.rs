@@ -237,23 +237,24 @@ pub(crate) fn run(root: &Path, bin: &Path, opts: &Options) -> Result<()> {
     let started = Instant::now();
     // Short paths: a run's control socket lives under it (a socket's path is at most 107 bytes).
     let scratch = std::env::temp_dir().join(format!("scm-{}", std::process::id()));
+    // `--write` rewrites the whole table: every row must be measured.
+    if opts.write && opts.short {
+        bail!("--write rewrites the whole table: run the full matrix (without --short)");
+    }
+    let slurm = sortie_testkit::slurm::cluster_answers();
+    if let Err(why) = &slurm {
+        // Under CI the cluster is started first (.ci/run): its absence is a failure.
+        if sortie_testkit::real_agent::under_ci() || opts.write {
+            bail!("the Slurm rows need a cluster, and none answers: {why}");
+        }
+        eprintln!(
+            "crash-matrix: the Slurm rows: SKIPPED, no Slurm cluster answers ({why}; start one \
+             with .ci/slurm/up.sh and export the SLURM_CONF it prints)"
+        );
+    }
     let (mut lines, mut broken) = (Vec::new(), Vec::new());
     for (r, short) in ROWS {
-        if opts.short && !short {
-            continue;
-        }
-        if r.work == Work::Slurm
-            && let Err(why) = sortie_testkit::slurm::cluster_answers()
-        {
-            // Under CI the cluster is started first (.ci/run): its absence is a failure.
-            if sortie_testkit::real_agent::under_ci() {
-                bail!("the Slurm rows need a cluster, and none answers: {why}");
-            }
-            eprintln!(
-                "crash-matrix: {}: SKIPPED, no Slurm cluster answers ({why}; start one with \
-                 .ci/slurm/up.sh and export the SLURM_CONF it prints)",
-                r.label()
-            );
+        if (opts.short && !short) || (r.work == Work::Slurm && slurm.is_err()) {
             continue;
         }
         let (line, promises) = measure_row(&scratch, bin, r)?;
@@ -430,6 +431,14 @@ fn check_readme(text: &str, lines: &[String]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_refuses_a_short_run_before_measuring_anything() {
+        let opts = options(&["--short".to_owned(), "--write".to_owned()]).expect("options");
+        let nowhere = Path::new("/nonexistent");
+        let e = run(nowhere, nowhere, &opts).expect_err("a short run cannot write the table");
+        assert!(e.to_string().contains("without --short"), "{e}");
+    }
 
     fn readme(rows: &[&str]) -> String {
         format!(

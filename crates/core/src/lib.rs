@@ -24,6 +24,7 @@ pub mod ledger;
 pub mod outcome;
 pub mod plan;
 pub mod prompt;
+pub mod recover;
 pub mod rerun;
 pub mod run_budget;
 pub mod session;

@@ -21,13 +21,13 @@
 //! `RunRecovered` event, after the records read back and before what was restored, says all
 //! this in the journal itself, so `audit`, `status`, `list` and `replay` show the recovery.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Serialize;
+use sortie_core::recover::{OnDisk, TaskFiles};
 use sortie_core::{
-    Attempt, Event, Isolation, OrphanAction, PlannedWorktree, RunId, RunState, Stamped, TaskId,
-    TaskState, Timestamp,
+    Event, Isolation, PlannedWorktree, RunId, RunState, Stamped, TaskId, TaskState, Timestamp,
 };
 use sortie_journal::{Journal, Salvage};
 
@@ -126,7 +126,8 @@ pub fn recover(state_dir: &StateDir, run_id: &RunId) -> Result<Recovered> {
     }
 
     let worktrees = lost_worktrees(state_dir, &dir, &salvage);
-    let restoring = restore_attempts(&dir, &salvage.state, &worktrees);
+    let found = found_on_disk(&dir, &salvage.state, &worktrees);
+    let restoring = sortie_core::recover::restore(&salvage.state, &found);
     let at = now();
     let mut tail = vec![Event::RunRecovered {
         kept,
@@ -255,308 +256,68 @@ fn start_from_snapshot(salvage: &mut Salvage, run_id: &RunId) -> bool {
     true
 }
 
-/// What [`restore_attempts`] found.
-#[derive(Default)]
-struct Restoring {
-    /// The events that restore them, in order.
-    events: Vec<Event>,
-    /// The attempts restored as launched (the last of each task's, the live one).
-    restored: Vec<(TaskId, Attempt)>,
-    /// Attempts found on disk that could not be restored, and why.
-    not_restored: Vec<String>,
-    /// Attempts of which only output files were found, restored as orphaned (run again under
-    /// the next number: a direct attempt records no exit).
-    orphaned: Vec<(TaskId, Attempt)>,
-}
-
-/// How an attempt's files say it was placed.
-enum OnDisk {
-    /// A supervised attempt: its `started` record.
-    Local(crate::layout::attempt::StartedFile),
-    /// A Slurm job: its id.
-    Slurm(String),
-    /// Its output files and its `exit` record, and no `started` record: a direct attempt
-    /// (`supervise = false`) that ended, whose files sortie wrote. Restored as placed with
-    /// its files, so that resume records it from them like an ended supervised attempt.
-    Ended,
-    /// Only its output files: a direct attempt (a child of the sortie that crashed, gone with
-    /// it), or one whose placement left no record. Restored as orphaned, so that its number is
-    /// not used again (its files would be written over).
-    Files,
-}
-
-/// The live attempt of `task` in `state` whose placement (or start) was lost with the records:
-/// placed (and started) again from its files, else resume could not find it, and would run it
-/// again.
-fn restore_placement(
-    dir: &RunDir,
-    state: &RunState,
-    scratch: &mut RunState,
-    out: &mut Restoring,
-    task: TaskId,
-) {
-    let Some(rec) = state.task(task) else {
-        return;
-    };
-    let (TaskState::Running { attempt }, Some(live)) = (&rec.state, rec.attempts.last()) else {
-        return;
-    };
-    if live.placed.is_some() && live.pid.is_some() {
-        return;
-    }
-    let at_dir = dir.attempt_dir(task.0, attempt.0);
-    let Some(disk) = on_disk(&at_dir) else {
-        return;
-    };
-    let mut events = Vec::new();
-    placement_events(&mut events, task, *attempt, &at_dir, &disk);
-    events.retain(|e| match e {
-        Event::AttemptPlaced { .. } => live.placed.is_none(),
-        Event::AttemptStarted { .. } => live.pid.is_none(),
-        Event::AttemptHandle { .. } => live.placed.as_ref().is_none_or(|p| p.handle.is_none()),
-        _ => true,
-    });
-    if commit_restoring(scratch, out, task, *attempt, events).is_err() {
-        out.not_restored.push(format!(
-            "{}.{}: the journal refuses its placement",
-            state.label(task),
-            attempt.0
-        ));
-    }
-}
-
-/// What the files of the attempt dir `dir` say of its placement, if they are there.
+/// What the files of the attempt dir `dir` say of its placement, if they are there: a Slurm
+/// job (its `job` file; its dir holds a `started` record too, its supervisor runs on the node),
+/// a supervised attempt (its `started` record), an ended direct attempt (the `exit` record
+/// sortie wrote; placed with the supervised executor, which follows such files), or only
+/// output files.
 fn on_disk(dir: &Path) -> Option<OnDisk> {
-    // A Slurm job's dir holds its `started` record too (its supervisor runs on the node).
+    let placed =
+        |executor: &str, started: Option<(u32, u64)>, handle: Option<String>| OnDisk::Placed {
+            executor: executor.to_owned(),
+            dir: dir.to_string_lossy().into_owned(),
+            started,
+            handle,
+        };
     if let Some(job) = crate::executor::slurm::read_job_id(dir) {
-        return Some(OnDisk::Slurm(job));
+        return Some(placed(crate::executor::slurm::SLURM, None, Some(job)));
     }
-    if let Some(started) = crate::supervisor::read_started(dir) {
-        return Some(OnDisk::Local(started));
+    if let Some(s) = crate::supervisor::read_started(dir) {
+        let started = Some((s.pid, s.start_time));
+        return Some(placed(crate::executor::SUPERVISED, started, None));
     }
     if crate::supervisor::read_exit(dir).is_some() {
-        return Some(OnDisk::Ended);
+        return Some(placed(crate::executor::SUPERVISED, None, None));
     }
     let files = crate::layout::attempt::AttemptFiles::of(dir);
     (files.stdout.exists() || files.stderr.exists()).then_some(OnDisk::Files)
 }
 
-/// The attempts whose records were lost but whose files are there: for each task, those
-/// numbered after the last attempt `state` knows, in order while each is found. Restored when
-/// the task may launch in `state` (pending, queued, or retrying into that number; in `cwd` or
-/// in a worktree already set up): the earlier ones as launched, placed and orphaned (their end
-/// is not known here), the last as launched and placed (and started, for a supervised one),
-/// live: resume finds it. A task whose state or isolation forbids it is named, not restored.
-fn restore_attempts(
+/// What the attempts' files of each unfinished task of `state` say (core's
+/// `recover::restore` decides what to restore from it): its live attempt's, those numbered
+/// after the last one the records know, and its worktree when its setup was lost.
+fn found_on_disk(
     dir: &RunDir,
     state: &RunState,
-    worktrees: &std::collections::BTreeMap<TaskId, PlannedWorktree>,
-) -> Restoring {
-    let mut out = Restoring::default();
-    // Checked as they will be journaled: after the `RunRecovered` that says what was restored.
-    let mut scratch = state.clone();
-    let _ = scratch.apply(&Stamped {
-        seq: scratch.next_seq,
-        at: scratch.last_at.unwrap_or(Timestamp(0)),
-        event: Event::RunRecovered {
-            kept: 0,
-            scanned: 0,
-            lost: None,
-            restored: Vec::new(),
-            damaged: String::new(),
-        },
-    });
+    worktrees: &BTreeMap<TaskId, PlannedWorktree>,
+) -> BTreeMap<TaskId, TaskFiles> {
+    let mut out = BTreeMap::new();
     for (i, rec) in state.tasks.iter().enumerate() {
         let task = TaskId(i as u32);
-        let Some(spec) = state.spec(task) else {
-            continue;
-        };
-        let known = rec.attempts.len() as u32;
-        let found: Vec<(Attempt, PathBuf, OnDisk)> = (known + 1..)
-            .map(|k| (Attempt(k), dir.attempt_dir(task.0, k)))
-            .map_while(|(a, d)| on_disk(&d).map(|o| (a, d, o)))
-            .collect();
         if rec.state.is_terminal() {
             continue;
         }
-        if found.is_empty() {
-            restore_placement(dir, state, &mut scratch, &mut out, task);
-            continue;
-        }
-        let named = |why: &str| {
-            found
-                .iter()
-                .map(|(a, _, _)| format!("{}.{}: {why}", state.label(task), a.0))
-                .collect::<Vec<_>>()
+        let known = rec.attempts.len() as u32;
+        let live = match rec.state {
+            TaskState::Running { attempt } => on_disk(&dir.attempt_dir(task.0, attempt.0)),
+            _ => None,
         };
-        let mut events = Vec::new();
-        let lost_setup = spec.isolation == Isolation::Worktree && rec.steps().setup.is_none();
-        if lost_setup && !worktrees.contains_key(&task) {
-            out.not_restored.extend(named(
-                "its worktree's setup was lost with the records and is not on disk",
-            ));
-            continue;
-        }
-        // How the task got to the first attempt found: queued, or retried after the one before
-        // (a live one ended, since another was launched: its end is lost, so it is an orphan).
-        let (mut model, retried) = match &rec.state {
-            TaskState::Pending => {
-                events.push(Event::TaskQueued { task });
-                (None, false)
-            }
-            TaskState::Queued { .. } => (None, false),
-            TaskState::Retrying { next, model, .. } if next.0 == known + 1 => {
-                (Some(model.clone()), false)
-            }
-            TaskState::Running { attempt } if attempt.0 == known => {
-                events.push(Event::AttemptOrphaned {
-                    task,
-                    attempt: *attempt,
-                    action: OrphanAction::Gone,
-                });
-                (None, true)
-            }
-            TaskState::Ended { attempt } if attempt.0 == known => (None, true),
-            _ => {
-                out.not_restored
-                    .extend(named("the end of the attempt before it was lost"));
-                continue;
-            }
-        };
-        // Its worktree, found on disk, set up again in the journal before its attempts.
-        if lost_setup && let Some(w) = worktrees.get(&task) {
-            if rec.steps().worktree.is_none() {
-                events.push(Event::WorktreePlanned {
-                    task,
-                    repo: w.repo.clone(),
-                    path: w.path.clone(),
-                    branch: w.branch.clone(),
-                    base: w.base.clone(),
-                });
-            }
-            events.push(Event::TaskSetUp {
+        let after: Vec<OnDisk> = (known + 1..)
+            .map_while(|k| on_disk(&dir.attempt_dir(task.0, k)))
+            .collect();
+        if live.is_some() || !after.is_empty() {
+            let worktree = worktrees.get(&task).cloned();
+            out.insert(
                 task,
-                worktree: Some(w.path.clone()),
-            });
-        }
-        let last = found.len() - 1;
-        for (n, (attempt, at_dir, disk)) in found.iter().enumerate() {
-            let attempt = *attempt;
-            let this_model = model
-                .take()
-                .unwrap_or_else(|| sortie_core::decide::model_for_attempt(spec, attempt));
-            if n > 0 || retried {
-                events.push(Event::RetryScheduled {
-                    task,
-                    next_attempt: attempt,
-                    model: this_model.clone(),
-                    delay: Duration::ZERO,
-                    reason: "its files were found by recover".into(),
-                });
-            }
-            events.push(Event::AttemptLaunching {
-                task,
-                attempt,
-                model: this_model,
-            });
-            placement_events(&mut events, task, attempt, at_dir, disk);
-            if n < last || matches!(disk, OnDisk::Files) {
-                events.push(Event::AttemptOrphaned {
-                    task,
-                    attempt,
-                    action: OrphanAction::Gone,
-                });
-            }
-        }
-        if let Err(violation) =
-            commit_restoring(&mut scratch, &mut out, task, found[last].0, events)
-        {
-            out.not_restored
-                .extend(named(&format!("the journal refuses it ({violation})")));
+                TaskFiles {
+                    live,
+                    after,
+                    worktree,
+                },
+            );
         }
     }
     out
-}
-
-/// The events that place attempt `attempt` of `task` as its files in `at_dir` say (`disk`).
-fn placement_events(
-    events: &mut Vec<Event>,
-    task: TaskId,
-    attempt: Attempt,
-    at_dir: &Path,
-    disk: &OnDisk,
-) {
-    let dir = at_dir.to_string_lossy().into_owned();
-    match disk {
-        OnDisk::Local(started) => {
-            events.push(Event::AttemptPlaced {
-                task,
-                attempt,
-                executor: crate::executor::SUPERVISED.to_owned(),
-                dir,
-            });
-            events.push(Event::AttemptStarted {
-                task,
-                attempt,
-                pid: started.pid,
-                start_time: started.start_time,
-            });
-        }
-        OnDisk::Files => {}
-        OnDisk::Ended => events.push(Event::AttemptPlaced {
-            task,
-            attempt,
-            executor: crate::executor::SUPERVISED.to_owned(),
-            dir,
-        }),
-        OnDisk::Slurm(job) => {
-            events.push(Event::AttemptPlaced {
-                task,
-                attempt,
-                executor: crate::executor::slurm::SLURM.to_owned(),
-                dir,
-            });
-            events.push(Event::AttemptHandle {
-                task,
-                attempt,
-                handle: job.clone(),
-            });
-        }
-    }
-}
-
-/// Checks `events` (restoring `attempt` of `task`) against `scratch`, the state with what was
-/// restored before, and when the journal accepts them, applies and keeps them.
-fn commit_restoring(
-    scratch: &mut RunState,
-    out: &mut Restoring,
-    task: TaskId,
-    attempt: Attempt,
-    events: Vec<Event>,
-) -> std::result::Result<(), sortie_core::Violation> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let at = scratch.last_at.unwrap_or(Timestamp(0));
-    scratch.check_round(at, &events)?;
-    for event in &events {
-        let stamped = Stamped {
-            seq: scratch.next_seq,
-            at,
-            event: event.clone(),
-        };
-        scratch.apply(&stamped)?;
-    }
-    if events
-        .last()
-        .is_some_and(|e| matches!(e, Event::AttemptOrphaned { .. }))
-    {
-        out.orphaned.push((task, attempt));
-    } else {
-        out.restored.push((task, attempt));
-    }
-    out.events.extend(events);
-    Ok(())
 }
 
 /// The worktrees of the tasks whose setup was lost with the records but whose worktree is on
@@ -567,10 +328,10 @@ fn lost_worktrees(
     state_dir: &StateDir,
     dir: &RunDir,
     salvage: &Salvage,
-) -> std::collections::BTreeMap<TaskId, PlannedWorktree> {
+) -> BTreeMap<TaskId, PlannedWorktree> {
     let state = &salvage.state;
     let snapshot = salvage.snapshot.as_ref().map(|(_, s)| s);
-    let mut out = std::collections::BTreeMap::new();
+    let mut out = BTreeMap::new();
     let mut runtime = None;
     for (i, rec) in state.tasks.iter().enumerate() {
         let task = TaskId(i as u32);
