@@ -304,6 +304,17 @@ fn slurm_batch_of_twenty_every_end_one_job_per_attempt() {
 
     let j = journal(&s, &run);
     let labels: Vec<String> = crate::support::labels(j.events());
+    // Every attempt whose job ran is journaled started (with pid 0: no process here), as
+    // resume and the crash matrix's checkpoints expect.
+    for k in 0..12 {
+        let t = labels
+            .iter()
+            .position(|l| *l == format!("answer-{k}"))
+            .unwrap() as u64;
+        let started = j.of(t, "AttemptStarted");
+        assert_eq!(started.len(), 1, "answer-{k}: {started:?}");
+        assert_eq!(started[0]["pid"], 0, "answer-{k}");
+    }
     // Each attempt's journaled usage is what its agent last reported, and nothing more.
     assert_eq!(
         journaled_usage(&j, &labels),

@@ -319,8 +319,13 @@ fn measure_row(scratch: &Path, bin: &Path, r: Row) -> Result<(String, Vec<String
         let counted = match r.controller {
             Controller::Sortie => sortie::cell(&scene, bin, moment),
             Controller::Parallel => peer::cell(&scene, moment),
+        };
+        // A cell that failed leaves nothing running: its controller, its agents, its work.
+        if counted.is_err() {
+            scene.kill_all();
         }
-        .with_context(|| format!("{}, {name} (scene {})", r.label(), dir.display()))?;
+        let counted =
+            counted.with_context(|| format!("{}, {name} (scene {})", r.label(), dir.display()))?;
         if moment == Moment::None {
             let once = (0..TASKS).all(|t| scene.counts(t) == (1, 1));
             if !once || counted.failed > 0 || counted.restarted > 0 {

@@ -196,6 +196,22 @@ impl Scene {
         })
     }
 
+    /// SIGKILLs every process working in the scene (its directory or below: the controller,
+    /// the agents, the work), for a cell that failed.
+    pub(super) fn kill_all(&self) {
+        let Ok(procs) = fs::read_dir("/proc") else {
+            return;
+        };
+        for p in procs.flatten() {
+            let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&self.dir)) {
+                sortie_testkit::signal(pid, "KILL");
+            }
+        }
+    }
+
     /// Tokens the mock served in all (input, output, cache read and write), None without a
     /// mock.
     pub(super) fn served(&self) -> Option<u64> {

@@ -78,10 +78,8 @@ pub(super) async fn run(
         Ok(s) => s,
         Err(ended) => return Ok(ended),
     };
-    // An adopted attempt whose start was journaled is not reported started again, nor one
-    // whose process is unknown (pid 0: an ended direct attempt that `recover` restored from
-    // its files, which hold no `started` record).
-    if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) && started.pid != 0 {
+    // An adopted attempt whose start was journaled is not reported started again.
+    if ctx.adopt.as_ref().is_none_or(|a| a.started.is_none()) {
         let _ = tx.send(Msg::Started {
             task,
             attempt,
