@@ -767,6 +767,15 @@ fn a_killed_shepherd_runs_no_task_twice_and_leaves_no_agent() {
             assert_eq!(finished.len(), 1, "{signal:?}: {l}");
             assert_eq!(finished[0]["outcome"]["exit_code"], 0, "{signal:?}: {l}");
             assert_eq!(j.of(t, "TaskFinished")[0]["result"]["state"], "completed");
+            // Its exit is on disk too, as its shepherd would have recorded it: a `recover`
+            // after damage to the journal reads the attempt's end from its files.
+            let placed = j.of(t, "AttemptPlaced");
+            let dir = PathBuf::from(placed[0]["dir"].as_str().expect("a dir"));
+            assert!(
+                sortie_testkit::exit_recorded(&dir),
+                "{signal:?}: {l}: no exit recorded for {}",
+                dir.display()
+            );
         }
         s.audit_clean(run);
         wait_none_left(run, "after the run");

@@ -18,5 +18,5 @@ pub use shepherd::{SHEPHERD_ARG, SHEPHERD_MARKER, SWEEP_EVERY, shepherd_main};
 pub use shepherd_client::{Forget, Shepherded, release_shepherds, spawn_shepherded};
 pub use supervise::{
     DirPresence, SUPERVISE_ARG, SupervisorChild, presence, read_exit, read_nospace, read_started,
-    spawn_supervised, supervise_main,
+    record_exit, spawn_supervised, supervise_main,
 };

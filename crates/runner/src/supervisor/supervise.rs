@@ -60,6 +60,18 @@ pub fn read_exit(dir: &Path) -> Option<Exit> {
         .or_else(|| status_log::lookup(dir).exit)
 }
 
+/// #32: records the exit of the attempt of `dir` where its supervisor would have (its `exit`
+/// file in a per-attempt dir, else an `exit` line of the shepherd's status log), for an agent
+/// whose supervisor died and that sortie waited for itself: the files stay the attempt's truth
+/// (a `recover` after damage to the journal reads its end from them). Not fsynced, like theirs.
+pub fn record_exit(dir: &Path, exit: Exit) -> io::Result<()> {
+    if dir.is_dir() {
+        write_file(dir, EXIT_FILE, exit_text(exit).as_bytes(), false)
+    } else {
+        status_log::StatusLog::open(dir)?.append(dir, &status_log::Record::Exit(exit))
+    }
+}
+
 /// #32: whether the agent of the attempt dir `dir` failed while the disk of its output was full
 /// (its supervisor's `nospace` file, or the shepherd's `nospace` record).
 pub fn read_nospace(dir: &Path) -> bool {

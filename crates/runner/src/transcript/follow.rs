@@ -265,7 +265,14 @@ async fn adopted_or_lost(
                 dir.display(),
                 started.pid
             );
-            Ok(read_exit(dir).unwrap_or(exit))
+            if let Some(recorded) = read_exit(dir) {
+                return Ok(recorded);
+            }
+            // Recorded as its supervisor would have: the files stay the attempt's truth.
+            if let Err(e) = crate::supervisor::record_exit(dir, exit) {
+                tracing::warn!("{}: cannot record its exit: {e}", dir.display());
+            }
+            Ok(exit)
         }
         None => read_exit(dir).ok_or(WaitError {
             pid: started.pid,
