@@ -11,8 +11,10 @@
 //! - an attempt with only its output files (a direct one that was running when sortie died) is
 //!   restored as orphaned: it runs again, under the next number, never under its own;
 //! - a worktree task whose setup was lost gets it back first (`WorktreePlanned`, `TaskSetUp`)
-//!   when the runner found its worktree; else, and when the task's state does not lead to the
-//!   first attempt found, the attempts are named, not restored.
+//!   when the runner found its worktree; when it is gone (removed, unchanged, at the task's
+//!   end), its attempts are restored without one, and a retry sets a new one up;
+//! - when the task's state does not lead to the first attempt found, the attempts are named,
+//!   not restored.
 //!
 //! Every task's events are checked against the state machine before they are kept.
 
@@ -158,12 +160,10 @@ fn attempts_after(
             .map(|n| format!("{}.{}: {why}", state.label(task), known + n))
             .collect()
     };
+    // A worktree task whose setup was lost: set up again from its worktree when it is on disk;
+    // else (finalized and removed, unchanged) its attempts are restored without one, and a
+    // retry sets a new one up (core allows that after a recovery).
     let lost_setup = spec.isolation == Isolation::Worktree && rec.steps().setup.is_none();
-    if lost_setup && files.worktree.is_none() {
-        return Err(named(
-            "its worktree's setup was lost with the records and is not on disk",
-        ));
-    }
     let mut events = Vec::new();
     // How the task got to the first attempt found: queued, or retried after the one before
     // (a live one ended, since another was launched: its end is lost, so it is an orphan).

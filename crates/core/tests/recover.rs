@@ -165,13 +165,13 @@ fn recover_restores_what_the_files_show_and_never_reuses_a_number() {
             "WorktreePlanned, TaskSetUp, AttemptLaunching 1, AttemptPlaced 1, AttemptStarted 1 | restored 1 | orphaned  | not ",
         ),
         (
-            "a worktree task whose setup was lost, no worktree on disk: named, not restored",
+            "a worktree task whose setup was lost, its worktree gone: restored without one",
             state(true, queued()),
             TaskFiles {
                 after: vec![local(1, Some(201))],
                 ..TaskFiles::default()
             },
-            " | restored  | orphaned  | not t.1: its worktree's setup was lost with the records and is not on disk",
+            "AttemptLaunching 1, AttemptPlaced 1, AttemptStarted 1 | restored 1 | orphaned  | not ",
         ),
         (
             "nothing on disk beyond what the records hold: nothing",

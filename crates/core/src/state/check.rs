@@ -441,6 +441,15 @@ impl TaskCheck<'_> {
                 {
                     Ok(())
                 }
+                // #32: after `sortie recover`, a task whose setup was lost with the records (its
+                // worktree gone too) is set up again before its retry.
+                TaskState::Retrying { .. }
+                    if !self.run.recovered.is_empty()
+                        && self.rec.steps().setup.is_none()
+                        && self.rec.steps().worktree_final.is_none() =>
+                {
+                    Ok(())
+                }
                 _ => Err(self.illegal()),
             },
             Event::WorktreePlanned { .. } => match self.rec.state {
@@ -448,6 +457,14 @@ impl TaskCheck<'_> {
                 TaskState::Queued { .. }
                     if self.rec.steps().setup.is_none()
                         && self.rec.attempts.is_empty()
+                        && self.rec.steps().worktree_final.is_none() =>
+                {
+                    Ok(())
+                }
+                // #32: the same after `sortie recover`, whatever attempts were restored.
+                TaskState::Queued { .. } | TaskState::Retrying { .. }
+                    if !self.run.recovered.is_empty()
+                        && self.rec.steps().setup.is_none()
                         && self.rec.steps().worktree_final.is_none() =>
                 {
                     Ok(())
