@@ -16,6 +16,7 @@
 //! disk). Never rename one; `tests/export.rs` pins the JSON.
 
 mod event;
+mod event_read;
 mod v2;
 
 pub(crate) use event::StoredEvent;
