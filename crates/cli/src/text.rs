@@ -39,3 +39,44 @@ pub(crate) fn recovery_line(kept: u64, lost: Option<(u64, u64)>, restored: usize
          from their files"
     )
 }
+
+/// Off a terminal (a pipe, a file), tables are laid out for this many columns (docs/cli.md).
+pub(crate) const PLAIN_WIDTH: usize = 80;
+
+/// The width stdout's tables fit: the terminal's columns, or [`PLAIN_WIDTH`] off a terminal.
+pub(crate) fn stdout_width() -> usize {
+    let term = console::Term::stdout();
+    if term.is_term() {
+        term.size_checked()
+            .map_or(PLAIN_WIDTH, |(_, cols)| usize::from(cols).max(20))
+    } else {
+        PLAIN_WIDTH
+    }
+}
+
+/// `line` cut to `width` characters (with `…` when it was longer).
+pub(crate) fn fit(line: &str, width: usize) -> String {
+    crate::board::cut(line, width)
+}
+
+/// `parts` joined with ` · `, starting a new line (indented by two) before a part that would
+/// run past `width`.
+pub(crate) fn wrap_parts(parts: &[String], width: usize) -> String {
+    let mut out = String::new();
+    let mut line_len = 0;
+    for (i, part) in parts.iter().enumerate() {
+        let n = part.chars().count();
+        if i > 0 {
+            if line_len + 3 + n > width {
+                out.push_str("\n  ");
+                line_len = 2;
+            } else {
+                out.push_str(" · ");
+                line_len += 3;
+            }
+        }
+        out.push_str(part);
+        line_len += n;
+    }
+    out
+}
