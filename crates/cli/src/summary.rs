@@ -80,7 +80,7 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
     if !view.commands.is_empty() {
         writeln!(out)?;
         for c in &view.commands {
-            writeln!(out, "{c}")?;
+            writeln!(out, "{}", crate::text::wrap_command(c, width))?;
         }
     }
     Ok(())
@@ -119,10 +119,10 @@ fn remarkable(t: &TaskView) -> bool {
     t.state != "completed" || t.worktree.as_ref().is_some_and(|w| w.kept == Some(true))
 }
 
-/// The columns of the summary's task table at a width: the label's and the models' columns
-/// give way so that a row fits (state 11, attempts 3, tokens 6, cost 10, time 6 and the
+/// The columns of the summary's task table at a width: the label's (at most 28) and the
+/// models' (14 to 24) columns share what the others leave, so that a row fits (state 11, attempts 3, tokens 6, cost 10, time 6 and the
 /// spaces between are 46 columns); a result that does not fit after them goes on a line of
-/// its own, and every line is cut to the width.
+/// its own, whole, and every other line is cut to the width.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Layout {
     /// The whole width.
@@ -139,8 +139,11 @@ const FIXED: usize = 46;
 impl Layout {
     /// The layout for `width` columns, labels up to `label_w` characters.
     pub(crate) fn new(width: usize, label_w: usize) -> Layout {
-        let models = if width >= 100 { 24 } else { 16 };
-        let label = label_w.min(width.saturating_sub(FIXED + models + 2)).max(4);
+        // What the label and the models share, leaving room for a short result.
+        let spare = width.saturating_sub(FIXED + 2);
+        let label = label_w.min(28);
+        let models = spare.saturating_sub(label).clamp(14, 24);
+        let label = label.min(spare.saturating_sub(models)).max(4);
         Layout {
             width,
             label,
@@ -168,10 +171,13 @@ pub(crate) fn print_table(
     let tasks: usize = v.counts.values().sum();
     let (mut total, mut listed, mut longest) = (0usize, 0usize, None::<u64>);
     let mut remarkable_rows = Vec::new();
-    let head = format!(
-        "{:<label_w$}  {:<11} {:>3}  {:<models_w$} {:>6} {:>10} {:>6}  result",
+    let mut head = format!(
+        "{:<label_w$}  {:<11} {:>3}  {:<models_w$} {:>6} {:>10} {:>6}",
         "task", "state", "att", "models", "tokens", "cost", "time"
     );
+    if head.chars().count() + 8 <= width {
+        head.push_str("  result");
+    }
     writeln!(out, "{}", crate::text::fit(&head, width))?;
     for t in rows {
         total += 1;
@@ -213,6 +219,21 @@ pub(crate) fn print_table(
     Ok(remarkable_rows)
 }
 
+/// `s` cut to `n` characters in its middle (`a-task-w…label-03`): labels made from a template
+/// differ at their end.
+pub(crate) fn cut_middle(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n || n < 6 {
+        return cut(s, n);
+    }
+    let head = (n - 1) / 3;
+    let tail = n - 1 - head;
+    let mut t: String = s.chars().take(head).collect();
+    t.push('…');
+    t.extend(s.chars().skip(len - tail));
+    t
+}
+
 /// One task's row of the summary's table (and its result and error lines).
 fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -> Result<()> {
     let Layout {
@@ -233,7 +254,7 @@ fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -
     };
     let before = format!(
         "{:<label_w$}  {:<11} {:>3}  {:<models_w$} {:>6} {:>10} {:>6}  ",
-        cut(&t.label, label_w),
+        cut_middle(&t.label, label_w),
         t.state,
         t.attempts,
         cut(&models_text(t), models_w),
@@ -250,7 +271,7 @@ fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -
     let mut line = crate::text::fit(&format!("{before}{same_line}"), width);
     if colour {
         // The state's column, coloured after the line was cut (the codes take no columns).
-        let start = format!("{:<label_w$}  ", cut(&t.label, label_w)).len();
+        let start = format!("{:<label_w$}  ", cut_middle(&t.label, label_w)).len();
         if line.is_char_boundary(start) && line.len() >= start + 11 {
             let style = match t.state.as_str() {
                 "completed" => console::Style::new().green(),
@@ -269,7 +290,8 @@ fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -
     }
     writeln!(out, "{line}")?;
     if let Some(result) = own_line {
-        writeln!(out, "{}", crate::text::fit(&format!("  → {result}"), width))?;
+        // Whole: a path is to be copied (one longer than the width is the only line that wraps).
+        writeln!(out, "  → {result}")?;
     }
     if t.state != "completed"
         && let Some(e) = &t.error
@@ -332,5 +354,23 @@ fn shell_word(s: &str) -> String {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_is_cut_in_its_middle_and_the_columns_give_way_to_the_width() {
+        assert_eq!(
+            cut_middle("a-task-with-a-rather-long-label-07", 18),
+            "a-tas…ong-label-07"
+        );
+        assert_eq!(cut_middle("short", 18), "short");
+        let narrow = Layout::new(80, 34);
+        assert_eq!(FIXED + narrow.label + narrow.models + 2, 80);
+        let wide = Layout::new(200, 34);
+        assert_eq!((wide.label, wide.models), (28, 24));
     }
 }
