@@ -284,3 +284,178 @@ fn off_a_terminal_a_run_prints_plain_timestamped_lines() {
     );
     assert!(String::from_utf8_lossy(&quiet.stdout).contains("hi"));
 }
+
+/// Issue 37: a run whose header outgrows 80 columns (a long run id, five states' counts) and
+/// whose summary has long labels, two models per task, an artifact and a long error.
+fn wide_batch(s: &Scratch) -> std::path::PathBuf {
+    let mut toml = String::from("concurrency = 6\n\n");
+    for i in 0..40 {
+        let label = format!("a-task-with-a-rather-long-label-{i:02}");
+        let mut args = vec![
+            "--model",
+            "{model}",
+            "--fail-model",
+            "a-long-primary-model-name:model_error",
+            "--sleep",
+            "1",
+            "--usage",
+            "1200,340,0.0123",
+        ];
+        if i % 20 == 7 {
+            args.extend([
+                "--exit",
+                "3",
+                "--stderr",
+                "a long error that no terminal of 80 columns could hold on one line, \
+                 not even a wide one",
+            ]);
+        }
+        let mut extra = String::from(
+            "model = \"a-long-primary-model-name\"\n\
+             fallback_models = [\"a-long-backup-model-name\"]\n",
+        );
+        if i % 20 == 7 {
+            extra.push_str("max_retries = 1\n");
+        }
+        if i == 3 {
+            extra.push_str("output = \"artifacts/of-the-task/label-03.md\"\n");
+        }
+        toml.push_str(&format!(
+            "[[tasks]]\nlabel = \"{label}\"\ncommand = {}\n{extra}\n",
+            fake_command(&args)
+        ));
+    }
+    s.write("wide.toml", &toml)
+}
+
+/// `text` without its colour and cursor sequences (`ESC [ ... letter`).
+fn strip_csi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn at_80_columns_neither_the_board_nor_the_summary_wraps_and_the_header_keeps_its_clocks() {
+    const RUN: &str = "issue37-eighty-columns-board";
+    let s = Scratch::new();
+    let batch = wide_batch(&s);
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 40,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("open a pty");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
+    cmd.cwd(s.path());
+    cmd.env_remove("RUST_LOG");
+    cmd.env_remove("NO_COLOR");
+    cmd.env("SORTIE_DIR", s.state_dir().display().to_string());
+    cmd.env("TERM", "xterm-256color");
+    cmd.args(["run", &batch.display().to_string(), "--run-id", RUN]);
+    let mut child = pty
+        .slave
+        .spawn_command(cmd)
+        .expect("spawn sortie in the pty");
+    drop(pty.slave);
+    // Every screen seen, and every byte (the summary is read back from them).
+    let seen: Arc<Mutex<(Screen, Vec<u8>)>> = Arc::new(Mutex::new((
+        Screen {
+            parser: vt100::Parser::new(40, 80, 0),
+            seen: Vec::new(),
+        },
+        Vec::new(),
+    )));
+    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let feeder = {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut guard = seen.lock().expect("screen");
+                guard.0.feed(&buf[..n]);
+                guard.1.extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let status = child.wait().expect("wait for sortie");
+    drop(pty.master);
+    let _ = feeder.join();
+    assert_eq!(status.exit_code(), 1, "two tasks fail");
+    let guard = seen.lock().expect("screen");
+    let (screen, bytes) = &*guard;
+    let header = format!("run {RUN} [");
+    // The board: its header and task rows stop short of the last column (a row that fills it
+    // is one the terminal may wrap), and the header kept its elapsed time and estimate while
+    // the states' counts grew. (Rows between draws may hold a log line's wrapped tail: log
+    // lines are whole, and not the board.)
+    let mut headers = Vec::new();
+    for rows in &screen.seen {
+        for r in rows {
+            let board_row = r.starts_with(&header) || r.starts_with("  a-task-with-a-rath");
+            assert!(
+                !board_row || r.trim_end().chars().count() < 80,
+                "a board row that fills the 80 columns: {r:?}\n{}",
+                rows.join("\n")
+            );
+            if r.starts_with(&header) {
+                headers.push(r.clone());
+            }
+        }
+    }
+    assert!(headers.len() > 2, "{headers:?}");
+    assert!(
+        headers.iter().any(|h| h.contains(" · ETA ")),
+        "no header with the estimate: {headers:?}"
+    );
+    // The summary, read back as the lines written: none is wider than the terminal.
+    let text = strip_csi(&String::from_utf8_lossy(bytes));
+    // indicatif leaves the cursor at the end of its last (full) line: the table's head follows.
+    let start = text
+        .rmatch_indices("task ")
+        .map(|(i, _)| i)
+        .find(|&i| {
+            text[i..]
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains(" state "))
+        })
+        .unwrap_or_else(|| panic!("no summary table in:\n{text}"));
+    let summary: Vec<&str> = text[start..].split("\r\n").collect();
+    assert!(summary.len() > 40, "{}", summary.join("\n"));
+    for line in &summary {
+        assert!(
+            line.chars().count() <= 80,
+            "a summary line of {} columns: {line:?}\n{}",
+            line.chars().count(),
+            summary.join("\n")
+        );
+    }
+    let has = |needle: &str| summary.iter().any(|l| l.contains(needle));
+    assert!(has("total: 40 task(s)"), "{}", summary.join("\n"));
+    assert!(has("usage by model"));
+    assert!(has("└ exited with code 3: a long error"));
+    assert!(
+        has("/artifacts/of-the-task/label-03.md") && has("  → /"),
+        "the artifact on a line of its own:\n{}",
+        summary.join("\n")
+    );
+}

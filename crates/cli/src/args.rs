@@ -61,6 +61,10 @@ pub(crate) struct Global {
     /// SORTIE_ARTIFACT and SORTIE_ERROR in its environment (a notification, a chat hook).
     #[arg(long, global = true, value_name = "CMD")]
     pub(crate) on_task_end: Option<String>,
+    /// Which tasks' rows the summary and `status` list: set by `dispatch` from the command's
+    /// `--all` and `--state`.
+    #[arg(skip)]
+    pub(crate) rows: sortie_core::view::RowFilter,
 }
 
 impl Global {
@@ -153,6 +157,13 @@ pub(crate) struct StatusArgs {
     /// Only this task, with its attempts' transcripts.
     #[arg(long, value_name = "LABEL")]
     pub(crate) task: Option<String>,
+    /// Only the tasks in these states, comma-separated (`--state failed,partial`).
+    #[arg(long, value_name = "STATES")]
+    pub(crate) state: Option<String>,
+    /// List every task's row, even of a run of more than 50 tasks (which lists only the tasks
+    /// that did not complete, and one line per state).
+    #[arg(long)]
+    pub(crate) all: bool,
 }
 
 /// `sortie logs`.
@@ -182,6 +193,9 @@ pub(crate) struct ResultsArgs {
     /// One JSON object per line (JSON Lines) instead of a table.
     #[arg(long)]
     pub(crate) jsonl: bool,
+    /// Only the tasks in these states, comma-separated (`--state failed,partial`).
+    #[arg(long, value_name = "STATES")]
+    pub(crate) state: Option<String>,
 }
 
 /// `sortie completions`.
@@ -210,6 +224,10 @@ pub(crate) struct WaitArgs {
     /// Give up after this long ("30s", "2h"): exit 5, the run goes on.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub(crate) timeout: Option<std::time::Duration>,
+    /// List every task's row, even of a run of more than 50 tasks (which lists only the tasks
+    /// that did not complete, and one line per state).
+    #[arg(long)]
+    pub(crate) all: bool,
 }
 
 /// A live run, or one task of it.
@@ -249,6 +267,10 @@ pub(crate) struct ConcurrencyArgs {
 pub(crate) struct RunArgs {
     /// The batch file: `.toml`, or `.jsonl` (one task per line).
     pub(crate) batch: Option<PathBuf>,
+    /// List every task's row, even of a run of more than 50 tasks (which lists only the tasks
+    /// that did not complete, and one line per state).
+    #[arg(long)]
+    pub(crate) all: bool,
     /// Defaults for a JSON Lines batch (a TOML file shaped like a batch, without tasks).
     #[arg(long)]
     pub(crate) defaults: Option<PathBuf>,

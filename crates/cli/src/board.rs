@@ -1,10 +1,12 @@
 //! The live board on a terminal (indicatif's `MultiProgress` on stderr, log lines printed above
 //! it): a header (run id, counts per state, tokens and cost so far, elapsed, ETA) and one line
 //! per running task (label, attempt, model, elapsed, tokens, then what it is doing now: the
-//! activity its reader reported, `stalled 1m30s`, or `held`). Every line is cut to the
-//! terminal's width at each draw (indicatif's `wide_msg`), so a resize is followed at the next
-//! draw and no line ever wraps. A ticker redraws twice a second, so that clocks move while the
-//! agents are silent.
+//! activity its reader reported, `stalled 1m30s`, or `held`). Every line is cut to one column
+//! less than the terminal's width at each draw (a line that filled the last column would make
+//! some terminals wrap it), so a resize is followed at the next draw and no line ever wraps; the
+//! header puts the elapsed time and the estimate before the counts, so that growing counts are
+//! what gets cut. A ticker redraws twice a second, so that clocks move while the agents are
+//! silent.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,12 +71,10 @@ pub(crate) struct Board {
 
 fn line_bar() -> ProgressBar {
     let bar = ProgressBar::hidden();
-    bar.set_style(
-        ProgressStyle::with_template("{wide_msg}").unwrap_or_else(|_| {
-            // The template is a constant; the default style is a harmless fallback.
-            ProgressStyle::default_spinner()
-        }),
-    );
+    bar.set_style(ProgressStyle::with_template("{msg}").unwrap_or_else(|_| {
+        // The template is a constant; the default style is a harmless fallback.
+        ProgressStyle::default_spinner()
+    }));
     bar
 }
 
@@ -205,22 +205,13 @@ impl Header {
         self.held = state.control.run_held;
     }
 
+    /// The header as of `now`: the run and its progress, the elapsed time and the estimate,
+    /// tokens and cost, then the counts per state (cut first when the width runs out).
     fn line(&self, now: u64) -> String {
         let mut parts = vec![format!(
             "run {} [{}/{}]",
             self.run_id, self.done, self.total
         )];
-        let counts: Vec<String> = self
-            .counts
-            .iter()
-            .map(|(name, n)| format!("{name} {n}"))
-            .collect();
-        parts.push(counts.join(", "));
-        if self.held {
-            parts.push("HELD".to_owned());
-        }
-        parts.push(format!("{} tok", compact(self.tokens)));
-        parts.push(self.cost.clone());
         if let Some(start) = self.started_at {
             let elapsed = now.saturating_sub(start);
             parts.push(short_duration(elapsed));
@@ -230,6 +221,17 @@ impl Header {
                 parts.push(format!("ETA {}", short_duration(left)));
             }
         }
+        if self.held {
+            parts.push("HELD".to_owned());
+        }
+        parts.push(format!("{} tok", compact(self.tokens)));
+        parts.push(self.cost.clone());
+        let counts: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        parts.push(counts.join(", "));
         parts.join(" · ")
     }
 }
@@ -272,17 +274,29 @@ impl Model {
 
     /// Redraws every line as of `now` (ms since the epoch).
     fn render(&mut self, now: u64) {
-        self.header_bar.set_message(self.header.line(now));
-        let height = console::Term::stderr().size().0 as usize;
+        let (height, width) = console::Term::stderr().size();
+        let (height, fit) = (height as usize, (width as usize).saturating_sub(1).max(1));
+        self.header_bar
+            .set_message(cut(&self.header.line(now), fit));
         // The header, the rows and the "more" line fit on the screen, log lines above them.
         let room = BOARD_TASKS.min(height.saturating_sub(4).max(1));
-        let mut lines: Vec<String> = self.rows.values().take(room).map(|r| r.line(now)).collect();
+        let mut lines: Vec<String> = self
+            .rows
+            .values()
+            .take(room)
+            .map(|r| cut(&r.line(now), fit))
+            .collect();
         if self.rows.len() > room {
             lines.push(format!("  … and {} more running", self.rows.len() - room));
         }
         // Issue 14: the tasks their pool holds back, in the room left.
         let left = room.saturating_sub(lines.len());
-        lines.extend(self.waiting.iter().take(left).map(|r| r.line(now)));
+        lines.extend(
+            self.waiting
+                .iter()
+                .take(left)
+                .map(|r| cut(&r.line(now), fit)),
+        );
         while self.bars.len() < lines.len() {
             let bar = self.multi.add(line_bar());
             self.bars.push(bar);

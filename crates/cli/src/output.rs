@@ -40,7 +40,11 @@ pub(crate) fn observer(g: &crate::args::Global, run_id: Option<&RunId>) -> Box<d
         }
         board
     });
-    Box::new(LogLines { quiet, board })
+    Box::new(LogLines {
+        quiet,
+        board,
+        last_progress: None,
+    })
 }
 
 /// What a run's command gives the engine: the [`observer`] and `--on-task-end CMD` (the engine
@@ -55,6 +59,9 @@ pub(crate) fn front(g: &crate::args::Global, run_id: Option<&RunId>) -> Front {
 struct LogLines {
     quiet: bool,
     board: Option<Board>,
+    /// When the last progress line of a big run was printed (off a terminal), or the first
+    /// event was seen.
+    last_progress: Option<u64>,
 }
 
 /// Whether colours may be used on stderr (a terminal, and `NO_COLOR` unset).
@@ -67,6 +74,7 @@ impl Observer for LogLines {
         if self.quiet {
             return;
         }
+        let tasks = state.tasks.len();
         let line = match &s.event {
             Event::RunStarted { run_id, batch, .. } => Some(format!(
                 "run {run_id}: {} task(s), concurrency {}",
@@ -80,7 +88,7 @@ impl Observer for LogLines {
                 task,
                 attempt,
                 model,
-            } => Some(format!(
+            } if sortie_core::view::logs_launch(tasks) => Some(format!(
                 "[{}] attempt {attempt} launching{}",
                 state.label(*task),
                 model
@@ -127,7 +135,9 @@ impl Observer for LogLines {
                     .unwrap_or_else(|| "run".to_owned()),
                 crate::text::control_text(action)
             )),
-            Event::TaskFinished { task, result } => {
+            Event::TaskFinished { task, result }
+                if sortie_core::view::logs_task_end(tasks, result.state.as_str()) =>
+            {
                 let done = state.done_count();
                 let usage = state.usage_counters();
                 Some(format!(
@@ -152,6 +162,12 @@ impl Observer for LogLines {
                     // One write per line (stderr is unbuffered: `writeln!` would make one per
                     // piece, four system calls per task).
                     let text = format!("{} {line}\n", clock(s.at.0));
+                    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                }
+                let since = *self.last_progress.get_or_insert(s.at.0);
+                if sortie_core::view::progress_due(tasks, since, s.at.0) {
+                    self.last_progress = Some(s.at.0);
+                    let text = format!("{} {}\n", clock(s.at.0), progress_line(state));
                     let _ = std::io::stderr().lock().write_all(text.as_bytes());
                 }
             }
@@ -180,6 +196,24 @@ impl Observer for LogLines {
             board.activity(task, attempt, text);
         }
     }
+}
+
+/// A big run's progress line: done of all, the count per state, tokens and cost so far.
+fn progress_line(state: &RunState) -> String {
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for rec in &state.tasks {
+        *counts.entry(rec.display_state()).or_insert(0) += 1;
+    }
+    let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let usage = state.usage_counters();
+    format!(
+        "progress: {}/{} done ({}), {} tokens, {}",
+        state.done_count(),
+        state.tasks.len(),
+        counts.join(", "),
+        usage.tokens(),
+        usage.cost
+    )
 }
 
 fn first_line(s: &str) -> &str {
@@ -623,40 +657,66 @@ pub(crate) fn print_carried(out: &mut impl Write, state: &RunState) -> Result<()
 
 /// Prints a usage ledger per task and per model.
 pub(crate) fn print_ledger(out: &mut impl Write, state: &RunState, ledger: &Ledger) -> Result<()> {
-    writeln!(
-        out,
-        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  cost",
-        "usage", "input", "output", "cache_r", "cache_w", "turns"
-    )?;
-    let row = |out: &mut dyn Write, name: &str, u: &Usage| -> std::io::Result<()> {
-        writeln!(
-            out,
-            "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  {}",
-            truncate(name, 28),
+    let rows = ledger
+        .tasks
+        .iter()
+        .map(|(task, u)| (format!("task {}", state.label(*task)), u))
+        .chain(ledger.models.iter().map(|(model, u)| {
+            (
+                format!("model {}", model.as_deref().unwrap_or("(default)")),
+                u,
+            )
+        }))
+        .chain([("total".to_owned(), &ledger.total)]);
+    print_usage_table(out, "usage", rows, crate::text::stdout_width())
+}
+
+/// A usage table (name, input, output, cache_r, cache_w, turns, cost) fitted to `width`: the
+/// name's column (at most 28) gives way to the numbers and the widest cost, and a line still
+/// too long is cut.
+pub(crate) fn print_usage_table<'a>(
+    out: &mut impl Write,
+    title: &str,
+    rows: impl Iterator<Item = (String, &'a Usage)>,
+    width: usize,
+) -> Result<()> {
+    let rows: Vec<(String, &Usage, String)> =
+        rows.map(|(n, u)| (n, u, u.cost.to_string())).collect();
+    let cost_w = rows.iter().map(|r| r.2.chars().count()).max().unwrap_or(4);
+    // Four numbers of 9 and turns of 5, each after a space, and two before the cost.
+    let name_w = width.saturating_sub(48 + cost_w).clamp(10, 28);
+    let head = format!(
+        "{:<name_w$} {:>9} {:>9} {:>9} {:>9} {:>5}  cost",
+        truncate(title, name_w),
+        "input",
+        "output",
+        "cache_r",
+        "cache_w",
+        "turns"
+    );
+    writeln!(out, "{}", crate::text::fit(&head, width))?;
+    for (name, u, cost) in &rows {
+        let line = format!(
+            "{:<name_w$} {:>9} {:>9} {:>9} {:>9} {:>5}  {cost}",
+            truncate(name, name_w),
             u.input,
             u.output,
             u.cache_read,
             u.cache_write,
             u.turns,
-            u.cost
-        )
-    };
-    for (task, u) in &ledger.tasks {
-        row(out, &format!("task {}", state.label(*task)), u)?;
+        );
+        writeln!(out, "{}", crate::text::fit(&line, width))?;
     }
-    for (model, u) in &ledger.models {
-        row(
-            out,
-            &format!("model {}", model.as_deref().unwrap_or("(default)")),
-            u,
-        )?;
-    }
-    row(out, "total", &ledger.total)?;
     Ok(())
 }
 
-/// Prints the state of every task as a table.
-pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
+/// Prints the state of the tasks `filter` lists as a table (a big run: the tasks that did not
+/// complete, then one line per state).
+pub(crate) fn print_status(
+    out: &mut impl Write,
+    v: &RunView,
+    filter: &sortie_core::view::RowFilter,
+) -> Result<()> {
     writeln!(
         out,
         "run {}: {}{}  ({} events, {} tokens, {})",
@@ -678,7 +738,10 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         writeln!(out, "{line}")?;
     }
     let mut line = String::new();
-    for t in &v.tasks {
+    let tasks: usize = v.counts.values().sum();
+    let mut listed = 0;
+    for t in v.tasks.iter().filter(|t| filter.shows(tasks, &t.state)) {
+        listed += 1;
         task_line(&mut line, t);
         out.write_all(line.as_bytes())?;
         if t.held {
@@ -701,6 +764,12 @@ pub(crate) fn print_status(out: &mut impl Write, v: &RunView) -> Result<()> {
         if !agent_setup.is_empty() {
             writeln!(out, "      {}", agent_setup.join(", "))?;
         }
+    }
+    if filter.leaves_out(tasks) {
+        writeln!(
+            out,
+            "listed {listed} of {tasks} task(s) (--all lists every one, --state picks states)"
+        )?;
     }
     Ok(())
 }

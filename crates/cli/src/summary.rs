@@ -49,6 +49,7 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
         }
         writeln!(out)?;
     }
+    let width = crate::text::stdout_width();
     let label_w = label_width(
         state
             .batch
@@ -63,39 +64,23 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
         .map(|(i, rec)| output::task_view(state, i, rec, now, false));
     // What the commands and the kept worktrees need: the tasks that did not complete, and
     // those whose worktree was kept.
-    view.tasks = print_table(&mut out, &view, rows, label_w, colours())?;
+    let layout = Layout::new(width, label_w);
+    view.tasks = print_table(&mut out, &view, rows, &g.rows, layout, colours())?;
     view.commands = commands(g, &view);
     writeln!(out)?;
     output::print_kept(&mut out, &view)?;
     output::print_carried(&mut out, state)?;
     let ledger = model_ledger(state);
-    writeln!(
-        out,
-        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  cost",
-        "usage by model", "input", "output", "cache_r", "cache_w", "turns"
-    )?;
-    for (model, u) in ledger
+    let usage_rows = ledger
         .models
         .iter()
-        .map(|(m, u)| (m.as_deref().unwrap_or("(default)"), u))
-        .chain([("total", &ledger.total)])
-    {
-        writeln!(
-            out,
-            "{:<28} {:>10} {:>10} {:>10} {:>10} {:>6}  {}",
-            cut(model, 28),
-            u.input,
-            u.output,
-            u.cache_read,
-            u.cache_write,
-            u.turns,
-            u.cost
-        )?;
-    }
+        .map(|(m, u)| (m.as_deref().unwrap_or("(default)").to_owned(), u))
+        .chain([("total".to_owned(), &ledger.total)]);
+    output::print_usage_table(&mut out, "usage by model", usage_rows, width)?;
     if !view.commands.is_empty() {
         writeln!(out)?;
         for c in &view.commands {
-            writeln!(out, "{c}")?;
+            writeln!(out, "{}", crate::text::wrap_command(c, width))?;
         }
     }
     Ok(())
@@ -134,26 +119,160 @@ fn remarkable(t: &TaskView) -> bool {
     t.state != "completed" || t.worktree.as_ref().is_some_and(|w| w.kept == Some(true))
 }
 
-/// The table of the tasks `rows` (the run's counts and usage from `v`), then the totals;
-/// returns the rows that are [`remarkable`].
+/// The columns of the summary's task table at a width: the label's (at most 28) and the
+/// models' (14 to 24) columns share what the others leave, so that a row fits (state 11, attempts 3, tokens 6, cost 10, time 6 and the
+/// spaces between are 46 columns); a result that does not fit after them goes on a line of
+/// its own, whole, and every other line is cut to the width.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    /// The whole width.
+    pub(crate) width: usize,
+    /// The label's column.
+    pub(crate) label: usize,
+    /// The models' column.
+    pub(crate) models: usize,
+}
+
+/// The columns of a row but the label, the models and the result.
+const FIXED: usize = 46;
+
+impl Layout {
+    /// The layout for `width` columns, labels up to `label_w` characters.
+    pub(crate) fn new(width: usize, label_w: usize) -> Layout {
+        // What the label and the models share, leaving room for a short result.
+        let spare = width.saturating_sub(FIXED + 2);
+        let label = label_w.min(28);
+        let models = spare.saturating_sub(label).clamp(14, 24);
+        let label = label.min(spare.saturating_sub(models)).max(4);
+        Layout {
+            width,
+            label,
+            models,
+        }
+    }
+}
+
+/// The table of the tasks `rows` (the run's counts and usage from `v`) as `filter` lists
+/// them, then (when it may leave rows out) one line per state, then the totals; returns the
+/// rows that are [`remarkable`], listed or not.
 pub(crate) fn print_table(
     out: &mut impl Write,
     v: &RunView,
     rows: impl Iterator<Item = TaskView>,
-    label_w: usize,
+    filter: &sortie_core::view::RowFilter,
+    layout: Layout,
     colour: bool,
 ) -> Result<Vec<TaskView>> {
-    let (mut total, mut longest, mut remarkable_rows) = (0usize, None::<u64>, Vec::new());
-    writeln!(
-        out,
-        "{:<label_w$}  {:<11} {:>3}  {:<24} {:>7} {:>9} {:>8}  result",
+    let Layout {
+        width,
+        label: label_w,
+        models: models_w,
+    } = layout;
+    let tasks: usize = v.counts.values().sum();
+    let (mut total, mut listed, mut longest) = (0usize, 0usize, None::<u64>);
+    let mut remarkable_rows = Vec::new();
+    let mut head = format!(
+        "{:<label_w$}  {:<11} {:>3}  {:<models_w$} {:>6} {:>10} {:>6}",
         "task", "state", "att", "models", "tokens", "cost", "time"
-    )?;
+    );
+    if head.chars().count() + 8 <= width {
+        head.push_str("  result");
+    }
+    writeln!(out, "{}", crate::text::fit(&head, width))?;
     for t in rows {
         total += 1;
         longest = longest.max(t.duration_ms);
-        let state = format!("{:<11}", t.state);
-        let state = if colour {
+        if filter.shows(tasks, &t.state) {
+            listed += 1;
+            print_row(out, &t, layout, colour)?;
+        }
+        if remarkable(&t) {
+            remarkable_rows.push(t);
+        }
+    }
+    if filter.leaves_out(tasks) {
+        writeln!(
+            out,
+            "{}",
+            crate::text::fit(
+                &format!("listed {listed} of {total} task(s) (--all lists every one); by state:"),
+                width
+            )
+        )?;
+        for (k, n) in &v.counts {
+            writeln!(out, "  {n:>7} {k}")?;
+        }
+    }
+    let counts: Vec<String> = v.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let mut parts = vec![
+        format!("total: {total} task(s)"),
+        counts.join(", "),
+        format!("{} tokens", v.usage.tokens()),
+        v.cost.clone(),
+    ];
+    if let Some(d) = longest {
+        parts.push(format!("longest {}", short_duration(d)));
+    }
+    for line in crate::text::wrap_parts(&parts, width).lines() {
+        writeln!(out, "{}", crate::text::fit(line, width))?;
+    }
+    Ok(remarkable_rows)
+}
+
+/// `s` cut to `n` characters in its middle (`a-task-w…label-03`): labels made from a template
+/// differ at their end.
+pub(crate) fn cut_middle(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n || n < 6 {
+        return cut(s, n);
+    }
+    let head = (n - 1) / 3;
+    let tail = n - 1 - head;
+    let mut t: String = s.chars().take(head).collect();
+    t.push('…');
+    t.extend(s.chars().skip(len - tail));
+    t
+}
+
+/// One task's row of the summary's table (and its result and error lines).
+fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -> Result<()> {
+    let Layout {
+        width,
+        label: label_w,
+        models: models_w,
+    } = layout;
+    let kept = t
+        .worktree
+        .as_ref()
+        .filter(|w| w.kept == Some(true))
+        .map(|w| &w.path);
+    let result = match (&t.artifact, kept) {
+        (Some(a), Some(w)) => format!("{a}; worktree {w}"),
+        (Some(a), None) => a.clone(),
+        (None, Some(w)) => format!("worktree {w}"),
+        (None, None) => "-".to_owned(),
+    };
+    let before = format!(
+        "{:<label_w$}  {:<11} {:>3}  {:<models_w$} {:>6} {:>10} {:>6}  ",
+        cut_middle(&t.label, label_w),
+        t.state,
+        t.attempts,
+        cut(&models_text(t), models_w),
+        compact(t.usage.tokens()),
+        t.usage.cost.to_string(),
+        t.duration_ms.map_or("-".to_owned(), short_duration),
+    );
+    let used = before.chars().count();
+    let (same_line, own_line) = if used + result.chars().count() <= width {
+        (result, None)
+    } else {
+        ("↓".to_owned(), Some(result))
+    };
+    let mut line = crate::text::fit(&format!("{before}{same_line}"), width);
+    if colour {
+        // The state's column, coloured after the line was cut (the codes take no columns).
+        let start = format!("{:<label_w$}  ", cut_middle(&t.label, label_w)).len();
+        if line.is_char_boundary(start) && line.len() >= start + 11 {
             let style = match t.state.as_str() {
                 "completed" => console::Style::new().green(),
                 "partial" | "interrupted" | "cancelled" | "skipped" => {
@@ -162,54 +281,30 @@ pub(crate) fn print_table(
                 "failed" | "timeout" | "setup_error" => console::Style::new().red(),
                 _ => console::Style::new(),
             };
-            style.apply_to(state).to_string()
-        } else {
-            state
-        };
-        let kept = t
-            .worktree
-            .as_ref()
-            .filter(|w| w.kept == Some(true))
-            .map(|w| &w.path);
-        let result = match (&t.artifact, kept) {
-            (Some(a), Some(w)) => format!("{a}; worktree {w}"),
-            (Some(a), None) => a.clone(),
-            (None, Some(w)) => format!("worktree {w}"),
-            (None, None) => "-".to_owned(),
-        };
-        writeln!(
-            out,
-            "{:<label_w$}  {state} {:>3}  {:<24} {:>7} {:>9} {:>8}  {result}",
-            cut(&t.label, label_w),
-            t.attempts,
-            cut(&models_text(&t), 24),
-            compact(t.usage.tokens()),
-            t.usage.cost.to_string(),
-            t.duration_ms.map_or("-".to_owned(), short_duration),
-        )?;
-        if t.state != "completed"
-            && let Some(e) = &t.error
-        {
-            let line = e.lines().next().unwrap_or_default();
-            writeln!(out, "{:label_w$}  └ {}", "", cut(line, 100))?;
-        }
-        if remarkable(&t) {
-            remarkable_rows.push(t);
+            let (a, rest) = line.split_at(start);
+            if rest.is_char_boundary(11) {
+                let (state, b) = rest.split_at(11);
+                line = format!("{a}{}{b}", style.apply_to(state));
+            }
         }
     }
-    let counts: Vec<String> = v.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    let span = longest
-        .map(|d| format!(" · longest {}", short_duration(d)))
-        .unwrap_or_default();
-    writeln!(
-        out,
-        "total: {} task(s) · {} · {} tokens · {}{span}",
-        total,
-        counts.join(", "),
-        v.usage.tokens(),
-        v.cost
-    )?;
-    Ok(remarkable_rows)
+    writeln!(out, "{line}")?;
+    if let Some(result) = own_line {
+        // Whole: a path is to be copied (one longer than the width is the only line that wraps).
+        writeln!(out, "  → {result}")?;
+    }
+    if t.state != "completed"
+        && let Some(e) = &t.error
+    {
+        let line = e.lines().next().unwrap_or_default();
+        let indent = label_w.min(8);
+        writeln!(
+            out,
+            "{}",
+            crate::text::fit(&format!("{:indent$}  └ {line}", ""), width)
+        )?;
+    }
+    Ok(())
 }
 
 /// The commands to go on from here: resume an unfinished run, inspect what did not complete.
@@ -259,5 +354,23 @@ fn shell_word(s: &str) -> String {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_is_cut_in_its_middle_and_the_columns_give_way_to_the_width() {
+        assert_eq!(
+            cut_middle("a-task-with-a-rather-long-label-07", 18),
+            "a-tas…ong-label-07"
+        );
+        assert_eq!(cut_middle("short", 18), "short");
+        let narrow = Layout::new(80, 34);
+        assert_eq!(FIXED + narrow.label + narrow.models + 2, 80);
+        let wide = Layout::new(200, 34);
+        assert_eq!((wide.label, wide.models), (28, 24));
     }
 }

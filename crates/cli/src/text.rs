@@ -39,3 +39,112 @@ pub(crate) fn recovery_line(kept: u64, lost: Option<(u64, u64)>, restored: usize
          from their files"
     )
 }
+
+/// Off a terminal (a pipe, a file), tables are laid out for this many columns (docs/cli.md).
+pub(crate) const PLAIN_WIDTH: usize = 80;
+
+/// The width stdout's tables fit: the terminal's columns, or [`PLAIN_WIDTH`] off a terminal.
+pub(crate) fn stdout_width() -> usize {
+    let term = console::Term::stdout();
+    if term.is_term() {
+        term.size_checked()
+            .map_or(PLAIN_WIDTH, |(_, cols)| usize::from(cols).max(20))
+    } else {
+        PLAIN_WIDTH
+    }
+}
+
+/// `line` cut to `width` characters (with `…` when it was longer).
+pub(crate) fn fit(line: &str, width: usize) -> String {
+    crate::board::cut(line, width)
+}
+
+/// `parts` joined with ` · `, starting a new line (indented by two) before a part that would
+/// run past `width`.
+pub(crate) fn wrap_parts(parts: &[String], width: usize) -> String {
+    let mut out = String::new();
+    let mut line_len = 0;
+    for (i, part) in parts.iter().enumerate() {
+        let n = part.chars().count();
+        if i > 0 {
+            if line_len + 3 + n > width {
+                out.push_str("\n  ");
+                line_len = 2;
+            } else {
+                out.push_str(" · ");
+                line_len += 3;
+            }
+        }
+        out.push_str(part);
+        line_len += n;
+    }
+    out
+}
+
+/// A printed command (`inspect: sortie replay RUN --task LABEL`) in lines of at most `width`
+/// columns, broken between words with a shell continuation (` \\`) and the next line indented
+/// by 9, so that it still pastes as one command; a single word longer than a line stays whole.
+pub(crate) fn wrap_command(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_owned();
+    }
+    const INDENT: &str = "         ";
+    let mut out = String::new();
+    let mut current = String::new();
+    for word in line.split(' ') {
+        let with = current.chars().count() + 1 + word.chars().count();
+        // Room for the word and the ` \` that ends a continued line.
+        if !current.trim().is_empty() && with + 2 > width {
+            out.push_str(&current);
+            out.push_str(" \\\n");
+            current = format!("{INDENT}{word}");
+        } else {
+            if !current.is_empty() {
+                current.push(' ');
+            }
+            current.push_str(word);
+        }
+    }
+    out.push_str(&current);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_command_is_broken_between_words_and_still_reads_as_one() {
+        let c = "inspect: sortie --state-dir /a/rather/long/state/dir replay \
+                 20261205-102341-8284 --task a-task-with-a-rather-long-label-07";
+        let wrapped = wrap_command(c, 50);
+        assert!(wrapped.lines().count() > 1, "{wrapped}");
+        for line in wrapped.lines() {
+            assert!(line.chars().count() <= 50, "{line:?}");
+        }
+        // What a shell reads: each ` \` and newline, then the indent, is a space.
+        assert_eq!(wrapped.replace(" \\\n         ", " "), c);
+        assert_eq!(
+            wrap_command("status:  sortie status R", 80),
+            "status:  sortie status R"
+        );
+        // A word longer than a line stays whole.
+        let long = format!("diff:    sortie diff R {}", "x".repeat(60));
+        assert!(wrap_command(&long, 40).ends_with(&"x".repeat(60)));
+    }
+
+    #[test]
+    fn the_total_line_breaks_between_its_parts() {
+        let parts: Vec<String> = [
+            "total: 5000 task(s)",
+            "completed 4999, failed 1",
+            "0 tokens",
+        ]
+        .map(str::to_owned)
+        .into();
+        assert_eq!(
+            wrap_parts(&parts, 48),
+            "total: 5000 task(s) · completed 4999, failed 1\n  0 tokens"
+        );
+    }
+}

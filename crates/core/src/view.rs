@@ -33,6 +33,114 @@ impl TaskRecord {
     }
 }
 
+/// Every name [`TaskRecord::display_state`] gives, in the order a task may pass through them:
+/// what `--state` accepts.
+pub const DISPLAY_STATES: &[&str] = &[
+    "pending",
+    "queued",
+    "setting-up",
+    "running",
+    "finishing",
+    "retrying",
+    "interrupted",
+    "completed",
+    "partial",
+    "failed",
+    "timeout",
+    "cancelled",
+    "skipped",
+];
+
+/// A run of more tasks than this is big: its summary and `status` list only the tasks that
+/// did not complete (and one line per state), and what it prints while it goes leaves out the
+/// launches and the completed tasks for a progress line (docs/cli.md).
+pub const BIG_RUN: usize = 50;
+
+/// Off a terminal, a big run prints a progress line at most this often (ms, in the journal's
+/// time), when an event comes.
+pub const PROGRESS_EVERY_MS: u64 = 5_000;
+
+/// Whether a run of `tasks` tasks is big ([`BIG_RUN`]).
+pub fn is_big_run(tasks: usize) -> bool {
+    tasks > BIG_RUN
+}
+
+/// Which tasks' rows a table of a run lists (the summary, `status`, `results`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowFilter {
+    /// Only tasks in these display states (`--state failed,partial`).
+    pub states: Option<Vec<&'static str>>,
+    /// Every row, even of a big run (`--all`).
+    pub all: bool,
+}
+
+impl RowFilter {
+    /// The filter of `--state LIST` (comma-separated display states; `None`: no filter) and
+    /// `--all`; an unknown state is an error naming it and the known ones.
+    pub fn new(states: Option<&str>, all: bool) -> Result<RowFilter, String> {
+        let states = match states {
+            None => None,
+            Some(list) => {
+                let mut names = Vec::new();
+                for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                    match DISPLAY_STATES.iter().find(|s| **s == word) {
+                        Some(s) => names.push(*s),
+                        None => {
+                            return Err(format!(
+                                "unknown state {word:?}; the states are {}",
+                                DISPLAY_STATES.join(", ")
+                            ));
+                        }
+                    }
+                }
+                if names.is_empty() {
+                    return Err(format!(
+                        "--state needs at least one state: {}",
+                        DISPLAY_STATES.join(", ")
+                    ));
+                }
+                Some(names)
+            }
+        };
+        Ok(RowFilter { states, all })
+    }
+
+    /// Whether the row of a task in display state `state`, in a run of `tasks` tasks, is
+    /// listed: a `--state` filter names it; else `--all`, a run that is not big, or a task
+    /// that did not complete.
+    pub fn shows(&self, tasks: usize, state: &str) -> bool {
+        match &self.states {
+            Some(names) => names.contains(&state),
+            None => self.all || !is_big_run(tasks) || state != "completed",
+        }
+    }
+
+    /// Whether some rows of a run of `tasks` tasks may be left out (then the table says how
+    /// many tasks are in each state).
+    pub fn leaves_out(&self, tasks: usize) -> bool {
+        self.states.is_some() || (!self.all && is_big_run(tasks))
+    }
+}
+
+/// What a run prints while it goes, off a terminal and above the board: every launch and
+/// every task's end for a run that is not big; for a big run, no launch and only the ends of
+/// tasks that did not complete, with a progress line when one is due.
+pub fn logs_launch(tasks: usize) -> bool {
+    !is_big_run(tasks)
+}
+
+/// Whether the end of a task in state `state` gets a line (see [`logs_launch`]).
+pub fn logs_task_end(tasks: usize, state: &str) -> bool {
+    !is_big_run(tasks) || state != "completed"
+}
+
+/// Whether a big run's progress line is due at `now` (ms), the last one printed (or the first
+/// event seen) at `since`: the first event [`PROGRESS_EVERY_MS`] after it; never for a run
+/// that is not big.
+pub fn progress_due(tasks: usize, since: u64, now: u64) -> bool {
+    is_big_run(tasks) && now.saturating_sub(since) >= PROGRESS_EVERY_MS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,8 @@ pub(crate) use crate::error::Code;
 use crate::error::{CliError, Result, ResultExt};
 
 /// Runs the command.
-pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
+pub(crate) fn dispatch(mut cli: Cli) -> Result<Code> {
+    cli.global.rows = rows(&cli.command)?;
     let g = &cli.global;
     match cli.command {
         Command::Run(args) => run::run(g, args),
@@ -71,6 +72,18 @@ pub(crate) fn dispatch(cli: Cli) -> Result<Code> {
         Command::Logs(l) => logs::logs(g, &l),
         Command::Results(r) => results::results(g, &r),
     }
+}
+
+/// Which rows the command's tables list: its `--state` and `--all`.
+fn rows(command: &Command) -> Result<sortie_core::view::RowFilter> {
+    let (states, all) = match command {
+        Command::Run(a) => (None, a.all),
+        Command::Wait(w) => (None, w.all),
+        Command::Status(s) => (s.state.as_deref(), s.all),
+        Command::Results(r) => (r.state.as_deref(), true),
+        _ => (None, false),
+    };
+    sortie_core::view::RowFilter::new(states, all).map_err(CliError::usage)
 }
 
 /// Parses a run id given on the command line (for a new run: `--run-id`).

@@ -86,7 +86,14 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
         "state as of seq {}:",
         state.next_seq.0.saturating_sub(1)
     )?;
-    output::print_status(&mut out, &output::view(&run, &state, None, false))?;
+    output::print_status(
+        &mut out,
+        &output::view(&run, &state, None, false),
+        &sortie_core::view::RowFilter {
+            all: true,
+            states: None,
+        },
+    )?;
     Ok(code)
 }
 

@@ -53,6 +53,7 @@ pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
                 usage,
             }
         })
+        .filter(|r: &Record| g.rows.shows(state.tasks.len(), &r.state))
         .collect();
     let mut out = std::io::stdout().lock();
     if args.jsonl {

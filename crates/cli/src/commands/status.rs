@@ -21,14 +21,18 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
     };
     // Closed (its copy removed) when `_closing` drops, on every way out.
     let (state, _closing) = super::read_latest(&g.layout(), &run)?;
-    let view = output::view(&run, &state, live_pid, false);
+    let mut view = output::view(&run, &state, live_pid, false);
+    if g.rows.states.is_some() {
+        let tasks = view.tasks.len();
+        view.tasks.retain(|t| g.rows.shows(tasks, &t.state));
+    }
     // Buffered: stdout is line-buffered, and a 100,000-task run is as many lines.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if g.json {
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
     } else {
-        output::print_status(&mut out, &view)?;
+        output::print_status(&mut out, &view, &g.rows)?;
         crate::pools::print(&mut out, &view.pools, view.now)?;
         output::print_kept(&mut out, &view)?;
         output::print_carried(&mut out, &state)?;
