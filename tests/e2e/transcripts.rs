@@ -381,7 +381,9 @@ fn logs_follow_tails_a_live_attempt_until_it_ends() {
         let rest: Vec<String> = rx.iter().collect();
         assert_eq!(rest, vec!["two".to_owned()], "{label}: the rest, once");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("ended"), "{label}: {err}");
+        // #37: the end in words, not a Rust debug value (`Code(0)`).
+        assert!(err.contains("ended with exit code 0"), "{label}: {err}");
+        assert!(!err.contains("Code("), "{label}: {err}");
     }
     let out = sortie.finish(PATIENCE);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
