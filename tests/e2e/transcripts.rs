@@ -611,3 +611,22 @@ fn process_cut(path: &std::path::Path) -> Option<(u64, u64)> {
     let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
     Some((it.next()??, it.next()??))
 }
+
+/// #37: sortie's log lines (WARN and the like) carry no colour codes on a pipe.
+#[test]
+fn log_lines_off_a_terminal_carry_no_colour_codes() {
+    let s = Scratch::new();
+    let b = s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"a\"\ncommand = [\"true\"]\n",
+    );
+    let out = s
+        .sortie()
+        .env("RUST_LOG", "debug")
+        .args(["--quiet", "run", b.to_str().expect("utf-8")])
+        .output()
+        .expect("sortie");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DEBUG"), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
+}
