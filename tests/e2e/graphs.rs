@@ -134,6 +134,13 @@ fn graphs_failed_middle_task_skips_the_last() {
     let file = s.write("batch.toml", &batch);
     let out = s.run(&["run", "--run-id", &run, file.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    // #37: the summary says the state once, not `skipped: skipped: dependency`.
+    let printed = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        printed.contains("dependency \"two\" did not complete"),
+        "{printed}"
+    );
+    assert!(!printed.contains("skipped: skipped"), "{printed}");
     let status = s.status(&run);
     assert_eq!(task_view(&status, "one")["state"], "completed");
     assert_eq!(task_view(&status, "two")["state"], "failed");

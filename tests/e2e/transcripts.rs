@@ -381,7 +381,9 @@ fn logs_follow_tails_a_live_attempt_until_it_ends() {
         let rest: Vec<String> = rx.iter().collect();
         assert_eq!(rest, vec!["two".to_owned()], "{label}: the rest, once");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("ended"), "{label}: {err}");
+        // #37: the end in words, not a Rust debug value (`Code(0)`).
+        assert!(err.contains("ended with exit code 0"), "{label}: {err}");
+        assert!(!err.contains("Code("), "{label}: {err}");
     }
     let out = sortie.finish(PATIENCE);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -608,4 +610,23 @@ fn process_cut(path: &std::path::Path) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(path.with_file_name(name)).ok()?;
     let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
     Some((it.next()??, it.next()??))
+}
+
+/// #37: sortie's log lines (WARN and the like) carry no colour codes on a pipe.
+#[test]
+fn log_lines_off_a_terminal_carry_no_colour_codes() {
+    let s = Scratch::new();
+    let b = s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"a\"\ncommand = [\"true\"]\n",
+    );
+    let out = s
+        .sortie()
+        .env("RUST_LOG", "debug")
+        .args(["--quiet", "run", b.to_str().expect("utf-8")])
+        .output()
+        .expect("sortie");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DEBUG"), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
 }

@@ -25,6 +25,8 @@ pub(crate) fn init_tracing(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // #37: colour codes only for a terminal; a pipe or a file gets plain lines.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

@@ -484,7 +484,8 @@ pub fn skipped_result(need: &str, state: TerminalState) -> TaskResult {
         TerminalState::Skipped,
         StopReason::Cancelled,
         None,
-        &format!("skipped: dependency {need:?} did not complete ({state})"),
+        // #37: the state is said where the error is shown (`skipped: ...`), not in it again.
+        &format!("dependency {need:?} did not complete ({state})"),
     )
 }
 

@@ -409,7 +409,7 @@ fn a_pending_task_is_queued_when_its_needs_completed_and_skipped_when_one_did_no
         run.plan(0, &World::default()),
         lines(&[
             "queue c",
-            "finish d skipped: skipped: dependency \"b\" did not complete (failed)"
+            "finish d skipped: dependency \"b\" did not complete (failed)"
         ])
     );
 }
@@ -458,7 +458,7 @@ fn a_session_task_waits_for_the_one_before_it_and_is_skipped_when_it_failed() {
         run.plan(0, &World::default()),
         lines(&[
             "queue a2",
-            "finish b2 skipped: skipped: dependency \"b1\" did not complete (failed)"
+            "finish b2 skipped: dependency \"b1\" did not complete (failed)"
         ]),
         "a3 still waits for a2"
     );

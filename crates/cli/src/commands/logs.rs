@@ -48,7 +48,7 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
         && let Some(exit) = t.exit()
     {
         eprintln!(
-            "sortie: attempt {} of task {label} ended ({exit:?})",
+            "sortie: attempt {} of task {label} ended with {exit}",
             t.attempt
         );
     }
