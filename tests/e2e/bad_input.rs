@@ -1,7 +1,8 @@
 //! End-to-end tests: bad input. A batch that does not load is refused with a message naming the
 //! file, line and field, exit 2, and no run is started; an agent binary that is missing is
 //! `invalid` at once (retrying cannot help), naming it; an agent printing binary garbage or a 10 MB line
-//! does not upset sortie; a state dir that cannot be written is a clear error naming the path,
+//! does not upset sortie; a file a batch names past its size limit (`/dev/zero`) is refused
+//! naming it, without filling the memory; a state dir that cannot be written is a clear error naming the path,
 //! with nothing half-written.
 
 use std::path::{Path, PathBuf};
@@ -322,4 +323,58 @@ fn transient_on_retries_a_plain_command_whose_failure_matches() {
     let status = s.status("tr");
     assert_eq!(task_view(&status, "api")["state"], "completed");
     assert_eq!(task_view(&status, "other")["state"], "failed");
+}
+
+/// Runs `sortie ARGS` in `s` with its address space capped at 1 GiB (`ulimit -v`), so that
+/// a sortie reading without bound fails fast instead of taking the machine's memory.
+fn run_capped(s: &Scratch, args: &[&str]) -> std::process::Output {
+    let sortie = s.sortie();
+    let mut c = Command::new("sh");
+    c.current_dir(s.path())
+        .env_remove("SORTIE_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$@\"")
+        .arg("sh")
+        .arg(sortie.get_program())
+        .args(sortie.get_args())
+        .args(args);
+    c.output().expect("run sortie")
+}
+
+#[test]
+fn every_input_past_its_documented_size_is_refused_naming_the_file() {
+    let s = Scratch::new();
+    let for_each = s.write(
+        "for_each.toml",
+        "[[tasks]]\nlabel = \"t-{item}\"\ncommand = [\"true\"]\nfor_each = { file = \"/dev/zero\" }\n",
+    );
+    let schema = s.write(
+        "schema.toml",
+        "[[tasks]]\nlabel = \"t\"\ncommand = [\"true\"]\noutput_schema = \"/dev/zero\"\n",
+    );
+    let cases: [(&str, &Path, &str); 3] = [
+        ("/dev/zero", Path::new("/dev/zero"), "64 MiB a batch file"),
+        ("for_each", &for_each, "16 MiB a `for_each` file"),
+        ("output_schema", &schema, "4 MiB an `output_schema` file"),
+    ];
+    for (what, batch, limit) in cases {
+        let out = run_capped(&s, &["check", batch.to_str().expect("utf-8 path")]);
+        let stderr = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{what}: a usage error\n{stderr}"
+        );
+        assert!(
+            stderr.contains("/dev/zero") && stderr.contains(&format!("larger than the {limit}")),
+            "{what}: the error names the file and its limit:\n{stderr}"
+        );
+    }
+    assert!(!s.state_dir().join("runs").exists(), "nothing was run");
 }
