@@ -378,3 +378,64 @@ fn every_input_past_its_documented_size_is_refused_naming_the_file() {
     }
     assert!(!s.state_dir().join("runs").exists(), "nothing was run");
 }
+
+#[test]
+fn a_spawn_that_can_never_succeed_fails_at_once_naming_its_cause() {
+    let s = Scratch::new();
+    let not_a_program = s.write("not-a-program", "hello\n");
+    set_mode(&not_a_program, 0o755);
+    std::fs::create_dir(s.path().join("gone")).expect("mkdir");
+    let big_env = "x".repeat(300 * 1024);
+    let big_arg = "y".repeat(200 * 1024);
+    // `vanish` removes `gone` before `cwd` starts in it: `check` saw it, the spawn does not.
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nmax_retries = 2\n\n\
+             [[tasks]]\nlabel = \"nul\"\ncommand = [\"echo\", \"a\\u0000b\"]\n\n\
+             [[tasks]]\nlabel = \"noexec\"\ncommand = [{:?}]\n\n\
+             [[tasks]]\nlabel = \"bigenv\"\ncommand = [\"true\"]\nenv = {{ BIG = \"{big_env}\" }}\n\n\
+             [[tasks]]\nlabel = \"bigarg\"\ncommand = [\"echo\", \"{big_arg}\"]\n\n\
+             [[tasks]]\nlabel = \"vanish\"\ncommand = [\"rmdir\", \"gone\"]\n\n\
+             [[tasks]]\nlabel = \"cwd\"\nneeds = [\"vanish\"]\ncwd = \"gone\"\ncommand = [\"true\"]\n",
+            not_a_program.display().to_string()
+        ),
+    );
+    let out = finish(
+        s.spawn(&["run", "--run-id", "never", batch.to_str().expect("utf-8")]),
+        120,
+    );
+    assert_eq!(out.status.code(), Some(1), "tasks failed: exit 1");
+    let status = s.status("never");
+    let cases = [
+        ("nul", "NUL byte"),
+        ("noexec", "not a program the system can run"),
+        (
+            "bigenv",
+            "the environment variable BIG is 307200 bytes, over the 131072 bytes",
+        ),
+        (
+            "bigarg",
+            "argument 1 is 204800 bytes, over the 131072 bytes",
+        ),
+        ("cwd", "working directory"),
+    ];
+    for (label, cause) in cases {
+        let task = task_view(&status, label);
+        assert_eq!(task["state"], "failed", "{task}");
+        assert_eq!(task["stop_reason"], "invalid", "{label}: {task}");
+        assert_eq!(task["attempts"], 1, "{label} is not retried: {task}");
+        let error = task["error"].as_str().unwrap_or_default();
+        assert!(error.contains(cause), "{label}: {error}");
+    }
+    let bigenv = task_view(&status, "bigenv")["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!bigenv.contains("prompt"), "no word of a prompt: {bigenv}");
+    assert_eq!(
+        s.events("never").count("RetryScheduled"),
+        0,
+        "nothing retried"
+    );
+    s.audit_clean("never");
+}
