@@ -439,3 +439,48 @@ fn a_spawn_that_can_never_succeed_fails_at_once_naming_its_cause() {
     );
     s.audit_clean("never");
 }
+
+#[test]
+fn check_refuses_what_could_never_start_or_be_written() {
+    let s = Scratch::new();
+    let not_a_program = s.write("not-a-program", "hello\n");
+    set_mode(&not_a_program, 0o755);
+    let big_env = "x".repeat(300 * 1024);
+    let big_arg = "y".repeat(200 * 1024);
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"nul\"\ncommand = [\"echo\", \"a\\u0000b\"]\n\n\
+             [[tasks]]\nlabel = \"noexec\"\ncommand = [{:?}]\n\n\
+             [[tasks]]\nlabel = \"out\"\ncommand = [\"true\"]\noutput = \"/proc/forbidden/out.md\"\n\n\
+             [[tasks]]\nlabel = \"bigenv\"\ncommand = [\"true\"]\nenv = {{ BIG = \"{big_env}\" }}\n\n\
+             [[tasks]]\nlabel = \"bigarg\"\ncommand = [\"echo\", \"{big_arg}\"]\n\n\
+             [[tasks]]\nlabel = \"fine\"\ncommand = [\"true\"]\n",
+            not_a_program.display().to_string()
+        ),
+    );
+    let out = s.run(&["check", batch.to_str().expect("utf-8")]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "check refuses the batch:\n{text}"
+    );
+    let expected = [
+        "field `command`: task `nul`: argument 1 holds a NUL byte",
+        "field `command`: task `noexec`: the task's command",
+        "not a program the system can run",
+        "field `output`: task `out`: /proc/forbidden/out.md cannot be written",
+        "field `env`: task `bigenv`: BIG is 307200 bytes",
+        "field `command`: task `bigarg`: argument 1 is 204800 bytes",
+        "5 problems",
+    ];
+    for e in expected {
+        assert!(text.contains(e), "missing {e:?} in:\n{text}");
+    }
+    assert!(!text.contains("task `fine`"), "{text}");
+}

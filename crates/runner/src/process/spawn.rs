@@ -121,8 +121,8 @@ pub enum SpawnError {
     },
 }
 
-/// The most bytes Linux takes in one argument or one `NAME=value` (MAX_ARG_STRLEN: 32 pages).
-pub(crate) const MAX_ARG_STRLEN: usize = 32 * 4096;
+// The most bytes Linux takes in one argument or one `NAME=value` (MAX_ARG_STRLEN: 32 pages).
+use crate::preflight::MAX_ARG_BYTES as MAX_ARG_STRLEN;
 
 /// What made a spawn of `argv` with `env` added fail with E2BIG, for people: the first
 /// argument or variable over [`MAX_ARG_STRLEN`], else the totals (over ARG_MAX).
