@@ -24,9 +24,9 @@ pub mod input_limits {
 
     /// A limit for people: `64 MiB`, `512 KiB`, `100 bytes`.
     pub fn format(bytes: u64) -> String {
-        if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
             format!("{} MiB", bytes >> 20)
-        } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+        } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
             format!("{} KiB", bytes >> 10)
         } else {
             format!("{bytes} bytes")

@@ -191,7 +191,7 @@ async fn spawn_errors_name_the_binary_and_why() {
 
     let err = spawn(&spec(&[])).await.unwrap_err();
     assert!(matches!(err, SpawnError::EmptyArgv));
-    assert!(err.is_deterministic());
+    assert!(err.fault().deterministic());
 
     // An argv over the system's limit (E2BIG) is named as such, and is no transient failure.
     let big = "x".repeat(4 << 20);
@@ -201,7 +201,7 @@ async fn spawn_errors_name_the_binary_and_why() {
         "{err:?}"
     );
     assert!(err.to_string().contains("argument list too long"), "{err}");
-    assert!(err.is_deterministic());
+    assert!(err.fault().deterministic());
 }
 
 #[tokio::test]
@@ -219,7 +219,7 @@ async fn a_prompt_file_is_the_childs_stdin() {
         .await
         .unwrap_err();
     assert!(
-        !err.is_deterministic() && err.to_string().contains("stdin"),
+        !err.fault().deterministic() && err.to_string().contains("stdin"),
         "{err}"
     );
 }
