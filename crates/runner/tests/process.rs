@@ -200,6 +200,17 @@ async fn spawn_errors_name_the_binary_and_why() {
         matches!(err, SpawnError::ArgumentListTooLong { .. }),
         "{err:?}"
     );
+    assert!(
+        err.to_string()
+            .contains("argument 1 is 4194304 bytes, over the 131072 bytes"),
+        "names the argument over Linux's limit on one: {err}"
+    );
+    assert!(err.fault().deterministic());
+    // Many arguments, each under the limit on one, over the total (ARG_MAX).
+    let part = "y".repeat(100 << 10);
+    let mut argv = vec!["true"];
+    argv.extend(std::iter::repeat_n(part.as_str(), 200));
+    let err = spawn(&spec(&argv)).await.unwrap_err();
     assert!(err.to_string().contains("argument list too long"), "{err}");
     assert!(err.fault().deterministic());
 }
