@@ -1,7 +1,8 @@
 //! End-to-end tests: bad input. A batch that does not load is refused with a message naming the
 //! file, line and field, exit 2, and no run is started; an agent binary that is missing is
 //! `invalid` at once (retrying cannot help), naming it; an agent printing binary garbage or a 10 MB line
-//! does not upset sortie; a state dir that cannot be written is a clear error naming the path,
+//! does not upset sortie; a file a batch names past its size limit (`/dev/zero`) is refused
+//! naming it, without filling the memory; a state dir that cannot be written is a clear error naming the path,
 //! with nothing half-written.
 
 use std::path::{Path, PathBuf};
@@ -322,4 +323,164 @@ fn transient_on_retries_a_plain_command_whose_failure_matches() {
     let status = s.status("tr");
     assert_eq!(task_view(&status, "api")["state"], "completed");
     assert_eq!(task_view(&status, "other")["state"], "failed");
+}
+
+/// Runs `sortie ARGS` in `s` with its address space capped at 1 GiB (`ulimit -v`), so that
+/// a sortie reading without bound fails fast instead of taking the machine's memory.
+fn run_capped(s: &Scratch, args: &[&str]) -> std::process::Output {
+    let sortie = s.sortie();
+    let mut c = Command::new("sh");
+    c.current_dir(s.path())
+        .env_remove("SORTIE_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$@\"")
+        .arg("sh")
+        .arg(sortie.get_program())
+        .args(sortie.get_args())
+        .args(args);
+    c.output().expect("run sortie")
+}
+
+#[test]
+fn every_input_past_its_documented_size_is_refused_naming_the_file() {
+    let s = Scratch::new();
+    let for_each = s.write(
+        "for_each.toml",
+        "[[tasks]]\nlabel = \"t-{item}\"\ncommand = [\"true\"]\nfor_each = { file = \"/dev/zero\" }\n",
+    );
+    let schema = s.write(
+        "schema.toml",
+        "[[tasks]]\nlabel = \"t\"\ncommand = [\"true\"]\noutput_schema = \"/dev/zero\"\n",
+    );
+    let cases: [(&str, &Path, &str); 3] = [
+        ("/dev/zero", Path::new("/dev/zero"), "64 MiB a batch file"),
+        ("for_each", &for_each, "16 MiB a `for_each` file"),
+        ("output_schema", &schema, "4 MiB an `output_schema` file"),
+    ];
+    for (what, batch, limit) in cases {
+        let out = run_capped(&s, &["check", batch.to_str().expect("utf-8 path")]);
+        let stderr = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{what}: a usage error\n{stderr}"
+        );
+        assert!(
+            stderr.contains("/dev/zero") && stderr.contains(&format!("larger than the {limit}")),
+            "{what}: the error names the file and its limit:\n{stderr}"
+        );
+    }
+    assert!(!s.state_dir().join("runs").exists(), "nothing was run");
+}
+
+#[test]
+fn a_spawn_that_can_never_succeed_fails_at_once_naming_its_cause() {
+    let s = Scratch::new();
+    let not_a_program = s.write("not-a-program", "hello\n");
+    set_mode(&not_a_program, 0o755);
+    std::fs::create_dir(s.path().join("gone")).expect("mkdir");
+    let big_env = "x".repeat(300 * 1024);
+    let big_arg = "y".repeat(200 * 1024);
+    // `vanish` removes `gone` before `cwd` starts in it: `check` saw it, the spawn does not.
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nmax_retries = 2\n\n\
+             [[tasks]]\nlabel = \"nul\"\ncommand = [\"echo\", \"a\\u0000b\"]\n\n\
+             [[tasks]]\nlabel = \"noexec\"\ncommand = [{:?}]\n\n\
+             [[tasks]]\nlabel = \"bigenv\"\ncommand = [\"true\"]\nenv = {{ BIG = \"{big_env}\" }}\n\n\
+             [[tasks]]\nlabel = \"bigarg\"\ncommand = [\"echo\", \"{big_arg}\"]\n\n\
+             [[tasks]]\nlabel = \"vanish\"\ncommand = [\"rmdir\", \"gone\"]\n\n\
+             [[tasks]]\nlabel = \"cwd\"\nneeds = [\"vanish\"]\ncwd = \"gone\"\ncommand = [\"true\"]\n",
+            not_a_program.display().to_string()
+        ),
+    );
+    let out = finish(
+        s.spawn(&["run", "--run-id", "never", batch.to_str().expect("utf-8")]),
+        120,
+    );
+    assert_eq!(out.status.code(), Some(1), "tasks failed: exit 1");
+    let status = s.status("never");
+    let cases = [
+        ("nul", "NUL byte"),
+        ("noexec", "not a program the system can run"),
+        (
+            "bigenv",
+            "the environment variable BIG is 307200 bytes, over the 131072 bytes",
+        ),
+        (
+            "bigarg",
+            "argument 1 is 204800 bytes, over the 131072 bytes",
+        ),
+        ("cwd", "working directory"),
+    ];
+    for (label, cause) in cases {
+        let task = task_view(&status, label);
+        assert_eq!(task["state"], "failed", "{task}");
+        assert_eq!(task["stop_reason"], "invalid", "{label}: {task}");
+        assert_eq!(task["attempts"], 1, "{label} is not retried: {task}");
+        let error = task["error"].as_str().unwrap_or_default();
+        assert!(error.contains(cause), "{label}: {error}");
+    }
+    let bigenv = task_view(&status, "bigenv")["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!bigenv.contains("prompt"), "no word of a prompt: {bigenv}");
+    assert_eq!(
+        s.events("never").count("RetryScheduled"),
+        0,
+        "nothing retried"
+    );
+    s.audit_clean("never");
+}
+
+#[test]
+fn check_refuses_what_could_never_start_or_be_written() {
+    let s = Scratch::new();
+    let not_a_program = s.write("not-a-program", "hello\n");
+    set_mode(&not_a_program, 0o755);
+    let big_env = "x".repeat(300 * 1024);
+    let big_arg = "y".repeat(200 * 1024);
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"nul\"\ncommand = [\"echo\", \"a\\u0000b\"]\n\n\
+             [[tasks]]\nlabel = \"noexec\"\ncommand = [{:?}]\n\n\
+             [[tasks]]\nlabel = \"out\"\ncommand = [\"true\"]\noutput = \"/proc/forbidden/out.md\"\n\n\
+             [[tasks]]\nlabel = \"bigenv\"\ncommand = [\"true\"]\nenv = {{ BIG = \"{big_env}\" }}\n\n\
+             [[tasks]]\nlabel = \"bigarg\"\ncommand = [\"echo\", \"{big_arg}\"]\n\n\
+             [[tasks]]\nlabel = \"fine\"\ncommand = [\"true\"]\n",
+            not_a_program.display().to_string()
+        ),
+    );
+    let out = s.run(&["check", batch.to_str().expect("utf-8")]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "check refuses the batch:\n{text}"
+    );
+    let expected = [
+        "field `command`: task `nul`: argument 1 holds a NUL byte",
+        "field `command`: task `noexec`: the task's command",
+        "not a program the system can run",
+        "field `output`: task `out`: /proc/forbidden/out.md cannot be written",
+        "field `env`: task `bigenv`: BIG is 307200 bytes",
+        "field `command`: task `bigarg`: argument 1 is 204800 bytes",
+        "5 problems",
+    ];
+    for e in expected {
+        assert!(text.contains(e), "missing {e:?} in:\n{text}");
+    }
+    assert!(!text.contains("task `fine`"), "{text}");
 }

@@ -259,7 +259,8 @@ fn last_component(item: &str) -> &str {
 /// Items from a file, one per line, blank lines and `#` comments skipped, trimmed.
 fn read_items(base: &Path, file: &str) -> Result<Vec<String>, (&'static str, String)> {
     let path = base.join(file);
-    let text = std::fs::read_to_string(&path)
+    let limit = sortie_core::bounds::input_limits::FOR_EACH_FILE;
+    let text = crate::read::read_text(&path, "a `for_each` file", limit)
         .map_err(|e| ("for_each", format!("cannot read {}: {e}", path.display())))?;
     let items: Vec<String> = text
         .lines()

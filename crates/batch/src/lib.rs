@@ -38,6 +38,7 @@ mod expand;
 mod fields;
 mod load;
 mod locate;
+mod read;
 mod resolve;
 mod schema;
 mod value;

@@ -224,7 +224,8 @@ fn snippet(text: &str) -> String {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, BatchError> {
-    std::fs::read(path).map_err(|source| BatchError::Io {
+    let limit = sortie_core::bounds::input_limits::BATCH_FILE;
+    crate::read::read_limited(path, "a batch file", limit).map_err(|source| BatchError::Io {
         path: path.to_path_buf(),
         source,
     })

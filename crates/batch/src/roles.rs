@@ -135,7 +135,8 @@ pub(crate) fn search_dirs(base: &Path) -> Vec<PathBuf> {
 pub(crate) fn find(name: &str, dirs: &[PathBuf], issues: &mut Issues) -> Result<Option<Role>, ()> {
     for dir in dirs {
         let file = dir.join(format!("{name}.md"));
-        let text = match std::fs::read(&file) {
+        let limit = sortie_core::bounds::input_limits::ROLE_FILE;
+        let text = match crate::read::read_limited(&file, "a role file", limit) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) if file.is_dir() => {

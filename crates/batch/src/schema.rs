@@ -62,7 +62,8 @@ fn read_file(batch_file: &Path, path: &str) -> Result<J, String> {
         Some(dir) if Path::new(path).is_relative() => dir.join(path),
         _ => Path::new(path).to_path_buf(),
     };
-    let text = std::fs::read_to_string(&full)
+    let limit = sortie_core::bounds::input_limits::SCHEMA_FILE;
+    let text = crate::read::read_text(&full, "an `output_schema` file", limit)
         .map_err(|e| format!("cannot read the schema file {}: {e}", full.display()))?;
     serde_json::from_str(&text).map_err(|e| {
         format!(

@@ -9,6 +9,31 @@ use crate::spec::TaskSpec;
 /// The most tasks that run at once (`concurrency`).
 pub const MAX_CONCURRENCY: u32 = 1024;
 
+/// The most bytes sortie reads of each file a batch names (issue 37): a larger file (or one
+/// that never ends, such as `/dev/zero`) is refused with its path and its limit, before it
+/// can fill the memory.
+pub mod input_limits {
+    /// A batch file (TOML or JSON Lines) and a `--defaults` file: 64 MiB.
+    pub const BATCH_FILE: u64 = 64 << 20;
+    /// A `for_each = { file = ... }` list: 16 MiB.
+    pub const FOR_EACH_FILE: u64 = 16 << 20;
+    /// An `output_schema` file: 4 MiB.
+    pub const SCHEMA_FILE: u64 = 4 << 20;
+    /// A role file: 1 MiB.
+    pub const ROLE_FILE: u64 = 1 << 20;
+
+    /// A limit for people: `64 MiB`, `512 KiB`, `100 bytes`.
+    pub fn format(bytes: u64) -> String {
+        if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+            format!("{} MiB", bytes >> 20)
+        } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+            format!("{} KiB", bytes >> 10)
+        } else {
+            format!("{bytes} bytes")
+        }
+    }
+}
+
 /// The documented range of every count and duration of a task, as `(field, low, high)`:
 /// a value outside it is refused before anything runs. Where 0 means off it is the low end
 /// and says so (see [`bounds_errors`]). Durations in seconds.

@@ -14,8 +14,8 @@ use crate::state::{AttemptRecord, RunState, TaskRecord, TaskState};
 
 mod outcome;
 pub use outcome::{
-    Finished, LaunchFailure, Lost, LostAgent, OutcomeRules, StopRequest, WatchEnd, attempt_outcome,
-    last_lines, lost_attempt,
+    Finished, LaunchFailure, Lost, LostAgent, OutcomeRules, SpawnFault, StopRequest, WatchEnd,
+    attempt_outcome, last_lines, lost_attempt,
 };
 
 /// The base of the retry backoff.

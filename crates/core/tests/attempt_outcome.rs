@@ -4,7 +4,7 @@
 //! Also which launch failures are retried.
 
 use sortie_core::decide::{
-    Finished, LaunchFailure, OutcomeRules, StopRequest, WatchEnd, attempt_outcome,
+    Finished, LaunchFailure, OutcomeRules, SpawnFault, StopRequest, WatchEnd, attempt_outcome,
 };
 use sortie_core::{AttemptOutcome, AttemptStatus, Denial, Phase, StopReason, Usage, is_transient};
 
@@ -352,26 +352,31 @@ fn a_launch_failure_is_retried_only_when_it_may_pass_next_time() {
         (LaunchFailure::HomeConfig, StopReason::SetupError, false),
         (LaunchFailure::SessionDir, StopReason::SpawnError, true),
         (LaunchFailure::PromptFile, StopReason::SpawnError, true),
-        (
-            LaunchFailure::Spawn {
-                deterministic: true,
-            },
-            StopReason::Invalid,
-            false,
-        ),
-        (
-            LaunchFailure::Spawn {
-                deterministic: false,
-            },
-            StopReason::SpawnError,
-            true,
-        ),
     ];
+    let spawn: &[(SpawnFault, bool)] = &[
+        (SpawnFault::EmptyCommand, false),
+        (SpawnFault::NotFound, false),
+        (SpawnFault::PermissionDenied, false),
+        (SpawnFault::NotExecutable, false),
+        (SpawnFault::BadCwd, false),
+        (SpawnFault::NulByte, false),
+        (SpawnFault::TooLong, false),
+        (SpawnFault::Other, true),
+    ];
+    let spawn = spawn.iter().map(|&(fault, retried)| {
+        let reason = if retried {
+            StopReason::SpawnError
+        } else {
+            StopReason::Invalid
+        };
+        (LaunchFailure::Spawn(fault), reason, retried)
+    });
+    let table: Vec<_> = table.iter().copied().chain(spawn).collect();
     for (at, reason, retried) in table {
         let o = at.outcome("it broke");
-        assert_eq!(o.stop_reason, *reason, "{at:?}");
+        assert_eq!(o.stop_reason, reason, "{at:?}");
         assert_eq!(o.status, AttemptStatus::Failed, "{at:?}");
-        assert_eq!(is_transient(&o), *retried, "{at:?}");
+        assert_eq!(is_transient(&o), retried, "{at:?}");
     }
 }
 

@@ -3,8 +3,9 @@
 //! `PATH` and executable; its agent has credentials (a credential file in the agent's config
 //! directory, or a key variable: each agent's file says which, [`Agent::credentials`]); a
 //! worktree task's directory is in a git repository with a commit; its artifact's directory can
-//! be written; a prompt passed as an argument fits in one (Linux's `MAX_ARG_STRLEN`); its
-//! `reads` exist. Nothing is spawned but `git rev-parse`, nothing is written.
+//! be written (not a read-only filesystem, not `/proc`); a prompt, a command's argument and an
+//! `env` value fit in one argument (Linux's `MAX_ARG_STRLEN`) and hold no NUL byte; the program
+//! is a binary or a `#!` script (not ENOEXEC); its `reads` exist. Nothing is spawned but `git rev-parse`, nothing is written.
 //!
 //! [`Agent::credentials`]: crate::agent::Agent::credentials
 
@@ -58,6 +59,9 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding>
             }
         };
         if let Some((field, message)) = program_problem(batch, spec, task_env) {
+            found(field, message);
+        }
+        for (field, message) in argument_problems(spec, task_env) {
             found(field, message);
         }
         if let Some(message) = credentials_problem(batch, spec, task_env) {
@@ -116,7 +120,7 @@ fn program_problem(
     };
     if program.contains('/') {
         let p = Path::new(&spec.cwd).join(program);
-        return match executable(&p) {
+        return match executable(&p).and_then(|()| runnable(&p)) {
             Ok(()) => None,
             Err(why) => Some((field, format!("{whose} {} {why}", p.display()))),
         };
@@ -128,8 +132,76 @@ fn program_problem(
         .map(|(_, v)| v.clone())
         .or_else(|| std::env::var("PATH").ok())
         .unwrap_or_default();
-    let found = std::env::split_paths(&path).any(|d| executable(&d.join(program)).is_ok());
-    (!found).then(|| (field, format!("{whose} `{program}` is not on PATH")))
+    let found = std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| executable(p).is_ok());
+    match found {
+        None => Some((field, format!("{whose} `{program}` is not on PATH"))),
+        Some(p) => runnable(&p)
+            .err()
+            .map(|why| (field, format!("{whose} {} {why}", p.display()))),
+    }
+}
+
+/// Whether an executable file is a program the system can start: an ELF binary or a script
+/// with a `#!` line (anything else fails exec with ENOEXEC). A file that cannot be read is
+/// left to the spawn.
+fn runnable(p: &Path) -> Result<(), &'static str> {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    let Ok(n) = std::fs::File::open(p).and_then(|mut f| f.read(&mut head)) else {
+        return Ok(());
+    };
+    let head = &head[..n];
+    if head.starts_with(b"#!") || head == b"\x7fELF" {
+        Ok(())
+    } else {
+        Err("is not a program the system can run (neither a binary nor a script with a `#!` line)")
+    }
+}
+
+/// What no program can be given: a NUL byte in an argument or an `env` value, or one over
+/// [`MAX_ARG_BYTES`].
+fn argument_problems(
+    spec: &TaskSpec,
+    task_env: &[(String, String)],
+) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for (i, a) in spec.command.iter().flatten().enumerate() {
+        if a.contains('\0') {
+            out.push((
+                "command",
+                format!("argument {i} holds a NUL byte, which no program can be given"),
+            ));
+        } else if a.len() >= MAX_ARG_BYTES {
+            out.push((
+                "command",
+                format!(
+                    "argument {i} is {} bytes, and Linux passes at most {} bytes in one",
+                    a.len(),
+                    MAX_ARG_BYTES - 1
+                ),
+            ));
+        }
+    }
+    for (name, value) in task_env {
+        if value.contains('\0') {
+            out.push((
+                "env",
+                format!("{name} holds a NUL byte, which no program can be given"),
+            ));
+        } else if name.len() + value.len() + 1 >= MAX_ARG_BYTES {
+            out.push((
+                "env",
+                format!(
+                    "{name} is {} bytes, and Linux passes at most {} bytes in one variable",
+                    value.len(),
+                    MAX_ARG_BYTES - 1
+                ),
+            ));
+        }
+    }
+    out
 }
 
 fn executable(p: &Path) -> Result<(), &'static str> {
@@ -232,6 +304,12 @@ fn output_problem(output: &str) -> Option<String> {
             dir.display()
         ));
     }
+    if let Some(why) = unwritable_fs(&dir) {
+        return Some(format!(
+            "{output} cannot be written: {} {why}",
+            dir.display()
+        ));
+    }
     use nix::unistd::{AccessFlags, access};
     match access(&dir, AccessFlags::W_OK | AccessFlags::X_OK) {
         Ok(()) => None,
@@ -240,6 +318,19 @@ fn output_problem(output: &str) -> Option<String> {
             dir.display()
         )),
     }
+}
+
+/// Why nothing can be created in `dir` whatever the permissions say (root passes `access`):
+/// its filesystem is mounted read-only, or is the kernel's (`/proc`, `/sys`).
+fn unwritable_fs(dir: &Path) -> Option<&'static str> {
+    use nix::sys::statfs::{PROC_SUPER_MAGIC, SYSFS_MAGIC, statfs};
+    use nix::sys::statvfs::{FsFlags, statvfs};
+    if statvfs(dir).is_ok_and(|s| s.flags().contains(FsFlags::ST_RDONLY)) {
+        return Some("is on a read-only filesystem");
+    }
+    let kind = statfs(dir).ok()?.filesystem_type();
+    (kind == PROC_SUPER_MAGIC || kind == SYSFS_MAGIC)
+        .then_some("is in the kernel's filesystem (/proc or /sys), where no file can be made")
 }
 
 /// Whether a prompt passed as an argument fits in one.

@@ -191,7 +191,7 @@ async fn spawn_errors_name_the_binary_and_why() {
 
     let err = spawn(&spec(&[])).await.unwrap_err();
     assert!(matches!(err, SpawnError::EmptyArgv));
-    assert!(err.is_deterministic());
+    assert!(err.fault().deterministic());
 
     // An argv over the system's limit (E2BIG) is named as such, and is no transient failure.
     let big = "x".repeat(4 << 20);
@@ -200,8 +200,19 @@ async fn spawn_errors_name_the_binary_and_why() {
         matches!(err, SpawnError::ArgumentListTooLong { .. }),
         "{err:?}"
     );
+    assert!(
+        err.to_string()
+            .contains("argument 1 is 4194304 bytes, over the 131072 bytes"),
+        "names the argument over Linux's limit on one: {err}"
+    );
+    assert!(err.fault().deterministic());
+    // Many arguments, each under the limit on one, over the total (ARG_MAX).
+    let part = "y".repeat(100 << 10);
+    let mut argv = vec!["true"];
+    argv.extend(std::iter::repeat_n(part.as_str(), 200));
+    let err = spawn(&spec(&argv)).await.unwrap_err();
     assert!(err.to_string().contains("argument list too long"), "{err}");
-    assert!(err.is_deterministic());
+    assert!(err.fault().deterministic());
 }
 
 #[tokio::test]
@@ -219,7 +230,7 @@ async fn a_prompt_file_is_the_childs_stdin() {
         .await
         .unwrap_err();
     assert!(
-        !err.is_deterministic() && err.to_string().contains("stdin"),
+        !err.fault().deterministic() && err.to_string().contains("stdin"),
         "{err}"
     );
 }

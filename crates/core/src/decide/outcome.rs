@@ -212,12 +212,40 @@ pub enum LaunchFailure {
     SessionDir,
     /// The prompt file could not be written.
     PromptFile,
-    /// The executor could not start it; `deterministic`: it fails the same way every time (a
-    /// missing or unexecutable program, an argv over the limit).
-    Spawn {
-        /// See the variant.
-        deterministic: bool,
-    },
+    /// The executor could not start it, for this reason.
+    Spawn(SpawnFault),
+}
+
+/// Why a program could not be started, as the runner observed it (the rule of which are
+/// retried is [`SpawnFault::deterministic`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnFault {
+    /// The command is empty.
+    EmptyCommand,
+    /// The program (or a script's interpreter) does not exist.
+    NotFound,
+    /// The program may not be executed.
+    PermissionDenied,
+    /// The file is not a program the system can run (ENOEXEC).
+    NotExecutable,
+    /// The working directory is missing or not a directory.
+    BadCwd,
+    /// An argument or an environment value holds a NUL byte.
+    NulByte,
+    /// The arguments and environment are over the system's limit (E2BIG).
+    TooLong,
+    /// Anything else (out of processes, memory, a scheduler that did not answer): it may pass
+    /// next time.
+    Other,
+}
+
+impl SpawnFault {
+    /// Whether starting it again fails the same way: every fault but [`SpawnFault::Other`]
+    /// comes from the task as specified (its command, its directory, its environment), which a
+    /// retry does not change.
+    pub fn deterministic(self) -> bool {
+        self != SpawnFault::Other
+    }
 }
 
 impl LaunchFailure {
@@ -227,17 +255,13 @@ impl LaunchFailure {
     pub fn stop_reason(self) -> StopReason {
         match self {
             LaunchFailure::Adopt => StopReason::Error,
-            LaunchFailure::Argv
-            | LaunchFailure::Spawn {
-                deterministic: true,
-            } => StopReason::Invalid,
+            LaunchFailure::Argv => StopReason::Invalid,
+            LaunchFailure::Spawn(fault) if fault.deterministic() => StopReason::Invalid,
             LaunchFailure::Copy | LaunchFailure::HomeConfig => StopReason::SetupError,
             LaunchFailure::HomeFiles
             | LaunchFailure::SessionDir
             | LaunchFailure::PromptFile
-            | LaunchFailure::Spawn {
-                deterministic: false,
-            } => StopReason::SpawnError,
+            | LaunchFailure::Spawn(_) => StopReason::SpawnError,
         }
     }
 

@@ -287,10 +287,10 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
             .as_ref()
             .map(|(file, _)| file.clone()),
     };
-    ctx.executor.launch(req).await.map_err(|e| {
-        let deterministic = e.is_deterministic();
-        failed(LaunchFailure::Spawn { deterministic }, e.to_string())
-    })
+    ctx.executor
+        .launch(req)
+        .await
+        .map_err(|e| failed(LaunchFailure::Spawn(e.fault()), e.to_string()))
 }
 
 /// Waits for a free slot of the machine-wide pool; a stop request ends the wait (the attempt

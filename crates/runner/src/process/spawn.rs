@@ -16,6 +16,8 @@ use super::child::{Child, Shared, Stopper, monitor};
 use super::lines::{LINE_QUEUE, STDERR_TAIL_BYTES, TailBuffer, read_stderr, read_stdout};
 use super::procfs::process_start_time;
 use super::stdin::Stdin;
+use sortie_core::decide::SpawnFault;
+
 use crate::layout::attempt::{STDERR_FILE, STDOUT_FILE, write_exit};
 use crate::transcript::{Cap, Trimmer};
 /// What to start.
@@ -67,6 +69,21 @@ pub enum SpawnError {
         /// The program as given.
         program: String,
     },
+    /// The file is not a program the system can run (ENOEXEC: no `#!` line, not a binary).
+    #[error(
+        "cannot run `{program}`: it is not a program the system can run (a script needs a `#!` \
+         line; exec format error)"
+    )]
+    NotExecutable {
+        /// The program as given.
+        program: String,
+    },
+    /// An argument or an environment value holds a NUL byte, which no program can be given.
+    #[error("cannot run `{program}`: an argument or environment value holds a NUL byte")]
+    NulByte {
+        /// The program as given.
+        program: String,
+    },
     /// The working directory is missing or not a directory.
     #[error("cannot run `{program}`: working directory {} is not usable: {error}", cwd.display())]
     BadCwd {
@@ -94,30 +111,96 @@ pub enum SpawnError {
         /// Its pid.
         pid: u32,
     },
-    /// The arguments (the prompt, most likely) are over the system's limit (E2BIG).
-    #[error(
-        "cannot run `{program}`: argument list too long ({bytes} bytes of arguments); give the \
-         prompt on stdin (a profile whose command has no {{prompt}} gets it there)"
-    )]
+    /// The arguments or the environment are over the system's limit (E2BIG).
+    #[error("cannot run `{program}`: {why}")]
     ArgumentListTooLong {
         /// The program as given.
         program: String,
-        /// The size of the argv.
-        bytes: usize,
+        /// Which argument or variable is over which limit ([`too_long`]).
+        why: String,
     },
 }
 
+// The most bytes Linux takes in one argument or one `NAME=value` (MAX_ARG_STRLEN: 32 pages).
+use crate::preflight::MAX_ARG_BYTES as MAX_ARG_STRLEN;
+
+/// What made a spawn of `argv` with `env` added fail with E2BIG, for people: the first
+/// argument or variable over [`MAX_ARG_STRLEN`], else the totals (over ARG_MAX).
+pub(crate) fn too_long(argv: &[String], env: &[(String, String)]) -> String {
+    if let Some((i, a)) = argv
+        .iter()
+        .enumerate()
+        .find(|(_, a)| a.len() >= MAX_ARG_STRLEN)
+    {
+        return format!(
+            "argument {i} is {} bytes, over the {MAX_ARG_STRLEN} bytes Linux allows one argument \
+             (a prompt this long goes on stdin: a profile whose command has no {{prompt}} gets it there)",
+            a.len()
+        );
+    }
+    if let Some((name, value)) = env
+        .iter()
+        .find(|(k, v)| k.len() + v.len() + 1 >= MAX_ARG_STRLEN)
+    {
+        return format!(
+            "the environment variable {name} is {} bytes, over the {MAX_ARG_STRLEN} bytes Linux \
+             allows one variable",
+            value.len()
+        );
+    }
+    let args: usize = argv.iter().map(|a| a.len() + 1).sum();
+    let vars: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    format!(
+        "argument list too long: {args} bytes of arguments and {vars} bytes of added environment \
+         are over the system's total (ARG_MAX)"
+    )
+}
+
+/// The word by which a supervisor or the shepherd reports why a spawn failed (read back by
+/// [`SpawnError::from_kind`]).
+pub(crate) fn kind_of(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::NotFound => "not_found",
+        io::ErrorKind::PermissionDenied => "permission_denied",
+        io::ErrorKind::ArgumentListTooLong => "too_long",
+        io::ErrorKind::InvalidInput if e.to_string().contains("nul byte") => "nul_byte",
+        _ if e.raw_os_error() == Some(libc::ENOEXEC) => "not_executable",
+        _ => "io",
+    }
+}
+
 impl SpawnError {
-    /// Whether trying again cannot help: the command is empty, the program is missing or not
-    /// executable, or its arguments are over the limit. Such a failure is not transient.
-    pub fn is_deterministic(&self) -> bool {
-        matches!(
-            self,
-            SpawnError::EmptyArgv
-                | SpawnError::NotFound { .. }
-                | SpawnError::PermissionDenied { .. }
-                | SpawnError::ArgumentListTooLong { .. }
-        )
+    /// What went wrong, as core's rule of retries reads it ([`SpawnFault::deterministic`]).
+    pub fn fault(&self) -> SpawnFault {
+        match self {
+            SpawnError::EmptyArgv => SpawnFault::EmptyCommand,
+            SpawnError::NotFound { .. } => SpawnFault::NotFound,
+            SpawnError::PermissionDenied { .. } => SpawnFault::PermissionDenied,
+            SpawnError::NotExecutable { .. } => SpawnFault::NotExecutable,
+            SpawnError::NulByte { .. } => SpawnFault::NulByte,
+            SpawnError::BadCwd { .. } => SpawnFault::BadCwd,
+            SpawnError::ArgumentListTooLong { .. } => SpawnFault::TooLong,
+            SpawnError::Io { .. } | SpawnError::NoProcStat { .. } => SpawnFault::Other,
+        }
+    }
+
+    /// The error a `kind` word ([`kind_of`]) stands for; `too_long` says why (see
+    /// [`too_long`]), `msg` is the text of any other.
+    pub fn from_kind(kind: &str, program: String, msg: &str, why_too_long: String) -> SpawnError {
+        match kind {
+            "not_found" => SpawnError::NotFound { program },
+            "permission_denied" => SpawnError::PermissionDenied { program },
+            "not_executable" => SpawnError::NotExecutable { program },
+            "nul_byte" => SpawnError::NulByte { program },
+            "too_long" => SpawnError::ArgumentListTooLong {
+                program,
+                why: why_too_long,
+            },
+            _ => SpawnError::Io {
+                program,
+                error: io::Error::other(msg.to_owned()),
+            },
+        }
     }
 }
 
@@ -304,21 +387,12 @@ fn start_child(
     let spawned = super::resolve::spawn_resolved(program, &spec.env, |path| {
         command(spec, path, stdin).and_then(|mut c| c.spawn())
     });
-    let mut child = spawned.map_err(|error| match error.kind() {
-        io::ErrorKind::NotFound => SpawnError::NotFound {
-            program: program.clone(),
-        },
-        io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied {
-            program: program.clone(),
-        },
-        io::ErrorKind::ArgumentListTooLong => SpawnError::ArgumentListTooLong {
-            program: program.clone(),
-            bytes: spec.argv.iter().map(|a| a.len() + 1).sum(),
-        },
-        _ => SpawnError::Io {
+    let mut child = spawned.map_err(|error| match kind_of(&error) {
+        "io" => SpawnError::Io {
             program: program.clone(),
             error,
         },
+        kind => SpawnError::from_kind(kind, program.clone(), "", too_long(&spec.argv, &spec.env)),
     })?;
     // Unreaped, so the id is there; and a pid always fits an i32 (pid_max <= 2^22).
     let pid = child.id().unwrap_or(0);

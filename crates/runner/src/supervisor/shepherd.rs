@@ -435,15 +435,7 @@ fn start(
     });
     // The handles on the files go to their trimmers (the agent has its own).
     let trimmers = Trimmer::for_attempt(files, [out, err]);
-    let child = spawned.map_err(|e| {
-        let kind = match e.kind() {
-            io::ErrorKind::NotFound => "not_found",
-            io::ErrorKind::PermissionDenied => "permission_denied",
-            _ if e.raw_os_error() == Some(libc::E2BIG) => "too_long",
-            _ => "io",
-        };
-        (kind, e)
-    })?;
+    let child = spawned.map_err(|e| (crate::process::spawn::kind_of(&e), e))?;
     Ok((child, trimmers))
 }
 

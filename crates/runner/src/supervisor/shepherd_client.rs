@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::shepherd::{Request, SHEPHERD_ARG, SHEPHERD_MARKER};
 use crate::layout::attempt::{AttemptFiles, StartedFile, parse_exit};
-use crate::process::spawn::check_cwd;
+use crate::process::spawn::{check_cwd, too_long};
 use crate::process::{SpawnError, SpawnSpec};
 use crate::sync::lock;
 
@@ -30,7 +30,8 @@ type StartReply = Result<StartedFile, SpawnError>;
 
 #[derive(Default)]
 struct Pending {
-    starting: HashMap<u64, (String, usize, oneshot::Sender<StartReply>)>,
+    /// The program, why its argv would be too long ([`too_long`]), and who waits.
+    starting: HashMap<u64, (String, String, oneshot::Sender<StartReply>)>,
     running: HashMap<u64, oneshot::Sender<Option<Exit>>>,
     dead: bool,
 }
@@ -204,13 +205,13 @@ async fn spawn_once(
     };
     let (started_tx, started_rx) = oneshot::channel();
     let (ended_tx, ended) = oneshot::channel();
-    let bytes = spec.argv.iter().map(|a| a.len() + 1).sum();
+    let why = too_long(&spec.argv, &spec.env);
     {
         let mut p = lock(&shepherd.pending);
         if p.dead {
             return Err(died("the run's shepherd is gone"));
         }
-        p.starting.insert(id, (first.clone(), bytes, started_tx));
+        p.starting.insert(id, (first.clone(), why, started_tx));
         p.running.insert(id, ended_tx);
     }
     let sent = shepherd.send(&Request::Spawn {
@@ -328,18 +329,9 @@ fn reply(pending: &Mutex<Pending>, line: &str) {
         }
         "error" => {
             p.running.remove(&id);
-            if let Some((program, bytes, tx)) = p.starting.remove(&id) {
+            if let Some((program, why, tx)) = p.starting.remove(&id) {
                 let (kind, msg) = rest.split_once(' ').unwrap_or((rest, ""));
-                let e = match kind {
-                    "not_found" => SpawnError::NotFound { program },
-                    "permission_denied" => SpawnError::PermissionDenied { program },
-                    "too_long" => SpawnError::ArgumentListTooLong { program, bytes },
-                    _ => SpawnError::Io {
-                        program,
-                        error: io::Error::other(msg.to_owned()),
-                    },
-                };
-                let _ = tx.send(Err(e));
+                let _ = tx.send(Err(SpawnError::from_kind(kind, program, msg, why)));
             }
         }
         // `exit <id> code <n>` or `exit <id> signal <n>`: what its exit record holds.

@@ -33,7 +33,7 @@ use crate::layout::attempt::{
     STDOUT_FILE, StartedFile, exit_text, output_disk_full, parse_exit,
 };
 use crate::process::procfs::{children_of, is_running, pid_of, process_start_time};
-use crate::process::spawn::check_cwd;
+use crate::process::spawn::{check_cwd, kind_of, too_long};
 use crate::process::{SUPERVISOR_MARKER, SpawnError, SpawnSpec};
 use crate::transcript::{Cap, Keeper};
 
@@ -164,7 +164,13 @@ pub async fn spawn_supervised(
     if fifo {
         cmd.env(STDIN_VAR, "fifo");
     }
-    let mut process = cmd.spawn().map_err(io_err)?;
+    let mut process = cmd.spawn().map_err(|e| match kind_of(&e) {
+        // The agent's argv and environment are the supervisor's: what is wrong with them is.
+        kind @ ("nul_byte" | "too_long") => {
+            SpawnError::from_kind(kind, program.clone(), "", too_long(&spec.argv, &spec.env))
+        }
+        _ => io_err(e),
+    })?;
     let Some(out) = process.stdout.take() else {
         return Err(io_err(io::Error::other("the supervisor has no stdout")));
     };
@@ -179,25 +185,15 @@ pub async fn spawn_supervised(
     // It could not start the agent (and said why), or it died.
     let _ = process.wait().await;
     Err(match line.split_once(' ') {
-        Some(("error", rest)) => parse_error(program, rest),
+        Some(("error", rest)) => {
+            let (kind, msg) = rest.split_once(' ').unwrap_or((rest, ""));
+            SpawnError::from_kind(kind, program.clone(), msg, too_long(&spec.argv, &spec.env))
+        }
         _ => io_err(io::Error::other(format!(
             "the supervisor ended before starting it{}",
             read.err().map(|e| format!(": {e}")).unwrap_or_default()
         ))),
     })
-}
-
-fn parse_error(program: &str, rest: &str) -> SpawnError {
-    let program = program.to_owned();
-    let (kind, msg) = rest.split_once(' ').unwrap_or((rest, ""));
-    match kind {
-        "not_found" => SpawnError::NotFound { program },
-        "permission_denied" => SpawnError::PermissionDenied { program },
-        _ => SpawnError::Io {
-            program,
-            error: io::Error::other(msg.to_owned()),
-        },
-    }
 }
 
 /// The supervisor's body (see the module doc): `args` are `<attempt-dir> <argv...>`. Returns
@@ -272,11 +268,7 @@ pub fn supervise_main(args: &[String]) -> i32 {
     {
         Ok(c) => c,
         Err(e) => {
-            let kind = match e.kind() {
-                io::ErrorKind::NotFound => "not_found",
-                io::ErrorKind::PermissionDenied => "permission_denied",
-                _ => "io",
-            };
+            let kind = crate::process::spawn::kind_of(&e);
             say(&format!("error {kind} {e}"));
             return 1;
         }
