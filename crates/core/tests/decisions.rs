@@ -867,3 +867,29 @@ fn an_interrupt_spends_no_retry_keeps_its_model_and_passes_side_effects() {
         "{step}"
     );
 }
+
+/// `apply --all` takes a completed task's kept work; the others' only with `--include-failed`.
+#[test]
+fn apply_all_takes_completed_tasks_unless_asked_for_the_rest() {
+    use TerminalState::*;
+    let table = [
+        (Completed, false, true),
+        (Completed, true, true),
+        (Partial, false, false),
+        (Partial, true, true),
+        (Failed, false, false),
+        (Failed, true, true),
+        (Timeout, false, false),
+        (Timeout, true, true),
+        (Cancelled, false, false),
+        (Cancelled, true, true),
+        (Skipped, false, false),
+    ];
+    for (ended, include_failed, taken) in table {
+        assert_eq!(
+            ended.applied_by_all(include_failed),
+            taken,
+            "{ended} with include_failed = {include_failed}"
+        );
+    }
+}
