@@ -323,3 +323,32 @@ fn transient_on_retries_a_plain_command_whose_failure_matches() {
     assert_eq!(task_view(&status, "api")["state"], "completed");
     assert_eq!(task_view(&status, "other")["state"], "failed");
 }
+
+/// A plain command without `transient_on` that prints `429 ... retry after` and fails is not
+/// retried, and its error says that `transient_on` exists.
+#[test]
+fn a_plain_rate_limit_without_transient_on_says_transient_on_exists() {
+    let s = Scratch::new();
+    let script = "echo 'HTTP 429 Too Many Requests: retry after 30s' >&2; exit 1";
+    let batch = s.write(
+        "batch.toml",
+        &format!("[[tasks]]\nlabel = \"api\"\ncommand = [\"sh\", \"-c\", {script:?}]\n"),
+    );
+    let out = s.run(&["run", "--run-id", "hint", batch.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let events = s.events("hint");
+    assert_eq!(
+        events.of(0, "AttemptFinished").len(),
+        1,
+        "not retried without transient_on"
+    );
+    let status = s.status("hint");
+    let error = task_view(&status, "api")["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("transient_on"), "{error}");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("transient_on"), "{said}");
+}
