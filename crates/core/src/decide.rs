@@ -108,7 +108,11 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         return give_up(&outcome);
     }
     let model_error = outcome.stop_reason == StopReason::ModelError;
-    if !model_error && !is_transient(&outcome) {
+    // A running attempt's timeout is final unless the task says `retry_timeouts`.
+    let retried_timeout = spec.retry_timeouts
+        && outcome.stop_reason == StopReason::Timeout
+        && outcome.phase != Some(Phase::Queued);
+    if !model_error && !retried_timeout && !is_transient(&outcome) {
         return give_up(&outcome);
     }
     // An interrupt of sortie is the user's, never the task's: its conversation goes on, side

@@ -381,6 +381,8 @@ pub struct SpecBody {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
+    /// Retry an attempt that ran out its `attempt_timeout` (by default a timeout is final).
+    pub retry_timeouts: bool,
     // #10: attempts that outlive sortie.
     /// How many of its attempts a crash of sortie may cost (orphaned attempts, retried as
     /// transient): separate from `max_retries`, which a crash never spends.
@@ -487,6 +489,7 @@ impl SpecBody {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
+            retry_timeouts: false,
             max_orphans: 3,
             supervise: true,
             executor: crate::slurm::Executor::Local,
