@@ -381,8 +381,6 @@ pub struct SpecBody {
     pub env_keys: Vec<String>,
     /// Retry even after side-effecting tools ran outside a worktree.
     pub retry_after_side_effects: bool,
-    /// Retry an attempt that ran out its `attempt_timeout` (by default a timeout is final).
-    pub retry_timeouts: bool,
     // #10: attempts that outlive sortie.
     /// How many of its attempts a crash of sortie may cost (orphaned attempts, retried as
     /// transient): separate from `max_retries`, which a crash never spends.
@@ -433,6 +431,9 @@ pub struct SpecBody {
     /// batch's inline table or `.json` file): the prompt gets the contract, the result is taken
     /// from the answer's last `json:result` block and validated, with one repair round.
     pub output_schema: Option<String>,
+    // #37
+    /// Retry an attempt that ran out its `attempt_timeout` (by default a timeout is final).
+    pub retry_timeouts: bool,
 }
 
 impl TaskSpec {
@@ -489,7 +490,6 @@ impl SpecBody {
             needs: vec![],
             env_keys: vec![],
             retry_after_side_effects: false,
-            retry_timeouts: false,
             max_orphans: 3,
             supervise: true,
             executor: crate::slurm::Executor::Local,
@@ -506,6 +506,7 @@ impl SpecBody {
             role: None,
             session: None,
             output_schema: None,
+            retry_timeouts: false,
         }
     }
 }
