@@ -292,3 +292,80 @@ fn gc_respects_retention_and_keeps_branches_with_unique_commits() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(branches(&repo).contains(&format!("sortie/{run}/committed")));
 }
+
+#[test]
+fn apply_all_takes_completed_tasks_only_unless_include_failed() {
+    let s = Scratch::new();
+    let repo = repo(&s);
+    let run = unique_run("apply-all-failed");
+    let batch = format!(
+        "[[tasks]]\nlabel = \"good\"\ncwd = \"repo\"\nisolation = \"worktree\"\ncommand = {}\n\n\
+         [[tasks]]\nlabel = \"bad\"\ncwd = \"repo\"\nisolation = \"worktree\"\nmax_retries = 0\n\
+         command = {}\n",
+        fake_command(&["--write", "good.txt:good"]),
+        fake_command(&["--write", "bad.txt:half-done", "--exit", "1"]),
+    );
+    s.write("batch.toml", &batch);
+    let out = s.run(&["run", "--run-id", &run, "batch.toml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        worktree_of(&s, &run, "bad").exists(),
+        "the failed task's changed worktree is kept"
+    );
+
+    let out = s.run(&["apply", &run, "--all"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(repo.join("good.txt").exists(), "{said}");
+    assert!(
+        !repo.join("bad.txt").exists(),
+        "a failed task's partial work is not applied by default: {said}"
+    );
+    assert!(
+        said.contains("skipped bad") && said.contains("--include-failed"),
+        "{said}"
+    );
+
+    // Undo the first apply (good.txt was new, untracked) before applying everything again.
+    std::fs::remove_file(repo.join("good.txt")).expect("remove good.txt");
+    let out = s.run(&["--json", "apply", &run, "--all", "--include-failed"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(repo.join("bad.txt").exists(), "--include-failed applies it");
+}
+
+#[test]
+fn the_summarys_diff_hint_parses_for_a_label_starting_with_a_dash() {
+    let s = Scratch::new();
+    repo(&s);
+    let run = unique_run("dash-hint");
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"-dash\"\ncwd = \"repo\"\nisolation = \"worktree\"\ncommand = {}\n",
+            edit_command()
+        ),
+    );
+    let out = s.run(&["run", "--run-id", &run, "batch.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let hint = said
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("diff:"))
+        .unwrap_or_else(|| panic!("no diff hint in:\n{said}"));
+    // The hint's words after the program (it names the state dir), as a shell would split
+    // them (no quoting needed here).
+    let words: Vec<&str> = hint.split_whitespace().skip(1).collect();
+    let diff = Command::new(env!("CARGO_BIN_EXE_sortie"))
+        .current_dir(s.path())
+        .env_remove("SORTIE_DIR")
+        .args(&words)
+        .output()
+        .expect("run the hint");
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "`{hint}` does not parse: {}",
+        text(&diff.stderr)
+    );
+    assert!(text(&diff.stdout).contains("+four"));
+}

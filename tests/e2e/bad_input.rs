@@ -483,4 +483,73 @@ fn check_refuses_what_could_never_start_or_be_written() {
         assert!(text.contains(e), "missing {e:?} in:\n{text}");
     }
     assert!(!text.contains("task `fine`"), "{text}");
+/// A plain command without `transient_on` that prints `429 ... retry after` and fails is not
+/// retried, and its error says that `transient_on` exists.
+#[test]
+fn a_plain_rate_limit_without_transient_on_says_transient_on_exists() {
+    let s = Scratch::new();
+    let script = "echo 'HTTP 429 Too Many Requests: retry after 30s' >&2; exit 1";
+    let batch = s.write(
+        "batch.toml",
+        &format!("[[tasks]]\nlabel = \"api\"\ncommand = [\"sh\", \"-c\", {script:?}]\n"),
+    );
+    let out = s.run(&["run", "--run-id", "hint", batch.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let events = s.events("hint");
+    assert_eq!(
+        events.of(0, "AttemptFinished").len(),
+        1,
+        "not retried without transient_on"
+    );
+    let status = s.status("hint");
+    let error = task_view(&status, "api")["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("transient_on"), "{error}");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("transient_on"), "{said}");
+}
+
+/// An attempt that runs out its `attempt_timeout` is not retried by default; with
+/// `retry_timeouts = true` it is, up to `max_retries`.
+#[test]
+fn an_attempt_timeout_is_retried_only_with_retry_timeouts() {
+    let s = Scratch::new();
+    let hang = crate::support::fake_command(&["--hang"]);
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nattempt_timeout = \"1s\"\nkill_grace = \"1s\"\nmax_retries = 1\n\n\
+             [[tasks]]\nlabel = \"once\"\ncommand = {hang}\n\n\
+             [[tasks]]\nlabel = \"again\"\nretry_timeouts = true\ncommand = {hang}\n"
+        ),
+    );
+    let out = s.run(&["run", "--run-id", "rt", batch.to_str().expect("utf-8")]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events("rt");
+    let reasons = |t: u64| -> Vec<String> {
+        events
+            .of(t, "AttemptFinished")
+            .iter()
+            .map(|e| {
+                e["outcome"]["stop_reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(reasons(0), ["timeout"], "not retried by default");
+    assert_eq!(
+        reasons(1),
+        ["timeout", "timeout"],
+        "retried with retry_timeouts"
+    );
 }

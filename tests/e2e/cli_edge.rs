@@ -171,3 +171,32 @@ fn list_rebuilds_an_unreadable_index_entry_from_the_journal() {
         "the entry is written back in the current format: {rewritten}"
     );
 }
+
+/// A run whose index file was lost while its journal is there is listed (`status` reads it),
+/// its entry rebuilt from the journal.
+#[test]
+fn list_shows_a_run_whose_index_file_was_lost() {
+    let state = state_with_fixture();
+    let index = state.path().join("index");
+    let _ = std::fs::remove_file(index.join("fixture-v1"));
+    assert!(!index.join("fixture-v1").exists());
+    let status = sortie(state.path(), &["--json", "status", "fixture-v1"])
+        .output()
+        .expect("sortie status");
+    assert_eq!(status.status.code().map(|c| c == 0 || c == 1), Some(true));
+    let out = sortie(state.path(), &["--json", "list"])
+        .output()
+        .expect("sortie list");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("list --json");
+    assert_eq!(rows[0]["run_id"], "fixture-v1", "{rows}");
+    assert!(
+        index.join("fixture-v1").exists(),
+        "the entry is written back"
+    );
+}

@@ -38,6 +38,7 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "needs",
     "env",
     "retry_after_side_effects",
+    "retry_timeouts",
     // Expansion (issue 14): a task as a template over a list and/or samples.
     "for_each",
     "count",
@@ -133,6 +134,7 @@ pub(crate) struct RawTask {
     pub(crate) needs: Option<Vec<String>>,
     pub(crate) env: Option<Vec<(String, String)>>,
     pub(crate) retry_after_side_effects: Option<bool>,
+    pub(crate) retry_timeouts: Option<bool>,
     /// `for_each`: what the task is a template over.
     pub(crate) for_each: Option<crate::expand::ForEach>,
     /// `count`: samples of each item (or of the task).
@@ -331,6 +333,7 @@ impl RawTask {
             "needs" => self.needs = Some(strings(v)?),
             "env" => self.env = Some(env_table(e, &self.file, "env", issues)?),
             "retry_after_side_effects" => self.retry_after_side_effects = Some(boolean(v)?),
+            "retry_timeouts" => self.retry_timeouts = Some(boolean(v)?),
             "for_each" | "count" if scope == Scope::Defaults => {
                 return Err("expansion makes tasks of one task; it cannot be a default".into());
             }

@@ -361,6 +361,7 @@ fn resolve_task(
         output_mode,
         needs,
         retry_after_side_effects,
+        retry_timeouts,
         permissions,
         tools,
         allow_denials,

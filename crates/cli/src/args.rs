@@ -405,10 +405,14 @@ pub(crate) struct ApplyArgs {
     /// The task's label.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub(crate) label: Option<String>,
-    /// Every kept worktree of the run, in task order, each all-or-nothing; stops at the first
-    /// conflict and says what was applied and what was not.
+    /// Every kept worktree of the run's completed tasks, in task order, each all-or-nothing;
+    /// stops at the first conflict and says what was applied and what was not.
     #[arg(long)]
     pub(crate) all: bool,
+    /// With --all: also apply the kept work of tasks that did not complete (failed, partial,
+    /// timed out, cancelled).
+    #[arg(long, requires = "all")]
+    pub(crate) include_failed: bool,
     /// Commit each task's change on the current branch, one commit per task (the index must
     /// hold nothing staged).
     #[arg(long)]

@@ -336,8 +336,10 @@ fn commands(g: &Global, v: &RunView) -> Vec<String> {
     }
     let kept = |t: &&TaskView| t.worktree.as_ref().is_some_and(|w| w.kept == Some(true));
     for t in v.tasks.iter().filter(kept) {
+        // A label starting with `-` would parse as a flag: `--` ends the flags.
+        let dashes = if t.label.starts_with('-') { "-- " } else { "" };
         c.push(format!(
-            "diff:    {sortie} diff {run} {}",
+            "diff:    {sortie} diff {run} {dashes}{}",
             shell_word(&t.label)
         ));
     }

@@ -88,6 +88,13 @@ pub enum NextStep {
     GiveUp(TaskResult),
 }
 
+/// A running attempt's timeout is final unless the task says `retry_timeouts`.
+fn retried_timeout(spec: &TaskSpec, outcome: &AttemptOutcome) -> bool {
+    spec.retry_timeouts
+        && outcome.stop_reason == StopReason::Timeout
+        && outcome.phase != Some(Phase::Queued)
+}
+
 /// Decides the next step for a task whose last attempt ended (state `Ended`), at time `now`.
 pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64) -> NextStep {
     let Some(last) = rec.attempts.last() else {
@@ -108,7 +115,7 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         return give_up(&outcome);
     }
     let model_error = outcome.stop_reason == StopReason::ModelError;
-    if !model_error && !is_transient(&outcome) {
+    if !model_error && !retried_timeout(spec, &outcome) && !is_transient(&outcome) {
         return give_up(&outcome);
     }
     // An interrupt of sortie is the user's, never the task's: its conversation goes on, side

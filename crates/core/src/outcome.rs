@@ -283,6 +283,13 @@ impl TerminalState {
             TerminalState::Skipped => "skipped",
         }
     }
+
+    /// Whether `apply --all` brings in the kept work of a task that ended so without being
+    /// asked: only a completed task's. A failed, partial, timed-out or cancelled task's kept
+    /// worktree holds work it did not finish; it is applied only with `--include-failed`.
+    pub fn applied_by_all(self, include_failed: bool) -> bool {
+        self == TerminalState::Completed || include_failed
+    }
 }
 
 impl fmt::Display for TerminalState {

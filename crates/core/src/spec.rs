@@ -431,6 +431,9 @@ pub struct SpecBody {
     /// batch's inline table or `.json` file): the prompt gets the contract, the result is taken
     /// from the answer's last `json:result` block and validated, with one repair round.
     pub output_schema: Option<String>,
+    // #37
+    /// Retry an attempt that ran out its `attempt_timeout` (by default a timeout is final).
+    pub retry_timeouts: bool,
 }
 
 impl TaskSpec {
@@ -503,6 +506,7 @@ impl SpecBody {
             role: None,
             session: None,
             output_schema: None,
+            retry_timeouts: false,
         }
     }
 }

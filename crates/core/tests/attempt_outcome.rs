@@ -17,6 +17,8 @@ struct Facts {
     stderr: &'static str,
     allow_denials: bool,
     transient_on: Vec<String>,
+    /// The task is a plain command.
+    plain: bool,
     /// Why its output could not be written to the state dir, when it could not.
     output_lost: Option<&'static str>,
 }
@@ -41,6 +43,7 @@ fn facts(reader: Finished) -> Facts {
         stderr: "",
         allow_denials: false,
         transient_on: vec![],
+        plain: false,
         output_lost: None,
     }
 }
@@ -102,6 +105,7 @@ fn check(table: Vec<(&str, Facts, &str)>) {
         let rules = OutcomeRules {
             allow_denials: f.allow_denials,
             transient_on: &f.transient_on,
+            plain: f.plain,
         };
         let got = attempt_outcome(
             f.reader,
@@ -510,6 +514,48 @@ fn a_failure_while_the_output_could_not_be_written_is_an_interrupt() {
             "without the observation a nonzero exit is the task's",
             facts(reader(nonzero("exited with code 1"), "")),
             "Failed NonzeroExit | exited with code 1 | ",
+        ),
+    ]);
+}
+
+#[test]
+fn a_plain_commands_rate_limit_without_transient_on_gets_a_hint_and_no_retry() {
+    let limited = "HTTP 429: retry after 30s";
+    let plain = |f: Facts| Facts { plain: true, ..f };
+    let with = |f: Facts| Facts {
+        transient_on: vec!["429".into()],
+        ..f
+    };
+    let mut agent = facts(reader(nonzero("exit code 3"), limited));
+    agent.plain = false;
+    check(vec![
+        (
+            "a plain command's 429 with retry after: the hint",
+            plain(facts(reader(nonzero("exit code 3"), limited))),
+            "Failed NonzeroExit | exit code 3 (its output reads as a rate limit: `transient_on = [\"429\"]` retries it) | HTTP 429: retry after 30s",
+        ),
+        (
+            "in stderr too, any case",
+            Facts {
+                stderr: "429 Too Many Requests",
+                ..plain(facts(reader(nonzero("exit code 3"), "")))
+            },
+            "Failed NonzeroExit | exit code 3 (its output reads as a rate limit: `transient_on = [\"429\"]` retries it) | ",
+        ),
+        (
+            "429 alone is no rate limit",
+            plain(facts(reader(nonzero("exit code 3"), "read 429 rows"))),
+            "Failed NonzeroExit | exit code 3 | read 429 rows",
+        ),
+        (
+            "transient_on given: it applies, no hint",
+            with(plain(facts(reader(nonzero("exit code 3"), limited)))),
+            "Failed Error | exit code 3 (transient: matched \"429\") | HTTP 429: retry after 30s | rate limited None",
+        ),
+        (
+            "an agent: no hint",
+            agent,
+            "Failed NonzeroExit | exit code 3 | HTTP 429: retry after 30s",
         ),
     ]);
 }

@@ -867,3 +867,58 @@ fn an_interrupt_spends_no_retry_keeps_its_model_and_passes_side_effects() {
         "{step}"
     );
 }
+
+/// `apply --all` takes a completed task's kept work; the others' only with `--include-failed`.
+#[test]
+fn apply_all_takes_completed_tasks_unless_asked_for_the_rest() {
+    use TerminalState::*;
+    let table = [
+        (Completed, false, true),
+        (Completed, true, true),
+        (Partial, false, false),
+        (Partial, true, true),
+        (Failed, false, false),
+        (Failed, true, true),
+        (Timeout, false, false),
+        (Timeout, true, true),
+        (Cancelled, false, false),
+        (Cancelled, true, true),
+        (Skipped, false, false),
+    ];
+    for (ended, include_failed, taken) in table {
+        assert_eq!(
+            ended.applied_by_all(include_failed),
+            taken,
+            "{ended} with include_failed = {include_failed}"
+        );
+    }
+}
+
+/// An attempt timeout is final by default; `retry_timeouts` retries it (with backoff, within
+/// `max_retries`).
+#[test]
+fn an_attempt_timeout_is_retried_only_with_retry_timeouts() {
+    let mut timeout = AttemptOutcome::failed(StopReason::Timeout, "attempt timed out");
+    timeout.phase = Some(Phase::Running);
+    let plain = spec(None, &[], 2);
+    let mut retrying = spec(None, &[], 2);
+    retrying.retry_timeouts = true;
+    let mut spent = spec(None, &[], 0);
+    spent.retry_timeouts = true;
+    let table = [
+        (
+            &plain,
+            timeout.clone(),
+            "give up: timeout timeout (running): attempt timed out",
+        ),
+        (&retrying, timeout.clone(), "retry 2 on default after 500ms"),
+        (
+            &spent,
+            timeout,
+            "give up: timeout timeout (running): attempt timed out",
+        ),
+    ];
+    for (s, outcome, expected) in table {
+        check(s, &[(None, Some(outcome))], 0, 0, expected);
+    }
+}

@@ -274,6 +274,7 @@ fn kept_changing(repo: &Path, label: &str, task: u32, file: &str, text: &str) ->
         patch,
         summary: None,
         discarded: None,
+        ended: Some(sortie_core::TerminalState::Completed),
     }
 }
 
@@ -292,7 +293,7 @@ async fn apply_all_skips_the_discarded_stops_at_the_first_conflict_and_commits_e
         kept_changing(&repo, "clash", 2, "a.txt", "clash\n"),
         kept_changing(&repo, "later", 3, "sub/b.txt", "later\n"),
     ];
-    let done = kept::apply_all(&all, true).await.expect("no error");
+    let done = kept::apply_all(&all, true, false).await.expect("no error");
     let applied: Vec<(&str, bool)> = done
         .applied
         .iter()
@@ -323,7 +324,7 @@ async fn apply_all_skips_the_discarded_stops_at_the_first_conflict_and_commits_e
         kept_changing(&repo, "one", 0, "a.txt", "one\n"),
         kept_changing(&repo, "two", 1, "sub/b.txt", "two\n"),
     ];
-    let done = kept::apply_all(&all, false).await.expect("no error");
+    let done = kept::apply_all(&all, false, false).await.expect("no error");
     assert!(!done.stopped);
     assert_eq!(done.applied.len(), 2);
     assert!(done.applied.iter().all(|(_, _, commit)| commit.is_none()));

@@ -2,7 +2,8 @@
 //! repository it came from, as uncommitted changes. A three-way merge that conflicts changes
 //! nothing, says so, and exits 1. `--all` applies every kept worktree of the run in task order,
 //! each all-or-nothing, and stops at the first conflict with a report of what was applied and
-//! what was not; `--commit` makes one commit per task.
+//! what was not; `--commit` makes one commit per task. `--all` takes completed tasks only;
+//! `--include-failed` adds the kept work of tasks that failed, ended partial or timed out.
 
 use std::io::Write;
 
@@ -38,13 +39,14 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
         _ => return Err(CliError::usage("give a task's label, or --all")),
     };
     let outcome = if t.all {
-        block_on(kept::apply_all(&all, t.commit))?.map_err(stopped_by)?
+        block_on(kept::apply_all(&all, t.commit, t.include_failed))?.map_err(stopped_by)?
     } else {
         let mut one = kept::AllApplied {
             applied: Vec::new(),
             stopped: false,
             not_applied: Vec::new(),
             discarded: Vec::new(),
+            not_completed: Vec::new(),
         };
         for k in &all {
             let (applied, commit) = block_on(kept::apply_one(k, t.commit))??;
@@ -58,6 +60,7 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
         stopped,
         not_applied: not_reached,
         discarded,
+        not_completed,
     } = outcome;
     let stopped = stopped.then(|| done.len() - 1);
     let code = if stopped.is_some() {
@@ -83,6 +86,7 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
                 "applied": views,
                 "not_applied": not_reached.iter().map(|k| &k.label).collect::<Vec<_>>(),
                 "discarded": discarded.iter().map(|k| &k.label).collect::<Vec<_>>(),
+                "not_completed": not_completed.iter().map(|k| &k.label).collect::<Vec<_>>(),
                 "stopped_at": stopped.map(|i| &done[i].0.label),
             });
             serde_json::to_writer_pretty(&mut out, &v)?;
@@ -105,6 +109,14 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
                 "skipped {}: its worktree was discarded (patch {})",
                 k.label,
                 k.patch.display()
+            )?;
+        }
+        for k in &not_completed {
+            let ended = k.ended.map_or("unfinished", |e| e.as_str());
+            writeln!(
+                out,
+                "skipped {}: its task ended {ended} (add --include-failed to apply it)",
+                k.label
             )?;
         }
         if stopped.is_some() && !not_reached.is_empty() {

@@ -14,7 +14,8 @@
 //!    limit, a lost node, out of memory) is the outcome, with the side effects and output read;
 //! 4. denials: a completed attempt with denied tool calls is partial unless allowed;
 //! 5. `transient_on`: a nonzero exit whose stderr or last output lines match a pattern is a
-//!    transient `error`;
+//!    transient `error`; without patterns, a plain command's failure that reads as a rate
+//!    limit stays a failure whose error says `transient_on` exists;
 //! 6. the rate limit: a transient `error` that is the provider's rate limit is marked (its pool
 //!    backs off). Reading a rate limit in a text is the protocol crate's; the caller passes it;
 //! 7. the state dir: an attempt that failed by itself while its stdout or stderr could not be
@@ -102,6 +103,9 @@ pub struct OutcomeRules<'a> {
     pub allow_denials: bool,
     /// Patterns that make a plain command's nonzero exit a transient failure.
     pub transient_on: &'a [String],
+    /// The task is a plain command (not an agent): a failure that reads as a rate limit
+    /// while `transient_on` is empty gets a hint that `transient_on` exists.
+    pub plain: bool,
 }
 
 /// How many of the output's last lines (and bytes) the transient and rate-limit rules read,
@@ -139,6 +143,8 @@ pub fn attempt_outcome(
     let text = format!("{stderr}\n{tail}");
     if !rules.transient_on.is_empty() {
         outcome = outcome.transient_on(rules.transient_on, &text);
+    } else if rules.plain {
+        outcome = hint_transient_on(outcome, &text);
     }
     mark_rate_limit(&mut outcome, &text);
     finished.outcome = outcome;
@@ -148,6 +154,27 @@ pub fn attempt_outcome(
         finished = lost_output(finished, why);
     }
     finished
+}
+
+/// Step 5 without patterns: a plain command's nonzero exit whose `text` reads as a rate limit
+/// (`429` with `retry after`, `retry-after` or `too many requests`, any case) stays a failure,
+/// not retried, but its error says that `transient_on` would retry it.
+fn hint_transient_on(mut o: AttemptOutcome, text: &str) -> AttemptOutcome {
+    if o.stop_reason != StopReason::NonzeroExit || o.status != AttemptStatus::Failed {
+        return o;
+    }
+    let t = text.to_lowercase();
+    let limited = t.contains("429")
+        && ["retry after", "retry-after", "too many requests"]
+            .iter()
+            .any(|w| t.contains(w));
+    if limited {
+        let error = o.error.take().unwrap_or_else(|| "nonzero exit".to_owned());
+        o.error = Some(format!(
+            "{error} (its output reads as a rate limit: `transient_on = [\"429\"]` retries it)"
+        ));
+    }
+    o
 }
 
 /// Step 7: a failure of an attempt whose output could not be written (`why`) is `interrupted`:

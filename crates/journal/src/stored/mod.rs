@@ -345,6 +345,7 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             needs: t.needs,
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
+            retry_timeouts: false,
             max_orphans: 3,
             supervise: true,
             executor: sortie_core::Executor::Local,

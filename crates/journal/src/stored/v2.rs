@@ -56,6 +56,8 @@ pub(crate) struct TaskExtV2 {
     session: Option<String>,
     // Issue 13: structured results.
     output_schema: Option<String>,
+    // #37: an attempt timeout retried.
+    retry_timeouts: bool,
 }
 
 impl TaskExtV2 {
@@ -77,6 +79,7 @@ impl TaskExtV2 {
             role: t.role.clone(),
             session: t.session.clone(),
             output_schema: t.output_schema.clone(),
+            retry_timeouts: t.retry_timeouts,
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -96,6 +99,7 @@ impl TaskExtV2 {
         t.role = self.role;
         t.session = self.session;
         t.output_schema = self.output_schema;
+        t.retry_timeouts = self.retry_timeouts;
         Ok(())
     }
 }

@@ -73,6 +73,7 @@ pub(crate) fn batch(n: u32) -> Batch {
                 needs: vec![],
                 env_keys: vec![],
                 retry_after_side_effects: false,
+                retry_timeouts: false,
                 // #10: what a v1 record reads as.
                 max_orphans: 3,
                 supervise: true,

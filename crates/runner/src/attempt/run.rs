@@ -638,6 +638,7 @@ impl Driver<'_> {
         let rules = OutcomeRules {
             allow_denials: self.ctx.allow_denials,
             transient_on: &self.ctx.transient_on,
+            plain: self.ctx.launch.protocol == sortie_core::Protocol::Plain,
         };
         let f = decide::attempt_outcome(
             reader.finish(exit, &stderr),

@@ -261,17 +261,18 @@ pub fn update(
 }
 
 /// Every run in the index, newest first (by creation time, then id). An entry that cannot be
-/// read is rebuilt from its run's journal (and written back); one whose journal cannot be read
-/// either is skipped with a warning, so that one damaged run does not hide the others.
+/// read is rebuilt from its run's journal (and written back), and so is a run dir with a
+/// journal and no entry; one whose journal cannot be read either is skipped with a warning, so
+/// that one damaged run does not hide the others.
 pub fn list(state_dir: &StateDir) -> Result<Vec<RunEntry>> {
     let dir = state_dir.index();
     let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Ok(e) => Some(e),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(source) => return Err(Error::Io { path: dir, source }),
     };
     let mut runs = Vec::new();
-    for entry in entries {
+    for entry in entries.into_iter().flatten() {
         let entry = entry.map_err(io(&dir))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -285,12 +286,42 @@ pub fn list(state_dir: &StateDir) -> Result<Vec<RunEntry>> {
             },
         }
     }
+    // A run whose index file was lost (deleted, or never written past a crash) while its
+    // journal is there: rebuilt from the journal, as `status` reads it.
+    for run in unindexed(state_dir, &runs)? {
+        match rebuild(state_dir, &run) {
+            Ok(rebuilt) => runs.push(rebuilt),
+            Err(e) => tracing::warn!("run {run} has no index entry and its journal: {e}"),
+        }
+    }
     runs.sort_by(|a, b| {
         b.created
             .cmp(&a.created)
             .then_with(|| b.run_id.cmp(&a.run_id))
     });
     Ok(runs)
+}
+
+/// The runs under `<state-dir>/runs/` that hold a journal and are not in `listed`.
+fn unindexed(state_dir: &StateDir, listed: &[RunEntry]) -> Result<Vec<RunId>> {
+    let dir = state_dir.runs();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(Error::Io { path: dir, source }),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(&dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Ok(run) = RunId::new(name) else { continue };
+        if listed.iter().any(|e| e.run_id == run) || !state_dir.run(&run).journal().exists() {
+            continue;
+        }
+        found.push(run);
+    }
+    Ok(found)
 }
 
 /// A run's entry from its journal, written back to the index.

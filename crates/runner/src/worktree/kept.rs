@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sortie_core::{PlannedWorktree, RunId, RunState, RunStatus, TaskId, Timestamp};
+use sortie_core::{
+    PlannedWorktree, RunId, RunState, RunStatus, TaskId, TaskState, TerminalState, Timestamp,
+};
 
 use crate::clock;
 use crate::files::write_atomic;
@@ -129,6 +131,8 @@ pub struct Kept {
     pub summary: Option<String>,
     /// Set when it was discarded or collected.
     pub discarded: Option<Discard>,
+    /// How its task ended (`None` while it has not).
+    pub ended: Option<TerminalState>,
 }
 
 /// The record of a removed kept worktree, `<run-dir>/discarded/<name>.json`.
@@ -193,6 +197,10 @@ pub fn find(state: &RunState, state_dir: &StateDir, run: &RunId, label: &str) ->
         patch: run_dir.patch(&worktree::safe_name(label, task.0)),
         summary,
         discarded,
+        ended: match &rec.state {
+            TaskState::Finished(r) => Some(r.state),
+            _ => None,
+        },
     })
 }
 
@@ -365,6 +373,8 @@ pub struct AllApplied<'a> {
     pub not_applied: Vec<&'a Kept>,
     /// The discarded worktrees, skipped: gone from disk, their patch stays.
     pub discarded: Vec<&'a Kept>,
+    /// The worktrees of tasks that did not complete, skipped (without `include_failed`).
+    pub not_completed: Vec<&'a Kept>,
 }
 
 /// Why [`apply_all`] stopped before its end: an error applying one worktree.
@@ -379,12 +389,21 @@ pub struct StoppedAt<'a> {
 }
 
 /// Applies every kept worktree of `all` (a run's, in task order: see [`all`]) with
-/// [`apply_one`]: discarded ones are skipped, each apply is all-or-nothing, and the first
-/// conflict stops it (a conflict changes nothing; the ones after it are not tried).
-pub async fn apply_all(all: &[Kept], commit: bool) -> Result<AllApplied<'_>, StoppedAt<'_>> {
+/// [`apply_one`]: discarded ones are skipped, and so are those of tasks that did not complete
+/// unless `include_failed` (core's [`TerminalState::applied_by_all`]); each apply is
+/// all-or-nothing, and the first conflict stops it (a conflict changes nothing; the ones after
+/// it are not tried).
+pub async fn apply_all(
+    all: &[Kept],
+    commit: bool,
+    include_failed: bool,
+) -> Result<AllApplied<'_>, StoppedAt<'_>> {
+    let taken = |k: &&Kept| {
+        k.discarded.is_none() && k.ended.is_some_and(|e| e.applied_by_all(include_failed))
+    };
     let mut applied: Vec<(&Kept, Applied, Option<String>)> = Vec::new();
     let mut stopped = false;
-    for k in all.iter().filter(|k| k.discarded.is_none()) {
+    for k in all.iter().filter(taken) {
         let (how, made) = apply_one(k, commit).await.map_err(|error| StoppedAt {
             at: k,
             before: applied.iter().map(|(d, _, _)| *d).collect(),
@@ -398,14 +417,19 @@ pub async fn apply_all(all: &[Kept], commit: bool) -> Result<AllApplied<'_>, Sto
     }
     let not_applied = all
         .iter()
-        .filter(|k| k.discarded.is_none() && !applied.iter().any(|(d, _, _)| d.label == k.label))
+        .filter(|k| taken(k) && !applied.iter().any(|(d, _, _)| d.label == k.label))
         .collect();
     let discarded = all.iter().filter(|k| k.discarded.is_some()).collect();
+    let not_completed = all
+        .iter()
+        .filter(|k| k.discarded.is_none() && !taken(k))
+        .collect();
     Ok(AllApplied {
         applied,
         stopped,
         not_applied,
         discarded,
+        not_completed,
     })
 }
 
