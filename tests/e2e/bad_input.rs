@@ -483,6 +483,8 @@ fn check_refuses_what_could_never_start_or_be_written() {
         assert!(text.contains(e), "missing {e:?} in:\n{text}");
     }
     assert!(!text.contains("task `fine`"), "{text}");
+}
+
 /// A plain command without `transient_on` that prints `429 ... retry after` and fails is not
 /// retried, and its error says that `transient_on` exists.
 #[test]
