@@ -348,7 +348,9 @@ fn the_summarys_diff_hint_parses_for_a_label_starting_with_a_dash() {
     let out = s.run(&["run", "--run-id", &run, "batch.toml"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    let hint = said
+    // A hint longer than the width goes on over lines ending in ` \`, as a shell reads it.
+    let joined = said.replace(" \\\n", " ");
+    let hint = joined
         .lines()
         .find_map(|l| l.trim().strip_prefix("diff:"))
         .unwrap_or_else(|| panic!("no diff hint in:\n{said}"));

@@ -276,12 +276,22 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         toml.push_str(&c.toml());
     }
     let batch = s.write("mixed.toml", &toml);
-    let child = s.spawn(&[
-        "run",
-        "--run-id",
-        "mixed",
-        batch.to_str().expect("utf-8 path"),
-    ]);
+    // `--all`: more than 50 tasks is a big run, whose summary lists every row only when asked;
+    // 200 columns: no label is cut.
+    let child = s
+        .sortie()
+        .env("COLUMNS", "200")
+        .args([
+            "run",
+            "--all",
+            "--run-id",
+            "mixed",
+            batch.to_str().expect("utf-8 path"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sortie");
     let out = finish(child, 120);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -382,7 +392,7 @@ fn mixed_outcomes_are_classified_retried_and_billed_as_specified() {
         if c.state == "completed" {
             assert!(result["error"].is_null(), "{what}: {result}");
         }
-        // More than 20 tasks: the summary is the table, without the outputs.
+        // More than 20 tasks: the summary is the table, without the outputs; `--all`: every row.
         assert!(
             stdout.lines().any(|l| {
                 let mut words = l.split_whitespace();

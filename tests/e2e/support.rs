@@ -46,6 +46,7 @@ impl Scratch {
         c.current_dir(self.dir.path())
             .env_remove("SORTIE_DIR")
             .env_remove("RUST_LOG")
+            .env_remove("COLUMNS")
             .arg("--state-dir")
             .arg(self.state_dir())
             .stdin(Stdio::null());

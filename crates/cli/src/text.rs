@@ -43,15 +43,23 @@ pub(crate) fn recovery_line(kept: u64, lost: Option<(u64, u64)>, restored: usize
 /// Off a terminal (a pipe, a file), tables are laid out for this many columns (docs/cli.md).
 pub(crate) const PLAIN_WIDTH: usize = 80;
 
-/// The width stdout's tables fit: the terminal's columns, or [`PLAIN_WIDTH`] off a terminal.
+/// The width stdout's tables fit: the terminal's columns; off a terminal, `COLUMNS` when it
+/// is a number (at least 20), else [`PLAIN_WIDTH`].
 pub(crate) fn stdout_width() -> usize {
     let term = console::Term::stdout();
     if term.is_term() {
         term.size_checked()
             .map_or(PLAIN_WIDTH, |(_, cols)| usize::from(cols).max(20))
     } else {
-        PLAIN_WIDTH
+        plain_width(std::env::var("COLUMNS").ok().as_deref())
     }
+}
+
+/// The width off a terminal, given `COLUMNS`.
+fn plain_width(columns: Option<&str>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .map_or(PLAIN_WIDTH, |c| c.max(20))
 }
 
 /// `line` cut to `width` characters (with `…` when it was longer).
@@ -112,6 +120,14 @@ pub(crate) fn wrap_command(line: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn off_a_terminal_columns_sets_the_width_and_anything_else_is_80() {
+        assert_eq!(plain_width(None), PLAIN_WIDTH);
+        assert_eq!(plain_width(Some("200")), 200);
+        assert_eq!(plain_width(Some("5")), 20);
+        assert_eq!(plain_width(Some("wide")), PLAIN_WIDTH);
+    }
 
     #[test]
     fn a_long_command_is_broken_between_words_and_still_reads_as_one() {
