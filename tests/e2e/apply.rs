@@ -217,6 +217,32 @@ fn discard_removes_the_worktree_and_its_branch() {
         "the checkout is untouched"
     );
 
+    // #37: the discard is journaled: status no longer lists the worktree as kept, replay and
+    // the audit see the event.
+    let status = s.status(&run);
+    let worktree = &status["tasks"][0]["worktree"];
+    assert_eq!(worktree["kept"], false, "{worktree}");
+    assert_eq!(worktree["discarded"], "discard", "{worktree}");
+    let shown = s.run_ok(&["status", &run]);
+    assert!(
+        !text(&shown.stdout).contains("kept worktrees"),
+        "{}",
+        text(&shown.stdout)
+    );
+    let events = s.events(&run);
+    let last = events.last().expect("events");
+    assert_eq!(
+        last["event"]["WorktreeDiscarded"]["by"], "discard",
+        "the last event: {last}"
+    );
+    let replay = s.run_ok(&["replay", &run]);
+    assert!(
+        text(&replay.stdout).contains("removed by `sortie discard`"),
+        "{}",
+        text(&replay.stdout)
+    );
+    s.audit_clean(&run);
+
     // Asked again, diff and apply say where the work went.
     let again = s.run(&["diff", &run, "edit"]);
     assert_eq!(again.status.code(), Some(2));

@@ -593,3 +593,80 @@ fn a_nested_run_uses_its_parents_slot_and_too_deep_a_nesting_is_refused() {
         "a refused run leaves no trace"
     );
 }
+
+/// #37: a task whose attempt waits for a machine-wide slot is `waiting`, not `running`, and
+/// its attempt clock starts when it gets the slot: a wait longer than its `attempt_timeout`
+/// does not time it out.
+#[test]
+fn a_task_waiting_for_a_machine_slot_is_waiting_and_its_attempt_clock_has_not_started() {
+    let s = Scratch::new();
+    let slots = s.path().join("slots");
+    std::fs::create_dir_all(&slots).expect("mkdir slots");
+    // Another user of the machine holds the one slot: `flock` holds it while `cat` reads
+    // its stdin (`-o`: `cat` does not inherit the lock), until the test closes that.
+    let mut holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(slots.join("slot-0"))
+        .arg("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("flock holds the slot");
+    let batch = s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"t\"\ncommand = [\"true\"]\nattempt_timeout = \"1s\"\n",
+    );
+    let run = unique_run("slotwait");
+    let mut c = s.sortie();
+    c.env("SORTIE_MACHINE_SLOTS", "1")
+        .env("SORTIE_SLOTS_DIR", &slots)
+        .args(["run", batch.to_str().expect("utf-8"), "--run-id", &run])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let bg = crate::support::Background::from_command(c, &run);
+    let waiting = |s: &Scratch| {
+        let out = s.run(&["--json", "status", &run]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .is_some_and(|v| v["tasks"][0]["state"] == "waiting")
+    };
+    let start = std::time::Instant::now();
+    while !waiting(&s) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the task never showed as waiting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = String::from_utf8_lossy(&s.run_ok(&["status", &run]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("t ") && l.contains("waiting")),
+        "{text}"
+    );
+    // Longer than the attempt timeout: only the wait, not the attempt, runs meanwhile.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(waiting(&s), "still waiting while the slot is held");
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let out = bg.finish(60);
+    assert!(out.status.success(), "{out:?}");
+    let events = s.events(&run);
+    let names: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["event"].as_object()?.keys().next().map(String::as_str))
+        .collect();
+    let at = |n: &str| names.iter().position(|x| *x == n);
+    assert!(
+        at("AttemptWaiting") < at("AttemptStarted") && at("AttemptWaiting").is_some(),
+        "{names:?}"
+    );
+    assert_eq!(
+        events.of(0, "TaskFinished")[0]["result"]["state"],
+        "completed",
+        "the wait did not count against its attempt_timeout"
+    );
+    let replay = String::from_utf8_lossy(&s.run_ok(&["replay", &run]).stdout).into_owned();
+    assert!(replay.contains("waits for a machine-wide slot"), "{replay}");
+    s.audit_clean(&run);
+}

@@ -20,6 +20,9 @@ use sortie_core::{Attempt, Event, RunState, Stamped, TaskId};
 /// How many running tasks the board lists at most before it summarises the rest.
 const BOARD_TASKS: usize = 12;
 
+/// What a row shows while its attempt waits for a machine-wide slot (`SORTIE_MACHINE_SLOTS`).
+const SLOT_WAIT: &str = "waiting for a machine slot";
+
 /// How often the ticker redraws.
 const TICK: Duration = Duration::from_millis(500);
 
@@ -270,6 +273,13 @@ impl Model {
             (_, true, None) => Some((s.at.0, stall_after)),
             (_, false, _) => None,
         };
+        // #37: an attempt waiting for a machine-wide slot says so; its clock starts with it.
+        row.launched_at = live.clock_from().0;
+        if live.is_waiting() {
+            row.activity = Some(SLOT_WAIT.to_owned());
+        } else if row.activity.as_deref() == Some(SLOT_WAIT) {
+            row.activity = None;
+        }
     }
 
     /// Redraws every line as of `now` (ms since the epoch).

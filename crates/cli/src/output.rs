@@ -284,8 +284,10 @@ pub(crate) struct WorktreeView {
     pub(crate) path: String,
     /// Its branch.
     pub(crate) branch: String,
-    /// Whether it was kept (changed); None until it is finalized.
+    /// Whether it is kept (changed, and not discarded since); None until it is finalized.
     pub(crate) kept: Option<bool>,
+    /// Who removed it after its task ended (`discard`, `gc`), when it was.
+    pub(crate) discarded: Option<&'static str>,
     /// Its diff summary (`git diff --stat` against its base), when kept.
     pub(crate) diff: Option<String>,
 }
@@ -300,7 +302,8 @@ impl WorktreeView {
                 .steps()
                 .worktree_final
                 .as_ref()
-                .map(|(changed, _)| *changed),
+                .map(|(changed, _)| *changed && rec.steps().discarded.is_none()),
+            discarded: rec.steps().discarded.map(|d| d.by.as_str()),
             diff: rec
                 .steps()
                 .worktree_final

@@ -346,6 +346,45 @@ pub enum Event {
         /// Where the damaged files were moved.
         damaged: String,
     },
+    // #37: what the user reviews.
+    /// The attempt found no free machine-wide slot (`SORTIE_MACHINE_SLOTS`) and waits for one;
+    /// its `AttemptStarted` ends the wait, and its attempt clock runs from there.
+    AttemptWaiting {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+    },
+    /// A kept worktree was removed (`sortie discard`, `sortie gc`); its patch stays. The one
+    /// task event a run takes after its end.
+    WorktreeDiscarded {
+        /// The task.
+        task: TaskId,
+        /// Who removed it.
+        by: DiscardedBy,
+        /// Whether its branch was kept (gc keeps a branch with commits found nowhere else).
+        branch_kept: bool,
+    },
+}
+
+/// Who removed a kept worktree (see [`Event::WorktreeDiscarded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiscardedBy {
+    /// `sortie discard RUN LABEL`.
+    Discard,
+    /// `sortie gc`.
+    Gc,
+}
+
+impl DiscardedBy {
+    /// The command's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscardedBy::Discard => "discard",
+            DiscardedBy::Gc => "gc",
+        }
+    }
 }
 
 /// One limit of a run's budget.
@@ -461,7 +500,9 @@ impl Event {
             | Event::AttemptRecorded { task, .. }
             | Event::TaskCarried { task, .. }
             | Event::AttemptRead { task, .. }
-            | Event::AttemptSession { task, .. } => Some(*task),
+            | Event::AttemptSession { task, .. }
+            | Event::AttemptWaiting { task, .. }
+            | Event::WorktreeDiscarded { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -482,7 +523,8 @@ impl Event {
             | Event::AttemptAdopted { attempt, .. }
             | Event::AttemptRecorded { attempt, .. }
             | Event::AttemptRead { attempt, .. }
-            | Event::AttemptSession { attempt, .. } => Some(*attempt),
+            | Event::AttemptSession { attempt, .. }
+            | Event::AttemptWaiting { attempt, .. } => Some(*attempt),
             Event::RunStarted { .. }
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }
@@ -499,6 +541,7 @@ impl Event {
             | Event::WorktreePlanned { .. }
             | Event::TaskCarried { .. }
             | Event::RunRecovered { .. }
+            | Event::WorktreeDiscarded { .. }
             | Event::Control { .. } => None,
         }
     }
@@ -537,6 +580,8 @@ impl Event {
             Event::AttemptRead { .. } => "AttemptRead",
             Event::AttemptSession { .. } => "AttemptSession",
             Event::RunRecovered { .. } => "RunRecovered",
+            Event::AttemptWaiting { .. } => "AttemptWaiting",
+            Event::WorktreeDiscarded { .. } => "WorktreeDiscarded",
         }
     }
 }

@@ -43,7 +43,7 @@ pub use decide::{
     NextStep, ResumePlan, backoff_delay, finish_result, is_transient, model_for_attempt, next_step,
     resume_plan,
 };
-pub use event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
+pub use event::{BudgetLimit, ControlAction, DiscardedBy, Event, OrphanAction, Stamped};
 pub use ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 pub use outcome::Denial;
 pub use outcome::{
@@ -61,7 +61,7 @@ pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,
 };
 // #10: attempts that outlive sortie.
-pub use state::{Found, OutcomeRecord, Placed, Recovery, TaskSteps};
+pub use state::{Discarded, Found, OutcomeRecord, Placed, Recovery, TaskSteps};
 pub use summary::summary_text;
 pub use usage::{Cost, Usage};
 // #14: shared rate limits.

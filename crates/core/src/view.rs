@@ -1,17 +1,19 @@
 //! How a task is shown: the state name that `sortie status`, `replay` and the JSON views print.
 //!
-//! The journal's [`TaskState`] is what the rules need; a display names two moments it does not:
-//! an attempt stopped by an interrupt, waiting for resume to decide its retry (`interrupted`),
-//! and a queued task whose worktree is planned but not yet made (`setting-up`). Every display
-//! asks here, so they agree.
+//! The journal's [`TaskState`] is what the rules need; a display names three moments it does
+//! not: an attempt stopped by an interrupt, waiting for resume to decide its retry
+//! (`interrupted`), a queued task whose worktree is planned but not yet made (`setting-up`), and
+//! a running task whose attempt waits for a machine-wide slot (`waiting`). Every display asks
+//! here, so they agree.
 
 use crate::outcome::StopReason;
-use crate::state::{TaskRecord, TaskState};
+use crate::state::{AttemptRecord, TaskRecord, TaskState};
 
 impl TaskRecord {
     /// The task's state as displays name it: [`TaskState::name`], except `interrupted` for an
-    /// ended task whose last attempt was interrupted and `setting-up` for a queued task whose
-    /// planned worktree is not yet set up.
+    /// ended task whose last attempt was interrupted, `setting-up` for a queued task whose
+    /// planned worktree is not yet set up, and `waiting` for a running task whose attempt waits
+    /// for a machine-wide slot.
     pub fn display_state(&self) -> &'static str {
         match &self.state {
             TaskState::Ended { .. }
@@ -28,6 +30,11 @@ impl TaskRecord {
             {
                 "setting-up"
             }
+            TaskState::Running { .. }
+                if self.attempts.last().is_some_and(AttemptRecord::is_waiting) =>
+            {
+                "waiting"
+            }
             state => state.name(),
         }
     }
@@ -39,6 +46,7 @@ pub const DISPLAY_STATES: &[&str] = &[
     "pending",
     "queued",
     "setting-up",
+    "waiting",
     "running",
     "finishing",
     "retrying",

@@ -376,3 +376,174 @@ fn a_started_attempt_is_placed_late_only_after_a_recovery_and_once() {
     apply(&mut state, placed.clone());
     assert!(state.check(&placed).is_err(), "placed twice");
 }
+
+/// #37: a run of tasks `w` (isolated, kept, its worktree discarded later) and `u` (isolated,
+/// unchanged), each run once, then the run's end and `tail`.
+fn isolated_run(tail: &[Event]) -> Result<RunState, String> {
+    let (w, u) = (TaskId(0), TaskId(1));
+    let mut events = vec![Event::RunStarted {
+        run_id: RunId::new("discards").expect("run id"),
+        batch: Batch {
+            tasks: vec![spec("w"), spec("u")],
+            agents: AgentProfile::builtins(),
+            config: RunConfig::default(),
+            source: "d.toml".into(),
+        },
+        batch_digest: 1,
+        host: "h".into(),
+        pid: 1,
+    }];
+    for (task, changed) in [(w, true), (u, false)] {
+        events.push(Event::TaskQueued { task });
+        events.push(Event::WorktreePlanned {
+            task,
+            repo: "/repo".into(),
+            path: format!("/wt/{}", task.0),
+            branch: format!("b{}", task.0),
+            base: "c0".into(),
+        });
+        events.push(Event::TaskSetUp {
+            task,
+            worktree: Some(format!("/wt/{}", task.0)),
+        });
+        events.extend(launch(task, 1));
+        events.push(Event::AttemptFinished {
+            task,
+            attempt: Attempt(1),
+            outcome: AttemptOutcome::completed(),
+            usage: Usage::ZERO,
+            output: "done".into(),
+        });
+        events.push(Event::WorktreeFinalized {
+            task,
+            changed,
+            diff: None,
+        });
+        events.push(Event::TaskFinished {
+            task,
+            result: completed("done"),
+        });
+    }
+    events.push(Event::RunFinished {
+        state: sortie_core::RunOutcome::Completed,
+        summary: String::new(),
+    });
+    events.extend(tail.iter().cloned());
+    let stamped: Vec<Stamped> = (0u64..)
+        .zip(events)
+        .map(|(i, event)| Stamped {
+            seq: sortie_core::Seq(i),
+            at: Timestamp(1_000 + i),
+            event,
+        })
+        .collect();
+    RunState::replay(&stamped).map_err(|(seq, v)| format!("event {seq:?} refused: {v}"))
+}
+
+#[test]
+fn a_kept_worktree_is_discarded_once_after_the_runs_end_and_only_a_kept_one() {
+    let discard = |task| Event::WorktreeDiscarded {
+        task: TaskId(task),
+        by: sortie_core::DiscardedBy::Discard,
+        branch_kept: false,
+    };
+    let once = isolated_run(&[discard(0)]).expect("a kept worktree's discard");
+    let d = once.tasks[0].steps().discarded.expect("recorded");
+    assert_eq!(d.by, sortie_core::DiscardedBy::Discard);
+    assert!(
+        matches!(once.status, sortie_core::RunStatus::Finished { .. }),
+        "the run stays finished"
+    );
+    assert!(
+        isolated_run(&[discard(0), discard(0)]).is_err(),
+        "a second discard is refused"
+    );
+    assert!(
+        isolated_run(&[discard(1)]).is_err(),
+        "an unchanged worktree was removed at its end, not kept"
+    );
+    assert!(isolated_run(&[discard(7)]).is_err(), "no such task");
+    assert!(
+        isolated_run(&[discard(0), Event::TaskQueued { task: TaskId(0) }]).is_err(),
+        "no other task event after the end"
+    );
+}
+
+#[test]
+fn an_attempt_waits_for_a_machine_slot_once_before_its_start_and_is_clocked_from_it() {
+    let state = run();
+    let d = TaskId(1);
+    // `b`'s attempt 1 has started: it waited for nothing, and cannot wait now.
+    let waiting = |task, n| Event::AttemptWaiting {
+        task,
+        attempt: Attempt(n),
+    };
+    assert!(!state.report_is_news(&waiting(d, 1)), "started already");
+    assert!(state.check(&waiting(d, 1)).is_err());
+    let apply = |state: &mut RunState, at: u64, event: Event| {
+        let stamped = Stamped {
+            seq: state.next_seq,
+            at: Timestamp(at),
+            event,
+        };
+        state.apply(&stamped).expect("legal");
+    };
+    // A fresh one-task run: launched, then waiting, then started.
+    let mut one = RunState::replay(&[
+        Stamped {
+            seq: sortie_core::Seq(0),
+            at: Timestamp(1),
+            event: Event::RunStarted {
+                run_id: RunId::new("slots").expect("run id"),
+                batch: Batch {
+                    tasks: vec![spec("t")],
+                    agents: AgentProfile::builtins(),
+                    config: RunConfig::default(),
+                    source: "s.toml".into(),
+                },
+                batch_digest: 1,
+                host: "h".into(),
+                pid: 1,
+            },
+        },
+        Stamped {
+            seq: sortie_core::Seq(1),
+            at: Timestamp(2),
+            event: Event::TaskQueued { task: A },
+        },
+        Stamped {
+            seq: sortie_core::Seq(2),
+            at: Timestamp(3),
+            event: Event::AttemptLaunching {
+                task: A,
+                attempt: Attempt(1),
+                model: None,
+            },
+        },
+    ])
+    .unwrap_or_else(|(seq, v)| panic!("event {seq:?} refused: {v}"));
+    assert_eq!(one.tasks[0].display_state(), "running");
+    assert!(one.report_is_news(&waiting(A, 1)));
+    apply(&mut one, 10, waiting(A, 1));
+    assert_eq!(one.tasks[0].display_state(), "waiting");
+    assert!(!one.report_is_news(&waiting(A, 1)), "once");
+    assert!(one.check(&waiting(A, 1)).is_err(), "once");
+    apply(
+        &mut one,
+        5_000,
+        Event::AttemptStarted {
+            task: A,
+            attempt: Attempt(1),
+            pid: 9,
+            start_time: 1,
+        },
+    );
+    assert_eq!(one.tasks[0].display_state(), "running");
+    let attempt = &one.tasks[0].attempts[0];
+    assert_eq!(attempt.launched_at, Timestamp(3));
+    assert_eq!(
+        attempt.clock_from(),
+        Timestamp(5_000),
+        "its clock starts with it"
+    );
+}

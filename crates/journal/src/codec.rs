@@ -344,6 +344,30 @@ mod tests {
         assert!(scan(&[]).is_empty() && scan(&[1; 64]).is_empty());
     }
 
+    // #37: a wait for a machine slot and a discarded worktree round-trip.
+    #[test]
+    fn the_events_of_issue_37_read_as_written() {
+        for e in [
+            Event::AttemptWaiting {
+                task: TaskId(4),
+                attempt: Attempt(2),
+            },
+            Event::WorktreeDiscarded {
+                task: TaskId(5),
+                by: sortie_core::DiscardedBy::Gc,
+                branch_kept: true,
+            },
+            Event::WorktreeDiscarded {
+                task: TaskId(0),
+                by: sortie_core::DiscardedBy::Discard,
+                branch_kept: false,
+            },
+        ] {
+            let back = decode(&encode(Seq(7), Timestamp(70), &e).unwrap()).unwrap();
+            assert_eq!((back.seq, back.at, back.event), (Seq(7), Timestamp(70), e));
+        }
+    }
+
     #[test]
     fn the_strings_read_borrowed_read_as_written_and_refuse_bad_utf8() {
         use sortie_core::AttemptOutcome;

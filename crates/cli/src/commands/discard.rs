@@ -1,6 +1,5 @@
 //! `sortie discard RUN LABEL`: removes a kept worktree and deletes its branch. The discard is
-//! recorded in the run dir (`discarded/<name>.json`), not in the journal, which takes no event
-//! after `RunFinished`; the patch stays in the run dir.
+//! journaled (`WorktreeDiscarded`, also after the run's end); the patch stays in the run dir.
 
 use std::io::Write;
 

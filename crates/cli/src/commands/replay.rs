@@ -207,6 +207,20 @@ fn details(e: &Event) -> String {
         }
         Event::RunBudgetExceeded { reason, .. } => reason.clone(),
         Event::RunRerunOf { parent } => format!("rerun of {parent}"),
+        Event::AttemptWaiting { attempt, .. } => {
+            format!("attempt {attempt} waits for a machine-wide slot")
+        }
+        Event::WorktreeDiscarded {
+            by, branch_kept, ..
+        } => format!(
+            "removed by `sortie {}`{}; its patch stays",
+            by.as_str(),
+            if *branch_kept {
+                ", its branch kept"
+            } else {
+                ""
+            }
+        ),
         Event::RunRecovered {
             kept,
             lost,

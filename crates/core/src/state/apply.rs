@@ -221,6 +221,15 @@ impl RunState {
             Event::WorktreeFinalized { changed, diff, .. } => {
                 rec.steps_mut().worktree_final = Some((*changed, diff.clone()));
             }
+            Event::WorktreeDiscarded {
+                by, branch_kept, ..
+            } => {
+                rec.steps_mut().discarded = Some(Discarded {
+                    by: *by,
+                    at,
+                    branch_kept: *branch_kept,
+                });
+            }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
             Event::TaskCarried { result, usage, .. } => {
                 rec.state = TaskState::Finished(result.clone());
@@ -239,7 +248,8 @@ impl RunState {
             | Event::AttemptHandle { .. }
             | Event::AttemptRead { .. }
             | Event::AttemptAdopted { .. }
-            | Event::AttemptRecorded { .. } => {
+            | Event::AttemptRecorded { .. }
+            | Event::AttemptWaiting { .. } => {
                 Self::mutate_attempt(rec, at, event, resumes, strings);
             }
             Event::RunStarted { .. }
@@ -278,6 +288,14 @@ impl RunState {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.pid = Some(*pid);
                     a.start_time = Some(*start_time);
+                    if let Some((began, None)) = a.waited() {
+                        a.set_waited((began, Some(at)));
+                    }
+                }
+            }
+            Event::AttemptWaiting { .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.set_waited((at, None));
                 }
             }
             Event::AttemptProgress { usage, .. } => {

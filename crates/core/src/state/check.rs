@@ -26,10 +26,35 @@ impl RunState {
         match event {
             Event::AttemptSideEffects { .. } => !live.side_effects,
             Event::AttemptSession { .. } => live.session().is_none(),
+            // An adopted attempt takes a slot again: its process was started already.
+            Event::AttemptWaiting { .. } => live.waited().is_none() && live.pid.is_none(),
             Event::AttemptRead { offset, .. } => {
                 live.placed.as_deref().is_some_and(|p| *offset > p.read)
             }
             _ => true,
+        }
+    }
+
+    /// #37: a worktree may be discarded once its task kept it, once.
+    fn check_discarded(&self, task: TaskId) -> Result<(), Violation> {
+        let Some(rec) = self.tasks.get(task.index()) else {
+            return Err(Violation::UnknownTask {
+                event: "WorktreeDiscarded",
+                task,
+            });
+        };
+        match (&rec.steps().worktree_final, &rec.steps().discarded) {
+            (Some((true, _)), None) => Ok(()),
+            (Some((true, _)), Some(_)) => Err(Violation::Duplicate {
+                task,
+                event: "WorktreeDiscarded",
+            }),
+            _ => Err(Violation::IllegalTransition {
+                task,
+                label: self.label(task),
+                state: rec.state.name(),
+                event: "WorktreeDiscarded",
+            }),
         }
     }
 
@@ -43,6 +68,8 @@ impl RunState {
             (_, Event::RunStarted { .. }) => return Err(Violation::AlreadyStarted),
             // Recover says so whatever the run's state: a finished run's end may have survived.
             (_, Event::RunRecovered { .. }) => return Ok(()),
+            // #37: a kept worktree may be removed after the run's end.
+            (_, Event::WorktreeDiscarded { task, .. }) => return self.check_discarded(*task),
             (RunStatus::Finished { .. }, _) => return Err(Violation::RunEnded { event: name }),
             (RunStatus::Running | RunStatus::Interrupted { .. }, Event::RunResumed { .. }) => {
                 return Ok(());
@@ -213,7 +240,8 @@ impl RunState {
             | Event::AttemptOrphaned { .. }
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
-            | Event::AttemptSession { .. } => cx.attempt_event(event),
+            | Event::AttemptSession { .. }
+            | Event::AttemptWaiting { .. } => cx.attempt_event(event),
             Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
@@ -371,6 +399,15 @@ impl TaskCheck<'_> {
                 match self.rec.attempts.last() {
                     Some(a) if a.continues().is_some() => Err(self.duplicate()),
                     // Only before the process exists: it is how the process is started.
+                    Some(a) if a.pid.is_none() => Ok(()),
+                    _ => Err(self.illegal()),
+                }
+            }
+            // #37: before its process exists, once.
+            Event::AttemptWaiting { attempt, .. } => {
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
+                    Some(a) if a.waited().is_some() => Err(self.duplicate()),
                     Some(a) if a.pid.is_none() => Ok(()),
                     _ => Err(self.illegal()),
                 }

@@ -24,7 +24,7 @@ pub use placed::{Found, Placed};
 
 use rare::Rare;
 
-use crate::event::{BudgetLimit, ControlAction, Event, OrphanAction, Stamped};
+use crate::event::{BudgetLimit, ControlAction, DiscardedBy, Event, OrphanAction, Stamped};
 use crate::ids::{Attempt, RunId, Seq, TaskId, Timestamp};
 use crate::outcome::{AttemptOutcome, RunOutcome, StopReason, TaskResult, aggregate};
 use crate::spec::{Batch, TaskSpec};
@@ -155,6 +155,9 @@ struct AttemptMore {
     model: Option<String>,
     continues: Option<String>,
     session: Option<String>,
+    /// #37: when it began waiting for a machine-wide slot (`AttemptWaiting`), and when its
+    /// start ended the wait.
+    waited: Option<(Timestamp, Option<Timestamp>)>,
 }
 
 impl AttemptRecord {
@@ -219,6 +222,29 @@ impl AttemptRecord {
     /// Sets its own session.
     pub fn set_session(&mut self, session: Option<String>) {
         self.more.get_mut().session = session;
+    }
+
+    /// #37: when it began waiting for a machine-wide slot, and when its start ended the wait
+    /// (`None` while it waits).
+    pub fn waited(&self) -> Option<(Timestamp, Option<Timestamp>)> {
+        self.more.get().and_then(|m| m.waited)
+    }
+
+    /// Whether it waits for a machine-wide slot now (waiting, not started, not ended).
+    pub fn is_waiting(&self) -> bool {
+        self.end.is_none() && matches!(self.waited(), Some((_, None)))
+    }
+
+    /// When its attempt clock starts: its launch, or the end of its wait for a slot.
+    pub fn clock_from(&self) -> Timestamp {
+        match self.waited() {
+            Some((_, Some(started))) => started,
+            _ => self.launched_at,
+        }
+    }
+
+    fn set_waited(&mut self, waited: (Timestamp, Option<Timestamp>)) {
+        self.more.get_mut().waited = Some(waited);
     }
 
     /// The outcome that decisions see: an orphaned attempt counts as interrupted, with the
@@ -313,6 +339,19 @@ pub struct TaskSteps {
     pub worktree_final: Option<(bool, Option<String>)>,
     /// Carried from the parent run (`TaskCarried`), with the usage it spent there.
     pub carried: Option<Usage>,
+    /// #37: its kept worktree was removed (`WorktreeDiscarded`).
+    pub discarded: Option<Discarded>,
+}
+
+/// A removed kept worktree, as `WorktreeDiscarded` recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Discarded {
+    /// Who removed it.
+    pub by: DiscardedBy,
+    /// When.
+    pub at: Timestamp,
+    /// Whether its branch was kept.
+    pub branch_kept: bool,
 }
 
 /// The steps of a task that has recorded none.
@@ -322,6 +361,7 @@ static NO_STEPS: TaskSteps = TaskSteps {
     artifact: None,
     worktree_final: None,
     carried: None,
+    discarded: None,
 };
 
 impl Default for TaskRecord {

@@ -9,7 +9,7 @@
 //! once, [`StoredEvent::to_write`]); export prints it from the decoded event as `RunStartedV2`.
 
 use serde::{Deserialize, Serialize};
-use sortie_core::{ControlAction, Event, TaskId};
+use sortie_core::{ControlAction, DiscardedBy, Event, TaskId};
 
 use super::v2::{AttemptOutcomeV2, BatchV2, BudgetLimitV2, SharedBatchV2, TaskResultV2};
 use super::{
@@ -211,6 +211,40 @@ pub(crate) enum StoredEvent {
         restored: Vec<(u32, u32)>,
         damaged: String,
     },
+    /// `Event::AttemptWaiting` (#37).
+    AttemptWaiting { task: u32, attempt: u32 },
+    /// `Event::WorktreeDiscarded` (#37).
+    WorktreeDiscarded {
+        task: u32,
+        by: DiscardedByV1,
+        branch_kept: bool,
+    },
+}
+
+/// Mirrors `sortie_core::DiscardedBy`. Never remove or reorder a variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DiscardedByV1 {
+    Discard,
+    Gc,
+}
+
+impl From<DiscardedBy> for DiscardedByV1 {
+    fn from(by: DiscardedBy) -> Self {
+        match by {
+            DiscardedBy::Discard => DiscardedByV1::Discard,
+            DiscardedBy::Gc => DiscardedByV1::Gc,
+        }
+    }
+}
+
+impl From<DiscardedByV1> for DiscardedBy {
+    fn from(by: DiscardedByV1) -> Self {
+        match by {
+            DiscardedByV1::Discard => DiscardedBy::Discard,
+            DiscardedByV1::Gc => DiscardedBy::Gc,
+        }
+    }
 }
 
 /// Reads a `String` as a borrowed `str` copied once: for `String` itself, bincode zeroes a
@@ -452,6 +486,15 @@ impl From<&Event> for StoredEvent {
                 result: result.into(),
                 usage: usage.into(),
             },
+            Event::WorktreeDiscarded {
+                task,
+                by,
+                branch_kept,
+            } => StoredEvent::WorktreeDiscarded {
+                task: task.0,
+                by: (*by).into(),
+                branch_kept: *branch_kept,
+            },
             Event::AttemptLaunching { .. }
             | Event::AttemptStarted { .. }
             | Event::AttemptProgress { .. }
@@ -465,7 +508,8 @@ impl From<&Event> for StoredEvent {
             | Event::AttemptAdopted { .. }
             | Event::AttemptRecorded { .. }
             | Event::AttemptRead { .. }
-            | Event::AttemptSession { .. } => stored_attempt_event(e),
+            | Event::AttemptSession { .. }
+            | Event::AttemptWaiting { .. } => stored_attempt_event(e),
         }
     }
 }
@@ -591,6 +635,10 @@ fn stored_attempt_event(e: &Event) -> StoredEvent {
             task: task.0,
             attempt: attempt.0,
             session: session.clone(),
+        },
+        Event::AttemptWaiting { task, attempt } => StoredEvent::AttemptWaiting {
+            task: task.0,
+            attempt: attempt.0,
         },
         _ => unreachable!("`From<&Event>` sends only an attempt's events here"),
     }

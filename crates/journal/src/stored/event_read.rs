@@ -77,6 +77,15 @@ impl TryFrom<StoredEvent> for Event {
                 result: result.try_into()?,
                 usage: usage.into(),
             },
+            StoredEvent::WorktreeDiscarded {
+                task,
+                by,
+                branch_kept,
+            } => Event::WorktreeDiscarded {
+                task: TaskId(task),
+                by: by.into(),
+                branch_kept,
+            },
             StoredEvent::RunStarted { .. }
             | StoredEvent::RunResumed { .. }
             | StoredEvent::RunInterrupted { .. }
@@ -102,7 +111,8 @@ impl TryFrom<StoredEvent> for Event {
             | StoredEvent::AttemptAdopted { .. }
             | StoredEvent::AttemptRecorded { .. }
             | StoredEvent::AttemptRead { .. }
-            | StoredEvent::AttemptSession { .. } => attempt_event(e)?,
+            | StoredEvent::AttemptSession { .. }
+            | StoredEvent::AttemptWaiting { .. } => attempt_event(e)?,
         })
     }
 }
@@ -327,6 +337,10 @@ fn attempt_event(e: StoredEvent) -> Result<Event, String> {
             task: TaskId(task),
             attempt: Attempt(attempt),
             session,
+        },
+        StoredEvent::AttemptWaiting { task, attempt } => Event::AttemptWaiting {
+            task: TaskId(task),
+            attempt: Attempt(attempt),
         },
         _ => return Err("attempt_event was given an event that is not an attempt's".to_owned()),
     })

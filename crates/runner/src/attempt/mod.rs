@@ -140,6 +140,11 @@ pub(crate) enum Msg {
         attempt: Attempt,
         session: String,
     },
+    /// #37: it found no free machine-wide slot and waits for one (sent once, before `Started`).
+    Waiting {
+        task: TaskId,
+        attempt: Attempt,
+    },
 }
 
 impl Msg {
@@ -154,7 +159,8 @@ impl Msg {
             | Msg::Activity { task, .. }
             | Msg::Handle { task, .. }
             | Msg::Read { task, .. }
-            | Msg::Session { task, .. } => *task,
+            | Msg::Session { task, .. }
+            | Msg::Waiting { task, .. } => *task,
         }
     }
 }

@@ -52,10 +52,19 @@ pub(super) async fn run(
     control: &OnceLock<Arc<dyn Control>>,
 ) -> Result<Ended, Orphan> {
     // The machine-wide cap: held from before the spawn to the attempt's end.
-    let _slot = match crate::slots::Pool::configured() {
-        None => None,
-        Some(pool) => match machine_slot(pool, &mut stop_rx).await {
-            Ok(slot) => Some(slot),
+    // #37: an attempt that waited for its slot is journaled as waiting, and its attempt clock
+    // starts when the wait ends.
+    let (_slot, waited_until) = match crate::slots::Pool::configured() {
+        None => (None, None),
+        Some(pool) => match machine_slot(pool, &mut stop_rx, || {
+            let _ = tx.send(Msg::Waiting {
+                task: ctx.task,
+                attempt: ctx.attempt,
+            });
+        })
+        .await
+        {
+            Ok((slot, waited)) => (Some(slot), waited.then(Instant::now)),
             Err(ended) => return Ok(ended),
         },
     };
@@ -117,7 +126,7 @@ pub(super) async fn run(
     let began = match child.ran_before() {
         Some(ran) => anchor.instant.checked_sub(ran).unwrap_or(anchor.instant),
         None if ctx.executor.can().clocks_from_real_start => anchor.instant,
-        None => anchor.instant_of_past(ctx.launched_at),
+        None => waited_until.unwrap_or_else(|| anchor.instant_of_past(ctx.launched_at)),
     };
     let mut watch = Watch::new(
         ctx.limits.clone(),
@@ -295,15 +304,23 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
 
 /// Waits for a free slot of the machine-wide pool; a stop request ends the wait (the attempt
 /// ends with the request's reason, never spawned).
+/// `waiting` is called once, when the first try finds no slot free; the slot comes back with
+/// whether it was waited for.
 async fn machine_slot(
     pool: &crate::slots::Pool,
     stop_rx: &mut mpsc::UnboundedReceiver<StopRequest>,
-) -> Result<crate::slots::Slot, Ended> {
+    waiting: impl FnOnce(),
+) -> Result<(crate::slots::Slot, bool), Ended> {
     let mut open = true;
+    let mut waiting = Some(waiting);
     loop {
         match pool.try_take() {
-            Ok(Some(slot)) => return Ok(slot),
-            Ok(None) => {}
+            Ok(Some(slot)) => return Ok((slot, waiting.is_none())),
+            Ok(None) => {
+                if let Some(say) = waiting.take() {
+                    say();
+                }
+            }
             Err(e) => {
                 let msg = format!(
                     "cannot take a machine-wide slot in {}: {e}",

@@ -89,7 +89,8 @@ impl Engine {
                 kill_grace: spec.kill_grace,
                 executor,
                 placement,
-                launched_at: live.launched_at,
+                // #37: an attempt that waited for a machine slot is clocked from its start.
+                launched_at: live.clock_from(),
                 adopt: None,
                 allow_denials: spec.allow_denials,
                 resumed: None,

@@ -277,6 +277,7 @@ fn report_event(msg: Msg) -> Option<Event> {
             attempt,
             offset,
         },
+        Msg::Waiting { task, attempt } => Event::AttemptWaiting { task, attempt },
         // #13: once per attempt (an adopted attempt's reader names it again).
         Msg::Session {
             task,

@@ -44,8 +44,6 @@
 //!     prompts/<task>.<attempt>.repair #13: the repair round's request (read on stdin)
 //!                                                                       [attempt::repair]
 //!     patches/<name>.patch            a kept worktree's change                 [worktree]
-//!     discarded/<name>.json           kept worktrees removed after the run (the journal
-//!                                     is closed)                               [worktree]
 //!     damaged/<stamp>/                a damaged journal's files, moved aside untouched
 //!                                                                               [recover]
 //!     recovered.json                  what `sortie recover` found lost          [recover]
@@ -282,11 +280,6 @@ impl RunDir {
         self.path.join("control.sock")
     }
 
-    /// The record of a kept worktree removed after the run, by its safe name.
-    pub fn discarded(&self, name: &str) -> PathBuf {
-        self.path.join("discarded").join(format!("{name}.json"))
-    }
-
     /// Where `sortie recover` moves a damaged journal's files, untouched (`stamp`: when).
     pub fn damaged(&self, stamp: u64) -> PathBuf {
         self.path.join("damaged").join(stamp.to_string())
@@ -439,7 +432,6 @@ mod tests {
         assert_eq!(r.sessions(2, 3), Path::new("/s/runs/r1/sessions/2.3"));
         assert_eq!(r.attempt_dir(2, 3), Path::new("/s/runs/r1/attempts/2.3"));
         assert_eq!(r.patch("a"), Path::new("/s/runs/r1/patches/a.patch"));
-        assert_eq!(r.discarded("a"), Path::new("/s/runs/r1/discarded/a.json"));
         assert_eq!(s.index(), Path::new("/s/index"));
         assert_eq!(s.worktree("r1", "a"), Path::new("/s/worktrees/r1/a"));
     }

@@ -7,11 +7,10 @@
 //! (everything it changed against its base, uncommitted and untracked files included) is at
 //! `<run-dir>/patches/<name>.patch` (see `worktree`).
 //!
-//! Discards are not journaled: a finished run's journal takes no event after `RunFinished`.
-//! They are recorded beside it instead, one file per worktree,
-//! `<run-dir>/discarded/<name>.json` (who removed it, `discard` or `gc`, when, and whether the
-//! branch was kept), which `diff` and `apply` read. The patch file is never removed: it is the
-//! last record of the work.
+//! A discard is journaled (`WorktreeDiscarded`: who removed it, `discard` or `gc`, and whether
+//! the branch was kept), the one task event a run takes after its end, under the run's lock: a
+//! live run's worktrees are discarded once it has ended. `status`, `diff` and `apply` read it
+//! from the journal. The patch file is never removed: it is the last record of the work.
 //!
 //! Invariants:
 //! - `apply` never leaves the checkout half-changed: the three-way merge is tried on a scratch
@@ -29,7 +28,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sortie_core::{
-    PlannedWorktree, RunId, RunState, RunStatus, TaskId, TaskState, TerminalState, Timestamp,
+    DiscardedBy, Event, PlannedWorktree, RunId, RunState, RunStatus, TaskId, TaskState,
+    TerminalState, Timestamp,
 };
 
 use crate::clock;
@@ -76,6 +76,17 @@ pub enum KeptError {
         what: String,
         /// What git said.
         detail: String,
+    },
+    /// The run is live: its journal has an owner, who alone writes it.
+    #[error(
+        "run {run} is live{}: discard its worktrees once it has ended",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    Live {
+        /// The run.
+        run: RunId,
+        /// Its owner's pid, when known.
+        pid: Option<u32>,
     },
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
@@ -135,7 +146,7 @@ pub struct Kept {
     pub ended: Option<TerminalState>,
 }
 
-/// The record of a removed kept worktree, `<run-dir>/discarded/<name>.json`.
+/// A removed kept worktree, as its `WorktreeDiscarded` recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Discard {
     /// `discard` or `gc`.
@@ -146,13 +157,14 @@ pub struct Discard {
     pub branch_kept: bool,
 }
 
-fn discard_record(run_dir: &RunDir, label: &str, task: TaskId) -> PathBuf {
-    run_dir.discarded(&worktree::safe_name(label, task.0))
-}
-
-fn read_discard(path: &Path) -> Option<Discard> {
-    let bytes = std::fs::read(path).ok()?;
-    serde_json::from_slice(&bytes).ok()
+impl From<&sortie_core::Discarded> for Discard {
+    fn from(d: &sortie_core::Discarded) -> Self {
+        Discard {
+            by: d.by.as_str().to_owned(),
+            at: d.at.0,
+            branch_kept: d.branch_kept,
+        }
+    }
 }
 
 /// Finds task `label`'s kept worktree in run `run`'s replayed state.
@@ -185,7 +197,7 @@ pub fn find(state: &RunState, state_dir: &StateDir, run: &RunId, label: &str) ->
     };
     // Absolute: git runs in the repository, not here.
     let run_dir = state_dir.absolute().run(run);
-    let discarded = read_discard(&discard_record(&run_dir, label, task));
+    let discarded = rec.steps().discarded.as_ref().map(Discard::from);
     Ok(Kept {
         run: run.to_string(),
         label: label.to_owned(),
@@ -573,20 +585,36 @@ pub struct Removed {
     pub branch_kept_because: Option<String>,
 }
 
-/// Removes a kept worktree and deletes its branch, and records the discard in the run dir.
+/// Removes a kept worktree and deletes its branch, and journals the discard.
 pub async fn discard(kept: &Kept, state_dir: &StateDir) -> Result<Removed> {
     refuse_discarded(kept)?;
-    remove(kept, state_dir, "discard", true).await
+    remove(kept, state_dir, DiscardedBy::Discard, true).await
 }
 
 /// Removes the worktree (and its registration), then the branch when `force_branch` or when
-/// no commit of it is found only there; records the removal.
+/// no commit of it is found only there. Under the run's lock: the removal is journaled after
+/// the worktree is gone (a discard cut short before is done again) and before the branch goes.
 async fn remove(
     kept: &Kept,
     state_dir: &StateDir,
-    by: &str,
+    by: DiscardedBy,
     force_branch: bool,
 ) -> Result<Removed> {
+    let run = RunId::new(&kept.run).map_err(|e| KeptError::Io {
+        path: PathBuf::from(&kept.run),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let run_dir = state_dir.run(&run);
+    let _lock = run_dir.lock().map_err(|e| match e {
+        crate::Error::Live { pid, .. } => KeptError::Live {
+            run: run.clone(),
+            pid,
+        },
+        other => KeptError::Io {
+            path: run_dir.owner_lock(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    })?;
     let repo = Path::new(&kept.repo);
     let path = Path::new(&kept.path);
     let removed = git_raw(
@@ -618,34 +646,13 @@ async fn remove(
         }
     }
     let branch_deleted = exists && kept_because.is_none();
+    journal_discard(&run, &run_dir, kept, by, kept_because.is_some())?;
     if branch_deleted {
         git(repo, &["branch", "-D", &kept.branch], &[]).await?;
     }
     if let Some(parent) = path.parent() {
         let _ = std::fs::remove_dir(parent);
     }
-    let run = RunId::new(&kept.run).map_err(|e| KeptError::Io {
-        path: PathBuf::from(&kept.run),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    let run_dir = state_dir.run(&run);
-    let record = Discard {
-        by: by.to_owned(),
-        at: clock::now().0,
-        branch_kept: exists && !branch_deleted,
-    };
-    let file = discard_record(&run_dir, &kept.label, TaskId(kept.task));
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-    }
-    let json = serde_json::to_vec_pretty(&record).map_err(|e| KeptError::Io {
-        path: file.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    write_atomic(&file, &json, 0o644).map_err(|e| KeptError::Io {
-        path: file.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
     Ok(Removed {
         run: kept.run.clone(),
         label: kept.label.clone(),
@@ -654,6 +661,41 @@ async fn remove(
         branch_deleted,
         branch_kept_because: kept_because,
     })
+}
+
+/// Appends `WorktreeDiscarded` to the run's journal (the caller holds the run's lock); one
+/// journaled by a discard cut short before is left as it is.
+fn journal_discard(
+    run: &RunId,
+    run_dir: &RunDir,
+    kept: &Kept,
+    by: DiscardedBy,
+    branch_kept: bool,
+) -> Result<()> {
+    let task = TaskId(kept.task);
+    let journaled = |source| KeptError::Journal {
+        run: run.clone(),
+        source,
+    };
+    let journal = sortie_journal::Journal::open(run_dir.path()).map_err(journaled)?;
+    let state = journal.replay_latest().map_err(journaled)?;
+    if state
+        .task(task)
+        .is_some_and(|r| r.steps().discarded.is_some())
+    {
+        return Ok(());
+    }
+    let event = Event::WorktreeDiscarded {
+        task,
+        by,
+        branch_kept,
+    };
+    state.check(&event).map_err(|v| KeptError::NotKept {
+        label: kept.label.clone(),
+        why: v.to_string(),
+    })?;
+    journal.append(clock::now(), &event).map_err(journaled)?;
+    Ok(())
 }
 
 /// How many commits of `branch_ref` no other ref (nor any HEAD) reaches.
@@ -791,7 +833,7 @@ async fn gc_run(
         if !Path::new(&kept.path).exists() && (!branch_there || kept.discarded.is_some()) {
             continue;
         }
-        match remove(&kept, state_dir, "gc", false).await {
+        match remove(&kept, state_dir, DiscardedBy::Gc, false).await {
             Ok(r) => entry.removed.push(r),
             Err(e) => entry.failed.push((label.clone(), e.to_string())),
         }
