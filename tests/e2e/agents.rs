@@ -608,3 +608,31 @@ fn agents_crash_after_side_effects_outside_a_worktree_is_not_retried() {
     );
     assert_ledger(&s, &run, task_usage(&events, 0));
 }
+
+#[test]
+fn agents_pi_without_an_api_key_fails_naming_its_first_error_line_not_the_docs_path() {
+    // pi with no key: its message, then help ending in a path to its docs, and exit 1.
+    let s = Scratch::new();
+    let run = unique_run("agents-nokey");
+    let script = "printf '%s\\n' '{\"type\":\"session\",\"version\":3}'; \
+                  printf 'No API key found for the selected model.\\n\\nUse /login or set an \
+                  API key environment variable. See:\\n  /opt/pi/docs/models.md\\n' >&2; exit 1";
+    let batch = format!(
+        "[agents.nokey]\ncommand = [\"sh\", \"-c\", {script:?}]\nprotocol = \"pi-json\"\n\
+         may_write = false\n{}",
+        task("t", "nokey", "")
+    );
+    let (code, events, err) = run_batch(&s, &run, &batch);
+    assert_eq!(code, Some(1), "{err}");
+    let r = result(&events, 0);
+    assert_eq!(r["state"], "failed", "{r}");
+    let error = r["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("No API key found for the selected model.") && !error.contains("models.md"),
+        "the task's error: {r}"
+    );
+    assert!(
+        err.contains("No API key found for the selected model."),
+        "the run's log names pi's message: {err}"
+    );
+}

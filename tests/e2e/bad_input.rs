@@ -555,3 +555,52 @@ fn an_attempt_timeout_is_retried_only_with_retry_timeouts() {
         "retried with retry_timeouts"
     );
 }
+
+/// Runs `sortie run` on a JSON Lines batch with `text`: its exit code and stderr, and whether a
+/// run was started.
+fn run_jsonl(text: &str) -> (Option<i32>, String, bool) {
+    let s = Scratch::new();
+    let batch = s.write("batch.jsonl", text);
+    let out = s.run(&["run", batch.to_str().expect("utf-8 path")]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), stderr, !s.listed_runs().is_empty())
+}
+
+#[test]
+fn a_malformed_jsonl_line_is_the_error_named_and_no_tasks_is_not_said() {
+    let task = format!(
+        "{{\"label\": \"a\", \"command\": {}}}",
+        fake_command(&["--counter", "counter"])
+    );
+    let (code, stderr, started) = run_jsonl(&format!("{task} x\n"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(!started, "{stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("batch.jsonl:1: invalid JSON: trailing characters"),
+        "the parse error comes first: {stderr}"
+    );
+    assert!(
+        !stderr.contains("no tasks"),
+        "a line that did not parse is not a batch without tasks: {stderr}"
+    );
+}
+
+#[test]
+fn a_duplicate_key_in_a_jsonl_task_is_refused_naming_line_and_key() {
+    let task = |label: &str| {
+        format!(
+            "{{\"label\": \"{label}\", \"command\": {}, \"label\": \"other\"}}",
+            fake_command(&["--counter", "counter"])
+        )
+    };
+    let (code, stderr, started) = run_jsonl(&format!("{}\n\n{}\n", task("a"), task("b")));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(!started, "{stderr}");
+    for line in [1, 3] {
+        assert!(
+            stderr.contains(&format!("batch.jsonl:{line}: duplicate key `label`")),
+            "line {line} named: {stderr}"
+        );
+    }
+}

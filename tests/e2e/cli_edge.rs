@@ -1,6 +1,7 @@
 //! The cli's edge: a stdout closed by its reader (`sortie list | head -1` under
 //! `set -o pipefail`) ends the command quietly with exit 0, and `sortie export` prints the
-//! versioned export format, pinned here to a committed file.
+//! versioned export format, pinned here to a committed file; with `--json`, every error is
+//! one JSON object on stdout carrying its exit code.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -199,4 +200,70 @@ fn list_shows_a_run_whose_index_file_was_lost() {
         index.join("fixture-v1").exists(),
         "the entry is written back"
     );
+}
+
+/// Runs sortie in `state` and reads its stdout as the one JSON error `--json` prints: the
+/// object, and the exit code, which must be its `code`; nothing on stderr.
+fn json_error(state: &Path, args: &[&str]) -> serde_json::Value {
+    let out = sortie(state, args).output().expect("run sortie");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("sortie {args:?}: one JSON object on stdout ({e}): {stdout}"));
+    assert!(v["error"].is_string(), "sortie {args:?}: {v}");
+    assert_eq!(
+        out.status.code().map(i64::from),
+        v["code"].as_i64(),
+        "sortie {args:?}: the exit code is the code said: {v}"
+    );
+    assert!(stderr.trim().is_empty(), "sortie {args:?}: {stderr}");
+    v
+}
+
+/// #37: with `--json`, every error is `{"error": ..., "code": N}` on stdout with exit N:
+/// clap's own parse errors, a usage error, an unknown run, a corrupt journal.
+#[test]
+fn with_json_every_error_is_a_json_object_with_its_exit_code() {
+    let state = state_with_fixture();
+    let dir = state.path();
+    for args in [
+        &["--json", "bogus"][..],
+        &["status", "--bogus", "--json"],
+        &["--json", "replay"],
+    ] {
+        assert_eq!(json_error(dir, args)["code"], 2, "{args:?}");
+    }
+    let unknown = json_error(dir, &["--json", "status", "nosuch"]);
+    assert_eq!(unknown["code"], 2);
+    assert!(
+        unknown["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nosuch")),
+        "{unknown}"
+    );
+    let not_live = json_error(dir, &["--json", "hold", "fixture-v1"]);
+    assert!(
+        not_live["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not running")),
+        "{not_live}"
+    );
+
+    // A journal whose log is noise, with no snapshot: corrupt, exit 4.
+    let s = crate::support::Scratch::new();
+    s.run_ok(&["--quiet", "run", "--run-id", "noise", "--", "true"]);
+    let run_dir = s.state_dir().join("runs/noise");
+    let db = run_dir.join("journal/db");
+    let len = std::fs::metadata(&db).expect("the log").len() as usize;
+    let noise: Vec<u8> = (0..len).map(|i| (i * 7919 % 251) as u8).collect();
+    std::fs::write(&db, noise).expect("write the noise");
+    for name in ["journal.snapshot", "journal.snapshot.1"] {
+        let _ = std::fs::remove_file(run_dir.join(name));
+    }
+    let corrupt = json_error(&s.state_dir(), &["--json", "status", "noise"]);
+    assert_eq!(corrupt["code"], 4, "{corrupt}");
+    // Without --json, the same errors stay words on stderr.
+    let out = sortie(dir, &["status", "nosuch"]).output().expect("sortie");
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("sortie: no run nosuch"));
 }

@@ -158,6 +158,19 @@ fn hold_stops_the_task_its_dependent_waits_no_stall_fires_and_release_finishes_i
     let refused = s.run(&["release", &run, "--task", "after"]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("not held"));
+    // With --json, the refusal is an error as every --json error is: `error` and `code`.
+    let refused = s.run(&["--json", "release", &run, "--task", "after"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let answer: serde_json::Value =
+        serde_json::from_slice(&refused.stdout).expect("a JSON answer on stdout");
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["code"], 1, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not held")),
+        "{answer}"
+    );
 
     control(&s, &["release", &run, "--task", "long"]);
     let out = sortie.finish(60);

@@ -6,7 +6,8 @@
 //!   run survives, the journal audits whole, and once the limit is gone `sortie resume`
 //!   finishes the run without running a finished task again;
 //! - a state dir on a small tmpfs (root only) filled by the journal, or by the agents' own
-//!   output: the run stops with exit 3 naming the full disk, and an attempt whose writes failed
+//!   output: the run stops with exit 3 naming the full disk in words (`No space left on device
+//!   (os error 28)`, never a debug value) and the journal, and an attempt whose writes failed
 //!   spends no retry, so `resume` completes every task once space is back;
 //! - an artifact path that cannot be written (under a regular file): that task ends partial
 //!   with `Artifact write failed: ...`, the run goes on;
@@ -573,6 +574,49 @@ fn a_task_whose_output_filled_the_disk_spends_no_retry() {
         "4 x 800 KB on 2 MB: at least one attempt's writes failed"
     );
     s.audit_clean(run);
+}
+
+/// #37: a disk full from the first writes (a 64 KB state dir) stops the run naming the error in
+/// words, `No space left on device (os error 28)`, and the journal it was writing; sled hands
+/// its error on as a clone whose text was Rust's debug value (`Os { code: 28, kind:
+/// StorageFull, .. }`), which is what users read.
+#[test]
+fn a_full_disk_is_named_in_words_with_the_path_being_written() {
+    let s = Scratch::new();
+    let Some(_disk) = Tmpfs::mount(&s.state_dir(), "64k") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let run = &unique_run("fault-words");
+    let mut toml = String::from("concurrency = 4\n");
+    for i in 0..8 {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i}\"\ncommand = [\"sh\", \"-c\", \
+             \"head -c 150000 /dev/zero | tr '\\\\0' x; echo\"]\n"
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    let out = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "interrupted:\n{stderr}");
+    let journal = s.state_dir().join("runs").join(run).join("journal");
+    assert!(
+        stderr.contains(&format!(
+            "{}: No space left on device (os error 28)",
+            journal.display()
+        )),
+        "the error in words, with the path being written:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("Os {") && !stderr.contains("StorageFull"),
+        "no debug value:\n{stderr}"
+    );
+    wait_gone(run, "the run's attempts to be stopped");
 }
 
 /// #32: with `supervise = false`, a daemon that an attempt starts in a session of its own

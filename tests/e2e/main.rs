@@ -38,6 +38,8 @@ mod slurm_stops;
 mod summary;
 mod support;
 mod torture;
+// #37: views as of a moment
+mod views;
 mod worktree;
 // Issue 13: structured results.
 mod real_structured;

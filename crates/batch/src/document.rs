@@ -296,7 +296,7 @@ pub(crate) fn parse_defaults_file(
     if !is_json {
         return parse_toml_doc(file, bytes, false, issues);
     }
-    match serde_json::from_slice::<serde_json::Value>(bytes) {
+    match crate::json::from_slice(bytes) {
         Ok(v @ serde_json::Value::Object(_)) => match Val::from_json(v, None) {
             Val::Table(top) => Some(RunDoc::parse(&top, file, None, issues)),
             _ => None,
@@ -314,11 +314,16 @@ pub(crate) fn parse_defaults_file(
 }
 
 /// serde_json's message without its own position, plus the column (shifted by `lead` bytes).
+/// A duplicate key (refused by [`crate::json`], valid JSON otherwise) is not called invalid.
 fn json_message(e: &serde_json::Error, lead: usize) -> String {
     let full = e.to_string();
     let position = format!(" at line {} column {}", e.line(), e.column());
     let message = full.strip_suffix(&position).unwrap_or(&full);
-    format!("invalid JSON: {message} (column {})", e.column() + lead)
+    let what = match e.classify() {
+        serde_json::error::Category::Data => "",
+        _ => "invalid JSON: ",
+    };
+    format!("{what}{message} (column {})", e.column() + lead)
 }
 
 /// How many lines of a JSON Lines file may hold a task (those not blank): room for the tasks
@@ -364,7 +369,7 @@ pub(crate) fn parse_jsonl_tasks(
             continue;
         }
         let lead = text.len() - trimmed.len();
-        match serde_json::from_str::<serde_json::Value>(trimmed) {
+        match crate::json::from_str(trimmed) {
             Ok(v @ serde_json::Value::Object(_)) => {
                 if let Val::Table(entries) = Val::from_json(v, Some(line)) {
                     let task = RawTask::parse(&entries, file, Some(line), Scope::Task, issues);

@@ -36,6 +36,7 @@ mod document;
 mod error;
 mod expand;
 mod fields;
+mod json;
 mod load;
 mod locate;
 mod read;

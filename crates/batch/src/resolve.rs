@@ -204,8 +204,18 @@ pub(crate) fn resolve_all(
             );
         }
     }
+    // Tasks whose lines did not parse are tasks all the same: "the batch has no tasks" would
+    // name the wrong thing, and before the real error.
+    let tasks_unread = batch.tasks.is_empty()
+        && issues
+            .0
+            .iter()
+            .any(|i| i.file == input.file && i.line.is_some());
     if let Err(errors) = validate_batch(&batch) {
         for e in &errors {
+            if tasks_unread && e.task.is_none() && e.field == "tasks" {
+                continue;
+            }
             if let Some(issue) = locate::issue(e, &input, &batch, ov) {
                 issues.0.push(issue);
             }

@@ -88,12 +88,29 @@ impl CliError {
         }
     }
 
-    /// Says the error on stderr, each cause once (`{:#}`), unless stdout was merely closed.
-    pub(crate) fn print(&self) {
-        if !self.broken_pipe {
+    /// Says the error, each cause once (`{:#}`), unless stdout was merely closed: on stderr,
+    /// or with `--json` (`json`) as [`print_json`] does.
+    pub(crate) fn print(&self, json: bool) {
+        if self.broken_pipe {
+            return;
+        }
+        if json {
+            print_json(&format!("{:#}", self.err), self.code);
+        } else {
             let _ = writeln!(std::io::stderr(), "sortie: {:#}", self.err);
         }
     }
+}
+
+/// An error as `--json` says it: one line on stdout, `{"error": MESSAGE, "code": CODE}`, where
+/// a script reading the command's JSON looks (docs/cli.md); the exit code is the same `code`.
+pub(crate) fn print_json(message: &str, code: Code) {
+    let _ = writeln!(std::io::stdout(), "{}", json_error(message, code));
+}
+
+/// The JSON object [`print_json`] prints.
+pub(crate) fn json_error(message: &str, code: Code) -> serde_json::Value {
+    serde_json::json!({ "error": message, "code": code as u8 })
 }
 
 /// `context`/`with_context` for results whose error becomes a [`CliError`], keeping its code.
@@ -231,6 +248,14 @@ mod tests {
 
     fn text(e: &CliError) -> String {
         format!("{:#}", e.err)
+    }
+
+    #[test]
+    fn a_json_error_holds_the_message_and_the_exit_code() {
+        assert_eq!(
+            json_error("no run \"x\"", Code::Usage).to_string(),
+            r#"{"code":2,"error":"no run \"x\""}"#
+        );
     }
 
     #[test]

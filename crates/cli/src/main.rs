@@ -38,7 +38,11 @@ fn main() -> ExitCode {
     if let Ok(exe) = std::env::current_exe() {
         sortie_runner::executor::use_supervisor(exe);
     }
-    let args = args::Cli::parse();
+    let args = match args::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => return parse_error(&e, &raw),
+    };
+    let json = args.global.json;
     // Still one thread here: the allocator's settings must come before any other starts.
     if matches!(
         args.command,
@@ -52,10 +56,34 @@ fn main() -> ExitCode {
     match commands::dispatch(args) {
         Ok(code) => code.into(),
         Err(err) => {
-            err.print();
+            err.print(json);
             err.code().into()
         }
     }
+}
+
+/// clap's own error (or the help it was asked for): printed as clap prints it, or with
+/// `--json` among the arguments (before a `--`) as any other error is (`error::print_json`),
+/// the first paragraph of clap's message, with its exit code.
+fn parse_error(e: &clap::Error, raw: &[String]) -> ExitCode {
+    let json = raw
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    if !json || !e.use_stderr() {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    let text = text.trim_start_matches("error: ");
+    let first = text.split("\n\n").next().unwrap_or(text).trim();
+    let code = match e.exit_code() {
+        0 => error::Code::Ok,
+        2 => error::Code::Usage,
+        _ => error::Code::Failed,
+    };
+    error::print_json(first, code);
+    code.into()
 }
 
 /// glibc's allocator for `run` and `rerun` (a new run, whose memory grows with its tasks for

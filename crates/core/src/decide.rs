@@ -13,10 +13,12 @@ use crate::spec::{Isolation, TaskSpec};
 use crate::state::{AttemptRecord, RunState, TaskRecord, TaskState};
 
 mod outcome;
+mod stderr;
 pub use outcome::{
     Finished, LaunchFailure, Lost, LostAgent, OutcomeRules, SpawnFault, StopRequest, WatchEnd,
     attempt_outcome, last_lines, lost_attempt,
 };
+pub use stderr::{error_line, is_error_line};
 
 /// The base of the retry backoff.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);

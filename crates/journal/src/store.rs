@@ -326,6 +326,10 @@ fn open_error(path: &Path, e: sled::Error) -> Error {
 }
 
 fn sled_error(path: &Path, e: sled::Error) -> Error {
+    let e = match e {
+        sled::Error::Io(source) => sled::Error::Io(uncloned(source)),
+        other => other,
+    };
     let damaged = |message: String| Error::Damaged {
         file: lock_file(path),
         message,
@@ -353,6 +357,25 @@ fn sled_error(path: &Path, e: sled::Error) -> Error {
             path: path.to_owned(),
             message: other.to_string(),
         },
+    }
+}
+
+/// The OS error a clone of sled's stands for. sled hands the same error to every waiter by
+/// cloning it as `io::Error::new(kind, format!("{:?}", e))`: a user would read `Os { code: 28,
+/// kind: StorageFull, message: "No space left on device" }` where the OS said `No space left on
+/// device (os error 28)`. The code is read back from that text; any other error is kept.
+fn uncloned(source: io::Error) -> io::Error {
+    if source.raw_os_error().is_some() {
+        return source;
+    }
+    let text = source.to_string();
+    let code = text
+        .strip_prefix("Os { code: ")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse::<i32>().ok());
+    match code {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => source,
     }
 }
 
@@ -428,5 +451,17 @@ mod tests {
         drop(store);
         let reader = Store::open(dir.path(), Duration::from_secs(5), Role::Reader).unwrap();
         assert_eq!(reader.role, Role::Reader);
+    }
+
+    #[test]
+    fn an_os_error_sled_cloned_reads_as_the_os_said_it() {
+        let os = io::Error::from_raw_os_error(28);
+        let cloned = io::Error::new(os.kind(), format!("{os:?}"));
+        assert!(cloned.to_string().starts_with("Os { code: 28"), "{cloned}");
+        assert_eq!(uncloned(cloned).to_string(), os.to_string());
+        assert_eq!(
+            uncloned(io::Error::other("Os { code: x")).to_string(),
+            "Os { code: x"
+        );
     }
 }

@@ -25,15 +25,11 @@ pub(crate) fn choose_output(
     }
 }
 
-/// `error`, followed by the last non-blank stderr line when there is one.
+/// `error`, followed by the stderr line that names the failure when there is one (core's
+/// [`sortie_core::decide::error_line`]: the first error line, else the last line).
 pub(crate) fn with_stderr(error: String, stderr_tail: &str) -> String {
-    match stderr_tail
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-    {
-        Some(last) => format!("{error}: {}", shorten(last, 200)),
+    match sortie_core::decide::error_line(stderr_tail) {
+        Some(line) => format!("{error}: {}", shorten(line, 200)),
         None => error,
     }
 }

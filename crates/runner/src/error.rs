@@ -164,10 +164,17 @@ fn journal_write_text(
              resumed"
         );
     }
+    // The path once: an I/O error names it already.
+    let cause = source.to_string();
+    let path = path.display().to_string();
+    let at = if cause.starts_with(&path) {
+        String::new()
+    } else {
+        format!(" ({path})")
+    };
     format!(
-        "cannot write the journal of run {run} ({}): {source}; the run stopped (nothing more \
+        "cannot write the journal of run {run}{at}: {cause}; the run stopped (nothing more \
          launched, its attempts killed); the journal holds every event acknowledged before. \
-         Once the cause is fixed (free disk space), `sortie resume {run}` goes on from there",
-        path.display()
+         Once the cause is fixed (free disk space), `sortie resume {run}` goes on from there"
     )
 }

@@ -18,6 +18,12 @@ struct Answer<'a> {
     action: &'a str,
     ok: bool,
     message: String,
+    /// A refusal, said as every `--json` error is (`error::json_error`): the message...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// ...and the exit code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<u8>,
 }
 
 fn action_name(req: &Request) -> &'static str {
@@ -60,6 +66,8 @@ pub(crate) fn send(g: &Global, run: &str, req: Request) -> Result<Code> {
             action: action_name(&req),
             ok: reply.ok,
             message: reply.message.clone(),
+            error: (!reply.ok).then(|| format!("run {run} refused: {}", reply.message)),
+            code: (!reply.ok).then_some(Code::Failed as u8),
         };
         serde_json::to_writer_pretty(&mut out, &answer)?;
         writeln!(out)?;

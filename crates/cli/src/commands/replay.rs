@@ -35,7 +35,17 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
         );
         Code::Corrupt
     };
+    // A moment before the journal's end is past: what ran then was running as of then, not
+    // interrupted (only the final view of a run whose owner is gone says that).
+    let past = upto.is_some_and(|u| u.0.saturating_add(1) < journal.next_seq().0);
     let (state, shown) = (checked.state, checked.events);
+    let view = |with_text| {
+        let mut v = output::view(&run, &state, None, with_text);
+        if past && matches!(state.status, sortie_core::RunStatus::Running) {
+            v.status = "running".into();
+        }
+        v
+    };
     let filter = match &args.task {
         Some(label) => Some(
             state
@@ -52,7 +62,7 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     if g.json {
         let view = ReplayView {
             events: selected,
-            state: output::view(&run, &state, None, true),
+            state: view(true),
         };
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -88,7 +98,7 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     )?;
     output::print_status(
         &mut out,
-        &output::view(&run, &state, None, false),
+        &view(false),
         &sortie_core::view::RowFilter {
             all: true,
             states: None,

@@ -161,9 +161,10 @@ fn outcome_code(s: RunOutcome) -> Code {
 }
 
 fn report(g: &Global, end: &RunEnd) -> Code {
-    // The run's own code wins over a failure to print its summary.
+    // The run's own code wins over a failure to print its summary (said on stderr even with
+    // `--json`: the exit code is the run's, not this error's).
     if let Err(e) = crate::summary::print_summary(g, &end.run_id, &end.state) {
-        e.print();
+        e.print(false);
     }
     match end.end {
         End::Finished(s) => outcome_code(s),

@@ -86,6 +86,11 @@ impl RunReader {
         self.journal.replay_checked(upto)
     }
 
+    /// The seq the next record would take: one past the journal's last.
+    pub fn next_seq(&self) -> Seq {
+        self.journal.next_seq()
+    }
+
     /// Every record, each checked; the iterator stops after the first error.
     pub fn events(&self) -> impl Iterator<Item = sortie_journal::Result<Stamped>> + '_ {
         self.journal.read(Seq(0), None)
