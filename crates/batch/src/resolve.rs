@@ -177,6 +177,7 @@ pub(crate) fn resolve_all(
             .map(|(k, p)| (k.clone(), p.spec.clone()))
             .collect(),
         on_task_end: run.on_task_end.clone(),
+        prices: Box::default(),
     };
     let tasks = std::mem::take(&mut input.resolved.specs);
     let env = std::mem::take(&mut input.resolved.env);
