@@ -246,6 +246,84 @@ mod tests {
         assert_eq!(builtin_price("no-such-model"), None);
     }
 
+    fn batch(tasks: Vec<TaskSpec>, overrides: &[(&str, [f64; 4])]) -> Batch {
+        let mut b = Batch {
+            tasks,
+            agents: crate::spec::AgentProfile::builtins(),
+            config: crate::spec::RunConfig::default(),
+            source: "b.toml".into(),
+        };
+        let overrides = overrides
+            .iter()
+            .map(|(m, usd)| ((*m).to_owned(), ModelPrice::from_usd(*usd)))
+            .collect();
+        b.config.prices.models = resolve(&b, &overrides);
+        b
+    }
+
+    fn task(label: &str, agent: &str, model: Option<&str>, fallbacks: &[&str]) -> TaskSpec {
+        let mut t = TaskSpec::new(label, "/w");
+        t.prompt = Some("p".into());
+        t.agent = agent.into();
+        t.model = model.map(str::to_owned);
+        t.fallback_models = fallbacks.iter().map(|m| (*m).to_owned()).collect();
+        t
+    }
+
+    #[test]
+    fn a_run_keeps_the_prices_its_codex_tasks_need_the_batchs_first() {
+        let b = batch(
+            vec![
+                task("a", "codex", Some("gpt-5-codex"), &["o3", "mine"]),
+                task("b", "claude", Some("sonnet"), &[]),
+            ],
+            &[("mine", [1.0, 2.0, 0.0, 0.0]), ("o3", [9.0, 9.0, 9.0, 9.0])],
+        );
+        let names: Vec<&str> = b.config.prices.models.keys().map(String::as_str).collect();
+        // Claude Code reports its cost: `sonnet` is not needed; the batch's `o3` wins.
+        assert_eq!(names, ["gpt-5-codex", "mine", "o3"]);
+        assert_eq!(b.config.prices.models["o3"].input, 9_000_000_000);
+        assert!(is_priced(&b, &b.tasks[0]) && !is_priced(&b, &b.tasks[1]));
+        let models = &b.config.prices.models;
+        assert_eq!(
+            attempt_price(models, Protocol::ClaudeStreamJson, Some("o3")),
+            None
+        );
+        assert_eq!(
+            attempt_price(models, Protocol::CodexJson, Some("openai/mine")),
+            Some(ModelPrice::from_usd([1.0, 2.0, 0.0, 0.0]))
+        );
+        assert_eq!(attempt_price(models, Protocol::CodexJson, None), None);
+        assert!(priced_note(&b).is_some_and(|n| n.contains("for 1 task(s)")));
+    }
+
+    #[test]
+    fn a_cost_budget_needs_a_price_for_each_model_of_a_task_that_reports_no_cost() {
+        let mut capped = task("capped", "codex", Some("gpt-5"), &["unknown"]);
+        capped.max_cost_nanos = Some(1_000_000_000);
+        let mut default_model = task("default", "codex", None, &[]);
+        default_model.max_cost_nanos = Some(1);
+        let mut claude = task("claude", "claude", Some("unknown"), &[]);
+        claude.max_cost_nanos = Some(1);
+        let b = batch(vec![capped, default_model, claude], &[]);
+        let errors = crate::validate_batch(&b).expect_err("refused");
+        let messages: Vec<(Option<usize>, &str)> = errors
+            .iter()
+            .map(|e| (e.task, e.message.as_str()))
+            .collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].1.contains("[prices.\"unknown\"]"),
+            "{messages:?}"
+        );
+        assert_eq!(messages[0].0, Some(0));
+        assert!(messages[1].1.contains("set `model`"), "{messages:?}");
+        // Without a budget nothing is refused: the cost stays unreported.
+        let mut free = task("free", "codex", Some("unknown"), &[]);
+        free.max_cost_nanos = None;
+        assert!(crate::validate_batch(&batch(vec![free], &[])).is_ok());
+    }
+
     #[test]
     fn a_huge_usage_saturates_instead_of_wrapping() {
         let p = ModelPrice::from_usd([1e6, 1e6, 1e6, 1e6]);
