@@ -23,6 +23,8 @@ How it behaves:
   --stall-after N              print N lines, then go silent forever
   --stall-attempts N           with --stall-after: only attempts 1..N stall (default: all)
   --delay SECONDS              wait this long before each line
+  --hold                       after the whole sample, stay silent for ever (an agent still
+                               working after its last usage line: a budget or a timeout stops it)
   --turns N                    (pi) N extra turns before the sample's final answer: each is an
                                assistant message (a line of text and a tool call) with the usage
                                of the sample's last assistant message (to breach a budget)
@@ -246,6 +248,7 @@ def main():
     p.add_argument("--stall-after", type=int, default=-1)
     p.add_argument("--stall-attempts", type=int, default=0)
     p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--hold", action="store_true")
     p.add_argument("--turns", type=int, default=0)
     p.add_argument("--turn-delay", type=float, default=0.0)
     p.add_argument("--tool", default="read")
@@ -314,6 +317,8 @@ def main():
     if stdin is not None:
         stdin.wait_eof()
         return 0
+    while a.hold:
+        time.sleep(3600)
     return code
 
 

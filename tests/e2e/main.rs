@@ -22,6 +22,8 @@ mod graphs;
 mod mixed;
 // #14: shared rate limits.
 mod pools;
+// #37: budgets bind an agent that reports no cost.
+mod prices;
 mod real_claude;
 mod real_codex;
 mod real_pi;

@@ -14,7 +14,8 @@
 //!   completes.
 //!
 //! The journal's tokens equal what the mock served (input without the cached tokens), and the
-//! cost is unreported: Codex reports none.
+//! cost is unreported: Codex reports none, and sortie has no price for the mock's models. A
+//! second test prices one (`[prices."good"]`): the priced cost binds the run's `max_cost` (#37).
 //!
 //! Without Codex 0.171.0 (or python3) the test is skipped, saying why, unless `CI` is set: then
 //! it fails (`sortie_testkit::real_agent`). When it runs it leaves a cookie in
@@ -315,4 +316,50 @@ fn real_codex_read_only_cannot_write_edit_can_and_a_1_mib_prompt_arrives() {
         longest > mib,
         "the 1 MiB prompt did not reach the mock: {longest} bytes"
     );
+}
+
+/// #37: the real Codex reports tokens but no cost; priced by the batch's `[prices]`, its cost
+/// binds the run's `max_cost`: the first task's priced cost passes it, so the task that needs
+/// it never starts (ends `cancelled`, stop reason `budget`), and the journal holds the priced
+/// cost (nothing unreported) that the summary marks `*`.
+#[test]
+fn real_codex_a_priced_cost_binds_the_runs_max_cost() {
+    if !should_run("real_codex", codex_found()) {
+        return;
+    }
+    let s = Scratch::new();
+    let mock = MockServer::responses(s.path(), &[("good", "ok")]);
+    let home = s.path().join("home");
+    codex_user(&home, mock.port);
+    std::fs::create_dir_all(s.path().join("work")).expect("mkdir");
+    let run = unique_run("real-codex-priced");
+    let batch = s.write(
+        "batch.toml",
+        "[budget]\nmax_cost = 0.0001\n\n\
+         [prices.\"good\"]\ninput = 1000\noutput = 1000\ncache_read = 1000\n\n\
+         [defaults]\nagent = \"codex\"\nmodel = \"good\"\ncwd = \"work\"\nmax_retries = 0\n\
+         attempt_timeout = \"2m\"\nenv = { MOCK_API_KEY = \"mock-key\" }\n\n\
+         [[tasks]]\nlabel = \"first\"\nprompt = \"Say hello.\"\n\n\
+         [[tasks]]\nlabel = \"second\"\nprompt = \"Say hello again.\"\nneeds = [\"first\"]\n",
+    );
+    let (out, stderr) = run_as_user(&s, &home, &["CODEX_HOME"], &run, &batch);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events = s.events(&run);
+    let exceeded = events
+        .iter()
+        .find_map(|e| e["event"].get("RunBudgetExceeded"))
+        .unwrap_or_else(|| panic!("the run's budget ran out: {stderr}"));
+    assert_eq!(exceeded["limit"], "cost", "{exceeded}");
+    let second = &events.of(1, "TaskFinished")[0]["result"];
+    assert_eq!(
+        (second["state"].as_str(), second["stop_reason"].as_str()),
+        (Some("cancelled"), Some("budget")),
+        "{second}"
+    );
+    assert!(events.of(1, "AttemptLaunching").is_empty(), "never started");
+    let audit = s.audit_clean(&run);
+    let cost = &audit["ledger"]["total"]["cost"];
+    assert_eq!(cost["unreported"], 0, "priced, not unreported: {cost}");
+    assert!(cost["nanos"].as_u64() > Some(100_000), "{cost}");
+    assert!(stdout.contains("cost priced by sortie"), "{stdout}");
 }

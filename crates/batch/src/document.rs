@@ -14,6 +14,9 @@ use crate::value::{Entry, LineIndex, RawToml, Val, task_headers};
 /// The keys of the `[budget]` table.
 pub(crate) const BUDGET_FIELDS: &[&str] = &["max_cost", "max_tokens", "deadline", "warn_at"];
 
+/// The keys of a `[prices."MODEL"]` table (#37).
+pub(crate) const PRICE_FIELDS: &[&str] = sortie_core::prices::PRICE_FIELDS;
+
 /// The keys of a `[pools.NAME]` table.
 pub(crate) const POOL_FIELDS: &[&str] = &["concurrency", "adaptive"];
 
@@ -35,6 +38,8 @@ pub(crate) struct RunDoc {
     pub(crate) pools: std::collections::BTreeMap<String, RawPool>,
     /// #15: the run's `on_task_end`.
     pub(crate) on_task_end: Option<String>,
+    /// #37: `[prices."MODEL"]`, over the built-in table.
+    pub(crate) prices: std::collections::BTreeMap<String, sortie_core::prices::ModelPrice>,
 }
 
 /// A `[pools.NAME]` table and where it was written.
@@ -59,6 +64,7 @@ impl RunDoc {
             budget_lines: std::collections::HashMap::new(),
             pools: std::collections::BTreeMap::new(),
             on_task_end: None,
+            prices: std::collections::BTreeMap::new(),
         }
     }
 
@@ -91,6 +97,7 @@ impl RunDoc {
                 }
                 "budget" => doc.parse_budget(e, issues),
                 "pools" => doc.parse_pools(e, issues),
+                "prices" => doc.parse_prices(e, issues),
                 "on_task_end" => {
                     crate::fields::hook_command(&e.val).map(|c| doc.on_task_end = Some(c))
                 }
@@ -195,6 +202,50 @@ impl RunDoc {
                 }
             }
             self.pools.insert(pool.key.clone(), RawPool { spec, line });
+        }
+        Ok(())
+    }
+
+    /// #37: `[prices."MODEL"]`: `input`, `output`, `cache_read`, `cache_write`, each in US
+    /// dollars per million tokens (finite, at least 0; one left out is 0); each sub-field's
+    /// problem is its own issue.
+    fn parse_prices(&mut self, e: &Entry, issues: &mut Issues) -> Result<(), String> {
+        let Val::Table(models) = &e.val else {
+            return Err(expected(
+                "a table of models ([prices.\"MODEL\"] input = 1.25, output = 10.0)",
+                &e.val,
+            ));
+        };
+        for model in models {
+            let field = format!("prices.{:?}", model.key);
+            let Val::Table(entries) = &model.val else {
+                let message = expected(
+                    "a table { input, output, cache_read, cache_write }",
+                    &model.val,
+                );
+                issues.add(&self.file, model.line, Some(&field), message);
+                continue;
+            };
+            let mut price = sortie_core::prices::ModelPrice::default();
+            for sub in entries {
+                if matches!(sub.val, Val::Null) {
+                    continue;
+                }
+                let parsed = match sub.key.as_str() {
+                    "input" => cost_nanos(&sub.val).map(|n| price.input = n),
+                    "output" => cost_nanos(&sub.val).map(|n| price.output = n),
+                    "cache_read" => cost_nanos(&sub.val).map(|n| price.cache_read = n),
+                    "cache_write" => cost_nanos(&sub.val).map(|n| price.cache_write = n),
+                    _ => Err(format!("unknown field{}", suggest(&sub.key, PRICE_FIELDS))),
+                };
+                if let Err(message) = parsed {
+                    let field = format!("{field}.{}", sub.key);
+                    let message =
+                        message.replace("a cost in US dollars", "US dollars per million tokens");
+                    issues.add(&self.file, sub.line, Some(&field), message);
+                }
+            }
+            self.prices.insert(model.key.clone(), price);
         }
         Ok(())
     }

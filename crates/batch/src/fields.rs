@@ -81,6 +81,8 @@ pub(crate) const RUN_FIELDS: &[&str] = &[
     "pools",
     // #15: the run's task-end hook.
     "on_task_end",
+    // #37: model prices, over the built-in table.
+    "prices",
 ];
 
 /// The keys of an `[agents.NAME]` table.

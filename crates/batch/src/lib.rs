@@ -76,6 +76,8 @@ pub mod known_fields {
     pub const BUDGET: &[&str] = crate::document::BUDGET_FIELDS;
     /// The keys of a `[pools.NAME]` table.
     pub const POOL: &[&str] = crate::document::POOL_FIELDS;
+    /// The keys of a `[prices."MODEL"]` table (#37).
+    pub const PRICE: &[&str] = crate::document::PRICE_FIELDS;
 }
 
 /// The name that issues about a one-off (flags, no file) carry as their file.

@@ -177,17 +177,27 @@ pub(crate) fn resolve_all(
             .map(|(k, p)| (k.clone(), p.spec.clone()))
             .collect(),
         on_task_end: run.on_task_end.clone(),
+        prices: Box::default(),
     };
     let tasks = std::mem::take(&mut input.resolved.specs);
     let env = std::mem::take(&mut input.resolved.env);
     let uses = role_uses(&tasks, &input.resolved.roles);
     let run = &input.run;
-    let batch = Batch {
+    let mut batch = Batch {
         tasks,
         agents: run.agents.profiles.clone(),
         config,
         source: input.source.clone(),
     };
+    // #37: the price of every model a task may need priced, resolved once and kept with the
+    // run (a later table never reprices it).
+    let models = sortie_core::prices::resolve(&batch, &run.prices);
+    if !models.is_empty() {
+        batch.config.prices = Box::new(sortie_core::prices::Prices {
+            as_of: sortie_core::prices::PRICES_AS_OF.to_owned(),
+            models,
+        });
+    }
     // Issue 14: a pool no task uses is a mistake (a misspelt provider limits nothing).
     let used = sortie_core::pool::pools_used(&batch);
     for (name, pool) in &run.pools {

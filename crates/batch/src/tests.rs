@@ -290,6 +290,12 @@ fn batch_jsonl_with_a_json_defaults_file_and_flags() {
     assert_eq!(b.tasks[0].agent, "codex");
     assert_eq!(b.tasks[0].stall_after, secs(60));
     assert_eq!(b.tasks[0].model.as_deref(), Some("m"));
+    // #37: a defaults file's `prices` price the model a codex task under `max_cost` runs.
+    let m = b.config.prices.models.get("m").expect("priced");
+    assert_eq!(
+        (m.input, m.output, m.cache_read, m.cache_write),
+        (1_250_000_000, 10_000_000_000, 125_000_000, 0)
+    );
     let plain = load_jsonl(&fixture("tasks.jsonl"), None, &Overrides::default()).unwrap();
     assert_eq!(plain.batch.tasks[0].agent, "pi");
 }

@@ -247,6 +247,8 @@ pub(crate) struct TaskView {
     pub(crate) stalled: bool,
     /// Its usage.
     pub(crate) usage: Usage,
+    /// #37: its cost was priced by sortie (its agent reports no cost), not reported.
+    pub(crate) cost_priced: bool,
     /// Its text (for finished tasks).
     pub(crate) text: Option<String>,
     /// The models its attempts ran on, in order, each once (`null` for the profile's default).
@@ -397,6 +399,9 @@ fn task_line(line: &mut String, t: &TaskView) {
     }
     line.push_str(" tok  ");
     let _ = write!(line, "{}", t.usage.cost);
+    if t.cost_priced {
+        line.push('*');
+    }
     if t.stalled {
         line.push_str("  STALLED");
     }
@@ -424,6 +429,8 @@ pub(crate) struct RunView {
     pub(crate) events: u64,
     /// Why the run's budget ran out, when it did.
     pub(crate) budget_exceeded: Option<String>,
+    /// #37: how sortie priced the costs of the tasks marked `cost_priced` (None: none was).
+    pub(crate) cost_priced: Option<String>,
     /// The commands to go on from here (in a run's summary; empty elsewhere).
     pub(crate) commands: Vec<String>,
     /// The run this one reruns.
@@ -501,6 +508,10 @@ pub(crate) fn view_head(run: &RunId, state: &RunState, live_pid: Option<u32>) ->
         tasks: Vec::new(),
         events: state.next_seq.0,
         budget_exceeded: state.budget_exceeded.as_ref().map(|(_, r)| r.clone()),
+        cost_priced: state
+            .batch
+            .as_ref()
+            .and_then(sortie_core::prices::priced_note),
         commands: Vec::new(),
         parent: state.parent.as_ref().map(ToString::to_string),
         recovered: recovery_lines(state),
@@ -546,6 +557,12 @@ pub(crate) fn task_view(
         error: result.and_then(|r| r.error.clone()),
         stalled: rec.live_attempt().is_some_and(|a| a.stalled),
         usage: rec.usage(),
+        cost_priced: spec.is_some_and(|s| {
+            state
+                .batch
+                .as_ref()
+                .is_some_and(|b| sortie_core::prices::is_priced(b, s))
+        }),
         text: if with_text {
             result.map(|r| r.text.clone())
         } else {
@@ -738,6 +755,9 @@ pub(crate) fn print_status(
     writeln!(out, "{}", counts.join(", "))?;
     if let Some(reason) = &v.budget_exceeded {
         writeln!(out, "run budget exceeded: {reason}")?;
+    }
+    if let Some(note) = &v.cost_priced {
+        writeln!(out, "{note}")?;
     }
     for line in &v.recovered {
         writeln!(out, "{line}")?;

@@ -216,6 +216,11 @@ pub(crate) fn print_table(
     for line in crate::text::wrap_parts(&parts, width).lines() {
         writeln!(out, "{}", crate::text::fit(line, width))?;
     }
+    if let Some(note) = &v.cost_priced {
+        for line in crate::text::wrap_words(note, width).lines() {
+            writeln!(out, "{line}")?;
+        }
+    }
     Ok(remarkable_rows)
 }
 
@@ -259,7 +264,7 @@ fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -
         t.attempts,
         cut(&models_text(t), models_w),
         compact(t.usage.tokens()),
-        t.usage.cost.to_string(),
+        format!("{}{}", t.usage.cost, if t.cost_priced { "*" } else { "" }),
         t.duration_ms.map_or("-".to_owned(), short_duration),
     );
     let used = before.chars().count();

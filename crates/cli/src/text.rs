@@ -89,6 +89,26 @@ pub(crate) fn wrap_parts(parts: &[String], width: usize) -> String {
     out
 }
 
+/// `text` in lines of at most `width` columns, broken between words, the lines after the first
+/// indented by two (a word longer than a line stays whole).
+pub(crate) fn wrap_words(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line_len = 0;
+    for word in text.split_whitespace() {
+        let n = word.chars().count();
+        if line_len > 0 && line_len + 1 + n > width {
+            out.push_str("\n  ");
+            line_len = 2;
+        } else if line_len > 0 {
+            out.push(' ');
+            line_len += 1;
+        }
+        out.push_str(word);
+        line_len += n;
+    }
+    out
+}
+
 /// A printed command (`inspect: sortie replay RUN --task LABEL`) in lines of at most `width`
 /// columns, broken between words with a shell continuation (` \\`) and the next line indented
 /// by 9, so that it still pastes as one command; a single word longer than a line stays whole.

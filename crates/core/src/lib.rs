@@ -23,6 +23,7 @@ pub mod ids;
 pub mod ledger;
 pub mod outcome;
 pub mod plan;
+pub mod prices;
 pub mod prompt;
 pub mod recover;
 pub mod rerun;

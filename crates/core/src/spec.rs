@@ -85,6 +85,12 @@ impl Protocol {
         }
     }
 
+    /// Whether an agent speaking it reports its own cost (#37): Codex reports tokens only, so
+    /// sortie prices them ([`crate::prices`]). A plain command spends nothing.
+    pub fn reports_cost(self) -> bool {
+        self != Protocol::CodexJson
+    }
+
     /// Parses a batch-file name.
     pub fn parse(name: &str) -> Option<Protocol> {
         [
@@ -543,6 +549,12 @@ pub struct RunConfig {
     /// The run's task-end hook (`on_task_end` at the top of a batch file), for every task
     /// without its own.
     pub on_task_end: Option<String>,
+    // #37
+    /// The price of each model the run's tasks may need priced (the batch's `[prices]` over
+    /// the built-in table), resolved when the batch was loaded and kept with the run, so that
+    /// an attempt is priced the same live, resumed or replayed (see [`crate::prices`]). Boxed:
+    /// `RunStarted`, and so every event, stays small.
+    pub prices: Box<crate::prices::Prices>,
 }
 
 impl Default for RunConfig {
@@ -553,6 +565,7 @@ impl Default for RunConfig {
             budget: RunBudget::default(),
             pools: BTreeMap::new(),
             on_task_end: None,
+            prices: Box::default(),
         }
     }
 }

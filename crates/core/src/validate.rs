@@ -40,6 +40,7 @@ pub fn validate_batch(batch: &Batch) -> Result<(), Vec<SpecError>> {
         };
         task_shape_errors(batch, t, &mut labels, &mut task);
         agent_capability_errors(batch, t, &mut task);
+        price_errors(batch, t, &mut task);
         task_output_errors(t, &mut outputs, &mut task);
         task_needs_errors(batch, t, &mut task);
     }
@@ -78,6 +79,44 @@ struct TaskErrors<'a> {
 impl TaskErrors<'_> {
     fn push(&mut self, reads: &'static [&'static str], message: String) {
         self.found.push(Some(self.task), reads, message);
+    }
+}
+
+/// #37: a cost budget binds an agent that reports no cost only through a price: a task under
+/// `max_cost` (its own or the run's) whose agent reports no cost needs a price for every model
+/// it may run (its agent's own default cannot be priced: sortie does not know it).
+fn price_errors(batch: &Batch, t: &TaskSpec, err: &mut TaskErrors<'_>) {
+    let budgeted = t.max_cost_nanos.is_some() || batch.config.budget.max_cost_nanos.is_some();
+    if !budgeted || !crate::prices::needs_price(batch, t) {
+        return;
+    }
+    let whose = if t.max_cost_nanos.is_some() {
+        "its `max_cost`"
+    } else {
+        "the run's `[budget] max_cost`"
+    };
+    for model in crate::prices::models_of(t) {
+        match model {
+            None => err.push(
+                &["max_cost", "model", "agent"],
+                format!(
+                    "task `{}`: agent {:?} reports no cost and the task runs the agent's own \
+                     default model, which sortie cannot price, so {whose} could not bind it: \
+                     set `model` (and `[prices.\"MODEL\"]` when sortie has no price for it)",
+                    t.label, t.agent
+                ),
+            ),
+            Some(m) if crate::prices::lookup(&batch.config.prices.models, m).is_none() => err.push(
+                &["max_cost", "model", "fallback_models", "agent"],
+                format!(
+                    "task `{}`: agent {:?} reports no cost and sortie has no price for model \
+                     {m:?}, so {whose} could not bind it: add `[prices.{m:?}]` with `input`, \
+                     `output`, `cache_read` and `cache_write` (US dollars per million tokens)",
+                    t.label, t.agent
+                ),
+            ),
+            Some(_) => {}
+        }
     }
 }
 

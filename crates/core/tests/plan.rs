@@ -63,6 +63,7 @@ impl Run {
                     budget,
                     pools: Default::default(),
                     on_task_end: None,
+                    prices: Default::default(),
                 },
                 source: "plan.toml".into(),
             },

@@ -44,9 +44,12 @@ pub mod rate_limit;
 mod shared;
 // #13: sessions.
 mod rebased;
+// #37: a cost priced by sortie.
+mod priced;
 
 pub use classify::{classify_http_status, classify_provider_error};
 pub use exit::Exit;
+pub use priced::priced;
 pub use rebased::rebased;
 pub use shared::last_lines;
 /// The end of an attempt as a reader saw it: core's, where the outcome is composed.

@@ -359,6 +359,15 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
                         )]
                         .into(),
                         on_task_end: None,
+                        // #37: a price kept with the run round-trips.
+                        prices: Box::new(sortie_core::prices::Prices {
+                            as_of: sortie_core::prices::PRICES_AS_OF.to_owned(),
+                            models: [(
+                                "gpt-5-codex".to_owned(),
+                                sortie_core::prices::ModelPrice::from_usd([1.25, 10.0, 0.125, 0.0]),
+                            )]
+                            .into(),
+                        }),
                     },
                     source: "model.toml".into(),
                 })

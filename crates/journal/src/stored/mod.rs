@@ -395,6 +395,8 @@ impl From<RunConfigV1> for RunConfig {
             budget: sortie_core::RunBudget::default(),
             pools: std::collections::BTreeMap::new(),
             on_task_end: None,
+            // #37: a run from before prices priced nothing.
+            prices: Box::default(),
         }
     }
 }

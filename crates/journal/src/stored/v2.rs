@@ -221,6 +221,26 @@ pub(crate) struct RunConfigExtV2 {
     pools: BTreeMap<String, Grow<PoolSpecV2>>,
     // #15
     on_task_end: Option<String>,
+    // #37: model prices, and the date of the table they were resolved from.
+    prices: Grow<PricesV2>,
+}
+
+/// Mirrors `sortie_core::prices::Prices` (#37).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PricesV2 {
+    as_of: String,
+    models: BTreeMap<String, Grow<ModelPriceV2>>,
+}
+
+/// Mirrors `sortie_core::prices::ModelPrice` (#37): nano-dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ModelPriceV2 {
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
 }
 
 impl RunConfigExtV2 {
@@ -244,6 +264,23 @@ impl RunConfigExtV2 {
                 })
                 .collect(),
             on_task_end: c.on_task_end.clone(),
+            prices: Grow(PricesV2 {
+                as_of: c.prices.as_of.clone(),
+                models: c
+                    .prices
+                    .models
+                    .iter()
+                    .map(|(k, p)| {
+                        let price = ModelPriceV2 {
+                            input: p.input,
+                            output: p.output,
+                            cache_read: p.cache_read,
+                            cache_write: p.cache_write,
+                        };
+                        (k.clone(), Grow(price))
+                    })
+                    .collect(),
+            }),
         }
     }
     pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
@@ -266,6 +303,21 @@ impl RunConfigExtV2 {
             })
             .collect();
         c.on_task_end = self.on_task_end;
+        let Grow(prices) = self.prices;
+        c.prices.as_of = prices.as_of;
+        c.prices.models = prices
+            .models
+            .into_iter()
+            .map(|(k, Grow(p))| {
+                let price = sortie_core::prices::ModelPrice {
+                    input: p.input,
+                    output: p.output,
+                    cache_read: p.cache_read,
+                    cache_write: p.cache_write,
+                };
+                (k, price)
+            })
+            .collect();
         Ok(())
     }
 }

@@ -239,6 +239,9 @@ pub(crate) struct LaunchPlan {
     pub(crate) stdin_prompt: Option<(PathBuf, String)>,
     /// #13: the usage taken off the reader's readings (see [`Launch::usage_base`]).
     pub(crate) usage_base: Option<Usage>,
+    /// #37: the price the attempt's usage is charged at, for an agent that reports no cost
+    /// (`protocol::priced`; set by the engine from the run's stored prices).
+    pub(crate) price: Option<sortie_core::prices::ModelPrice>,
     // Issue 13: structured results.
     /// How a structured result's repair round reaches the agent (see [`Agent::structured`]).
     pub(crate) repair: Option<Repair>,
@@ -314,6 +317,7 @@ pub(crate) fn launch_plan(input: &LaunchInput<'_>, prompt: String) -> LaunchPlan
         home,
         stdin_prompt,
         usage_base: launch.usage_base,
+        price: None,
         repair,
     }
 }

@@ -276,6 +276,10 @@ async fn repair_run(
     if let Some(session_base) = ctx.launch.usage_base {
         inner = protocol::rebased(inner, session_base);
     }
+    // #37: priced like the attempt's first round.
+    if let Some(price) = ctx.launch.price {
+        inner = protocol::priced(inner, price);
+    }
     let mut reader: Box<dyn ProtocolReader> = Box::new(Offset { inner, base });
     let mut driver = Driver {
         ctx,

@@ -102,6 +102,11 @@ pub(super) async fn run(
     if let Some(base) = ctx.launch.usage_base {
         reader = protocol::rebased(reader, base);
     }
+    // #37: an agent that reports no cost is charged at its model's price (after the rebase:
+    // the attempt's own tokens).
+    if let Some(price) = ctx.launch.price {
+        reader = protocol::priced(reader, price);
+    }
     let mut stdin = child.take_stdin();
     // An adopted agent got its prompt from the sortie that launched it.
     if ctx.adopt.is_none()

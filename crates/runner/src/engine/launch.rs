@@ -43,7 +43,7 @@ impl Engine {
             sortie_core::session::conversation(&self.state, links, task);
         // The agent the profile speaks (none for a task's own command) shapes the launch: its
         // prompt, session, stdin drive and per-attempt home (see `agent`).
-        let plan = agent::launch_plan(
+        let mut plan = agent::launch_plan(
             &agent::LaunchInput {
                 profile,
                 spec,
@@ -57,6 +57,13 @@ impl Engine {
                 conversation_root,
             },
             prompt_text,
+        );
+        // #37: the price the run resolved for the attempt's model, when its agent reports no
+        // cost.
+        plan.price = sortie_core::prices::attempt_price(
+            &batch.config.prices.models,
+            plan.protocol,
+            live.model(),
         );
         let deadline_at = rec.deadline_at(spec);
         let continues = plan.continues.clone();
