@@ -262,6 +262,27 @@ fn with_json_every_error_is_a_json_object_with_its_exit_code() {
     }
     let corrupt = json_error(&s.state_dir(), &["--json", "status", "noise"]);
     assert_eq!(corrupt["code"], 4, "{corrupt}");
+    // A wait that times out on a live run: code 5.
+    let live = crate::support::Background::start(
+        &s,
+        "slow",
+        &["run", "--run-id", "slow", "--", "sleep", "30"],
+    );
+    let start = std::time::Instant::now();
+    while !s.state_dir().join("runs/slow/owner.pid").exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let waited = json_error(
+        &s.state_dir(),
+        &["--json", "wait", "slow", "--timeout", "100ms"],
+    );
+    assert_eq!(waited["code"], 5, "{waited}");
+    let _ = s.run(&["cancel", "slow"]);
+    drop(live);
     // Without --json, the same errors stay words on stderr.
     let out = sortie(dir, &["status", "nosuch"]).output().expect("sortie");
     assert!(out.stdout.is_empty());

@@ -43,3 +43,30 @@ fn replay_at_a_past_moment_calls_what_ran_then_running_not_interrupted() {
 
     assert_eq!(replay(&[])["state"]["status"], "completed");
 }
+
+/// A live run's replay (its owner still holds it) says running, not interrupted.
+#[test]
+fn replay_of_a_live_run_calls_it_running() {
+    let s = Scratch::new();
+    let run = &unique_run("views-live");
+    let live =
+        crate::support::Background::start(&s, run, &["run", "--run-id", run, "--", "sleep", "30"]);
+    let running = |s: &Scratch| {
+        serde_json::from_slice::<Value>(&s.run(&["--json", "status", run]).stdout)
+            .ok()
+            .is_some_and(|v| v["tasks"][0]["state"] == "running")
+    };
+    let start = std::time::Instant::now();
+    while !running(&s) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the run never ran its task"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let v: Value = serde_json::from_slice(&s.run_ok(&["--json", "replay", run]).stdout)
+        .expect("replay --json prints JSON");
+    assert_eq!(v["state"]["status"], "running", "{}", v["state"]);
+    let _ = s.run(&["cancel", run]);
+    drop(live);
+}

@@ -38,10 +38,15 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     // A moment before the journal's end is past: what ran then was running as of then, not
     // interrupted (only the final view of a run whose owner is gone says that).
     let past = upto.is_some_and(|u| u.0.saturating_add(1) < journal.next_seq().0);
+    // A live run (its owner holds its lock) is running now too.
+    let live = matches!(
+        g.layout().run(&run).owner(),
+        sortie_runner::layout::Owner::Live { .. }
+    );
     let (state, shown) = (checked.state, checked.events);
     let view = |with_text| {
         let mut v = output::view(&run, &state, None, with_text);
-        if past && matches!(state.status, sortie_core::RunStatus::Running) {
+        if (past || live) && matches!(state.status, sortie_core::RunStatus::Running) {
             v.status = "running".into();
         }
         v

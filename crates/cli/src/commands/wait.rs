@@ -70,7 +70,12 @@ pub(crate) fn wait(g: &Global, args: &WaitArgs) -> Result<Code> {
         )));
     }
     if !detach::wait_ownerless(&dir, args.timeout) {
-        eprintln!("sortie: run {run} is still running");
+        let message = format!("run {run} is still running");
+        if g.json {
+            crate::error::print_json(&message, Code::StillRunning);
+        } else {
+            eprintln!("sortie: {message}");
+        }
         return Ok(Code::StillRunning);
     }
     let state = replay_all(&open_read(&layout, &run)?)?;
