@@ -13,10 +13,12 @@ mod batches;
 mod board;
 mod cli_docs;
 mod cli_edge;
+// #37: control characters shown, not obeyed
 mod control;
 mod crash;
 mod damage;
 mod detach;
+mod escapes;
 mod faults;
 mod graphs;
 mod mixed;

@@ -140,7 +140,8 @@ pub(crate) enum Command {
     // #10: transcripts.
     /// Print an attempt's transcript: the agent's stdout as it wrote it (pi's, Claude's,
     /// Codex's JSON Lines), by default of the task's last attempt; `--follow` tails a live
-    /// attempt until it ends.
+    /// attempt until it ends. Raw on purpose, control characters included (pipe it through
+    /// `cat -v` to see them shown); every other command shows them escaped.
     Logs(LogsArgs),
     // Issue 13: structured results.
     /// Print one record per task for scoring scripts: label, state, its validated structured

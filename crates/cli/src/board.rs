@@ -378,11 +378,16 @@ impl Row {
         } else {
             self.activity.clone().unwrap_or_else(|| "-".to_owned())
         };
+        // Labels, model names and the agents' activity are shown, never obeyed.
+        let doing = crate::text::printable(&doing);
         format!(
             "  {:<20} #{:<2} {:<12} {:>6} {:>6} tok  {doing}",
-            cut(&self.label, 20),
+            cut(&crate::text::printable(&self.label), 20),
             self.attempt.0,
-            cut(self.model.as_deref().unwrap_or("-"), 12),
+            cut(
+                &crate::text::printable(self.model.as_deref().unwrap_or("-")),
+                12
+            ),
             short_duration(now.saturating_sub(self.launched_at)),
             compact(self.tokens),
         )

@@ -158,6 +158,8 @@ impl Observer for LogLines {
             }
             _ => None,
         };
+        // Labels and errors are shown, never obeyed by the terminal.
+        let line = line.map(|l| crate::text::printable(&l));
         match &mut self.board {
             None => {
                 if let Some(line) = line {
@@ -720,7 +722,7 @@ pub(crate) fn print_usage_table<'a>(
     for (name, u, cost) in &rows {
         let line = format!(
             "{:<name_w$} {:>9} {:>9} {:>9} {:>9} {:>5}  {cost}",
-            truncate(name, name_w),
+            truncate(&crate::text::printable(name), name_w),
             u.input,
             u.output,
             u.cache_read,

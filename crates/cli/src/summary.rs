@@ -43,9 +43,14 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
         // The journal's text once the run finished (`RunFinished` carries it, made by core's
         // `summary_text`); a run not finished has none journaled, so the same function says it
         // as of now.
+        // The agents' outputs: shown, never obeyed by the terminal.
         match &state.summary {
-            Some(text) => writeln!(out, "{text}")?,
-            None => writeln!(out, "{}", sortie_core::summary_text(state))?,
+            Some(text) => writeln!(out, "{}", crate::text::printable(text))?,
+            None => writeln!(
+                out,
+                "{}",
+                crate::text::printable(&sortie_core::summary_text(state))
+            )?,
         }
         writeln!(out)?;
     }
@@ -57,11 +62,10 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
             .flat_map(|b| b.tasks.iter().map(|t| t.label.as_str())),
     );
     let now = view.now;
-    let rows = state
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, rec)| output::task_view(state, i, rec, now, false));
+    let rows =
+        state.tasks.iter().enumerate().map(|(i, rec)| {
+            crate::text::printable_task(output::task_view(state, i, rec, now, false))
+        });
     // What the commands and the kept worktrees need: the tasks that did not complete, and
     // those whose worktree was kept.
     let layout = Layout::new(width, label_w);

@@ -137,6 +137,54 @@ pub(crate) fn wrap_command(line: &str, width: usize) -> String {
     out
 }
 
+/// `text` safe to print on a terminal (core's `view::printable`): what sortie did not write
+/// itself (labels, agents' outputs and errors, model names) is shown, never obeyed.
+pub(crate) fn printable(text: &str) -> String {
+    sortie_core::view::printable(text).into_owned()
+}
+
+/// `text` made [`printable`] in place.
+fn clean(text: &mut String) {
+    if let std::borrow::Cow::Owned(shown) = sortie_core::view::printable(text) {
+        *text = shown;
+    }
+}
+
+fn clean_opt(text: &mut Option<String>) {
+    if let Some(t) = text {
+        clean(t);
+    }
+}
+
+/// A task's view made [`printable`] for the text tables (the `--json` views stay as they are:
+/// JSON escapes control characters itself).
+pub(crate) fn printable_task(mut t: crate::output::TaskView) -> crate::output::TaskView {
+    clean(&mut t.label);
+    clean_opt(&mut t.model);
+    clean_opt(&mut t.error);
+    clean_opt(&mut t.text);
+    clean_opt(&mut t.artifact);
+    clean_opt(&mut t.waiting_for_pool);
+    clean_opt(&mut t.role);
+    clean_opt(&mut t.session);
+    t.models.iter_mut().for_each(clean_opt);
+    if let Some(w) = &mut t.worktree {
+        clean(&mut w.path);
+        clean(&mut w.branch);
+        clean_opt(&mut w.diff);
+    }
+    t
+}
+
+/// A run's view with each task's made [`printable`] (see [`printable_task`]).
+pub(crate) fn printable_run(mut v: crate::output::RunView) -> crate::output::RunView {
+    v.tasks = std::mem::take(&mut v.tasks)
+        .into_iter()
+        .map(printable_task)
+        .collect();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,30 @@ impl TaskRecord {
     }
 }
 
+/// `text` as it may reach a terminal when sortie did not write it (a label, an agent's output or
+/// error, a model name): every control character but the newline is shown, not obeyed, so that
+/// nothing printed can clear, retitle or rewrite the user's terminal. Tab and carriage return
+/// read `\t` and `\r`; ESC, the other C0 characters and DEL read `\x1b`-style; the C1
+/// controls (U+0080 to U+009F, which some terminals obey as ESC sequences) read `\u{9b}`-style.
+/// Text without any comes back borrowed.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let shown = |c: char| c != '\n' && c.is_control();
+    if !text.chars().any(shown) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if shown(c) && (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if shown(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Every name [`TaskRecord::display_state`] gives, in the order a task may pass through them:
 /// what `--state` accepts.
 pub const DISPLAY_STATES: &[&str] = &[
@@ -182,6 +206,27 @@ mod tests {
             path: "/r/wt".into(),
             branch: "b".into(),
             base: "c".into(),
+        }
+    }
+
+    #[test]
+    fn printable_text_shows_every_control_character_but_the_newline() {
+        assert!(matches!(
+            printable("plain é ✓\nline"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            printable("a\u{1b}[2Jb\u{1b}]0;pwned\u{7}c\td\re\u{7f}f\u{9b}g"),
+            "a\\x1b[2Jb\\x1b]0;pwned\\x07c\\td\\re\\x7ff\\u{9b}g"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn printable_text_holds_no_control_character_but_newlines(text in ".*") {
+            let shown = printable(&text);
+            proptest::prop_assert!(!shown.chars().any(|c| c != '\n' && c.is_control()));
+            proptest::prop_assert_eq!(shown.matches('\n').count(), text.matches('\n').count());
         }
     }
 

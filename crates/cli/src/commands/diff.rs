@@ -63,7 +63,10 @@ pub(crate) fn diff(g: &Global, t: &DiffArgs) -> Result<Code> {
             writeln!(
                 out,
                 "# sortie: {} ({}, branch {}, worktree {})",
-                k.label, k.repo, k.branch, k.path
+                crate::text::printable(&k.label),
+                k.repo,
+                k.branch,
+                k.path
             )?;
             out.write_all(p)?;
         }

@@ -86,14 +86,15 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
             Some(t) if is_attempt_event(&s.event) => (format!("[{}]", state.label(t)), "    "),
             Some(t) => (format!("[{}]", state.label(t)), ""),
         };
-        writeln!(
-            out,
+        let line = format!(
             "{:>10}  {who} {indent}{} {}  (seq {})",
             relative(s.at.0.saturating_sub(start)),
             s.event.name(),
             details(&s.event),
             s.seq
-        )?;
+        );
+        // Labels, errors and steer messages are shown, never obeyed by the terminal.
+        writeln!(out, "{}", crate::text::printable(&line))?;
     }
     writeln!(out)?;
     writeln!(
@@ -103,7 +104,7 @@ pub(crate) fn replay(g: &Global, args: ReplayArgs) -> Result<Code> {
     )?;
     output::print_status(
         &mut out,
-        &view(false),
+        &crate::text::printable_run(view(false)),
         &sortie_core::view::RowFilter {
             all: true,
             states: None,

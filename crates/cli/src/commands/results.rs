@@ -82,10 +82,14 @@ pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
                 (None, Some(e)) => format!("({e})"),
                 (None, None) => "-".to_owned(),
             };
+            // What the agents wrote is shown, never obeyed by the terminal.
             writeln!(
                 out,
-                "{:<width$}  {:<10}  {:>10}  {value}",
-                r.label, r.state, r.cost
+                "{:<width$}  {:<10}  {:>10}  {}",
+                crate::text::printable(&r.label),
+                r.state,
+                r.cost,
+                crate::text::printable(&value)
             )?;
         }
     }

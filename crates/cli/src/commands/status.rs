@@ -32,6 +32,7 @@ pub(crate) fn status(g: &Global, run: Option<&str>) -> Result<Code> {
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
     } else {
+        view = crate::text::printable_run(view);
         output::print_status(&mut out, &view, &g.rows)?;
         crate::pools::print(&mut out, &view.pools, view.now)?;
         output::print_kept(&mut out, &view)?;
@@ -89,6 +90,7 @@ pub(crate) fn task(g: &Global, run: Option<&str>, label: &str) -> Result<Code> {
         writeln!(out)?;
         return Ok(Code::Ok);
     }
+    let task = crate::text::printable_task(task);
     writeln!(
         out,
         "run {run}, task {}: {}, {} attempt{}, {} tokens",
