@@ -672,3 +672,55 @@ fn a_daemon_that_left_its_attempts_group_is_stopped_when_the_attempt_ends() {
     wait_gone(run, "the daemon to be stopped with its attempt");
     s.audit_clean(run);
 }
+
+/// #37: a state dir that cannot be used is the user's setup to fix: exit 2 (not 1, a failed
+/// run's), naming the path and the cause, for a file in its place and (root only) a read-only
+/// filesystem; nothing runs.
+#[test]
+fn an_unusable_state_dir_exits_2_naming_it_and_its_cause() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "b.toml",
+        "[[tasks]]\nlabel = \"t\"\ncommand = [\"touch\", \"ran\"]\n",
+    );
+    let b = batch.to_str().expect("utf-8");
+    let file = s.write("a-file", "not a directory\n");
+    let sortie = |state: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sortie"))
+            .current_dir(s.path())
+            .env_remove("SORTIE_DIR")
+            .arg("--state-dir")
+            .arg(state)
+            .args(args)
+            .output()
+            .expect("run sortie")
+    };
+    for args in [&["run", b][..], &["status"], &["list"], &["resume"]] {
+        let out = sortie(&file, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains("not a directory"),
+            "{args:?}: {err}"
+        );
+    }
+    let ro = s.path().join("ro");
+    let Some(_disk) = Tmpfs::mount(&ro, "1m") else {
+        eprintln!("skipped the read-only filesystem: mounting needs root (CI runs as root)");
+        return;
+    };
+    let remounted = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&ro)
+        .status()
+        .is_ok_and(|st| st.success());
+    assert!(remounted, "remount read-only");
+    let out = sortie(&ro, &["run", b]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&ro.display().to_string()) && err.contains("Read-only file system"),
+        "{err}"
+    );
+    assert!(!s.path().join("ran").exists(), "nothing ran");
+}

@@ -33,6 +33,7 @@ use crate::error::{CliError, Result, ResultExt};
 pub(crate) fn dispatch(mut cli: Cli) -> Result<Code> {
     cli.global.rows = rows(&cli.command)?;
     let g = &cli.global;
+    usable_state_dir(g, &cli.command)?;
     match cli.command {
         Command::Run(args) => run::run(g, args),
         Command::Resume(r) => run::resume(g, r.run.as_deref()),
@@ -72,6 +73,52 @@ pub(crate) fn dispatch(mut cli: Cli) -> Result<Code> {
         Command::Logs(l) => logs::logs(g, &l),
         Command::Results(r) => results::results(g, &r),
     }
+}
+
+/// #37: a state dir that cannot serve the command is the user's setup to fix (exit 2, naming
+/// the path and the cause), not a failed run (exit 1): a file in its place, or, for a command
+/// that writes it, one that cannot be created or written (a read-only filesystem, no
+/// permission).
+fn usable_state_dir(g: &crate::args::Global, command: &Command) -> Result<()> {
+    if matches!(command, Command::Completions(_) | Command::Check(_)) {
+        return Ok(());
+    }
+    let layout = g.layout();
+    let root = layout.root();
+    let unusable = |cause: String| {
+        CliError::usage(format_args!(
+            "the state dir {} cannot be used: {cause} (give another with --state-dir or \
+             SORTIE_DIR)",
+            root.display()
+        ))
+    };
+    match std::fs::metadata(root) {
+        Ok(m) if !m.is_dir() => return Err(unusable("it is not a directory".into())),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(unusable(e.to_string())),
+    }
+    let writes = matches!(
+        command,
+        Command::Run(_)
+            | Command::Resume(_)
+            | Command::Rerun(_)
+            | Command::Recover(_)
+            | Command::Discard(_)
+            | Command::Gc(_)
+    );
+    if writes {
+        layout.ensure().map_err(|e| unusable(e.to_string()))?;
+        // Created or there: whether it can be written (a read-only filesystem says so here).
+        let probe = root.join(format!(".probe-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map_err(|e| unusable(format!("{}: {e}", probe.display())))?;
+        let _ = std::fs::remove_file(&probe);
+    }
+    Ok(())
 }
 
 /// Which rows the command's tables list: its `--state` and `--all`.
