@@ -288,3 +288,43 @@ fn with_json_every_error_is_a_json_object_with_its_exit_code() {
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("sortie: no run nosuch"));
 }
+
+/// #37: two `run --run-id X` started at once: one runs it, the other always exits 2 (the run
+/// exists), never 1 (a failed run's code), whichever step it loses the race at.
+#[test]
+fn of_two_runs_of_one_id_started_at_once_the_loser_always_exits_2() {
+    let s = crate::support::Scratch::new();
+    let batch = s.write("b.toml", "[[tasks]]\nlabel = \"t\"\ncommand = [\"true\"]\n");
+    let b = batch.to_str().expect("utf-8");
+    let pairs: Vec<(String, [std::process::Child; 2])> = (0..8)
+        .map(|i| {
+            let run = format!("race-{i}");
+            let start = || {
+                s.sortie()
+                    .args(["--quiet", "run", "--run-id", &run, b])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn sortie")
+            };
+            let pair = [start(), start()];
+            (run, pair)
+        })
+        .collect();
+    for (run, pair) in pairs {
+        let mut codes: Vec<(Option<i32>, String)> = pair
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().expect("wait");
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                )
+            })
+            .collect();
+        codes.sort();
+        assert_eq!(codes[0].0, Some(0), "{run}: one ran it: {codes:?}");
+        assert_eq!(codes[1].0, Some(2), "{run}: the other exits 2: {codes:?}");
+        assert!(codes[1].1.contains("exists already"), "{run}: {codes:?}");
+    }
+}

@@ -218,7 +218,12 @@ async fn start(
     if dir.exists() {
         return Err(Error::RunExists(run_id));
     }
-    let journal = Journal::create(dir.path())?;
+    // Two runs of one id started at once: the one whose journal is created second lost the
+    // race, as if it had seen the run dir (#37).
+    let journal = Journal::create(dir.path()).map_err(|e| match e {
+        sortie_journal::Error::Exists { .. } => Error::RunExists(run_id.clone()),
+        other => Error::from(other),
+    })?;
     let lock = dir.acquire()?;
     dir.save_env(&loaded.env)?;
     let parts = Parts {
