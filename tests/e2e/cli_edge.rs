@@ -328,3 +328,59 @@ fn of_two_runs_of_one_id_started_at_once_the_loser_always_exits_2() {
         assert!(codes[1].1.contains("exists already"), "{run}: {codes:?}");
     }
 }
+
+/// #37: a resume refused because another process holds the run (here a stand-in for a second
+/// resume that has taken the lock and not yet written its pid) never names the crashed owner's
+/// dead pid as the live one.
+#[test]
+fn a_refused_resume_never_names_a_dead_owners_pid_as_live() {
+    let s = crate::support::Scratch::new();
+    let mut owner = s.spawn(&["--quiet", "run", "--run-id", "dead", "--", "sleep", "30"]);
+    let run_dir = s.state_dir().join("runs/dead");
+    let start = std::time::Instant::now();
+    let running = || {
+        serde_json::from_slice::<serde_json::Value>(&s.run(&["--json", "status", "dead"]).stdout)
+            .ok()
+            .is_some_and(|v| v["tasks"][0]["state"] == "running")
+    };
+    while !running() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the run never ran its task"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = owner.id();
+    let _ = owner.kill();
+    let _ = owner.wait();
+    let mut holder = Command::new("flock")
+        .arg("-o")
+        .arg(run_dir.join("owner.lock"))
+        .arg("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("flock holds the run's lock");
+    // flock takes the lock before it runs `cat`: wait for the lock to be held.
+    while !std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .contains(&format!(" {} ", holder.id()))
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = s.run(&["resume", "dead"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is live"), "{err}");
+    assert!(
+        !err.contains(&pid.to_string()),
+        "the dead owner {pid} named as live: {err}"
+    );
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let _ = s.run(&["cancel", "dead"]);
+}

@@ -343,12 +343,17 @@ impl RunDir {
         }
     }
 
+    /// The owner's pid as `owner.pid` names it, when that process is alive and a sortie (the
+    /// lock's holder may not have claimed the run yet: a crashed owner's pid is still there,
+    /// and the kernel may have given it to another program since).
     fn read_pid(&self) -> Option<u32> {
-        fs::read_to_string(self.owner_pid())
+        let pid: u32 = fs::read_to_string(self.owner_pid())
             .ok()?
             .trim()
             .parse()
-            .ok()
+            .ok()?;
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        comm.trim().starts_with("sortie").then_some(pid)
     }
 
     /// Keeps the tasks' environment values in `env.json` (0600), outside the journal.
