@@ -724,3 +724,43 @@ fn an_unusable_state_dir_exits_2_naming_it_and_its_cause() {
     );
     assert!(!s.path().join("ran").exists(), "nothing ran");
 }
+
+/// #37: a batch on Slurm whose controller does not answer (here the configuration names none):
+/// `check` refuses it naming the task and why, and `run` refuses it at once, before anything
+/// is submitted, instead of failing each attempt after its `sbatch` gave up.
+#[test]
+fn a_batch_on_slurm_without_a_controller_is_refused_by_check_and_run() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "b.toml",
+        "[[tasks]]\nlabel = \"on-slurm\"\ncommand = [\"touch\", \"ran\"]\nexecutor = \"slurm\"\n\n\
+         [[tasks]]\nlabel = \"here\"\ncommand = [\"true\"]\n",
+    );
+    let b = batch.to_str().expect("utf-8");
+    let sortie = |args: &[&str]| {
+        s.sortie()
+            .env("SLURM_CONF", s.path().join("no-such-slurm.conf"))
+            .args(args)
+            .output()
+            .expect("run sortie")
+    };
+    let out = sortie(&["check", b]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("field `executor`: task `on-slurm`")
+            && said.contains("Slurm")
+            && !said.contains("task `here`"),
+        "{said}"
+    );
+    let out = sortie(&["run", b]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the batch runs on Slurm") && err.contains("nothing was run"),
+        "{err}"
+    );
+    let runs = std::fs::read_dir(s.state_dir().join("runs")).map_or(0, |d| d.count());
+    assert_eq!(runs, 0, "no run was made");
+    assert!(!s.path().join("ran").exists());
+}

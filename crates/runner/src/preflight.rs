@@ -5,7 +5,9 @@
 //! worktree task's directory is in a git repository with a commit; its artifact's directory can
 //! be written (not a read-only filesystem, not `/proc`); a prompt, a command's argument and an
 //! `env` value fit in one argument (Linux's `MAX_ARG_STRLEN`) and hold no NUL byte; the program
-//! is a binary or a `#!` script (not ENOEXEC); its `reads` exist. Nothing is spawned but `git rev-parse`, nothing is written.
+//! is a binary or a `#!` script (not ENOEXEC); its `reads` exist; a batch on Slurm has a
+//! controller that answers. Nothing is spawned but `git rev-parse` and `scontrol ping`, nothing
+//! is written.
 //!
 //! [`Agent::credentials`]: crate::agent::Agent::credentials
 
@@ -84,6 +86,20 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding>
                 found("reads", format!("{r} {}", gone(&e)));
             }
         }
+    }
+    // #37: the tasks that run on Slurm need a controller that answers (asked once).
+    let on_slurm = |spec: &TaskSpec| spec.executor.kind() == sortie_core::ExecutorKind::Slurm;
+    if batch.tasks.iter().any(on_slurm)
+        && let Err(message) = crate::executor::slurm::controller_answers().await
+    {
+        for (task, _) in batch.tasks.iter().enumerate().filter(|(_, s)| on_slurm(s)) {
+            out.push(Finding {
+                task,
+                field: "executor",
+                message: message.clone(),
+            });
+        }
+        out.sort_by_key(|f| f.task);
     }
     out
 }

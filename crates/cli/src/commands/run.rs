@@ -52,6 +52,20 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
     {
         run_id = Some(super::run_id(&id)?);
     }
+    let runtime = runtime()?;
+    // #37: a batch on Slurm without a controller that answers is refused before anything
+    // starts (each attempt would otherwise fail only after its `sbatch` gave up).
+    if loaded
+        .batch
+        .tasks
+        .iter()
+        .any(|t| t.executor.kind() == sortie_core::ExecutorKind::Slurm)
+        && let Err(message) = runtime.block_on(sortie_runner::executor::slurm::controller_answers())
+    {
+        return Err(CliError::usage(format_args!(
+            "the batch runs on Slurm, but {message}; nothing was run"
+        )));
+    }
     if args.detach {
         // The batch loaded above: a batch that does not load fails here, not in the
         // background.
@@ -63,7 +77,7 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
     }
     let front = output::front(g, run_id.as_ref());
     let state_dir = g.layout().absolute();
-    let end = runtime()?.block_on(engine::run(&state_dir, run_id, loaded, front))?;
+    let end = runtime.block_on(engine::run(&state_dir, run_id, loaded, front))?;
     Ok(report(g, &end))
 }
 

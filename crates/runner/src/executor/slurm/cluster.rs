@@ -28,6 +28,36 @@ const POLL_MAX: Duration = Duration::from_secs(5);
 /// Polls in a row that found no trace of a submitted job before it counts as unknown to Slurm.
 const UNKNOWN_AFTER: u32 = 3;
 
+/// How long `sortie check` and `run` wait for the controller to answer before a batch that
+/// runs on Slurm is refused.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// #37: whether a Slurm controller answers (`scontrol ping`), asked once before a batch that
+/// runs on Slurm starts (and by `sortie check`): without one each attempt would fail only after
+/// its `sbatch` gave up. The error says what `scontrol` said (its first informative line).
+pub async fn controller_answers() -> Result<(), String> {
+    let argv = ["scontrol".to_owned(), "ping".to_owned()];
+    let ran = tokio::time::timeout(PING_TIMEOUT, process::run_tool(&argv, Path::new("/"), &[]));
+    match ran.await {
+        Err(_) => Err(format!(
+            "no Slurm controller answered `scontrol ping` within {}s",
+            PING_TIMEOUT.as_secs()
+        )),
+        Ok(Err(e)) => Err(format!("{e} (is Slurm installed on this machine?)")),
+        Ok(Ok(out)) if out.success() => Ok(()),
+        Ok(Ok(out)) => {
+            let said = format!("{}\n{}", out.stderr, String::from_utf8_lossy(&out.stdout));
+            let line = sortie_core::decide::error_line(&said).unwrap_or("no output");
+            Err(format!(
+                "no Slurm controller answers (`scontrol ping` exited {}: {})",
+                out.code
+                    .map_or_else(|| "by a signal".to_owned(), |c| c.to_string()),
+                line.trim()
+            ))
+        }
+    }
+}
+
 /// What the poller last saw of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Seen {

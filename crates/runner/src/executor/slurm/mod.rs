@@ -48,8 +48,8 @@ mod follow;
 pub mod jobs;
 pub(super) mod place;
 
-pub use cluster::Cluster;
 use cluster::Seen;
+pub use cluster::{Cluster, controller_answers};
 
 /// The journaled name of the Slurm executor.
 pub const SLURM: &str = "slurm";
