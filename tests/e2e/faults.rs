@@ -757,7 +757,9 @@ fn a_batch_on_slurm_without_a_controller_is_refused_by_check_and_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("the batch runs on Slurm") && err.contains("nothing was run"),
+        err.contains("the batch cannot start")
+            && err.contains("Slurm")
+            && err.contains("nothing was run"),
         "{err}"
     );
     let runs = std::fs::read_dir(s.state_dir().join("runs")).map_or(0, |d| d.count());

@@ -87,12 +87,10 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding>
             }
         }
     }
-    // #37: the tasks that run on Slurm need a controller that answers (asked once).
-    let on_slurm = |spec: &TaskSpec| spec.executor.kind() == sortie_core::ExecutorKind::Slurm;
-    if batch.tasks.iter().any(on_slurm)
-        && let Err(message) = crate::executor::slurm::controller_answers().await
-    {
-        for (task, _) in batch.tasks.iter().enumerate().filter(|(_, s)| on_slurm(s)) {
+    // #37: what each executor the tasks use needs to answer (a Slurm controller), asked once.
+    let unready = crate::executor::unready(&batch.tasks).await;
+    for (tasks, message) in unready {
+        for task in tasks {
             out.push(Finding {
                 task,
                 field: "executor",

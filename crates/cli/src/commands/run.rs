@@ -55,15 +55,13 @@ pub(crate) fn run(g: &Global, args: RunArgs) -> Result<Code> {
     let runtime = runtime()?;
     // #37: a batch on Slurm without a controller that answers is refused before anything
     // starts (each attempt would otherwise fail only after its `sbatch` gave up).
-    if loaded
-        .batch
-        .tasks
-        .iter()
-        .any(|t| t.executor.kind() == sortie_core::ExecutorKind::Slurm)
-        && let Err(message) = runtime.block_on(sortie_runner::executor::slurm::controller_answers())
+    if let Some((_, message)) = runtime
+        .block_on(sortie_runner::executor::unready(&loaded.batch.tasks))
+        .into_iter()
+        .next()
     {
         return Err(CliError::usage(format_args!(
-            "the batch runs on Slurm, but {message}; nothing was run"
+            "the batch cannot start: {message}; nothing was run"
         )));
     }
     if args.detach {

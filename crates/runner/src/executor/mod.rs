@@ -424,6 +424,25 @@ pub fn for_spec(spec: &TaskSpec, choice: &Choice<'_>) -> Arc<dyn Executor> {
     }
 }
 
+/// #37: what must answer before the tasks can start, per executor they use: each problem
+/// with the tasks (their indexes) it stops. A Slurm controller that does not answer
+/// (`scontrol ping`) stops every task on Slurm; the local executors need nothing.
+pub async fn unready(tasks: &[TaskSpec]) -> Vec<(Vec<usize>, String)> {
+    let on_slurm: Vec<usize> = tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| matches!(t.executor, sortie_core::Executor::Slurm(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let mut out = Vec::new();
+    if !on_slurm.is_empty()
+        && let Err(message) = slurm::controller_answers().await
+    {
+        out.push((on_slurm, message));
+    }
+    out
+}
+
 /// The executor of a journaled placement's executor name `name`, for the task with `spec`;
 /// None for a name this build does not know (or `local` without a supervisor program).
 pub fn for_placement(
