@@ -395,6 +395,31 @@ fn a_child_ignoring_sigterm_is_killed_after_the_grace_on_timeout() {
     s.audit_clean(run);
 }
 
+/// Runs `run`: `tasks` tasks at concurrency 4 (after `defaults`, a TOML table or nothing), each
+/// printing `bytes` bytes, to its end.
+fn run_writers(
+    s: &Scratch,
+    run: &str,
+    defaults: &str,
+    tasks: usize,
+    bytes: usize,
+) -> std::process::Output {
+    let mut toml = format!("concurrency = 4\n\n{defaults}");
+    for i in 0..tasks {
+        toml.push_str(&format!(
+            "\n[[tasks]]\nlabel = \"t{i}\"\ncommand = [\"sh\", \"-c\", \
+             \"head -c {bytes} /dev/zero | tr '\\\\0' x; echo\"]\n"
+        ));
+    }
+    let batch = s.write("batch.toml", &toml);
+    Background::start(
+        s,
+        run,
+        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
+    )
+    .finish(120)
+}
+
 /// A small tmpfs mounted over a path while it lives (root only), unmounted when dropped.
 struct Tmpfs(std::path::PathBuf);
 
@@ -520,20 +545,7 @@ fn a_task_whose_output_filled_the_disk_spends_no_retry() {
         return;
     };
     let run = &unique_run("fault-nospace");
-    let mut toml = String::from("concurrency = 4\n\n[defaults]\nmax_retries = 0\n");
-    for i in 0..4 {
-        toml.push_str(&format!(
-            "\n[[tasks]]\nlabel = \"t{i}\"\ncommand = [\"sh\", \"-c\", \
-             \"head -c 800000 /dev/zero | tr '\\\\0' x; echo\"]\n"
-        ));
-    }
-    let batch = s.write("batch.toml", &toml);
-    let out = Background::start(
-        &s,
-        run,
-        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
-    )
-    .finish(120);
+    let out = run_writers(&s, run, "[defaults]\nmax_retries = 0\n", 4, 800_000);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
@@ -588,20 +600,7 @@ fn a_full_disk_is_named_in_words_with_the_path_being_written() {
         return;
     };
     let run = &unique_run("fault-words");
-    let mut toml = String::from("concurrency = 4\n");
-    for i in 0..8 {
-        toml.push_str(&format!(
-            "\n[[tasks]]\nlabel = \"t{i}\"\ncommand = [\"sh\", \"-c\", \
-             \"head -c 150000 /dev/zero | tr '\\\\0' x; echo\"]\n"
-        ));
-    }
-    let batch = s.write("batch.toml", &toml);
-    let out = Background::start(
-        &s,
-        run,
-        &["run", "--run-id", run, batch.to_str().expect("utf-8")],
-    )
-    .finish(120);
+    let out = run_writers(&s, run, "", 8, 150_000);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "interrupted:\n{stderr}");
     let journal = s.state_dir().join("runs").join(run).join("journal");

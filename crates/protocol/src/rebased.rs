@@ -65,6 +65,11 @@ impl ProtocolReader for Rebased {
     fn session(&self) -> Option<&str> {
         self.inner.session()
     }
+
+    // The answer a structured-output check reads is the wrapped reader's.
+    fn answer(&self) -> Option<String> {
+        self.inner.answer()
+    }
 }
 
 #[cfg(test)]
