@@ -581,9 +581,12 @@ fn a_task_whose_output_filled_the_disk_spends_no_retry() {
             }
         }
     }
+    // Which write meets the full disk first is a race: an agent's (then its attempt is spared
+    // as above) or the journal's own (then the run stopped before any agent's write failed, and
+    // said so). Either way no task spent a retry and each completed once.
     assert!(
-        spared >= 1,
-        "4 x 800 KB on 2 MB: at least one attempt's writes failed"
+        spared >= 1 || stderr.contains("No space left on device"),
+        "4 x 800 KB on 2 MB: an attempt's writes failed, or the journal's did:\n{stderr}"
     );
     s.audit_clean(run);
 }
