@@ -459,3 +459,66 @@ fn at_80_columns_neither_the_board_nor_the_summary_wraps_and_the_header_keeps_it
         summary.join("\n")
     );
 }
+
+/// #37: a label holding a screen clear and a title sequence, under a real terminal: the board
+/// and the log lines above it show them escaped; the terminal never receives them.
+#[test]
+fn the_board_shows_a_labels_control_characters_escaped_never_sends_them() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"x\\u001b[2Jy\\u001b]0;pwned\\u0007\"\ncommand = {}\n",
+            fake_command(&["--sleep", "3", "--turns", "4"])
+        ),
+    );
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 30,
+            cols: 100,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("open a pty");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
+    cmd.cwd(s.path());
+    cmd.env_remove("SORTIE_DIR");
+    cmd.env_remove("RUST_LOG");
+    cmd.env("TERM", "xterm-256color");
+    cmd.args(["--state-dir", &s.state_dir().display().to_string()]);
+    cmd.args(["run", &batch.display().to_string(), "--run-id", "escaped"]);
+    let mut child = pty
+        .slave
+        .spawn_command(cmd)
+        .expect("spawn sortie in the pty");
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let feeder = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        all
+    });
+    let status = child.wait().expect("wait for sortie");
+    drop(pty.master);
+    let bytes = feeder.join().expect("the reader");
+    assert!(status.success(), "sortie exited {status:?}");
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    assert!(
+        !has(b"\x1b]0;pwned"),
+        "the title sequence reached the terminal"
+    );
+    assert!(!has(b"\x1b[2J"), "the screen clear reached the terminal");
+    let mut parser = vt100::Parser::new(30, 100, 1000);
+    parser.process(&bytes);
+    let text = parser.screen().contents();
+    assert!(
+        text.contains("x\\x1b[2Jy\\x1b]0;pwned\\x07"),
+        "the label shown escaped:\n{text}"
+    );
+}
