@@ -624,20 +624,7 @@ fn a_task_waiting_for_a_machine_slot_is_waiting_and_its_attempt_clock_has_not_st
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let bg = crate::support::Background::from_command(c, &run);
-    let waiting = |s: &Scratch| {
-        let out = s.run(&["--json", "status", &run]);
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .ok()
-            .is_some_and(|v| v["tasks"][0]["state"] == "waiting")
-    };
-    let start = std::time::Instant::now();
-    while !waiting(&s) {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "the task never showed as waiting"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    s.wait_task_state(&run, 0, "waiting");
     let text = String::from_utf8_lossy(&s.run_ok(&["status", &run]).stdout).into_owned();
     assert!(
         text.lines()
@@ -646,7 +633,11 @@ fn a_task_waiting_for_a_machine_slot_is_waiting_and_its_attempt_clock_has_not_st
     );
     // Longer than the attempt timeout: only the wait, not the attempt, runs meanwhile.
     std::thread::sleep(std::time::Duration::from_millis(2500));
-    assert!(waiting(&s), "still waiting while the slot is held");
+    assert_eq!(
+        s.task_state(&run, 0).as_deref(),
+        Some("waiting"),
+        "still waiting while the slot is held"
+    );
     drop(holder.stdin.take());
     let _ = holder.wait();
     let out = bg.finish(60);

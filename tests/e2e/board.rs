@@ -36,6 +36,38 @@ fn batch(s: &Scratch) -> std::path::PathBuf {
     s.write("batch.toml", &toml)
 }
 
+/// A sortie in a terminal: the child and the pseudo-terminal's master side (its slave closed).
+pub(crate) type InPty = (
+    Box<dyn portable_pty::Child + Send + Sync>,
+    Box<dyn portable_pty::MasterPty + Send>,
+);
+
+/// `sortie ARGS` on `s`'s state dir (`SORTIE_DIR`) in a new pseudo-terminal of `rows` x `cols`,
+/// as a user's shell starts it: `TERM` set, colours allowed.
+pub(crate) fn in_pty(s: &Scratch, rows: u16, cols: u16, args: &[&str]) -> InPty {
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("open a pty");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
+    cmd.cwd(s.path());
+    cmd.env_remove("RUST_LOG");
+    cmd.env_remove("NO_COLOR");
+    cmd.env("SORTIE_DIR", s.state_dir().display().to_string());
+    cmd.env("TERM", "xterm-256color");
+    cmd.args(args);
+    let child = pty
+        .slave
+        .spawn_command(cmd)
+        .expect("spawn sortie in the pty");
+    drop(pty.slave);
+    (child, pty.master)
+}
+
 /// A terminal: the pty's output fed to an emulator, every screen seen kept for the checks.
 struct Screen {
     parser: vt100::Parser,
@@ -66,32 +98,17 @@ fn is_board_line(row: &str) -> bool {
 fn the_board_shows_each_running_task_with_its_activity_cut_to_80_columns_then_the_summary() {
     let s = Scratch::new();
     let batch = batch(&s);
-    let pty = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("open a pty");
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
-    cmd.cwd(s.path());
-    cmd.env_remove("SORTIE_DIR");
-    cmd.env_remove("RUST_LOG");
-    cmd.env_remove("NO_COLOR");
-    cmd.env("TERM", "xterm-256color");
-    cmd.args(["--state-dir", &s.state_dir().display().to_string()]);
-    cmd.args(["run", &batch.display().to_string(), "--run-id", "boardrun"]);
-    let mut child = pty
-        .slave
-        .spawn_command(cmd)
-        .expect("spawn sortie in the pty");
-    drop(pty.slave);
+    let (mut child, master) = in_pty(
+        &s,
+        30,
+        80,
+        &["run", &batch.display().to_string(), "--run-id", "boardrun"],
+    );
     let screen = Arc::new(Mutex::new(Screen {
         parser: vt100::Parser::new(30, 80, 0),
         seen: Vec::new(),
     }));
-    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let mut reader = master.try_clone_reader().expect("pty reader");
     let feeder = {
         let screen = Arc::clone(&screen);
         std::thread::spawn(move || {
@@ -115,7 +132,7 @@ fn the_board_shows_each_running_task_with_its_activity_cut_to_80_columns_then_th
     });
     let resized_at = {
         let mut screen = screen.lock().expect("screen");
-        pty.master
+        master
             .resize(PtySize {
                 rows: 30,
                 cols: 60,
@@ -128,7 +145,7 @@ fn the_board_shows_each_running_task_with_its_activity_cut_to_80_columns_then_th
     };
     let status = child.wait().expect("wait for sortie");
     // The reader ends when the pty has nothing more to give (its writer is gone).
-    drop(pty.master);
+    drop(master);
     let _ = feeder.join();
     assert!(status.success(), "sortie exited {status:?}");
     let screen = screen.lock().expect("screen");
@@ -353,26 +370,12 @@ fn at_80_columns_neither_the_board_nor_the_summary_wraps_and_the_header_keeps_it
     const RUN: &str = "issue37-eighty-columns-board";
     let s = Scratch::new();
     let batch = wide_batch(&s);
-    let pty = native_pty_system()
-        .openpty(PtySize {
-            rows: 40,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("open a pty");
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
-    cmd.cwd(s.path());
-    cmd.env_remove("RUST_LOG");
-    cmd.env_remove("NO_COLOR");
-    cmd.env("SORTIE_DIR", s.state_dir().display().to_string());
-    cmd.env("TERM", "xterm-256color");
-    cmd.args(["run", &batch.display().to_string(), "--run-id", RUN]);
-    let mut child = pty
-        .slave
-        .spawn_command(cmd)
-        .expect("spawn sortie in the pty");
-    drop(pty.slave);
+    let (mut child, master) = in_pty(
+        &s,
+        40,
+        80,
+        &["run", &batch.display().to_string(), "--run-id", RUN],
+    );
     // Every screen seen, and every byte (the summary is read back from them).
     let seen: Arc<Mutex<(Screen, Vec<u8>)>> = Arc::new(Mutex::new((
         Screen {
@@ -381,7 +384,7 @@ fn at_80_columns_neither_the_board_nor_the_summary_wraps_and_the_header_keeps_it
         },
         Vec::new(),
     )));
-    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let mut reader = master.try_clone_reader().expect("pty reader");
     let feeder = {
         let seen = Arc::clone(&seen);
         std::thread::spawn(move || {
@@ -397,7 +400,7 @@ fn at_80_columns_neither_the_board_nor_the_summary_wraps_and_the_header_keeps_it
         })
     };
     let status = child.wait().expect("wait for sortie");
-    drop(pty.master);
+    drop(master);
     let _ = feeder.join();
     assert_eq!(status.exit_code(), 1, "two tasks fail");
     let guard = seen.lock().expect("screen");
@@ -472,27 +475,13 @@ fn the_board_shows_a_labels_control_characters_escaped_never_sends_them() {
             fake_command(&["--sleep", "3", "--turns", "4"])
         ),
     );
-    let pty = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 100,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("open a pty");
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
-    cmd.cwd(s.path());
-    cmd.env_remove("SORTIE_DIR");
-    cmd.env_remove("RUST_LOG");
-    cmd.env("TERM", "xterm-256color");
-    cmd.args(["--state-dir", &s.state_dir().display().to_string()]);
-    cmd.args(["run", &batch.display().to_string(), "--run-id", "escaped"]);
-    let mut child = pty
-        .slave
-        .spawn_command(cmd)
-        .expect("spawn sortie in the pty");
-    drop(pty.slave);
-    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let (mut child, master) = in_pty(
+        &s,
+        30,
+        100,
+        &["run", &batch.display().to_string(), "--run-id", "escaped"],
+    );
+    let mut reader = master.try_clone_reader().expect("pty reader");
     let feeder = std::thread::spawn(move || {
         let mut all = Vec::new();
         let mut buf = [0u8; 4096];
@@ -505,7 +494,7 @@ fn the_board_shows_a_labels_control_characters_escaped_never_sends_them() {
         all
     });
     let status = child.wait().expect("wait for sortie");
-    drop(pty.master);
+    drop(master);
     let bytes = feeder.join().expect("the reader");
     assert!(status.success(), "sortie exited {status:?}");
     let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);

@@ -268,14 +268,7 @@ fn with_json_every_error_is_a_json_object_with_its_exit_code() {
         "slow",
         &["run", "--run-id", "slow", "--", "sleep", "30"],
     );
-    let start = std::time::Instant::now();
-    while !s.state_dir().join("runs/slow/owner.pid").exists() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "the run never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    s.wait_task_state("slow", 0, "running");
     let waited = json_error(
         &s.state_dir(),
         &["--json", "wait", "slow", "--timeout", "100ms"],
@@ -337,19 +330,7 @@ fn a_refused_resume_never_names_a_dead_owners_pid_as_live() {
     let s = crate::support::Scratch::new();
     let mut owner = s.spawn(&["--quiet", "run", "--run-id", "dead", "--", "sleep", "30"]);
     let run_dir = s.state_dir().join("runs/dead");
-    let start = std::time::Instant::now();
-    let running = || {
-        serde_json::from_slice::<serde_json::Value>(&s.run(&["--json", "status", "dead"]).stdout)
-            .ok()
-            .is_some_and(|v| v["tasks"][0]["state"] == "running")
-    };
-    while !running() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "the run never ran its task"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    s.wait_task_state("dead", 0, "running");
     let pid = owner.id();
     let _ = owner.kill();
     let _ = owner.wait();
@@ -362,16 +343,13 @@ fn a_refused_resume_never_names_a_dead_owners_pid_as_live() {
         .spawn()
         .expect("flock holds the run's lock");
     // flock takes the lock before it runs `cat`: wait for the lock to be held.
-    while !std::fs::read_to_string("/proc/locks")
-        .unwrap_or_default()
-        .contains(&format!(" {} ", holder.id()))
-    {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "no lock"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let locker = format!(" {} ", holder.id());
+    crate::support::poll("flock to hold the run's lock", 60, || {
+        std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .contains(&locker)
+            .then_some(())
+    });
     let out = s.run(&["resume", "dead"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");

@@ -248,7 +248,6 @@ fn check_names_the_pool_mistakes() {
 
 #[test]
 fn the_live_board_says_waiting_for_pool_for_a_task_its_pool_holds_back() {
-    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
     use std::io::Read;
     use std::sync::{Arc, Mutex};
 
@@ -261,26 +260,15 @@ fn the_live_board_says_waiting_for_pool_for_a_task_its_pool_holds_back() {
         ));
     }
     let batch = s.write("batch.toml", &toml);
-    let pty = native_pty_system()
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("open a pty");
-    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_sortie"));
-    cmd.cwd(s.path());
-    cmd.env_remove("SORTIE_DIR");
-    cmd.env_remove("RUST_LOG");
-    cmd.env("TERM", "xterm-256color");
-    cmd.args(["--state-dir", &s.state_dir().display().to_string()]);
-    cmd.args(["run", &batch.display().to_string(), "--run-id", "poolboard"]);
-    let mut child = pty.slave.spawn_command(cmd).expect("spawn sortie");
-    drop(pty.slave);
+    let (mut child, master) = crate::board::in_pty(
+        &s,
+        24,
+        80,
+        &["run", &batch.display().to_string(), "--run-id", "poolboard"],
+    );
     let seen: Arc<Mutex<(vt100::Parser, Vec<String>)>> =
         Arc::new(Mutex::new((vt100::Parser::new(24, 80, 0), Vec::new())));
-    let mut reader = pty.master.try_clone_reader().expect("pty reader");
+    let mut reader = master.try_clone_reader().expect("pty reader");
     let feeder = {
         let seen = Arc::clone(&seen);
         std::thread::spawn(move || {
@@ -297,7 +285,7 @@ fn the_live_board_says_waiting_for_pool_for_a_task_its_pool_holds_back() {
         })
     };
     let status = child.wait().expect("wait for sortie");
-    drop(pty.master);
+    drop(master);
     let _ = feeder.join();
     assert!(status.success(), "sortie exited {status:?}");
     let g = seen.lock().expect("screen");

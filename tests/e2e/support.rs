@@ -83,6 +83,21 @@ impl Scratch {
             .collect()
     }
 
+    /// The display state of task `index` of `run` as `status --json` says it (None while the
+    /// run cannot be read yet).
+    pub fn task_state(&self, run: &str, index: usize) -> Option<String> {
+        let out = self.run(&["--json", "status", run]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["tasks"][index]["state"].as_str().map(str::to_owned)
+    }
+
+    /// Waits (60 s at most) until task `index` of `run` is in display state `state`.
+    pub fn wait_task_state(&self, run: &str, index: usize, state: &str) {
+        poll(&format!("task {index} of {run} to be {state}"), 60, || {
+            (self.task_state(run, index).as_deref() == Some(state)).then_some(())
+        });
+    }
+
     /// `sortie status --json RUN`.
     pub fn status(&self, run: &str) -> serde_json::Value {
         let out = self.run_ok(&["--json", "status", run]);

@@ -51,19 +51,7 @@ fn replay_of_a_live_run_calls_it_running() {
     let run = &unique_run("views-live");
     let live =
         crate::support::Background::start(&s, run, &["run", "--run-id", run, "--", "sleep", "30"]);
-    let running = |s: &Scratch| {
-        serde_json::from_slice::<Value>(&s.run(&["--json", "status", run]).stdout)
-            .ok()
-            .is_some_and(|v| v["tasks"][0]["state"] == "running")
-    };
-    let start = std::time::Instant::now();
-    while !running(&s) {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "the run never ran its task"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    s.wait_task_state(run, 0, "running");
     let v: Value = serde_json::from_slice(&s.run_ok(&["--json", "replay", run]).stdout)
         .expect("replay --json prints JSON");
     assert_eq!(v["state"]["status"], "running", "{}", v["state"]);
