@@ -65,6 +65,11 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "session",
     // Issue 13: structured results.
     "output_schema",
+    // #33: verified results.
+    "verify",
+    "verify_timeout",
+    "verify_rounds",
+    "pick",
 ];
 
 /// The top-level keys of a batch file.
@@ -167,6 +172,11 @@ pub(crate) struct RawTask {
     pub(crate) session: Option<String>,
     // Issue 13: structured results.
     pub(crate) output_schema: Option<String>,
+    // #33: verified results.
+    pub(crate) verify: Option<Vec<String>>,
+    pub(crate) verify_timeout: Option<Duration>,
+    pub(crate) verify_rounds: Option<u32>,
+    pub(crate) pick: Option<sortie_core::verify::Pick>,
 }
 
 /// What of a task's table outlives its resolution: where the task and each field it gave are
@@ -389,6 +399,11 @@ impl RawTask {
                     self.failed.insert(name);
                 }
             },
+            // #33: verified results.
+            "verify" => self.verify = Some(verify_command(v)?),
+            "verify_timeout" => self.verify_timeout = Some(duration(v)?),
+            "verify_rounds" => self.verify_rounds = Some(bounded_uint(v, 20)?),
+            "pick" => self.pick = Some(pick(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())
@@ -642,6 +657,43 @@ pub(crate) fn suggest(key: &str, known: &[&str]) -> String {
         .min()
         .map(|(_, k)| format!("; did you mean `{k}`?"))
         .unwrap_or_default()
+}
+
+/// #33: a check (`verify`): an argv array, or a string run with `sh -c`.
+pub(crate) fn verify_command(v: &Val) -> Result<Vec<String>, String> {
+    match v {
+        Val::Str(s) if s.trim().is_empty() => Err("a check must not be empty".into()),
+        Val::Str(s) => Ok(vec!["sh".into(), "-c".into(), s.clone()]),
+        Val::Array(_) => {
+            let argv = strings(v)?;
+            match argv.first() {
+                None => Err("a check's argv must not be empty".into()),
+                Some(p) if p.is_empty() => Err("a check's program must not be empty".into()),
+                Some(_) => Ok(argv),
+            }
+        }
+        other => Err(expected(
+            "a command: a string (run with `sh -c`) or an array of strings (an argv)",
+            other,
+        )),
+    }
+}
+
+/// #33: a whole number from 0 to `max`.
+fn bounded_uint(v: &Val, max: u32) -> Result<u32, String> {
+    let n: u32 = uint(v)?;
+    if n <= max {
+        Ok(n)
+    } else {
+        Err(format!("must be between 0 and {max} (found {n})"))
+    }
+}
+
+/// #33: `pick = "first-pass"` or `"best-score"`.
+fn pick(v: &Val) -> Result<sortie_core::verify::Pick, String> {
+    let name = string(v)?;
+    sortie_core::verify::Pick::parse(&name)
+        .ok_or_else(|| format!("expected \"first-pass\" or \"best-score\", found {name:?}"))
 }
 
 /// A task-end hook's command (`on_task_end`, #15): a non-empty string, run through `sh -c`.

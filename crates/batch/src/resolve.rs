@@ -426,6 +426,21 @@ fn resolve_task(
     s.session = t.session.clone();
     // Issue 13: structured results.
     s.output_schema = pick(&t.output_schema, &d.output_schema);
+    // #33: verified results (a role's check comes in `apply_role`, under the task's own).
+    if t.verify.is_some() || s.verify.is_none() {
+        s.verify = pick(&t.verify, &d.verify);
+    }
+    if let Some(v) = pick(&t.verify_timeout, &d.verify_timeout) {
+        s.verify_timeout = v;
+    }
+    if let Some(v) = t.verify_rounds.or(if s.verify_rounds == 0 {
+        d.verify_rounds
+    } else {
+        None
+    }) {
+        s.verify_rounds = v;
+    }
+    s.pick = pick(&t.pick, &d.pick);
     (s, env.into_iter().collect())
 }
 
@@ -454,6 +469,13 @@ fn apply_role(s: &mut TaskSpec, role: &Role, t: &RawTask) {
         && let Some(level) = &role.thinking
     {
         s.thinking = Some(level.clone());
+    }
+    // #33: a role's check, under the task's own.
+    if let Some(check) = &role.verify {
+        s.verify = Some(check.clone());
+    }
+    if let Some(n) = role.verify_rounds {
+        s.verify_rounds = n;
     }
     if let Some(body) = &role.system_prompt {
         s.system_prompt = Some(match &t.system_prompt {

@@ -45,6 +45,9 @@ pub(crate) struct Role {
     pub(crate) thinking: Option<String>,
     /// The body: appended to the agent's system prompt (before the task's own).
     pub(crate) system_prompt: Option<String>,
+    /// #33: the role's check (`verify: CMD`, run with `sh -c`) and its feedback rounds.
+    pub(crate) verify: Option<Vec<String>>,
+    pub(crate) verify_rounds: Option<u32>,
 }
 
 /// Where a role used by a batch came from, and which tasks use it (for `sortie check`).
@@ -165,6 +168,8 @@ pub(crate) fn find(name: &str, dirs: &[PathBuf], issues: &mut Issues) -> Result<
             tools: None,
             thinking: None,
             system_prompt: Some((*prompt).to_owned()),
+            verify: None,
+            verify_rounds: None,
         }))
 }
 
@@ -179,6 +184,8 @@ fn parse(name: &str, file: &Path, text: &str, issues: &mut Issues) -> Result<Rol
         tools: None,
         thinking: None,
         system_prompt: None,
+        verify: None,
+        verify_rounds: None,
     };
     let lines: Vec<&str> = text.lines().collect();
     let opens = lines.first().is_some_and(|l| l.trim_end() == "---");
@@ -235,7 +242,14 @@ fn front_matter_line<'a>(
     };
     let key = key.trim();
     let value = value.trim();
-    const TAKEN: &[&str] = &["model", "permissions", "tools", "thinking"];
+    const TAKEN: &[&str] = &[
+        "model",
+        "permissions",
+        "tools",
+        "thinking",
+        "verify",
+        "verify_rounds",
+    ];
     if !TAKEN.contains(&key) {
         return Ok(());
     }
@@ -257,6 +271,23 @@ fn front_matter_line<'a>(
             role.permissions = Some(Permissions::parse(&p).ok_or_else(|| {
                 format!("expected \"read-only\", \"edit\" or \"full\", found {p:?}")
             })?);
+        }
+        // #33: a role's check and its feedback rounds.
+        "verify" => {
+            let check = unquote(value)?;
+            if check.trim().is_empty() {
+                return Err("`verify` must not be empty".into());
+            }
+            role.verify = Some(vec!["sh".into(), "-c".into(), check]);
+        }
+        "verify_rounds" => {
+            let n = unquote(value)?;
+            role.verify_rounds = Some(
+                n.parse::<u32>()
+                    .ok()
+                    .filter(|n| *n <= 20)
+                    .ok_or_else(|| format!("expected a whole number from 0 to 20, found {n:?}"))?,
+            );
         }
         "thinking" => {
             let level = unquote(value)?;

@@ -44,7 +44,8 @@ pub fn is_transient(outcome: &AttemptOutcome) -> bool {
         | StopReason::Budget
         | StopReason::Cancelled
         | StopReason::SetupError
-        | StopReason::Invalid => false,
+        | StopReason::Invalid
+        | StopReason::Verify => false,
     }
 }
 
@@ -88,6 +89,24 @@ pub enum NextStep {
     },
     /// Stop: the task ends with this result.
     GiveUp(TaskResult),
+    /// #33: the attempt completed and the task's check has not run: run it
+    /// (`VerifyStarted`).
+    Verify,
+    /// #33: the check of the attempt runs: wait for its verdict.
+    Checking,
+    /// #33: the check failed and a feedback round is left: the next attempt continues the
+    /// conversation with the check's failure (`RetryScheduled`, no delay). When it cannot
+    /// start (a stop, the budget, fail_fast), the task ends with `failed`.
+    Feedback {
+        /// The next attempt's number.
+        attempt: Attempt,
+        /// Its model: the checked attempt's (its conversation goes on).
+        model: Option<String>,
+        /// Why, for people.
+        reason: String,
+        /// The task's result when no round runs.
+        failed: TaskResult,
+    },
 }
 
 /// A running attempt's timeout is final unless the task says `retry_timeouts`.
@@ -112,6 +131,10 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
     });
     let output = last.output().unwrap_or_default();
     let give_up = |o: &AttemptOutcome| NextStep::GiveUp(finish_result(rec, o, output));
+    // #33: a completed attempt of a task with a check is done only once the check passed.
+    if let Some(step) = crate::verify::next_step(spec, rec, now) {
+        return step;
+    }
 
     if outcome.status != AttemptStatus::Failed {
         return give_up(&outcome);
@@ -159,7 +182,11 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         return give_up(&o);
     }
     let interrupts = interrupted_attempts(spec, rec);
-    let used = rec.attempts.len() as u32 - orphans - limited - interrupts;
+    // #33: a feedback round's attempt spends no retry.
+    let rounds = crate::verify::failed_checks(rec).min(spec.verify_rounds);
+    let used = (rec.attempts.len() as u32)
+        .saturating_sub(orphans + limited + interrupts)
+        .saturating_sub(rounds);
     if !last.orphaned() && !last_limited && !last_interrupted && used >= spec.max_attempts() {
         return give_up(&outcome);
     }
@@ -412,6 +439,9 @@ pub struct ResumePlan {
     pub waiting: Vec<TaskId>,
     /// How many tasks are finished and will not run again.
     pub finished: usize,
+    /// #33: tasks (among `undecided`) whose check was started and has no verdict: the check is
+    /// found again (its process adopted, or its end read) or run again.
+    pub checks: Vec<TaskId>,
 }
 
 impl ResumePlan {
@@ -441,7 +471,12 @@ pub fn resume_plan(state: &RunState) -> ResumePlan {
                     start_time: a.and_then(|a| a.start_time),
                 });
             }
-            TaskState::Ended { .. } => plan.undecided.push(task),
+            TaskState::Ended { .. } => {
+                if rec.attempts.last().is_some_and(AttemptRecord::checking) {
+                    plan.checks.push(task);
+                }
+                plan.undecided.push(task)
+            }
             TaskState::Pending | TaskState::Queued { .. } | TaskState::Retrying { .. } => {
                 plan.waiting.push(task)
             }

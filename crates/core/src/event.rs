@@ -365,6 +365,24 @@ pub enum Event {
         /// Whether its branch was kept (gc keeps a branch with commits found nowhere else).
         branch_kept: bool,
     },
+    // #33: verified results.
+    /// The task's check (`verify`) of its completed attempt is about to run. Durable before
+    /// the check starts; a resume finds it again (or runs it again) from here.
+    VerifyStarted {
+        /// The task.
+        task: TaskId,
+        /// The attempt it checks (the task's last, ended completed).
+        attempt: Attempt,
+    },
+    /// The check of the attempt ended: its verdict. Once per attempt.
+    VerifyEnded {
+        /// The task.
+        task: TaskId,
+        /// The attempt it checked.
+        attempt: Attempt,
+        /// What it said.
+        verdict: crate::verify::Verdict,
+    },
 }
 
 /// Who removed a kept worktree (see [`Event::WorktreeDiscarded`]).
@@ -502,7 +520,9 @@ impl Event {
             | Event::AttemptRead { task, .. }
             | Event::AttemptSession { task, .. }
             | Event::AttemptWaiting { task, .. }
-            | Event::WorktreeDiscarded { task, .. } => Some(*task),
+            | Event::WorktreeDiscarded { task, .. }
+            | Event::VerifyStarted { task, .. }
+            | Event::VerifyEnded { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -542,6 +562,8 @@ impl Event {
             | Event::TaskCarried { .. }
             | Event::RunRecovered { .. }
             | Event::WorktreeDiscarded { .. }
+            | Event::VerifyStarted { .. }
+            | Event::VerifyEnded { .. }
             | Event::Control { .. } => None,
         }
     }
@@ -582,6 +604,8 @@ impl Event {
             Event::RunRecovered { .. } => "RunRecovered",
             Event::AttemptWaiting { .. } => "AttemptWaiting",
             Event::WorktreeDiscarded { .. } => "WorktreeDiscarded",
+            Event::VerifyStarted { .. } => "VerifyStarted",
+            Event::VerifyEnded { .. } => "VerifyEnded",
         }
     }
 }

@@ -34,6 +34,7 @@ pub mod state;
 pub mod summary;
 pub mod usage;
 mod validate;
+pub mod verify;
 pub mod view;
 // #11: where attempts run (Slurm).
 pub mod slurm;

@@ -36,6 +36,8 @@ pub enum StopReason {
     SetupError,
     /// The task cannot run as specified.
     Invalid,
+    /// #33: the agent completed, but the task's check (`verify`) did not pass.
+    Verify,
 }
 
 impl StopReason {
@@ -56,6 +58,7 @@ impl StopReason {
             StopReason::Interrupted => "interrupted",
             StopReason::SetupError => "setup_error",
             StopReason::Invalid => "invalid",
+            StopReason::Verify => "verify",
         }
     }
 }

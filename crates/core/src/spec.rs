@@ -440,6 +440,20 @@ pub struct SpecBody {
     // #37
     /// Retry an attempt that ran out its `attempt_timeout` (by default a timeout is final).
     pub retry_timeouts: bool,
+    // #33: verified results.
+    /// The check run after an attempt ends completed (an argv; a batch's string is `sh -c`):
+    /// the task completes only when it passes (see [`crate::verify`]).
+    pub verify: Option<Vec<String>>,
+    /// How long the check may run.
+    pub verify_timeout: Duration,
+    /// How many times a failed check is fed back to the agent in the same conversation.
+    pub verify_rounds: u32,
+    /// Which samples of its item a template keeps (`pick`), when it has one.
+    pub pick: Option<crate::verify::Pick>,
+    /// The item whose samples the task is one of (a template with `count` > 1): its name, the
+    /// template's label with `{sample}` as `*`; samples of one item are counted together
+    /// (pass@k) and `pick` chooses among them.
+    pub sample_of: Option<String>,
 }
 
 impl TaskSpec {
@@ -513,6 +527,11 @@ impl SpecBody {
             session: None,
             output_schema: None,
             retry_timeouts: false,
+            verify: None,
+            verify_timeout: Duration::from_secs(crate::verify::DEFAULT_TIMEOUT_SECS),
+            verify_rounds: 0,
+            pick: None,
+            sample_of: None,
         }
     }
 }

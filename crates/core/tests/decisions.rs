@@ -133,6 +133,9 @@ fn show(step: &NextStep) -> String {
             delay.as_millis()
         ),
         NextStep::GiveUp(r) => show_result(r),
+        NextStep::Verify => "verify".to_owned(),
+        NextStep::Checking => "checking".to_owned(),
+        NextStep::Feedback { attempt, .. } => format!("feedback round as attempt {attempt}"),
     }
 }
 

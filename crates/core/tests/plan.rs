@@ -205,6 +205,7 @@ fn render(state: &RunState, action: &Action) -> String {
             if *finalize { " +finalize" } else { "" }
         ),
         Action::StartJob(task, kind) => format!("job {} {kind:?}", label(task)),
+        Action::Verify(task) => format!("verify {}", label(task)),
         Action::WindDown(reason) => format!("wind down: {reason}"),
         Action::EndRun(ending) => format!("end run {ending:?}"),
     }

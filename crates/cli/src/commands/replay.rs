@@ -205,6 +205,20 @@ fn details(e: &Event) -> String {
             )
         }
         Event::ArtifactWritten { path, bytes, .. } => format!("{path} ({bytes} bytes)"),
+        // #33: the check of a completed attempt.
+        Event::VerifyStarted { attempt, .. } => format!("check of attempt {attempt}"),
+        Event::VerifyEnded {
+            attempt, verdict, ..
+        } => format!(
+            "check of attempt {attempt} {} (score {:.2}){}",
+            if verdict.passed { "passed" } else { "failed" },
+            verdict.score_f64(),
+            verdict
+                .error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
         Event::WorktreeFinalized { changed, .. } => format!("changed: {changed}"),
         Event::WorktreePlanned { path, branch, .. } => format!("{path} on {branch}"),
         Event::AttemptSideEffects { attempt, .. } => format!("attempt {attempt}"),

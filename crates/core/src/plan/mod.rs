@@ -101,6 +101,9 @@ pub enum Action {
     },
     /// Start a worktree setup job.
     StartJob(TaskId, JobKind),
+    /// #33: run the check of the task's last attempt, which the round journaled as started
+    /// (`VerifyStarted`); its verdict comes back as `VerifyEnded`.
+    Verify(TaskId),
     /// The run's budget ran out (the round journals `RunBudgetExceeded`): ask every live
     /// attempt to wrap up (a steerable agent gets its grace turns) or stop, with stop reason
     /// `budget` and this message.
@@ -140,9 +143,10 @@ impl Action {
     pub fn task(&self) -> Option<TaskId> {
         match self {
             Action::Append(e) => e.task(),
-            Action::Launch(t) | Action::EndTask { task: t, .. } | Action::StartJob(t, _) => {
-                Some(*t)
-            }
+            Action::Launch(t)
+            | Action::EndTask { task: t, .. }
+            | Action::StartJob(t, _)
+            | Action::Verify(t) => Some(*t),
             Action::WindDown(_) | Action::EndRun(_) => None,
         }
     }
@@ -348,7 +352,6 @@ impl Planner {
     }
 
     fn ended_tasks(&mut self, state: &RunState, round: &mut Round<'_>, no_launch: bool) {
-        let fail_fast = state.batch.as_ref().is_some_and(|b| b.config.fail_fast);
         let interrupting = round.facts.stopping == Some(Stopping::Interrupt);
         for task in self.sched.ended.clone() {
             let (Some(rec), Some(spec)) = (state.task(task), state.spec(task)) else {
@@ -394,24 +397,70 @@ impl Planner {
                     };
                     round.end(task, rec, result, false);
                 }
-                NextStep::GiveUp(result) => {
-                    // fail_fast: nothing launches from the round that decides a failure on.
-                    self.fail_fast_tripped |= fail_fast && trips(result.state);
-                    let mut result = result;
-                    let mut artifact = spec.output.is_some() && rec.steps().artifact.is_none();
-                    if artifact && rec.steps().worktree_final.is_some() {
-                        // The artifact comes before the finalize: a crash after a failed write
-                        // left this. The grammar allows no artifact after the finalize.
-                        artifact = false;
-                        result = decide::artifact_failed(
-                            result,
-                            "not written before the task's worktree was finalized",
-                        );
-                    }
-                    round.end(task, rec, result, artifact);
+                NextStep::GiveUp(result) => self.give_up(state, round, task, result),
+                // #33: the check runs; a cancel stops it, and its verdict ends the task.
+                NextStep::Checking => {}
+                NextStep::Verify if cancelled || round.cancelling() => {
+                    let result = crate::verify::unverified_result(rec, "cancelled");
+                    self.give_up(state, round, task, result);
                 }
+                // Left undecided: resume runs the check.
+                NextStep::Verify if interrupting => {}
+                NextStep::Verify => {
+                    if let Some(last) = rec.attempts.last() {
+                        round.push(Action::Append(Event::VerifyStarted {
+                            task,
+                            attempt: last.attempt,
+                        }));
+                        round.push(Action::Verify(task));
+                    }
+                }
+                NextStep::Feedback {
+                    attempt,
+                    model,
+                    reason,
+                    ..
+                } if !no_launch && !cancelled && rec.steps().worktree_final.is_none() => {
+                    round.push(Action::Append(Event::RetryScheduled {
+                        task,
+                        next_attempt: attempt,
+                        model,
+                        delay: std::time::Duration::ZERO,
+                        reason,
+                    }));
+                }
+                NextStep::Feedback { .. } if interrupting && !cancelled => {}
+                NextStep::Feedback { failed, .. } => self.give_up(state, round, task, failed),
             }
         }
+    }
+
+    /// Ends a task whose next step is to stop, with `result`: its artifact first when it has
+    /// one to write (see `Round::end`).
+    fn give_up(
+        &mut self,
+        state: &RunState,
+        round: &mut Round<'_>,
+        task: TaskId,
+        mut result: TaskResult,
+    ) {
+        let (Some(rec), Some(spec)) = (state.task(task), state.spec(task)) else {
+            return;
+        };
+        let fail_fast = state.batch.as_ref().is_some_and(|b| b.config.fail_fast);
+        // fail_fast: nothing launches from the round that decides a failure on.
+        self.fail_fast_tripped |= fail_fast && trips(result.state);
+        let mut artifact = spec.output.is_some() && rec.steps().artifact.is_none();
+        if artifact && rec.steps().worktree_final.is_some() {
+            // The artifact comes before the finalize: a crash after a failed write left this.
+            // The grammar allows no artifact after the finalize.
+            artifact = false;
+            result = decide::artifact_failed(
+                result,
+                "not written before the task's worktree was finalized",
+            );
+        }
+        round.end(task, rec, result, artifact);
     }
 
     /// Pass 2: the worktrees of waiting isolated tasks: set up (plan, create, or re-create a

@@ -231,6 +231,17 @@ impl RunState {
                 });
             }
             Event::TaskFinished { result, .. } => rec.state = TaskState::Finished(result.clone()),
+            // #33: the check of the ended attempt (the task stays `Ended` around it).
+            Event::VerifyStarted { .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.set_verify(None);
+                }
+            }
+            Event::VerifyEnded { verdict, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.set_verify(Some(verdict.clone()));
+                }
+            }
             Event::TaskCarried { result, usage, .. } => {
                 rec.state = TaskState::Finished(result.clone());
                 rec.steps_mut().carried = Some(*usage);

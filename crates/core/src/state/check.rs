@@ -297,6 +297,32 @@ impl TaskCheck<'_> {
         }
     }
 
+    /// #33: `VerifyStarted` (`ended = false`) or `VerifyEnded` of `attempt`.
+    fn verify_event(&self, attempt: Attempt, ended: bool) -> Result<(), Violation> {
+        let TaskState::Ended { attempt: last } = self.rec.state else {
+            return Err(self.illegal());
+        };
+        let Some(rec) = self.rec.attempts.last() else {
+            return Err(self.illegal());
+        };
+        let has_check = self.run.spec(self.task).is_some_and(|s| s.verify.is_some());
+        let completed = rec
+            .outcome()
+            .is_some_and(|o| o.status == crate::outcome::AttemptStatus::Completed);
+        if last != attempt || rec.attempt != attempt || !has_check || !completed {
+            return Err(self.illegal());
+        }
+        if self.rec.steps().artifact.is_some() || self.rec.steps().worktree_final.is_some() {
+            return Err(self.illegal());
+        }
+        match (ended, rec.verify_started(), rec.verdict()) {
+            (_, _, Some(_)) => Err(self.duplicate()),
+            (false, true, None) => Err(self.duplicate()),
+            (false, false, None) | (true, true, None) => Ok(()),
+            (true, false, None) => Err(self.illegal()),
+        }
+    }
+
     /// The most attempts allowed: retries and fallbacks, plus the orphans so far within
     /// `max_orphans` (a crash of sortie spends no retry), plus every attempt an interrupt of
     /// sortie ended (nor does an interrupt).
@@ -308,6 +334,8 @@ impl TaskCheck<'_> {
             s.max_attempts_with(orphans)
                 .saturating_add(limited.min(s.max_rate_limits))
                 .saturating_add(crate::decide::interrupted_attempts(s, self.rec))
+                // #33: a feedback round is an attempt too, within `verify_rounds`.
+                .saturating_add(crate::verify::failed_checks(self.rec).min(s.verify_rounds))
         })
     }
 
@@ -539,6 +567,17 @@ impl TaskCheck<'_> {
                 TaskState::Pending if self.rec.attempts.is_empty() => Ok(()),
                 _ => Err(self.illegal()),
             },
+            // #33: the check of the task's last attempt, ended completed, once; its verdict
+            // once, after it started. Before the task's artifact and finalize.
+            Event::VerifyStarted { attempt, .. } => self.verify_event(*attempt, false),
+            Event::VerifyEnded { attempt, .. } => self.verify_event(*attempt, true),
+            // A task whose check runs waits for its verdict (a cancel ends it after).
+            Event::TaskFinished { .. }
+                if self.rec.attempts.last().is_some_and(|a| a.checking())
+                    && matches!(self.rec.state, TaskState::Ended { .. }) =>
+            {
+                Err(self.illegal())
+            }
             Event::TaskFinished { .. } => match self.rec.state {
                 TaskState::Pending
                 | TaskState::Queued { .. }

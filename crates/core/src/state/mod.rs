@@ -158,6 +158,8 @@ struct AttemptMore {
     /// #37: when it began waiting for a machine-wide slot (`AttemptWaiting`), and when its
     /// start ended the wait.
     waited: Option<(Timestamp, Option<Timestamp>)>,
+    /// #33: its check: `Some(None)` once started (`VerifyStarted`), then its verdict.
+    verify: Option<Option<crate::verify::Verdict>>,
 }
 
 impl AttemptRecord {
@@ -241,6 +243,25 @@ impl AttemptRecord {
             Some((_, Some(started))) => started,
             _ => self.launched_at,
         }
+    }
+
+    /// #33: whether its check was started (`VerifyStarted`).
+    pub fn verify_started(&self) -> bool {
+        self.more.get().is_some_and(|m| m.verify.is_some())
+    }
+
+    /// #33: its check's verdict (`VerifyEnded`), once it ended.
+    pub fn verdict(&self) -> Option<&crate::verify::Verdict> {
+        self.more.get().and_then(|m| m.verify.as_ref()?.as_ref())
+    }
+
+    /// #33: whether its check runs now (started, no verdict yet).
+    pub fn checking(&self) -> bool {
+        self.verify_started() && self.verdict().is_none()
+    }
+
+    fn set_verify(&mut self, verdict: Option<crate::verify::Verdict>) {
+        self.more.get_mut().verify = Some(verdict);
     }
 
     fn set_waited(&mut self, waited: (Timestamp, Option<Timestamp>)) {

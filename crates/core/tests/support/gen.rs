@@ -269,6 +269,8 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
             prop::option::weighted(0.15, 1000u64..20_000),
             prop_oneof![1 => Just(0u32), 3 => 1u32..=2],
         ),
+        // #33: a check, and its feedback rounds.
+        (prop::bool::weighted(0.3), 0u32..=2),
     )
         .prop_map(
             move |(
@@ -283,6 +285,7 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 (orphans, supervise),
                 (pooled, rate_limits),
                 (max_turns, max_tokens, max_cost_nanos, grace_turns),
+                (verify, verify_rounds),
             )| {
                 let mut t = TaskSpec::new(format!("t{i}"), "/work");
                 t.prompt = Some(format!("do task {i}"));
@@ -309,6 +312,10 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 t.max_tokens = max_tokens;
                 t.max_cost_nanos = max_cost_nanos;
                 t.grace_turns = grace_turns;
+                if verify {
+                    t.verify = Some(vec!["sh".into(), "-c".into(), "make test".into()]);
+                    t.verify_rounds = verify_rounds;
+                }
                 t.needs = needs
                     .iter()
                     .enumerate()
@@ -500,6 +507,9 @@ pub(crate) struct Driver<B: Backend> {
     pid: u32,
     /// Events left before a planned crash.
     crash_in: Option<u8>,
+    /// #33: checks started and not yet ended (they end at the next round; a crash loses them
+    /// and resume runs them again), with whether each passes.
+    checks: BTreeMap<TaskId, bool>,
 }
 
 impl<B: Backend> Driver<B> {
@@ -522,6 +532,7 @@ impl<B: Backend> Driver<B> {
             now: 1_000_000,
             pid: 100,
             crash_in: None,
+            checks: BTreeMap::new(),
         };
         assert_eq!(validate_batch(&d.batch), Ok(()), "generated batch is valid");
         let started = Event::RunStarted {
@@ -632,6 +643,7 @@ impl<B: Backend> Driver<B> {
     }
 
     fn crash(&mut self) {
+        self.checks.clear();
         if let Some(state) = self.state.take() {
             self.backend.crash();
             // Placed (supervised) agents outlive sortie; the others die with it.
@@ -843,6 +855,11 @@ impl<B: Backend> Driver<B> {
     /// and worktree jobs (done at once; `fail` bits make them fail). When nothing is left to
     /// do and every task finished, the run finishes. Returns whether anything happened.
     fn plan_round(&mut self, fail: u8) -> Option<bool> {
+        self.state.as_ref().filter(|s| !s.is_finished())?;
+        // #33: the checks started by earlier rounds report their verdicts.
+        for (task, passed) in std::mem::take(&mut self.checks) {
+            self.end_check(task, passed)?;
+        }
         let st = self.state.as_ref().filter(|s| !s.is_finished())?;
         let live = st
             .tasks
@@ -896,6 +913,16 @@ impl<B: Backend> Driver<B> {
                     finalize,
                 } => self.end_task(task, result, artifact, finalize, fail)?,
                 Action::StartJob(task, kind) => self.job(task, kind, fail & 1 != 0)?,
+                // #33: a check passes unless a bit says; another bit leaves it running
+                // (reported by the next round, or lost to a crash and run again on resume).
+                Action::Verify(task) => {
+                    let passed = fail & 8 == 0;
+                    if fail & 16 != 0 {
+                        self.checks.insert(task, passed);
+                    } else {
+                        self.end_check(task, passed)?;
+                    }
+                }
                 // The run's budget ran out: the loop stops every live attempt (budget, partial).
                 Action::WindDown(_) => {
                     self.stop_live(&OutcomeKind::PartialBudget.outcome(false))?
@@ -1118,6 +1145,22 @@ impl<B: Backend> Driver<B> {
         Some(())
     }
 
+    /// #33: the check of `task`'s last attempt ends with a verdict.
+    fn end_check(&mut self, task: TaskId, passed: bool) -> Option<()> {
+        let attempt = self.st()?.tasks[task.index()].attempts.last()?.attempt;
+        self.emit(Event::VerifyEnded {
+            task,
+            attempt,
+            verdict: sortie_core::verify::Verdict {
+                passed,
+                score: if passed { 1_000_000 } else { 250_000 },
+                exit: Some(if passed { 0 } else { 1 }),
+                digest: u64::from(attempt.0),
+                error: (!passed).then(|| "the check exited 1: 1 failed".to_owned()),
+            },
+        })
+    }
+
     fn resume(&mut self, bits: u8) -> Option<()> {
         self.reopens += 1;
         let reopened = self.backend.reopen();
@@ -1183,6 +1226,10 @@ impl<B: Backend> Driver<B> {
                     })?;
                 }
             }
+        }
+        // #33: a check that was running when the run died runs again (its verdict once).
+        for (i, &task) in plan.checks.iter().enumerate() {
+            self.end_check(task, (bits >> (i % 8)) & 1 == 0)?;
         }
         self.planner = self.state.as_ref().map(Planner::new);
         Some(())

@@ -219,6 +219,18 @@ pub(crate) enum StoredEvent {
         by: DiscardedByV1,
         branch_kept: bool,
     },
+    /// `Event::VerifyStarted` (#33).
+    VerifyStarted { task: u32, attempt: u32 },
+    /// `Event::VerifyEnded` (#33).
+    VerifyEnded {
+        task: u32,
+        attempt: u32,
+        passed: bool,
+        score: u32,
+        exit: Option<i32>,
+        digest: u64,
+        error: Option<String>,
+    },
 }
 
 /// Mirrors `sortie_core::DiscardedBy`. Never remove or reorder a variant.
@@ -494,6 +506,23 @@ impl From<&Event> for StoredEvent {
                 task: task.0,
                 by: (*by).into(),
                 branch_kept: *branch_kept,
+            },
+            Event::VerifyStarted { task, attempt } => StoredEvent::VerifyStarted {
+                task: task.0,
+                attempt: attempt.0,
+            },
+            Event::VerifyEnded {
+                task,
+                attempt,
+                verdict,
+            } => StoredEvent::VerifyEnded {
+                task: task.0,
+                attempt: attempt.0,
+                passed: verdict.passed,
+                score: verdict.score,
+                exit: verdict.exit,
+                digest: verdict.digest,
+                error: verdict.error.clone(),
             },
             Event::AttemptLaunching { .. }
             | Event::AttemptStarted { .. }

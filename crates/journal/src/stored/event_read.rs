@@ -86,6 +86,29 @@ impl TryFrom<StoredEvent> for Event {
                 by: by.into(),
                 branch_kept,
             },
+            StoredEvent::VerifyStarted { task, attempt } => Event::VerifyStarted {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+            },
+            StoredEvent::VerifyEnded {
+                task,
+                attempt,
+                passed,
+                score,
+                exit,
+                digest,
+                error,
+            } => Event::VerifyEnded {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                verdict: sortie_core::verify::Verdict {
+                    passed,
+                    score,
+                    exit,
+                    digest,
+                    error,
+                },
+            },
             StoredEvent::RunStarted { .. }
             | StoredEvent::RunResumed { .. }
             | StoredEvent::RunInterrupted { .. }

@@ -168,6 +168,8 @@ mirror_enum!(
     StopReasonV1 <=> StopReason {
         Completed, NonzeroExit, Error, ModelError, ProtocolError, UnexpectedSignal, SpawnError,
         Stalled, Timeout, Budget, Cancelled, Interrupted, SetupError, Invalid,
+        // #33: appended after the fixtures.
+        Verify,
     }
 );
 mirror_enum!(
@@ -346,6 +348,11 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
             retry_timeouts: false,
+            verify: None,
+            verify_timeout: Duration::from_secs(sortie_core::verify::DEFAULT_TIMEOUT_SECS),
+            verify_rounds: 0,
+            pick: None,
+            sample_of: None,
             max_orphans: 3,
             supervise: true,
             executor: sortie_core::Executor::Local,

@@ -58,6 +58,14 @@ pub(crate) struct TaskExtV2 {
     output_schema: Option<String>,
     // #37: an attempt timeout retried.
     retry_timeouts: bool,
+    // #33: verified results (a record without them reads no check).
+    verify: Option<Vec<String>>,
+    /// Milliseconds; None: the default.
+    verify_timeout_ms: Option<u64>,
+    verify_rounds: u32,
+    /// "first-pass" or "best-score".
+    pick: Option<String>,
+    sample_of: Option<String>,
 }
 
 impl TaskExtV2 {
@@ -80,6 +88,13 @@ impl TaskExtV2 {
             session: t.session.clone(),
             output_schema: t.output_schema.clone(),
             retry_timeouts: t.retry_timeouts,
+            verify: t.verify.clone(),
+            verify_timeout_ms: Some(
+                u64::try_from(t.verify_timeout.as_millis()).unwrap_or(u64::MAX),
+            ),
+            verify_rounds: t.verify_rounds,
+            pick: t.pick.map(|p| p.as_str().to_owned()),
+            sample_of: t.sample_of.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -100,6 +115,19 @@ impl TaskExtV2 {
         t.session = self.session;
         t.output_schema = self.output_schema;
         t.retry_timeouts = self.retry_timeouts;
+        t.verify = self.verify;
+        if let Some(ms) = self.verify_timeout_ms {
+            t.verify_timeout = std::time::Duration::from_millis(ms);
+        }
+        t.verify_rounds = self.verify_rounds;
+        t.pick = match self.pick.as_deref() {
+            None => None,
+            Some(name) => Some(
+                sortie_core::verify::Pick::parse(name)
+                    .ok_or_else(|| format!("unknown pick {name:?}"))?,
+            ),
+        };
+        t.sample_of = self.sample_of;
         Ok(())
     }
 }

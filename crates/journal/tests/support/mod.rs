@@ -91,6 +91,12 @@ pub(crate) fn batch(n: u32) -> Batch {
                 role: None,
                 session: None,
                 output_schema: None,
+                // #33: what a record before verified results reads as.
+                verify: None,
+                verify_timeout: Duration::from_secs(600),
+                verify_rounds: 0,
+                pick: None,
+                sample_of: None,
             }),
         })
         .collect();

@@ -27,6 +27,7 @@ impl Engine {
         let mut jobs = Vec::new();
         let mut wind_down = None;
         let mut ended = Vec::new();
+        let mut checks = Vec::new();
         // Collected in place: the events take over the actions' buffer (an `Action` is the size
         // of an `Event`) instead of a second one beside it (the first round of a 100,000-task
         // run queues every task: 32 MB each).
@@ -55,6 +56,10 @@ impl Engine {
                 }
                 Action::StartJob(task, kind) => {
                     jobs.push((task, kind));
+                    None
+                }
+                Action::Verify(task) => {
+                    checks.push(task);
                     None
                 }
                 Action::WindDown(reason) => {
@@ -100,6 +105,9 @@ impl Engine {
         }
         for (task, kind) in jobs {
             self.start_job(task, kind, None);
+        }
+        for task in checks {
+            self.start_check(task);
         }
         if !reports.is_empty() {
             self.handle(reports)?;

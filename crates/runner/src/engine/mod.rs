@@ -22,6 +22,7 @@
 //! be journaled: resume finds them orphaned), and `Error::JournalWrite` says what happened.
 //! SIGXFSZ is caught so that a file-size limit fails the write instead of killing sortie.
 
+mod checks;
 mod commit;
 mod control;
 mod effects;
