@@ -231,6 +231,13 @@ impl RunState {
             rec,
             name,
         };
+        // #33: a task whose check runs takes nothing but its verdict (a cancel ends it after).
+        if matches!(rec.state, TaskState::Ended { .. })
+            && rec.attempts.last().is_some_and(AttemptRecord::checking)
+            && !matches!(event, Event::VerifyEnded { .. })
+        {
+            return Err(cx.illegal());
+        }
         match event {
             Event::AttemptLaunching { .. }
             | Event::AttemptStarted { .. }
@@ -571,13 +578,6 @@ impl TaskCheck<'_> {
             // once, after it started. Before the task's artifact and finalize.
             Event::VerifyStarted { attempt, .. } => self.verify_event(*attempt, false),
             Event::VerifyEnded { attempt, .. } => self.verify_event(*attempt, true),
-            // A task whose check runs waits for its verdict (a cancel ends it after).
-            Event::TaskFinished { .. }
-                if self.rec.attempts.last().is_some_and(|a| a.checking())
-                    && matches!(self.rec.state, TaskState::Ended { .. }) =>
-            {
-                Err(self.illegal())
-            }
             Event::TaskFinished { .. } => match self.rec.state {
                 TaskState::Pending
                 | TaskState::Queued { .. }

@@ -67,7 +67,7 @@ pub(crate) fn aggregate_oracle(results: &[TerminalState]) -> RunOutcome {
 
 /// Where a task is in its grammar:
 /// `Queued Planned? SetUp? (Launching Continues? Started? (Stalled | Progress | SideEffects)*
-/// (Finished | Orphaned) Retry?)* Artifact? Worktree? Finished`, or `Finished` alone from
+/// (Finished | Orphaned) (VerifyStarted VerifyEnded)? Retry?)* Artifact? Worktree? Finished`, or `Finished` alone from
 /// pending; a planned worktree that was never set up may still be finalized
 /// (`Queued Planned Worktree? Finished`). `SideEffects` comes at most once per attempt and
 /// `Continues` at most once, before `Started`.
@@ -89,6 +89,9 @@ enum G {
         cont: bool,
     },
     AttemptEnded,
+    /// #33: the check of the ended attempt runs (`VerifyStarted`), then has its verdict.
+    Checking,
+    Checked,
     Retried,
     Artifact,
     Worktree,
@@ -97,7 +100,7 @@ enum G {
 
 fn step(g: G, e: &Event) -> Option<G> {
     use G::*;
-    let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Retried);
+    let before_tail = matches!(g, Queued | SetUp | AttemptEnded | Checked | Retried);
     Some(match (g, e) {
         // A user's action on the task (hold, cancel, steer) changes no step of its grammar.
         (g, Event::Control { .. }) if g != Done => g,
@@ -107,7 +110,9 @@ fn step(g: G, e: &Event) -> Option<G> {
         (Queued | Planned, Event::TaskSetUp { .. }) => SetUp,
         (Planned, Event::WorktreeFinalized { .. }) => Worktree,
         (Planned, Event::TaskFinished { .. }) => Done,
-        (Queued | SetUp | AttemptEnded | Retried, Event::AttemptLaunching { .. }) => Attempt {
+        (AttemptEnded, Event::VerifyStarted { .. }) => Checking,
+        (Checking, Event::VerifyEnded { .. }) => Checked,
+        (Queued | SetUp | AttemptEnded | Checked | Retried, Event::AttemptLaunching { .. }) => Attempt {
             started: false,
             active: false,
             side: false,
@@ -183,7 +188,7 @@ fn step(g: G, e: &Event) -> Option<G> {
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
         }
-        (AttemptEnded, Event::RetryScheduled { .. }) => Retried,
+        (AttemptEnded | Checked, Event::RetryScheduled { .. }) => Retried,
         (_, Event::ArtifactWritten { .. }) if before_tail => Artifact,
         (_, Event::WorktreeFinalized { .. }) if before_tail || g == Artifact => Worktree,
         (_, Event::TaskFinished { .. })
