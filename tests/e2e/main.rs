@@ -43,6 +43,7 @@ mod summary;
 mod support;
 mod torture;
 // #37: views as of a moment
+mod verify;
 mod views;
 mod worktree;
 // Issue 13: structured results.

@@ -184,6 +184,10 @@ pub(crate) struct LogsArgs {
     /// Its stderr instead of its stdout.
     #[arg(long)]
     pub(crate) stderr: bool,
+    /// The output of the task's check (`verify`) of that attempt instead: its stdout, then
+    /// its stderr (the last attempt that was checked by default).
+    #[arg(long, conflicts_with_all = ["stderr", "follow"])]
+    pub(crate) verify: bool,
 }
 
 /// `sortie results` (issue 13).

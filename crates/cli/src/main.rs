@@ -14,6 +14,7 @@ mod pools;
 mod report;
 mod summary;
 mod text;
+mod verify_view;
 
 use std::process::ExitCode;
 

@@ -279,6 +279,8 @@ pub(crate) struct TaskView {
     // Issue 13: structured results.
     /// Its validated structured result (a task with an `output_schema` that matched).
     pub(crate) result: Option<serde_json::Value>,
+    /// #33: its checks (`verify`), once one ran.
+    pub(crate) verify: Option<crate::verify_view::VerifyView>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -590,6 +592,7 @@ pub(crate) fn task_view(
         role: spec.and_then(|s| s.role.clone()),
         session: spec.and_then(|s| s.session.clone()),
         result: result.and_then(structured_value),
+        verify: crate::verify_view::VerifyView::of(rec),
     }
 }
 

@@ -302,6 +302,15 @@ fn print_row(out: &mut impl Write, t: &TaskView, layout: Layout, colour: bool) -
         // Whole: a path is to be copied (one longer than the width is the only line that wraps).
         writeln!(out, "  → {result}")?;
     }
+    // #33: how its check went.
+    if let Some(v) = t.verify.as_ref().filter(|v| v.passed) {
+        let indent = label_w.min(8);
+        writeln!(
+            out,
+            "{}",
+            crate::text::fit(&format!("{:indent$}  └ {}", "", v.text), width)
+        )?;
+    }
     if t.state != "completed"
         && let Some(e) = &t.error
     {

@@ -69,7 +69,8 @@ pub fn conversation<'a>(
     let interrupted = earlier.last().is_some_and(|a| {
         a.outcome()
             .is_some_and(|o| o.stop_reason == StopReason::Interrupted || o.rate_limited)
-    });
+    }) || crate::verify::answering(rec).is_some();
+    // #33: a feedback round (and its retries) goes on in the checked attempt's conversation.
     let in_session = state.spec(task).is_some_and(|s| s.session.is_some());
     if !interrupted && !in_session {
         return (root, out);

@@ -60,6 +60,15 @@ pub fn summary_text(state: &RunState) -> String {
         };
         // Writing into a String cannot fail.
         let _ = write!(out, "[{}] {name}", spec.label);
+        // #33: how its check went.
+        if let Some(verified) = crate::verify::verified_text(rec) {
+            let _ = write!(out, " ({verified})");
+        } else if let TaskState::Finished(r) = &rec.state
+            && r.stop_reason == crate::outcome::StopReason::Verify
+        {
+            let why = r.error.as_deref().unwrap_or_default();
+            let _ = write!(out, " ({})", why.lines().next().unwrap_or_default());
+        }
         let denials = rec.denials();
         if !denials.is_empty() {
             let _ = write!(out, " (denied: {})", crate::Denial::describe(&denials));

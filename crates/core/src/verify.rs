@@ -155,17 +155,31 @@ pub fn verdict(run: &CheckRun<'_>) -> Verdict {
     }
 }
 
-/// The first informative line of a check's output: a line that reads as an error or a failure,
-/// else the last non-empty line (a test runner prints its tally last). Capped at 200 chars.
+/// The first informative line of a check's output: the first that names a failure the way test
+/// runners and compilers do (`FAILED`, `Error`, `error:`, `assert`, `panicked`, `Traceback`,
+/// `expected`), else the first that says `fail` or `error` at all (a tally such as `1 failed`),
+/// else the last non-empty line. Capped at 200 bytes.
 pub fn informative_line(output: &str) -> Option<&str> {
+    const STRONG: &[&str] = &[
+        "FAIL",
+        "Error",
+        "ERROR",
+        "error:",
+        "error[",
+        "assert",
+        "panicked",
+        "Traceback",
+        "expected",
+    ];
     let lines = || output.lines().map(str::trim).filter(|l| !l.is_empty());
-    let failing = lines().find(|l| {
-        let lower = l.to_ascii_lowercase();
-        ["error", "fail", "assert", "panic", "traceback"]
-            .iter()
-            .any(|w| lower.contains(w))
-    });
-    let line = failing.or_else(|| lines().last())?;
+    let strong = lines().find(|l| STRONG.iter().any(|w| l.contains(w)));
+    let weak = || {
+        lines().find(|l| {
+            let lower = l.to_ascii_lowercase();
+            lower.contains("fail") || lower.contains("error")
+        })
+    };
+    let line = strong.or_else(weak).or_else(|| lines().next_back())?;
     Some(cut(line, 200))
 }
 

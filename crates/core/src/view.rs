@@ -25,6 +25,12 @@ impl TaskRecord {
             {
                 "interrupted"
             }
+            // #33: its check runs.
+            TaskState::Ended { .. }
+                if self.attempts.last().is_some_and(AttemptRecord::checking) =>
+            {
+                "verifying"
+            }
             TaskState::Queued { .. }
                 if self.steps().worktree.is_some() && self.steps().setup.is_none() =>
             {

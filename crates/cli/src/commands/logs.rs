@@ -1,4 +1,5 @@
-//! `sortie logs RUN LABEL [--attempt N] [--follow] [--stderr]`: prints an attempt's transcript,
+//! `sortie logs RUN LABEL [--attempt N] [--follow] [--stderr | --verify]`: prints an attempt's
+//! transcript (or, #33, `--verify`: the output of its check),
 //! the agent's stdout as it wrote it (raw: for pi, Claude Code and Codex, their JSON Lines, for
 //! `jq`), jumping over what the transcript cap cut (said on stderr). `--follow` prints what a
 //! live attempt writes until it ends; it reads the files only, so it works from any terminal
@@ -22,6 +23,9 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
         ))
     })?;
     let run_dir = layout.run(&run);
+    if args.verify {
+        return check_log(&state, &run_dir, task, args);
+    }
     let all = transcript::of_task(&state, &run_dir, task);
     let t = pick(&all, args.attempt)
         .map_err(|why| CliError::usage(format_args!("task {label} of run {run} {why}")))?;
@@ -52,6 +56,50 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
             t.attempt
         );
     }
+    Ok(Code::Ok)
+}
+
+/// #33: prints the kept output of the task's check of attempt `--attempt` (default: the last
+/// attempt that was checked).
+fn check_log(
+    state: &sortie_core::RunState,
+    run_dir: &sortie_runner::layout::RunDir,
+    task: sortie_core::TaskId,
+    args: &LogsArgs,
+) -> Result<Code> {
+    let (run, label) = (&args.run, &args.label);
+    let rec = state
+        .task(task)
+        .ok_or_else(|| CliError::usage(format_args!("run {run} has no task {label:?}")))?;
+    let checked = rec
+        .attempts
+        .iter()
+        .rev()
+        .filter(|a| a.verify_started())
+        .find(|a| args.attempt.is_none_or(|n| a.attempt.0 == n))
+        .ok_or_else(|| {
+            CliError::usage(format_args!(
+                "task {label} of run {run} has no check{} (its `verify` runs once an attempt \
+                 completes)",
+                args.attempt
+                    .map(|n| format!(" of attempt {n}"))
+                    .unwrap_or_default()
+            ))
+        })?;
+    let path = run_dir.check_file(task.0, checked.attempt.0, "log");
+    let text = std::fs::read(&path).map_err(|e| {
+        CliError::usage(format_args!(
+            "the check of attempt {} of task {label} has no output at {} ({e}; it is still \
+             running, or `sortie gc` removed it)",
+            checked.attempt,
+            path.display()
+        ))
+    })?;
+    use std::io::Write;
+    std::io::stdout()
+        .lock()
+        .write_all(&text)
+        .map_err(CliError::from)?;
     Ok(Code::Ok)
 }
 

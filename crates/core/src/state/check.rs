@@ -13,6 +13,15 @@ impl RunState {
     /// placed attempt's). A report that is not news is dropped, not journaled; one that is must
     /// still pass [`RunState::check`].
     pub fn report_is_news(&self, event: &Event) -> bool {
+        // #33: a check's verdict, of the task's last attempt while its check runs.
+        if let Event::VerifyEnded { task, attempt, .. } = event {
+            return self.task(*task).is_some_and(|r| {
+                matches!(r.state, TaskState::Ended { .. })
+                    && r.attempts
+                        .last()
+                        .is_some_and(|a| a.attempt == *attempt && a.checking())
+            });
+        }
         let Some(live) = event
             .task()
             .and_then(|t| self.task(t))

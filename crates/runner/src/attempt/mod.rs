@@ -145,6 +145,13 @@ pub(crate) enum Msg {
         task: TaskId,
         attempt: Attempt,
     },
+    /// #33: the check of the task's ended attempt ended with this verdict (None: it was
+    /// stopped by an interrupt of sortie, and resume runs it again). Its last report.
+    Verified {
+        task: TaskId,
+        attempt: Attempt,
+        verdict: Option<sortie_core::verify::Verdict>,
+    },
 }
 
 impl Msg {
@@ -160,7 +167,8 @@ impl Msg {
             | Msg::Handle { task, .. }
             | Msg::Read { task, .. }
             | Msg::Session { task, .. }
-            | Msg::Waiting { task, .. } => *task,
+            | Msg::Waiting { task, .. }
+            | Msg::Verified { task, .. } => *task,
         }
     }
 }

@@ -204,6 +204,10 @@ impl Engine {
                         message: format!("cancelled by {by}"),
                     });
                 }
+                // #33: its check stops too, and fails.
+                if let Some(c) = self.checks.get_mut(t) {
+                    c.stop(StopReason::Cancelled);
+                }
             }
             ControlAction::Cancel { task: None } => self.stop_all(sortie_core::Stopping::Cancel),
             ControlAction::Steer { task, message } => {

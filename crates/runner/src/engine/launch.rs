@@ -20,7 +20,7 @@ impl Engine {
         let spec = self.state.spec(task)?;
         let rec = self.state.task(task)?;
         let live = rec.live_attempt()?;
-        let prompt_text = sortie_core::prompt::render(&self.state, task);
+        let mut prompt_text = sortie_core::prompt::render(&self.state, task);
         let cwd = match (&spec.isolation, &rec.steps().worktree) {
             (Isolation::Worktree, Some(plan)) => worktree::agent_cwd(plan, &spec.cwd),
             // #14: the task's copy, made by its attempt before the spawn.
@@ -34,6 +34,17 @@ impl Engine {
             crate::slots::DEPTH_VAR.to_owned(),
             (crate::slots::depth() + 1).to_string(),
         ));
+        // #33: a feedback round is asked with the check's failure (an agent, as its prompt in
+        // the same conversation; a command, in the file SORTIE_VERIFY_FEEDBACK names).
+        if let Some((feedback, file)) = self.feedback(task) {
+            env.push((
+                sortie_core::verify::FEEDBACK_VAR.to_owned(),
+                file.display().to_string(),
+            ));
+            if spec.command.is_none() {
+                prompt_text = feedback;
+            }
+        }
         // #13: the conversation this attempt continues, if any (an interrupted attempt's, or
         // its session's).
         let links = self
@@ -115,6 +126,24 @@ impl Engine {
             },
             continues,
         ))
+    }
+
+    /// #33: when the live attempt of `task` answers a failed check (a feedback round, or its
+    /// retry): the message, written to `checks/<task>.<checked attempt>.feedback`.
+    fn feedback(&self, task: TaskId) -> Option<(String, PathBuf)> {
+        let spec = self.state.spec(task)?;
+        let rec = self.state.task(task)?;
+        let (checked, verdict) = sortie_core::verify::answering(rec)?;
+        let command = spec.verify.as_deref().unwrap_or_default();
+        let (t, a) = (task.0, checked.attempt.0);
+        let log = std::fs::read(self.run_dir.check_file(t, a, "log")).unwrap_or_default();
+        let message =
+            sortie_core::verify::feedback_message(command, verdict, &String::from_utf8_lossy(&log));
+        let file = self.run_dir.check_file(t, a, "feedback");
+        if let Err(e) = crate::files::write_atomic(&file, message.as_bytes(), 0o600) {
+            tracing::warn!("cannot write {}: {e}", file.display());
+        }
+        Some((message, file))
     }
 
     /// Where a new attempt (`attempt` of `task`, journaled as launching or about to be) runs:

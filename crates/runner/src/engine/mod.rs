@@ -345,6 +345,8 @@ struct Engine {
     state: RunState,
     planner: Planner,
     live: HashMap<TaskId, AttemptHandle>,
+    /// #33: the checks running, by task (each holds a slot, as an attempt does).
+    checks: HashMap<TaskId, checks::CheckHandle>,
     tx: mpsc::UnboundedSender<Msg>,
     rx: mpsc::UnboundedReceiver<Msg>,
     stopping: Option<Stopping>,
@@ -404,6 +406,7 @@ impl Engine {
             planner: Planner::new(&RunState::new()),
             state,
             live: HashMap::new(),
+            checks: HashMap::new(),
             tx,
             rx,
             stopping: None,
@@ -546,7 +549,7 @@ impl Engine {
         let facts = Facts {
             now: now(),
             stopping: self.stopping,
-            live: self.live.len(),
+            live: self.live.len() + self.checks.len(),
             jobs: &jobs,
             setup_failed: &self.setup_failed,
             missing_worktrees: &missing,
@@ -609,6 +612,11 @@ impl Engine {
                 message: message.into(),
             });
         }
+        // #33: an interrupted check has no verdict (resume runs it again); a cancelled one
+        // fails.
+        for c in self.checks.values_mut() {
+            c.stop(reason);
+        }
     }
 
     /// The run's budget ran out: every live attempt is asked to wrap up (a steerable agent
@@ -627,6 +635,9 @@ impl Engine {
     fn abort_now(&mut self) {
         for h in self.live.values() {
             h.kill_now();
+        }
+        for c in std::mem::take(&mut self.checks).into_values() {
+            c.abort();
         }
         // Their git commands die with them; resume redoes each step from the journal.
         for (_, job) in std::mem::take(&mut self.jobs) {

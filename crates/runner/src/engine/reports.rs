@@ -90,6 +90,10 @@ impl Engine {
             if let Msg::Finished { .. } | Msg::Orphaned { .. } = msg {
                 self.live.remove(&task);
             }
+            // #33: a check's verdict is its last report.
+            if let Msg::Verified { .. } = msg {
+                self.checks.remove(&task);
+            }
             if let Msg::Finished { outcome, .. } = &msg
                 && sortie_core::decide::stops_the_run(
                     outcome,
@@ -278,6 +282,16 @@ fn report_event(msg: Msg) -> Option<Event> {
             offset,
         },
         Msg::Waiting { task, attempt } => Event::AttemptWaiting { task, attempt },
+        // #33: the check's verdict; an interrupted check has none (resume runs it again).
+        Msg::Verified {
+            task,
+            attempt,
+            verdict,
+        } => Event::VerifyEnded {
+            task,
+            attempt,
+            verdict: verdict?,
+        },
         // #13: once per attempt (an adopted attempt's reader names it again).
         Msg::Session {
             task,

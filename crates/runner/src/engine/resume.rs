@@ -116,6 +116,8 @@ impl Engine {
                 .filter(|l| l.presence != Presence::Gone)
                 .map(|l| (l.orphan.task, l.orphan.attempt)),
         );
+        // #33: the checks that were running: those that run on are spared too.
+        let checks = self.find_checks(&plan.checks, &mut spare).await;
         let killed = process::kill_marked(&self.run_id, self.incarnation(), grace, &spare)
             .await
             .map_err(survivor)?;
@@ -165,6 +167,7 @@ impl Engine {
         for (task, adoption, ended) in follow {
             self.follow(task, adoption, ended);
         }
+        self.follow_checks(checks);
         Ok(())
     }
 

@@ -37,6 +37,14 @@
 //!     attempts/<task>.<attempt>.stdout, .stderr (and their .cut, .read)
 //!                                     the shepherd's attempts' files, beside the dir's
 //!                                     name (no dir)               [supervisor, transcript]
+//!     checks/<task>.<attempt>         #33: a check's placement (its files beside the name
+//!                                     under the shepherd, as for an attempt; its own
+//!                                     status.log)                 [supervisor, executor]
+//!     checks/<task>.<attempt>.log     the check's stdout then stderr, kept     [engine checks]
+//!     checks/<task>.<attempt>.output  the agent's answer the check reads (SORTIE_OUTPUT)
+//!                                                                         [engine checks]
+//!     checks/<task>.<attempt>.result  SORTIE_VERIFY_RESULT: what the check may write
+//!                                                                      [the check itself]
 //!     attempts/status.log             the shepherd's started and exit records
 //!                                                                 [supervisor::status_log]
 //!     prompts/<task>.<attempt>        an attempt's prompt, when the agent reads it on stdin
@@ -252,6 +260,19 @@ impl RunDir {
     /// An attempt's dir (see `executor`): its output files and its executor's records.
     pub fn attempt_dir(&self, task: u32, attempt: u32) -> PathBuf {
         self.path.join("attempts").join(format!("{task}.{attempt}"))
+    }
+
+    /// #33: where the check of attempt `attempt` of `task` runs: its placement's dir (the
+    /// shepherd's check files lie beside its name, in `checks/`).
+    pub fn check_dir(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("checks").join(format!("{task}.{attempt}"))
+    }
+
+    /// #33: the check's kept output (`sortie logs RUN LABEL --verify`), its input files.
+    pub fn check_file(&self, task: u32, attempt: u32, what: &str) -> PathBuf {
+        self.path
+            .join("checks")
+            .join(format!("{task}.{attempt}.{what}"))
     }
 
     /// Where the attempt dirs are.
