@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use sortie_testkit::git;
 
-use crate::support::{Scratch, event_kind, task_view, unique_run};
+use sortie_runner::engine::TEST_PAUSE_AFTER as PAUSE_AFTER;
+
+use crate::support::{Background, Scratch, event_kind, poll, send_signal, task_view, unique_run};
 
 /// A repository `repo/` with `calc.sh` (a wrong `add`) and `test.sh`, its test: it fails
 /// with `FAILED test_add: add 2 2 gave 0, expected 4` until `add` adds.
@@ -190,4 +192,114 @@ fn the_check_sees_the_run_the_task_and_the_output_and_its_result_file_decides_th
             .contains("passed: false"),
         "{refused}"
     );
+}
+
+/// Starts `sortie run` of `batch` paused once a check was journaled as started
+/// (`SORTIE_TEST_PAUSE_AFTER=VerifyStarted`: the check runs, its verdict is never journaled).
+fn run_paused_at_check(s: &Scratch, run: &str) -> Background {
+    let mut cmd = s.sortie();
+    cmd.env(PAUSE_AFTER, "VerifyStarted")
+        .args(["run", "--run-id", run, "batch.toml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    Background::from_command(cmd, run)
+}
+
+fn lines_of(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// The verdicts the journal holds for each attempt of task 0, in order.
+fn verdicts(s: &Scratch, run: &str) -> Vec<(u64, bool)> {
+    s.events(run)
+        .iter()
+        .map(event_kind)
+        .filter(|(kind, _)| *kind == "VerifyEnded")
+        .map(|(_, v)| {
+            (
+                v["attempt"].as_u64().unwrap_or_default(),
+                v["passed"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_check_running_when_sortie_is_killed_is_adopted_by_resume_and_its_verdict_journaled_once() {
+    let s = Scratch::new();
+    let counter = s.path().join("checks-run");
+    let gate = s.path().join("gate");
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"t\"\ncommand = [\"echo\", \"done\"]\n\
+             verify = \"echo ran >> {c}; while [ ! -e {g} ]; do sleep 0.05; done; echo ok\"\n",
+            c = counter.display(),
+            g = gate.display()
+        ),
+    );
+    let id = unique_run("verify-adopt");
+    let first = run_paused_at_check(&s, &id);
+    poll("the check to start", 60, || {
+        (lines_of(&counter) == 1).then_some(())
+    });
+    send_signal(first.pid(), nix::sys::signal::Signal::SIGKILL);
+    drop(first.finish(30));
+    // The check outlives sortie (its shepherd's child): resume adopts it, and it finishes
+    // once the gate opens.
+    let resume = Background::start(&s, &id, &["resume", &id]);
+    s.wait_task_state(&id, 0, "verifying");
+    std::fs::write(&gate, "").expect("open the gate");
+    let out = resume.finish(60);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(lines_of(&counter), 1, "the check ran once");
+    assert_eq!(verdicts(&s, &id), vec![(1, true)]);
+    assert_eq!(task_view(&s.status(&id), "t")["state"], "completed");
+    s.audit_clean(&id);
+}
+
+#[test]
+fn a_check_that_ended_while_sortie_was_dead_is_read_from_its_files_not_run_again() {
+    let s = Scratch::new();
+    let counter = s.path().join("checks-run");
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"t\"\ncommand = [\"echo\", \"done\"]\n\
+             verify = \"echo ran >> {c}; echo 'FAILED: the answer is wrong' >&2; exit 3\"\n",
+            c = counter.display()
+        ),
+    );
+    let id = unique_run("verify-record");
+    let first = run_paused_at_check(&s, &id);
+    let log = s
+        .state_dir()
+        .join("runs")
+        .join(&id)
+        .join("checks")
+        .join("0.1.stderr");
+    // Ended: its stderr (beside its placement, under the run's shepherd) holds its last line.
+    poll("the check to end", 60, || {
+        std::fs::read_to_string(&log)
+            .is_ok_and(|t| t.contains("the answer is wrong"))
+            .then_some(())
+    });
+    send_signal(first.pid(), nix::sys::signal::Signal::SIGKILL);
+    drop(first.finish(30));
+    let out = s.run(&["resume", &id]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(lines_of(&counter), 1, "the check is not run again");
+    assert_eq!(verdicts(&s, &id), vec![(1, false)]);
+    let status = s.status(&id);
+    let t = task_view(&status, "t");
+    assert_eq!(t["stop_reason"], "verify", "{t}");
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("exited 3") && error.contains("FAILED: the answer is wrong"),
+        "{error}"
+    );
+    s.audit_clean(&id);
 }
