@@ -303,3 +303,35 @@ fn a_check_that_ended_while_sortie_was_dead_is_read_from_its_files_not_run_again
     );
     s.audit_clean(&id);
 }
+
+#[test]
+fn check_names_a_check_whose_program_is_missing_or_whose_script_does_not_parse() {
+    let s = Scratch::new();
+    s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"missing\"\ncommand = [\"true\"]\nverify = \"no-such-checker -q\"\n\n\
+         [[tasks]]\nlabel = \"broken\"\ncommand = [\"true\"]\nverify = \"if then fi (\"\n\n\
+         [[tasks]]\nlabel = \"argv\"\ncommand = [\"true\"]\nverify = [\"no-such-argv-checker\"]\n\n\
+         [[tasks]]\nlabel = \"fine\"\ncommand = [\"true\"]\nverify = \"test -e . && sh -c true\"\n\
+         verify_rounds = 21\n",
+    );
+    let out = s.run(&["check", "batch.toml"]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("batch.toml:4") && said.contains("`no-such-checker` is not on PATH"),
+        "{said}"
+    );
+    assert!(
+        said.contains("batch.toml:9") && said.contains("sh cannot parse the check"),
+        "{said}"
+    );
+    assert!(
+        said.contains("`no-such-argv-checker` is not on PATH"),
+        "{said}"
+    );
+    assert!(
+        said.contains("batch.toml:20") && said.contains("verify_rounds"),
+        "{said}"
+    );
+}

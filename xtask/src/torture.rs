@@ -66,7 +66,7 @@ pub(crate) const PAUSE_AFTER: &str = "SORTIE_TEST_PAUSE_AFTER";
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Journal events after which a run may be frozen (then killed), and their weights.
-const PAUSE_EVENTS: [(&str, u64); 13] = [
+const PAUSE_EVENTS: [(&str, u64); 15] = [
     ("AttemptLaunching", 4),
     ("AttemptStarted", 3),
     ("AttemptProgress", 3),
@@ -81,6 +81,9 @@ const PAUSE_EVENTS: [(&str, u64); 13] = [
     ("AttemptPlaced", 2),
     ("AttemptAdopted", 1),
     ("AttemptRecorded", 1),
+    // #33: a check runs (found again by a resume), and its verdict.
+    ("VerifyStarted", 3),
+    ("VerifyEnded", 2),
 ];
 
 /// Events only a resume records.
@@ -457,6 +460,7 @@ impl Torture {
             "stall",
             "slow",
             "worktree",
+            "verify",
         ];
         let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
         let label = format!("t{i:02}-{kind}");
@@ -488,6 +492,7 @@ impl Torture {
             format!("{:.3}", sleep_ms as f64 / 1000.0),
         ];
         let mut extra = String::new();
+        let mut prefix: Option<PathBuf> = None;
         match kind {
             "transient" => args.extend(["--fail-attempts".into(), "1:error".into()]),
             "fallback" => {
@@ -511,6 +516,19 @@ impl Torture {
                     args.extend(["--write".into(), format!("{label}.txt:made by {label}")]);
                 }
             }
+            // #33: its check fails until a feedback round reached the command (the round's
+            // SORTIE_VERIFY_FEEDBACK leaves a mark), then passes; every run of it is counted.
+            "verify" => {
+                let fed = dir.join(format!("fed-{label}"));
+                let checks = dir.join(format!("checks-{label}"));
+                extra.push_str(&format!(
+                    "verify = \"echo ran >> '{}'; sleep 0.{}; test -e '{}'\"\nverify_rounds = 2\n",
+                    checks.display(),
+                    1 + self.rng.below(8),
+                    fed.display()
+                ));
+                prefix = Some(fed);
+            }
             _ => {}
         }
         if self.rng.chance(30) {
@@ -520,7 +538,19 @@ impl Torture {
         if self.rng.chance(20) {
             extra.push_str("supervise = false\n");
         }
-        let mut argv = vec!["python3".to_owned(), self.agent.display().to_string()];
+        let mut argv = Vec::new();
+        if let Some(fed) = prefix {
+            argv.extend([
+                "sh".to_owned(),
+                "-c".to_owned(),
+                format!(
+                    "[ -n \"$SORTIE_VERIFY_FEEDBACK\" ] && touch '{}'; exec \"$@\"",
+                    fed.display()
+                ),
+                "sh".to_owned(),
+            ]);
+        }
+        argv.extend(["python3".to_owned(), self.agent.display().to_string()]);
         argv.extend(args);
         let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
         let body = format!(

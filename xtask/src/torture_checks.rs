@@ -293,6 +293,16 @@ impl Torture {
                 );
             }
             *self.report.tasks_by_state.entry(state).or_default() += 1;
+            // #33: each check's verdict once, and a checked task completes only on a pass.
+            let verdicts = j.of(t, "VerifyEnded");
+            let mut checked: Vec<u64> = verdicts.iter().map(|b| num(&b["attempt"])).collect();
+            checked.dedup();
+            if checked.len() != verdicts.len() {
+                bail!("violation {when}: [{label}] a check's verdict was journaled twice");
+            }
+            if label.ends_with("-verify") && verdicts.last().is_none_or(|b| b["passed"] != true) {
+                bail!("violation {when}: [{label}] completed without a passing check");
+            }
             if g.counter(t) == 0 {
                 bail!("violation {when}: [{label}] completed, but its agent never answered");
             }

@@ -73,6 +73,10 @@ pub mod ranges {
     /// `max_orphans`: 0 (an attempt a crash of sortie cut short is not retried) to 1000
     /// (issue 10).
     pub const MAX_ORPHANS: u32 = 1000;
+    /// `verify_timeout`: more than 0, at most 1 day (#33).
+    pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(DAY);
+    /// `verify_rounds`: 0 (a failed check fails the task) to 20 (#33).
+    pub const VERIFY_ROUNDS: u32 = 20;
 
     /// A duration as its largest whole unit when exact (`7d`, `90s`), else in milliseconds.
     pub fn format(d: Duration) -> String {
@@ -128,6 +132,7 @@ pub(crate) fn bounds_errors(t: &TaskSpec) -> Vec<(&'static [&'static str], Strin
         STALL_KILL_AFTER,
     );
     duration(&["kill_grace"], t.kill_grace, true, KILL_GRACE);
+    duration(&["verify_timeout"], t.verify_timeout, false, VERIFY_TIMEOUT);
     let mut count = |field: &'static [&'static str], v: u64, low: u64, high: u64| {
         if v < low || v > high {
             out.push((
@@ -159,6 +164,12 @@ pub(crate) fn bounds_errors(t: &TaskSpec) -> Vec<(&'static [&'static str], Strin
         u64::from(t.max_orphans),
         0,
         u64::from(MAX_ORPHANS),
+    );
+    count(
+        &["verify_rounds"],
+        u64::from(t.verify_rounds),
+        0,
+        u64::from(VERIFY_ROUNDS),
     );
     if let Some(v) = t.max_turns {
         count(&["max_turns"], u64::from(v), 1, u64::from(MAX_TURNS));

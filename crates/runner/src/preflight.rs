@@ -6,8 +6,9 @@
 //! be written (not a read-only filesystem, not `/proc`); a prompt, a command's argument and an
 //! `env` value fit in one argument (Linux's `MAX_ARG_STRLEN`) and hold no NUL byte; the program
 //! is a binary or a `#!` script (not ENOEXEC); its `reads` exist; a batch on Slurm has a
-//! controller that answers. Nothing is spawned but `git rev-parse` and `scontrol ping`, nothing
-//! is written.
+//! controller that answers; (#33) its check (`verify`) parses (`sh -n`) and its program is on
+//! `PATH`. Nothing is spawned but `git rev-parse`, `scontrol ping` and `sh -n`, nothing is
+//! written.
 //!
 //! [`Agent::credentials`]: crate::agent::Agent::credentials
 
@@ -65,6 +66,9 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding>
         }
         for (field, message) in argument_problems(spec, task_env) {
             found(field, message);
+        }
+        if let Some(message) = verify_problem(spec, task_env) {
+            found("verify", message);
         }
         if let Some(message) = credentials_problem(batch, spec, task_env) {
             found("agent", message);
@@ -132,11 +136,65 @@ fn program_problem(
     } else {
         "the task's command".to_owned()
     };
+    on_path(spec, task_env, program, &whose).map(|m| (field, m))
+}
+
+/// #33: the task's check: a script `sh` can parse (`sh -n`), whose first word, when it names
+/// a program, is on `PATH`; an argv's program on `PATH`.
+fn verify_problem(spec: &TaskSpec, task_env: &[(String, String)]) -> Option<String> {
+    let argv = spec.verify.as_deref()?;
+    let whose = "the check's program";
+    match argv {
+        [sh, c, script] if sh == "sh" && c == "-c" => {
+            #[allow(clippy::disallowed_methods, reason = "`sh -n` reads, never runs")]
+            let parsed = std::process::Command::new("sh")
+                .args(["-n", "-c", script])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .output();
+            if let Ok(out) = parsed
+                && !out.status.success()
+            {
+                let why = String::from_utf8_lossy(&out.stderr);
+                return Some(format!(
+                    "sh cannot parse the check: {}",
+                    why.lines().next().unwrap_or("a syntax error").trim()
+                ));
+            }
+            let first = script.split_whitespace().next()?;
+            let plain = first
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-+/".contains(c));
+            if !plain || first.contains('=') || SHELL_WORDS.contains(&first) {
+                return None;
+            }
+            on_path(spec, task_env, first, whose)
+        }
+        [program, ..] => on_path(spec, task_env, program, whose),
+        [] => Some("the check is empty".to_owned()),
+    }
+}
+
+/// Words a check's script may start with that are the shell's own, not programs.
+const SHELL_WORDS: &[&str] = &[
+    ".", ":", "[", "cd", "echo", "exec", "exit", "export", "false", "for", "if", "printf", "read",
+    "set", "source", "test", "true", "until", "while", "case", "!", "{", "(",
+];
+
+/// Why `program` (run by `whose`, in the task's directory and environment) cannot start, if it
+/// cannot.
+fn on_path(
+    spec: &TaskSpec,
+    task_env: &[(String, String)],
+    program: &str,
+    whose: &str,
+) -> Option<String> {
     if program.contains('/') {
         let p = Path::new(&spec.cwd).join(program);
         return match executable(&p).and_then(|()| runnable(&p)) {
             Ok(()) => None,
-            Err(why) => Some((field, format!("{whose} {} {why}", p.display()))),
+            Err(why) => Some(format!("{whose} {} {why}", p.display())),
         };
     }
     let path = task_env
@@ -150,10 +208,10 @@ fn program_problem(
         .map(|d| d.join(program))
         .find(|p| executable(p).is_ok());
     match found {
-        None => Some((field, format!("{whose} `{program}` is not on PATH"))),
+        None => Some(format!("{whose} `{program}` is not on PATH")),
         Some(p) => runnable(&p)
             .err()
-            .map(|why| (field, format!("{whose} {} {why}", p.display()))),
+            .map(|why| format!("{whose} {} {why}", p.display())),
     }
 }
 
