@@ -129,6 +129,19 @@ impl Observer for LogLines {
                 state.label(*task),
                 delay.as_secs_f64()
             )),
+            // #33: a check's verdict (its start is shown by the board and status).
+            Event::VerifyEnded {
+                task,
+                attempt,
+                verdict,
+            } if sortie_core::view::logs_launch(tasks) => Some(format!(
+                "[{}] check of attempt {attempt} {}",
+                state.label(*task),
+                match &verdict.error {
+                    None => "passed".to_owned(),
+                    Some(e) => format!("failed: {}", first_line(e)),
+                }
+            )),
             Event::Control { by, action } => Some(format!(
                 "[{}] {} by {by}",
                 action
