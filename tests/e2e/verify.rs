@@ -130,6 +130,24 @@ fn a_failed_check_is_fed_back_and_the_task_completes_verified_after_one_round() 
         .collect();
     assert_eq!(ends, vec![Some(false), Some(true)]);
     s.audit_clean(&id);
+    // The replay and the HTML report say it too.
+    let replay = text(&s.run_ok(&["replay", &id]).stdout);
+    assert!(
+        replay.contains("check of attempt 1 failed")
+            && replay.contains("check of attempt 2 passed"),
+        "{replay}"
+    );
+    let html = s.path().join("report.html");
+    s.run_ok(&["report", &id, "--html", &html.display().to_string()]);
+    let html = std::fs::read_to_string(&html).expect("the report");
+    assert!(
+        html.contains("verified after 1 round"),
+        "the report's check column"
+    );
+    assert!(
+        html.contains("FAILED test_add"),
+        "the failed check on attempt 1's bar"
+    );
 }
 
 #[test]

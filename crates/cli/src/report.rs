@@ -149,6 +149,28 @@ impl Timeline {
                         }
                     }
                 }
+                // #33: a check runs over the end of the attempt it checks; its verdict is told
+                // on that attempt's bar.
+                Event::VerifyStarted { task, .. } => {
+                    if let Some(r) = rows.get_mut(task) {
+                        open(&mut r.spans, "checking", at);
+                    }
+                }
+                Event::VerifyEnded { task, verdict, .. } => {
+                    if let Some(r) = rows.get_mut(task) {
+                        close(&mut r.spans, "checking", at);
+                        if let Some(b) = r.bars.last_mut() {
+                            match &verdict.error {
+                                None => b.what.push_str("; check passed"),
+                                Some(e) => {
+                                    b.what.push_str("; ");
+                                    b.what.push_str(e.lines().next().unwrap_or_default());
+                                    b.class = "failed";
+                                }
+                            }
+                        }
+                    }
+                }
                 Event::TaskFinished { task, .. } => {
                     if let Some(r) = rows.get_mut(task) {
                         close(&mut r.spans, "held", at);
@@ -238,6 +260,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
 .span{position:absolute;top:0;height:16px;pointer-events:none}
 .span.held{background:repeating-linear-gradient(45deg,rgba(0,0,0,.28) 0 4px,transparent 4px 8px)}
 .span.stalled{background:rgba(255,170,0,.45)}
+.span.checking{background:rgba(20,20,120,.35)}
 .completed{background:#2e9e44}.failed{background:#d33}.timeout{background:#e67e22}
 .cancelled{background:#888}.interrupted{background:#8e44ad}.budget{background:#c0a000}
 .running{background:#3498db}
@@ -274,6 +297,7 @@ pub(crate) fn html(state: &RunState, events: &[Stamped], view: &RunView) -> Stri
         ("running", "running"),
         ("span held", "held"),
         ("span stalled", "stalled"),
+        ("span checking", "its check runs"),
     ] {
         let _ = write!(
             h,
@@ -374,7 +398,7 @@ fn summary_table(h: &mut String, v: &RunView) {
     h.push_str(
         "<h2>Summary</h2>\n<table class=\"summary\"><tr><th>task</th><th>state</th>\
          <th>attempts</th><th>models</th><th>tokens</th><th>cost</th><th>time</th>\
-         <th>result</th><th>error</th></tr>\n",
+         <th>result</th><th>check</th><th>error</th></tr>\n",
     );
     for t in &v.tasks {
         let models: Vec<&str> = t
@@ -392,6 +416,14 @@ fn summary_table(h: &mut String, v: &RunView) {
             .flatten()
             .collect::<Vec<_>>()
             .join("; ");
+        // #33: how its check went, with its score when it is not all or nothing.
+        let check = t.verify.as_ref().map_or(String::new(), |c| {
+            if c.score > 0.0 && c.score < 1.0 {
+                format!("{} (score {:.2})", c.text, c.score)
+            } else {
+                c.text.clone()
+            }
+        });
         let error = match (&t.error, t.state.as_str()) {
             (Some(e), s) if s != "completed" => e.lines().next().unwrap_or_default().to_owned(),
             _ => String::new(),
@@ -400,7 +432,7 @@ fn summary_table(h: &mut String, v: &RunView) {
             h,
             "<tr><td>{}</td><td class=\"{}\" style=\"color:#fff\">{}</td><td class=\"n\">{}</td>\
              <td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td>{}</td><td class=\"err\">{}</td></tr>",
+             <td>{}</td><td>{}</td><td class=\"err\">{}</td></tr>",
             esc(&t.label),
             state_class(&t.state),
             esc(&t.state),
@@ -410,6 +442,7 @@ fn summary_table(h: &mut String, v: &RunView) {
             esc(&t.usage.cost.to_string()),
             t.duration_ms.map(short_duration).unwrap_or_default(),
             esc(&result),
+            esc(&check),
             esc(&error)
         );
     }
