@@ -353,3 +353,35 @@ fn check_names_a_check_whose_program_is_missing_or_whose_script_does_not_parse()
         "{said}"
     );
 }
+
+#[test]
+fn slurm_a_check_of_a_task_on_slurm_runs_as_a_job_of_its_own() {
+    if !sortie_testkit::slurm::should_run(
+        "slurm_a_check_of_a_task_on_slurm_runs_as_a_job_of_its_own",
+    ) {
+        return;
+    }
+    let s = Scratch::new();
+    s.write(
+        "batch.toml",
+        "[defaults]\nexecutor = \"slurm\"\n\n\
+         [[tasks]]\nlabel = \"on-slurm\"\ncommand = [\"sh\", \"-c\", \"echo $SLURM_JOB_ID > agent-job\"]\n\
+         verify = \"echo $SLURM_JOB_ID > check-job; test -s agent-job\"\n",
+    );
+    let id = unique_run("verify-slurm");
+    let out = s.run(&["run", "--run-id", &id, "batch.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let job = |f: &str| {
+        std::fs::read_to_string(s.path().join(f))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let (agent, check) = (job("agent-job"), job("check-job"));
+    assert!(!agent.is_empty() && !check.is_empty(), "both ran in a job");
+    assert_ne!(agent, check, "the check is a job of its own");
+    assert_eq!(
+        task_view(&s.status(&id), "on-slurm")["verify"]["passed"],
+        true
+    );
+}

@@ -9,7 +9,8 @@
 //! Resume finds a check that was running when sortie died by its placement (its dir under
 //! `checks/` and its executor follow from the spec, so nothing else is journaled): alive, it
 //! is adopted and followed; ended, its end is read from its files; gone, it runs again. Its
-//! verdict is journaled once either way.
+//! verdict is journaled once either way. A check on Slurm that a crash cut short runs again
+//! (its job is named as its attempt's, which the scheduler's lookup would confuse).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -110,7 +111,10 @@ impl Engine {
                 placement: job.placement.clone(),
                 started: None,
             };
-            let found = if job.executor.can().outlives_sortie {
+            // A batch scheduler's check job shares its attempt's job name (the scheduler
+            // finds jobs by it): it is run again rather than mistaken for the attempt's.
+            let can = job.executor.can();
+            let found = if can.outlives_sortie && !can.polls_in_batch {
                 job.executor.find(&adoption).await
             } else {
                 Presence::Gone
