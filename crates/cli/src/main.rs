@@ -8,6 +8,7 @@ mod args;
 mod board;
 mod commands;
 mod error;
+mod log_lines;
 mod output;
 // #14: shared rate limits.
 mod pools;

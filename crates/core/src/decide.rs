@@ -181,12 +181,7 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         ));
         return give_up(&o);
     }
-    let interrupts = interrupted_attempts(spec, rec);
-    // #33: a feedback round's attempt spends no retry.
-    let rounds = crate::verify::failed_checks(rec).min(spec.verify_rounds);
-    let used = (rec.attempts.len() as u32)
-        .saturating_sub(orphans + limited + interrupts)
-        .saturating_sub(rounds);
+    let used = spent_attempts(spec, rec, orphans, limited);
     if !last.orphaned() && !last_limited && !last_interrupted && used >= spec.max_attempts() {
         return give_up(&outcome);
     }
@@ -260,11 +255,7 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         model.as_deref().unwrap_or("the default model")
     );
     let reason = if last_limited {
-        format!(
-            "{reason} after {} (rate limit {limited} of max_rate_limits {}; no retry spent)",
-            crate::bounds::ranges::format(delay),
-            spec.max_rate_limits
-        )
+        limited_reason(&reason, delay, limited, spec.max_rate_limits)
     } else {
         reason
     };
@@ -274,6 +265,25 @@ pub fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp, jitter: u64)
         delay,
         reason,
     }
+}
+
+/// A rate-limited attempt's retry reason: `reason`, the wait, and the rate limits so far.
+fn limited_reason(reason: &str, delay: Duration, limited: u32, max: u32) -> String {
+    format!(
+        "{reason} after {} (rate limit {limited} of max_rate_limits {max}; no retry spent)",
+        crate::bounds::ranges::format(delay)
+    )
+}
+
+/// How many of a task's attempts spent its retries: not orphaned (`orphans`), not rate
+/// limited within `max_rate_limits` (`limited`), not ended by an interrupt, and (#33) not a
+/// feedback round.
+fn spent_attempts(spec: &TaskSpec, rec: &TaskRecord, orphans: u32, limited: u32) -> u32 {
+    let interrupts = interrupted_attempts(spec, rec);
+    let rounds = crate::verify::failed_checks(rec).min(spec.verify_rounds);
+    (rec.attempts.len() as u32)
+        .saturating_sub(orphans + limited + interrupts)
+        .saturating_sub(rounds)
 }
 
 /// How many of a task's attempts ended rate limited and count against `max_rate_limits`

@@ -67,7 +67,7 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding>
         for (field, message) in argument_problems(spec, task_env) {
             found(field, message);
         }
-        if let Some(message) = verify_problem(spec, task_env) {
+        if let Some(message) = verify_problem(spec, task_env).await {
             found("verify", message);
         }
         if let Some(message) = credentials_problem(batch, spec, task_env) {
@@ -141,25 +141,18 @@ fn program_problem(
 
 /// #33: the task's check: a script `sh` can parse (`sh -n`), whose first word, when it names
 /// a program, is on `PATH`; an argv's program on `PATH`.
-fn verify_problem(spec: &TaskSpec, task_env: &[(String, String)]) -> Option<String> {
+async fn verify_problem(spec: &TaskSpec, task_env: &[(String, String)]) -> Option<String> {
     let argv = spec.verify.as_deref()?;
     let whose = "the check's program";
     match argv {
         [sh, c, script] if sh == "sh" && c == "-c" => {
-            #[allow(clippy::disallowed_methods, reason = "`sh -n` reads, never runs")]
-            let parsed = std::process::Command::new("sh")
-                .args(["-n", "-c", script])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .output();
-            if let Ok(out) = parsed
-                && !out.status.success()
+            let parse = ["sh", "-n", "-c", script.as_str()].map(str::to_owned);
+            if let Ok(out) = process::run_tool(&parse, Path::new("/"), &[]).await
+                && !out.success()
             {
-                let why = String::from_utf8_lossy(&out.stderr);
                 return Some(format!(
                     "sh cannot parse the check: {}",
-                    why.lines().next().unwrap_or("a syntax error").trim()
+                    out.stderr.lines().next().unwrap_or("a syntax error").trim()
                 ));
             }
             let first = script.split_whitespace().next()?;

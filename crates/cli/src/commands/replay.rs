@@ -138,6 +138,26 @@ fn is_attempt_event(e: &Event) -> bool {
     )
 }
 
+/// #33: a check's start and verdict.
+fn check_details(e: &Event) -> String {
+    match e {
+        Event::VerifyStarted { attempt, .. } => format!("check of attempt {attempt}"),
+        Event::VerifyEnded {
+            attempt, verdict, ..
+        } => format!(
+            "check of attempt {attempt} {} (score {:.2}){}",
+            if verdict.passed { "passed" } else { "failed" },
+            verdict.score_f64(),
+            verdict
+                .error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        _ => String::new(),
+    }
+}
+
 fn details(e: &Event) -> String {
     match e {
         Event::RunStarted {
@@ -206,19 +226,7 @@ fn details(e: &Event) -> String {
         }
         Event::ArtifactWritten { path, bytes, .. } => format!("{path} ({bytes} bytes)"),
         // #33: the check of a completed attempt.
-        Event::VerifyStarted { attempt, .. } => format!("check of attempt {attempt}"),
-        Event::VerifyEnded {
-            attempt, verdict, ..
-        } => format!(
-            "check of attempt {attempt} {} (score {:.2}){}",
-            if verdict.passed { "passed" } else { "failed" },
-            verdict.score_f64(),
-            verdict
-                .error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default()
-        ),
+        Event::VerifyStarted { .. } | Event::VerifyEnded { .. } => check_details(e),
         Event::WorktreeFinalized { changed, .. } => format!("changed: {changed}"),
         Event::WorktreePlanned { path, branch, .. } => format!("{path} on {branch}"),
         Event::AttemptSideEffects { attempt, .. } => format!("attempt {attempt}"),

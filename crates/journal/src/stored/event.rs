@@ -507,23 +507,7 @@ impl From<&Event> for StoredEvent {
                 by: (*by).into(),
                 branch_kept: *branch_kept,
             },
-            Event::VerifyStarted { task, attempt } => StoredEvent::VerifyStarted {
-                task: task.0,
-                attempt: attempt.0,
-            },
-            Event::VerifyEnded {
-                task,
-                attempt,
-                verdict,
-            } => StoredEvent::VerifyEnded {
-                task: task.0,
-                attempt: attempt.0,
-                passed: verdict.passed,
-                score: verdict.score,
-                exit: verdict.exit,
-                digest: verdict.digest,
-                error: verdict.error.clone(),
-            },
+            Event::VerifyStarted { .. } | Event::VerifyEnded { .. } => stored_verify_event(e),
             Event::AttemptLaunching { .. }
             | Event::AttemptStarted { .. }
             | Event::AttemptProgress { .. }
@@ -544,6 +528,30 @@ impl From<&Event> for StoredEvent {
 }
 
 /// An attempt's event in its stored form (the attempt events of [`StoredEvent::from`]).
+/// #33: a check's events.
+fn stored_verify_event(e: &Event) -> StoredEvent {
+    match e {
+        Event::VerifyStarted { task, attempt } => StoredEvent::VerifyStarted {
+            task: task.0,
+            attempt: attempt.0,
+        },
+        Event::VerifyEnded {
+            task,
+            attempt,
+            verdict,
+        } => StoredEvent::VerifyEnded {
+            task: task.0,
+            attempt: attempt.0,
+            passed: verdict.passed,
+            score: verdict.score,
+            exit: verdict.exit,
+            digest: verdict.digest,
+            error: verdict.error.clone(),
+        },
+        _ => unreachable!("`From<&Event>` sends only a check's events here"),
+    }
+}
+
 fn stored_attempt_event(e: &Event) -> StoredEvent {
     match e {
         Event::AttemptLaunching {
