@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sortie_core::{ExecutorKind, Isolation, OutputMode, Permissions};
+use sortie_core::{ExecutorKind, Isolation, NeedsMode, OutputMode, Permissions};
 
 use crate::error::Issues;
 use crate::value::{Entry, Val};
@@ -65,6 +65,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "session",
     // Issue 13: structured results.
     "output_schema",
+    // #33: a judge over samples.
+    "needs_mode",
 ];
 
 /// The top-level keys of a batch file.
@@ -167,6 +169,8 @@ pub(crate) struct RawTask {
     pub(crate) session: Option<String>,
     // Issue 13: structured results.
     pub(crate) output_schema: Option<String>,
+    // #33: a judge over samples.
+    pub(crate) needs_mode: Option<NeedsMode>,
 }
 
 /// What of a task's table outlives its resolution: where the task and each field it gave are
@@ -389,6 +393,8 @@ impl RawTask {
                     self.failed.insert(name);
                 }
             },
+            // #33: a judge over samples.
+            "needs_mode" => self.needs_mode = Some(needs_mode(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())
@@ -675,6 +681,13 @@ fn output_mode(v: &Val) -> Result<OutputMode, String> {
             "expected \"inline\" or \"file-only\", found {other:?}"
         )),
     }
+}
+
+/// `needs_mode` (#33): "completed" or "settled".
+fn needs_mode(v: &Val) -> Result<NeedsMode, String> {
+    let name = string(v)?;
+    NeedsMode::parse(&name)
+        .ok_or_else(|| format!("expected \"completed\" or \"settled\", found {name:?}"))
 }
 
 /// `executor`: an executor's kind.

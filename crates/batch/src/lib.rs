@@ -39,6 +39,7 @@ mod fields;
 mod json;
 mod load;
 mod locate;
+mod needs;
 mod read;
 mod resolve;
 mod schema;

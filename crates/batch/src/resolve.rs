@@ -189,6 +189,9 @@ pub(crate) fn resolve_all(
         config,
         source: input.source.clone(),
     };
+    // #33: `needs` patterns become the labels they match, before validation sees them.
+    let defaults = run.defaults.written();
+    crate::needs::resolve_patterns(&mut batch, &input.tasks, &defaults, &mut issues);
     // #37: the price of every model a task may need priced, resolved once and kept with the
     // run (a later table never reprices it).
     let models = sortie_core::prices::resolve(&batch, &run.prices);
@@ -426,6 +429,10 @@ fn resolve_task(
     s.session = t.session.clone();
     // Issue 13: structured results.
     s.output_schema = pick(&t.output_schema, &d.output_schema);
+    // #33: a judge over samples.
+    if let Some(mode) = pick(&t.needs_mode, &d.needs_mode) {
+        s.needs_mode = mode;
+    }
     (s, env.into_iter().collect())
 }
 

@@ -346,6 +346,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             env_keys: t.env_keys,
             retry_after_side_effects: t.retry_after_side_effects,
             retry_timeouts: false,
+            // #33: a judge over samples.
+            needs_mode: sortie_core::NeedsMode::Completed,
             max_orphans: 3,
             supervise: true,
             executor: sortie_core::Executor::Local,

@@ -58,6 +58,8 @@ pub(crate) struct TaskExtV2 {
     output_schema: Option<String>,
     // #37: an attempt timeout retried.
     retry_timeouts: bool,
+    // #33: a judge over samples.
+    needs_mode: NeedsModeV2,
 }
 
 impl TaskExtV2 {
@@ -80,6 +82,8 @@ impl TaskExtV2 {
             session: t.session.clone(),
             output_schema: t.output_schema.clone(),
             retry_timeouts: t.retry_timeouts,
+            // #33: a judge over samples.
+            needs_mode: t.needs_mode.into(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -100,6 +104,8 @@ impl TaskExtV2 {
         t.session = self.session;
         t.output_schema = self.output_schema;
         t.retry_timeouts = self.retry_timeouts;
+        // #33: a judge over samples.
+        t.needs_mode = self.needs_mode.into();
         Ok(())
     }
 }
@@ -180,6 +186,33 @@ impl From<PermissionsV2> for sortie_core::Permissions {
             PermissionsV2::ReadOnly => sortie_core::Permissions::ReadOnly,
             PermissionsV2::Edit => sortie_core::Permissions::Edit,
             PermissionsV2::Full => sortie_core::Permissions::Full,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::NeedsMode` (#33).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum NeedsModeV2 {
+    #[default]
+    Completed,
+    Settled,
+}
+
+impl From<sortie_core::NeedsMode> for NeedsModeV2 {
+    fn from(m: sortie_core::NeedsMode) -> Self {
+        match m {
+            sortie_core::NeedsMode::Completed => NeedsModeV2::Completed,
+            sortie_core::NeedsMode::Settled => NeedsModeV2::Settled,
+        }
+    }
+}
+
+impl From<NeedsModeV2> for sortie_core::NeedsMode {
+    fn from(m: NeedsModeV2) -> Self {
+        match m {
+            NeedsModeV2::Completed => sortie_core::NeedsMode::Completed,
+            NeedsModeV2::Settled => sortie_core::NeedsMode::Settled,
         }
     }
 }

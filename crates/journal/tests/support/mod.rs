@@ -91,6 +91,8 @@ pub(crate) fn batch(n: u32) -> Batch {
                 role: None,
                 session: None,
                 output_schema: None,
+                // #33: a judge over samples.
+                needs_mode: sortie_core::NeedsMode::Completed,
             }),
         })
         .collect();
