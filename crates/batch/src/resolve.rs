@@ -422,6 +422,10 @@ fn resolve_task(
     s.executor = resolve_executor(t, d, ov);
     s.on_task_end = pick(&t.on_task_end, &d.on_task_end);
 
+    // #33: a judge over samples (a role's below wins over [defaults]').
+    if let Some(mode) = pick(&t.needs_mode, &d.needs_mode) {
+        s.needs_mode = mode;
+    }
     // #13: a role gives what the task itself does not (its own fields win), over `[defaults]`.
     if let Some(role) = pick(&t.role, &d.role).and_then(|n| roles.get(&n)) {
         apply_role(&mut s, role, t);
@@ -429,10 +433,6 @@ fn resolve_task(
     s.session = t.session.clone();
     // Issue 13: structured results.
     s.output_schema = pick(&t.output_schema, &d.output_schema);
-    // #33: a judge over samples.
-    if let Some(mode) = pick(&t.needs_mode, &d.needs_mode) {
-        s.needs_mode = mode;
-    }
     (s, env.into_iter().collect())
 }
 
@@ -461,6 +461,12 @@ fn apply_role(s: &mut TaskSpec, role: &Role, t: &RawTask) {
         && let Some(level) = &role.thinking
     {
         s.thinking = Some(level.clone());
+    }
+    // #33: a judge over samples.
+    if t.needs_mode.is_none()
+        && let Some(mode) = role.needs_mode
+    {
+        s.needs_mode = mode;
     }
     if let Some(body) = &role.system_prompt {
         s.system_prompt = Some(match &t.system_prompt {

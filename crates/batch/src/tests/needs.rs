@@ -163,3 +163,54 @@ fn needs_mode_takes_completed_or_settled() {
         "{text}"
     );
 }
+
+#[test]
+fn a_role_may_give_needs_mode_under_the_tasks_own_and_over_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".sortie/agents")).unwrap();
+    write(
+        &dir.path().join(".sortie/agents"),
+        "judge.md",
+        "---\nname: judge\nneeds_mode: settled\n---\nYou judge attempts.\n",
+    );
+    write(
+        &dir.path().join(".sortie/agents"),
+        "sloppy.md",
+        "---\nneeds_mode: whenever\n---\n",
+    );
+    let path = write(
+        dir.path(),
+        "b.toml",
+        "allow_shared_writes = true\n[defaults]\nneeds_mode = \"completed\"\n\n\
+         [[tasks]]\nlabel = \"s-{sample}\"\ncommand = [\"true\"]\ncount = 2\n\n\
+         [[tasks]]\nlabel = \"judge\"\nrole = \"judge\"\nprompt = \"judge\"\nneeds = [\"s-*\"]\n\n\
+         [[tasks]]\nlabel = \"strict\"\nrole = \"judge\"\nprompt = \"judge\"\nneeds = [\"s-*\"]\n\
+         needs_mode = \"completed\"\n",
+    );
+    let b = load(&path, None, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mode = |label: &str| {
+        b.batch
+            .tasks
+            .iter()
+            .find(|t| t.label == label)
+            .map(|t| t.needs_mode)
+    };
+    assert_eq!(mode("judge"), Some(NeedsMode::Settled), "the role's");
+    assert_eq!(mode("strict"), Some(NeedsMode::Completed), "the task's own");
+    assert_eq!(mode("s-1"), Some(NeedsMode::Completed), "[defaults]'");
+
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "[[tasks]]\nlabel = \"a\"\nprompt = \"p\"\nrole = \"sloppy\"\n",
+    );
+    let text = load(&bad, None, &Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains(
+            "sloppy.md:2: field `needs_mode`: expected \"completed\" or \"settled\", found \"whenever\""
+        ),
+        "{text}"
+    );
+}
