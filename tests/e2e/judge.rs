@@ -81,6 +81,28 @@ fn a_settled_judge_runs_after_every_sample_and_reads_their_outputs_and_errors() 
 }
 
 #[test]
+fn check_shows_what_a_needs_pattern_matched() {
+    let s = Scratch::new();
+    let path = s.write("batch.toml", &batch(Some("settled")));
+    let out = s.run_ok(&["check", path.to_str().expect("utf-8")]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("needs \"s-*\": s-1, s-2, s-3, s-4, s-5 (task judge)\n"),
+        "{said}"
+    );
+    let out = s.run_ok(&["--json", "check", path.to_str().expect("utf-8")]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        v["needs_patterns"],
+        serde_json::json!([{
+            "pattern": "s-*",
+            "matched": ["s-1", "s-2", "s-3", "s-4", "s-5"],
+            "tasks": ["judge"],
+        }])
+    );
+}
+
+#[test]
 fn by_default_a_judge_whose_sample_failed_is_skipped() {
     let s = Scratch::new();
     let path = s.write("batch.toml", &batch(None));

@@ -12,6 +12,19 @@ use sortie_core::Batch;
 use crate::error::Issues;
 use crate::fields::Written;
 
+/// A `needs` pattern of the batch, as `sortie check` shows it: the labels it matched, in batch
+/// order (a task's own label is then left out of its own needs), and the tasks whose `needs`
+/// have it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatternUse {
+    /// The pattern as written.
+    pub pattern: String,
+    /// The labels it matched.
+    pub matched: Vec<String>,
+    /// The labels of the tasks that need it, in batch order.
+    pub tasks: Vec<String>,
+}
+
 /// Whether a `needs` entry is a pattern (it has a `*` or a `?`).
 pub(crate) fn is_pattern(need: &str) -> bool {
     need.contains(['*', '?'])
@@ -53,22 +66,24 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
 /// Replaces each task's `needs` patterns by the labels they match, in batch order, each once
 /// (a label the task also names itself is left to that name), never the task itself. A pattern
 /// that matches nothing else is an issue at the `needs` key that gave it (the task's own, else
-/// `[defaults]`'), reported once per key and pattern.
+/// `[defaults]`'), reported once per key and pattern. Returns each pattern's use.
 pub(crate) fn resolve_patterns(
     batch: &mut Batch,
     tasks: &[Written],
     defaults: &Written,
     issues: &mut Issues,
-) {
+) -> Vec<PatternUse> {
     if !batch
         .tasks
         .iter()
         .any(|t| t.needs.iter().any(|n| is_pattern(n)))
     {
-        return;
+        return Vec::new();
     }
     let labels: Vec<String> = batch.tasks.iter().map(|t| t.label.clone()).collect();
-    let mut matches: HashMap<String, Vec<usize>> = HashMap::new();
+    // Each pattern once, in order of first use: what it matched, the tasks that use it.
+    let mut uses: Vec<(String, Vec<usize>, Vec<usize>)> = Vec::new();
+    let mut by_pattern: HashMap<String, usize> = HashMap::new();
     let mut reported: HashSet<(std::path::PathBuf, Option<usize>, String)> = HashSet::new();
     for (i, spec) in batch.tasks.iter_mut().enumerate() {
         if !spec.needs.iter().any(|n| is_pattern(n)) {
@@ -87,11 +102,19 @@ pub(crate) fn resolve_patterns(
                 resolved.push(need.clone());
                 continue;
             }
-            let matched = matches.entry(need.clone()).or_insert_with(|| {
-                (0..labels.len())
+            let u = *by_pattern.entry(need.clone()).or_insert_with(|| {
+                let matched = (0..labels.len())
                     .filter(|&j| labels.get(j).is_some_and(|l| glob_match(need, l)))
-                    .collect()
+                    .collect();
+                uses.push((need.clone(), matched, Vec::new()));
+                uses.len() - 1
             });
+            let Some((_, matched, users)) = uses.get_mut(u) else {
+                continue;
+            };
+            if users.last() != Some(&i) {
+                users.push(i);
+            }
             let mut any = false;
             for &j in matched.iter() {
                 let Some(label) = labels.get(j) else { continue };
@@ -118,6 +141,18 @@ pub(crate) fn resolve_patterns(
         std::sync::Arc::make_mut(&mut spec.body).needs = resolved;
     }
     batch.share_bodies();
+    let named = |ids: Vec<usize>| -> Vec<String> {
+        ids.into_iter()
+            .filter_map(|j| labels.get(j).cloned())
+            .collect()
+    };
+    uses.into_iter()
+        .map(|(pattern, matched, users)| PatternUse {
+            pattern,
+            matched: named(matched),
+            tasks: named(users),
+        })
+        .collect()
 }
 
 /// Where a task's `needs` was written: its own key, else `[defaults]`', else the task.
