@@ -63,10 +63,53 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
         .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
 }
 
+/// The most dependencies the patterns of one batch may stand for in all (each task's matches
+/// summed): `needs = ["*"]` in `[defaults]` of a 100,000-task batch would be 10^10.
+pub(crate) const MAX_PATTERN_NEEDS: usize = 1_000_000;
+
+/// Each pattern of a batch once, in order of first use: the tasks it matches and the tasks
+/// that need it (task indexes).
+#[derive(Default)]
+struct Uses {
+    list: Vec<(String, Vec<usize>, Vec<usize>)>,
+    by_pattern: HashMap<String, usize>,
+}
+
+impl Uses {
+    fn of(batch: &Batch, labels: &[String]) -> Uses {
+        let mut uses = Uses::default();
+        for (i, spec) in batch.tasks.iter().enumerate() {
+            for need in spec.needs.iter().filter(|n| is_pattern(n)) {
+                let u = *uses.by_pattern.entry(need.clone()).or_insert_with(|| {
+                    let matched = (0..labels.len())
+                        .filter(|&j| labels.get(j).is_some_and(|l| glob_match(need, l)))
+                        .collect();
+                    uses.list.push((need.clone(), matched, Vec::new()));
+                    uses.list.len() - 1
+                });
+                if let Some((_, _, users)) = uses.list.get_mut(u)
+                    && users.last() != Some(&i)
+                {
+                    users.push(i);
+                }
+            }
+        }
+        uses
+    }
+
+    fn matched(&self, pattern: &str) -> &[usize] {
+        self.by_pattern
+            .get(pattern)
+            .and_then(|&u| self.list.get(u))
+            .map_or(&[], |(_, m, _)| m.as_slice())
+    }
+}
+
 /// Replaces each task's `needs` patterns by the labels they match, in batch order, each once
 /// (a label the task also names itself is left to that name), never the task itself. A pattern
 /// that matches nothing else is an issue at the `needs` key that gave it (the task's own, else
-/// `[defaults]`'), reported once per key and pattern. Returns each pattern's use.
+/// `[defaults]`'), reported once per key and pattern; so are patterns that stand for more than
+/// [`MAX_PATTERN_NEEDS`] dependencies in all. Returns each pattern's use.
 pub(crate) fn resolve_patterns(
     batch: &mut Batch,
     tasks: &[Written],
@@ -81,9 +124,26 @@ pub(crate) fn resolve_patterns(
         return Vec::new();
     }
     let labels: Vec<String> = batch.tasks.iter().map(|t| t.label.clone()).collect();
-    // Each pattern once, in order of first use: what it matched, the tasks that use it.
-    let mut uses: Vec<(String, Vec<usize>, Vec<usize>)> = Vec::new();
-    let mut by_pattern: HashMap<String, usize> = HashMap::new();
+    let uses = Uses::of(batch, &labels);
+    let total: usize = uses
+        .list
+        .iter()
+        .map(|(_, m, users)| m.len().saturating_mul(users.len()))
+        .fold(0, usize::saturating_add);
+    let too_many = total > MAX_PATTERN_NEEDS;
+    if too_many {
+        let first = uses.list.first().and_then(|(_, _, users)| users.first());
+        let (file, line) = needs_site(first.and_then(|&i| tasks.get(i)), defaults);
+        issues.add(
+            &file,
+            line,
+            Some("needs"),
+            format!(
+                "the batch's `needs` patterns stand for {total} dependencies in all, more than \
+                 {MAX_PATTERN_NEEDS}"
+            ),
+        );
+    }
     let mut reported: HashSet<(std::path::PathBuf, Option<usize>, String)> = HashSet::new();
     for (i, spec) in batch.tasks.iter_mut().enumerate() {
         if !spec.needs.iter().any(|n| is_pattern(n)) {
@@ -102,21 +162,11 @@ pub(crate) fn resolve_patterns(
                 resolved.push(need.clone());
                 continue;
             }
-            let u = *by_pattern.entry(need.clone()).or_insert_with(|| {
-                let matched = (0..labels.len())
-                    .filter(|&j| labels.get(j).is_some_and(|l| glob_match(need, l)))
-                    .collect();
-                uses.push((need.clone(), matched, Vec::new()));
-                uses.len() - 1
-            });
-            let Some((_, matched, users)) = uses.get_mut(u) else {
-                continue;
-            };
-            if users.last() != Some(&i) {
-                users.push(i);
+            if too_many {
+                continue; // reported above; the batch does not load
             }
             let mut any = false;
-            for &j in matched.iter() {
+            for &j in uses.matched(need) {
                 let Some(label) = labels.get(j) else { continue };
                 if j == i || *label == spec.label {
                     continue;
@@ -146,7 +196,8 @@ pub(crate) fn resolve_patterns(
             .filter_map(|j| labels.get(j).cloned())
             .collect()
     };
-    uses.into_iter()
+    uses.list
+        .into_iter()
         .map(|(pattern, matched, users)| PatternUse {
             pattern,
             matched: named(matched),

@@ -214,3 +214,24 @@ fn a_role_may_give_needs_mode_under_the_tasks_own_and_over_the_defaults() {
         "{text}"
     );
 }
+
+#[test]
+fn patterns_that_stand_for_too_many_dependencies_are_refused_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1001 tasks, each needing every other: a million dependencies and more.
+    let path = write(
+        dir.path(),
+        "b.toml",
+        "[defaults]\nneeds = [\"s-*\"]\n\n\
+         [[tasks]]\nlabel = \"s-{sample}\"\ncommand = [\"true\"]\ncount = 1001\n",
+    );
+    let err = load(&path, None, &Overrides::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "b.toml:2: field `needs`: the batch's `needs` patterns stand for 1002001 dependencies \
+             in all, more than 1000000"
+        ),
+        "{text}"
+    );
+}
