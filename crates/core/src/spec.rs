@@ -49,9 +49,6 @@ pub enum NeedsMode {
 }
 
 impl NeedsMode {
-    /// The names a batch file uses.
-    pub const NAMES: [&'static str; 2] = ["completed", "settled"];
-
     /// The name a batch file uses.
     pub fn as_str(self) -> &'static str {
         match self {
