@@ -21,6 +21,8 @@ mod detach;
 mod escapes;
 mod faults;
 mod graphs;
+// #33: a judge over samples.
+mod judge;
 mod mixed;
 // #14: shared rate limits.
 mod pools;

@@ -20,6 +20,8 @@ pub struct Checked {
     order: Vec<PathBuf>,
     /// #13: the roles the tasks use and where each came from.
     roles: Vec<crate::RoleUse>,
+    /// #33: the `needs` patterns and the labels each matched.
+    patterns: Vec<crate::PatternUse>,
 }
 
 /// Where a task's fields were written.
@@ -64,16 +66,18 @@ pub fn load_for_check(
             sites: Vec::new(),
             order,
             roles: Vec::new(),
+            patterns: Vec::new(),
         });
     };
     let sites = sites(&input);
-    let (loaded, issues, roles) = resolve_all(input, overrides, issues);
+    let (loaded, issues, resolved) = resolve_all(input, overrides, issues);
     Ok(Checked {
         loaded,
         issues: issues.0,
         sites,
         order,
-        roles,
+        roles: resolved.roles,
+        patterns: resolved.patterns,
     })
 }
 
@@ -121,6 +125,12 @@ impl Checked {
     /// The roles the tasks use (#13): each with its file (None: built in) and its tasks.
     pub fn roles(&self) -> &[crate::RoleUse] {
         &self.roles
+    }
+
+    /// The `needs` patterns of the batch (#33): each with the labels it matched and the tasks
+    /// that need it.
+    pub fn patterns(&self) -> &[crate::PatternUse] {
+        &self.patterns
     }
 
     /// Adds an issue found beyond the file.

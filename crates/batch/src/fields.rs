@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sortie_core::{ExecutorKind, Isolation, OutputMode, Permissions};
+use sortie_core::{ExecutorKind, Isolation, NeedsMode, OutputMode, Permissions};
 
 use crate::error::Issues;
 use crate::value::{Entry, Val};
@@ -70,6 +70,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "verify_timeout",
     "verify_rounds",
     "pick",
+    // #33: a judge over samples.
+    "needs_mode",
 ];
 
 /// The top-level keys of a batch file.
@@ -177,6 +179,8 @@ pub(crate) struct RawTask {
     pub(crate) verify_timeout: Option<Duration>,
     pub(crate) verify_rounds: Option<u32>,
     pub(crate) pick: Option<sortie_core::verify::Pick>,
+    // #33: a judge over samples.
+    pub(crate) needs_mode: Option<NeedsMode>,
 }
 
 /// What of a task's table outlives its resolution: where the task and each field it gave are
@@ -404,6 +408,8 @@ impl RawTask {
             "verify_timeout" => self.verify_timeout = Some(duration(v)?),
             "verify_rounds" => self.verify_rounds = Some(uint(v)?),
             "pick" => self.pick = Some(pick(v)?),
+            // #33: a judge over samples.
+            "needs_mode" => self.needs_mode = Some(needs_mode(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())
@@ -717,6 +723,13 @@ fn output_mode(v: &Val) -> Result<OutputMode, String> {
             "expected \"inline\" or \"file-only\", found {other:?}"
         )),
     }
+}
+
+/// `needs_mode` (#33): "completed" or "settled".
+fn needs_mode(v: &Val) -> Result<NeedsMode, String> {
+    let name = string(v)?;
+    NeedsMode::parse(&name)
+        .ok_or_else(|| format!("expected \"completed\" or \"settled\", found {name:?}"))
 }
 
 /// `executor`: an executor's kind.

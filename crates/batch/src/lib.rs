@@ -39,6 +39,7 @@ mod fields;
 mod json;
 mod load;
 mod locate;
+mod needs;
 mod read;
 mod resolve;
 mod schema;
@@ -57,6 +58,7 @@ use sortie_core::Batch;
 pub use check::{Checked, load_for_check};
 pub use error::{BatchError, BatchIssue};
 pub use load::{load, load_jsonl, load_toml, one_off_command, one_off_prompt};
+pub use needs::PatternUse;
 pub use roles::RoleUse;
 
 /// The names a batch file may use, as the loader knows them: these are the very lists its

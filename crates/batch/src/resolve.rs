@@ -143,13 +143,13 @@ pub(crate) fn resolve(
 }
 
 /// Validates and admits the resolved batch, keeping it even when it has issues (`sortie
-/// check` looks further at what did resolve), with the roles its tasks use. None: not even the
-/// base directory could be named.
+/// check` looks further at what did resolve), with the roles its tasks use and its `needs`
+/// patterns. None: not even the base directory could be named.
 pub(crate) fn resolve_all(
     mut input: Input<'_>,
     ov: &Overrides,
     mut issues: Issues,
-) -> (Option<LoadedBatch>, Issues, Vec<RoleUse>) {
+) -> (Option<LoadedBatch>, Issues, Resolution) {
     if input.resolved.base.is_none() {
         issues.add(
             input.file,
@@ -157,7 +157,7 @@ pub(crate) fn resolve_all(
             None,
             format!("the directory {} is not valid UTF-8", input.base.display()),
         );
-        return (None, issues, Vec::new());
+        return (None, issues, Resolution::default());
     }
     let run = &input.run;
     let defaults_config = RunConfig::default();
@@ -189,6 +189,9 @@ pub(crate) fn resolve_all(
         config,
         source: input.source.clone(),
     };
+    // #33: `needs` patterns become the labels they match, before validation sees them.
+    let defaults = run.defaults.written();
+    let patterns = crate::needs::resolve_patterns(&mut batch, &input.tasks, &defaults, &mut issues);
     // #37: the price of every model a task may need priced, resolved once and kept with the
     // run (a later table never reprices it).
     let models = sortie_core::prices::resolve(&batch, &run.prices);
@@ -238,7 +241,20 @@ pub(crate) fn resolve_all(
         env,
         digest: input.digest,
     };
-    (Some(loaded), issues, uses)
+    let resolved = Resolution {
+        roles: uses,
+        patterns,
+    };
+    (Some(loaded), issues, resolved)
+}
+
+/// What `sortie check` shows of a batch's resolution besides its issues.
+#[derive(Default)]
+pub(crate) struct Resolution {
+    /// #13: the roles the tasks use.
+    pub(crate) roles: Vec<RoleUse>,
+    /// #33: the `needs` patterns and what each matched.
+    pub(crate) patterns: Vec<crate::needs::PatternUse>,
 }
 
 /// The roles the resolved tasks use, by name, each with its tasks.
@@ -419,6 +435,10 @@ fn resolve_task(
     s.executor = resolve_executor(t, d, ov);
     s.on_task_end = pick(&t.on_task_end, &d.on_task_end);
 
+    // #33: a judge over samples (a role's below wins over [defaults]').
+    if let Some(mode) = pick(&t.needs_mode, &d.needs_mode) {
+        s.needs_mode = mode;
+    }
     // #13: a role gives what the task itself does not (its own fields win), over `[defaults]`.
     if let Some(role) = pick(&t.role, &d.role).and_then(|n| roles.get(&n)) {
         apply_role(&mut s, role, t);
@@ -476,6 +496,12 @@ fn apply_role(s: &mut TaskSpec, role: &Role, t: &RawTask) {
     }
     if let Some(n) = role.verify_rounds {
         s.verify_rounds = n;
+    }
+    // #33: a judge over samples.
+    if t.needs_mode.is_none()
+        && let Some(mode) = role.needs_mode
+    {
+        s.needs_mode = mode;
     }
     if let Some(body) = &role.system_prompt {
         s.system_prompt = Some(match &t.system_prompt {

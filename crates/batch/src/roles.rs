@@ -43,6 +43,8 @@ pub(crate) struct Role {
     pub(crate) permissions: Option<Permissions>,
     pub(crate) tools: Option<Vec<String>>,
     pub(crate) thinking: Option<String>,
+    /// #33: when the task's needs let it run (a judge's role may say `settled`).
+    pub(crate) needs_mode: Option<sortie_core::NeedsMode>,
     /// The body: appended to the agent's system prompt (before the task's own).
     pub(crate) system_prompt: Option<String>,
     /// #33: the role's check (`verify: CMD`, run with `sh -c`) and its feedback rounds.
@@ -167,6 +169,7 @@ pub(crate) fn find(name: &str, dirs: &[PathBuf], issues: &mut Issues) -> Result<
             permissions: Some(*p),
             tools: None,
             thinking: None,
+            needs_mode: None,
             system_prompt: Some((*prompt).to_owned()),
             verify: None,
             verify_rounds: None,
@@ -183,6 +186,7 @@ fn parse(name: &str, file: &Path, text: &str, issues: &mut Issues) -> Result<Rol
         permissions: None,
         tools: None,
         thinking: None,
+        needs_mode: None,
         system_prompt: None,
         verify: None,
         verify_rounds: None,
@@ -249,6 +253,7 @@ fn front_matter_line<'a>(
         "thinking",
         "verify",
         "verify_rounds",
+        "needs_mode",
     ];
     if !TAKEN.contains(&key) {
         return Ok(());
@@ -298,6 +303,14 @@ fn front_matter_line<'a>(
                 ));
             }
             role.thinking = Some(level);
+        }
+        // #33: a judge over samples.
+        "needs_mode" => {
+            let mode = unquote(value)?;
+            role.needs_mode =
+                Some(sortie_core::NeedsMode::parse(&mode).ok_or_else(|| {
+                    format!("expected \"completed\" or \"settled\", found {mode:?}")
+                })?);
         }
         _ => {
             let inner = match value.strip_prefix('[') {

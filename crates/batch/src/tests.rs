@@ -824,3 +824,5 @@ fn batch_on_task_end_is_batch_wide_and_per_task() {
 mod roles;
 // Issue 13: structured results.
 mod schema;
+// #33: a judge over samples.
+mod needs;

@@ -56,8 +56,8 @@ pub use plan::{Action, Facts, JobKind, Planner, RunEnding, Stopping};
 pub use slurm::{Executor, ExecutorKind, SlurmOptions};
 pub use spec::Permissions;
 pub use spec::{
-    AgentProfile, Batch, BodySharer, Isolation, MaxOutput, OutputMode, Protocol, RunBudget,
-    RunConfig, SpecBody, SpecError, TaskSpec, validate_batch,
+    AgentProfile, Batch, BodySharer, Isolation, MaxOutput, NeedsMode, OutputMode, Protocol,
+    RunBudget, RunConfig, SpecBody, SpecError, TaskSpec, validate_batch,
 };
 pub use state::{
     AttemptRecord, PlannedWorktree, RunState, RunStatus, TaskRecord, TaskState, Violation,

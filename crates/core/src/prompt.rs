@@ -4,7 +4,8 @@
 //! - `{previous}`: the output of the task listed just before in the file (it must be in
 //!   `needs`: validation refuses it otherwise);
 //! - `{outputs.LABEL}`: the output of needed task `LABEL` (validation refuses a label not in
-//!   `needs`);
+//!   `needs`); a need that did not complete (which only a `needs_mode = "settled"` task runs
+//!   after) gives its error instead;
 //! - `{task}`: the prompt, as written, of the chain's root (`crate::spec::chain_root`:
 //!   walking back through `{previous}`'s task, else the first need, to a task that needs
 //!   nothing);
@@ -36,7 +37,7 @@ pub fn render(state: &RunState, task: TaskId) -> String {
             .task_by_label(label)
             .and_then(|id| state.task(id))
             .and_then(|r| r.result())
-            .map(|r| r.text.clone())
+            .map(need_output)
             .unwrap_or_default()
     };
     let result_of = |label: &str| -> String {
@@ -97,6 +98,15 @@ pub fn render(state: &RunState, task: TaskId) -> String {
         text.push_str(&contract(schema));
     }
     text
+}
+
+/// What a needed task gives the prompt: its text when it completed, else (a need of a task
+/// whose `needs_mode` is settled, #33) its error, or its text when it has none.
+fn need_output(r: &crate::outcome::TaskResult) -> String {
+    match (&r.state, &r.error) {
+        (crate::outcome::TerminalState::Completed, _) | (_, None) => r.text.clone(),
+        (_, Some(error)) => error.clone(),
+    }
 }
 
 /// The fence tag of a structured result block: ```` ```json:result ````.

@@ -36,6 +36,45 @@ pub enum OutputMode {
     FileOnly,
 }
 
+/// #33: when a task's needs let it run (`needs_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NeedsMode {
+    /// Once every need completed; a need that ended otherwise skips the task.
+    #[default]
+    Completed,
+    /// Once every need ended, in any terminal state (a judge over samples, some of which may
+    /// fail): a need that did not complete gives its error as its output.
+    Settled,
+}
+
+impl NeedsMode {
+    /// The name a batch file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NeedsMode::Completed => "completed",
+            NeedsMode::Settled => "settled",
+        }
+    }
+
+    /// The mode named `name`, as a batch file writes it.
+    pub fn parse(name: &str) -> Option<NeedsMode> {
+        match name {
+            "completed" => Some(NeedsMode::Completed),
+            "settled" => Some(NeedsMode::Settled),
+            _ => None,
+        }
+    }
+
+    /// Whether a need that ended in `state` lets the task run (else the task is skipped).
+    pub fn accepts(self, state: crate::outcome::TerminalState) -> bool {
+        match self {
+            NeedsMode::Completed => state == crate::outcome::TerminalState::Completed,
+            NeedsMode::Settled => true,
+        }
+    }
+}
+
 /// The cap on the text shown inline; the artifact keeps everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MaxOutput {
@@ -381,7 +420,8 @@ pub struct SpecBody {
     pub max_output: MaxOutput,
     /// Files the agent should read first.
     pub reads: Vec<String>,
-    /// Labels that must complete first.
+    /// Labels that must end first (complete, unless `needs_mode` is settled); a batch file's
+    /// patterns are resolved to labels when it loads.
     pub needs: Vec<String>,
     /// Names of the task's extra environment variables; their values are never journaled.
     pub env_keys: Vec<String>,
@@ -454,6 +494,10 @@ pub struct SpecBody {
     /// template's label with `{sample}` as `*`; samples of one item are counted together
     /// (pass@k) and `pick` chooses among them.
     pub sample_of: Option<String>,
+    // #33: a judge over samples.
+    /// When its `needs` let it run: once they all completed (a need that did not skips it),
+    /// or once they all ended, whatever their end.
+    pub needs_mode: NeedsMode,
 }
 
 impl TaskSpec {
@@ -532,6 +576,8 @@ impl SpecBody {
             verify_rounds: 0,
             pick: None,
             sample_of: None,
+            // #33: a judge over samples.
+            needs_mode: NeedsMode::Completed,
         }
     }
 }

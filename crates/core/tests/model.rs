@@ -195,6 +195,59 @@ fn terminal_states_absorb() {
     });
 }
 
+/// #33: a task is queued only once each of its needs ended, completed unless its
+/// `needs_mode` is settled; it is skipped for a need only in the default mode.
+#[test]
+fn a_task_is_queued_only_when_its_needs_let_it() {
+    use sortie_core::NeedsMode;
+    property(
+        "a_task_is_queued_only_when_its_needs_let_it",
+        scenario_strategy(),
+        |s| {
+            let t = trace(&s);
+            let mut ended: BTreeMap<&str, TerminalState> = BTreeMap::new();
+            for e in &t.events {
+                match &e.event {
+                    Event::TaskQueued { task } => {
+                        let spec = &t.batch.tasks[task.index()];
+                        for need in &spec.needs {
+                            let end = ended.get(need.as_str()).copied();
+                            prop_assert!(
+                                end.is_some_and(|st| spec.needs_mode == NeedsMode::Settled
+                                    || st == TerminalState::Completed),
+                                "{} ({:?}) queued when its need {need} was {end:?}",
+                                spec.label,
+                                spec.needs_mode
+                            );
+                        }
+                    }
+                    Event::TaskFinished { task, result } => {
+                        let spec = &t.batch.tasks[task.index()];
+                        let for_a_need = result
+                            .error
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with("dependency "));
+                        prop_assert!(
+                            !for_a_need || spec.needs_mode == NeedsMode::Completed,
+                            "{} ({:?}) skipped: {:?}",
+                            spec.label,
+                            spec.needs_mode,
+                            result.error
+                        );
+                        ended.insert(spec.label.as_str(), result.state);
+                    }
+                    Event::TaskCarried { task, result, .. } => {
+                        let spec = &t.batch.tasks[task.index()];
+                        ended.insert(spec.label.as_str(), result.state);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn run_finished_carries_the_aggregate() {
     property(

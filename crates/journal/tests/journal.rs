@@ -726,3 +726,29 @@ fn a_checked_replay_names_an_illegal_record_by_its_seq() {
     ));
     assert_eq!(j.replay_checked(Some(Seq(2))).unwrap().events.len(), 3);
 }
+
+/// #33: a task's `needs_mode` is stored by format v2 and read back as written; the default
+/// (every task of a journal written before it) reads as `completed`.
+#[test]
+fn needs_mode_round_trips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut events = support::every_variant();
+    for (_, e) in &mut events {
+        if let Event::RunStarted { batch, .. } = e {
+            batch.tasks[1].needs_mode = sortie_core::NeedsMode::Settled;
+        }
+    }
+    let j = Journal::create(&tmp.path().join("r")).unwrap();
+    j.append_all(&events).unwrap();
+    let state = j.replay(None).unwrap();
+    let modes: Vec<sortie_core::NeedsMode> = state
+        .batch
+        .as_ref()
+        .unwrap()
+        .tasks
+        .iter()
+        .map(|t| t.needs_mode)
+        .collect();
+    assert_eq!(modes[0], sortie_core::NeedsMode::Completed);
+    assert_eq!(modes[1], sortie_core::NeedsMode::Settled);
+}

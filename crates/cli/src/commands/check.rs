@@ -58,10 +58,23 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
                 })
             })
             .collect();
+        // #33: what each `needs` pattern matched.
+        v["needs_patterns"] = checked
+            .patterns()
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "pattern": p.pattern,
+                    "matched": p.matched,
+                    "tasks": p.tasks,
+                })
+            })
+            .collect();
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else if problems.is_empty() {
         write_roles(&mut out, checked.roles())?;
+        write_patterns(&mut out, checked.patterns())?;
         writeln!(
             out,
             "{file}: {tasks} task{} ready to run; no problem found",
@@ -72,6 +85,7 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
             writeln!(out, "{i}")?;
         }
         write_roles(&mut out, checked.roles())?;
+        write_patterns(&mut out, checked.patterns())?;
         writeln!(
             out,
             "{file}: {} problem{}; nothing was run",
@@ -94,13 +108,50 @@ fn write_roles(out: &mut impl Write, roles: &[sortie_batch::RoleUse]) -> std::io
             .file
             .as_ref()
             .map_or_else(|| "built-in".to_owned(), |f| f.display().to_string());
-        let tasks = match r.tasks.len() {
-            0 => String::new(),
-            1 => format!(" (task {})", r.tasks[0]),
-            n if n <= 5 => format!(" (tasks {})", r.tasks.join(", ")),
-            n => format!(" (tasks {}, and {} more)", r.tasks[..5].join(", "), n - 5),
-        };
-        writeln!(out, "role {}: {from}{tasks}", r.name)?;
+        writeln!(out, "role {}: {from}{}", r.name, of_tasks(&r.tasks))?;
+    }
+    Ok(())
+}
+
+/// ` (task a)`, ` (tasks a, b)`, the first five and how many more; nothing for none.
+fn of_tasks(tasks: &[String]) -> String {
+    match tasks.len() {
+        0 => String::new(),
+        1 => format!(" (task {})", crate::text::printable(&tasks[0])),
+        _ => format!(" (tasks {})", few(tasks)),
+    }
+}
+
+/// The first five labels, and how many more (each label made printable: the batch wrote it).
+fn few(labels: &[String]) -> String {
+    let shown = |ls: &[String]| {
+        ls.iter()
+            .map(|l| crate::text::printable(l))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match labels.get(..5) {
+        Some(first) if labels.len() > 5 => {
+            format!("{}, and {} more", shown(first), labels.len() - 5)
+        }
+        _ => shown(labels),
+    }
+}
+
+/// One line per `needs` pattern (#33): `needs "s-*": s-1, s-2, s-3 (task judge)`; a pattern
+/// that matched nothing is a problem, listed above.
+fn write_patterns(
+    out: &mut impl Write,
+    patterns: &[sortie_batch::PatternUse],
+) -> std::io::Result<()> {
+    for p in patterns.iter().filter(|p| !p.matched.is_empty()) {
+        writeln!(
+            out,
+            "needs {:?}: {}{}",
+            p.pattern,
+            few(&p.matched),
+            of_tasks(&p.tasks)
+        )?;
     }
     Ok(())
 }

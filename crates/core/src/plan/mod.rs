@@ -11,8 +11,9 @@
 //!    when an effect must come first);
 //! 2. [`worktrees`](Planner::worktrees): set up the worktrees of waiting isolated tasks, and end
 //!    those whose setup failed or who must end for another reason (after a finalize);
-//! 3. [`ready tasks`](Planner::ready_tasks): queue a pending task whose needs completed, skip one
-//!    whose need did not, cancel on cancellation or fail_fast;
+//! 3. [`ready tasks`](Planner::ready_tasks): queue a pending task whose needs completed (or
+//!    ended, with `needs_mode = "settled"`), skip one whose need did not, cancel on
+//!    cancellation or fail_fast;
 //! 4. [`expired waits`](Planner::expired_waits): end waiting tasks whose deadline passed (or all
 //!    of them on cancellation or fail_fast);
 //! 5. [`free slots`](Planner::free_slots): launch, oldest first, up to the concurrency limit.
@@ -36,7 +37,7 @@ use crate::digest::fnv1a;
 use crate::event::Event;
 use crate::ids::{Attempt, TaskId, Timestamp};
 use crate::outcome::{Phase, StopReason, TaskResult, TerminalState};
-use crate::spec::Isolation;
+use crate::spec::{Isolation, NeedsMode};
 use crate::state::{RunState, TaskRecord, TaskState};
 use sched::Sched;
 
@@ -558,14 +559,16 @@ impl Planner {
                 .get(task.index())
                 .copied()
                 .flatten()
-                .and_then(|p| state.spec(p).map(|s| (p, &s.label)));
+                .and_then(|p| state.spec(p).map(|s| (p, &s.label, NeedsMode::Completed)));
+            // #33: the task's `needs_mode` says which ends of its needs let it run; the
+            // session's previous task must complete (its conversation goes on).
             let needs = spec
                 .needs
                 .iter()
-                .filter_map(|n| state.task_by_label(n).map(|d| (d, n)));
-            for (dep, need) in needs.chain(session_prev) {
+                .filter_map(|n| state.task_by_label(n).map(|d| (d, n, spec.needs_mode)));
+            for (dep, need, mode) in needs.chain(session_prev) {
                 match state.task(dep).map(|r| &r.state) {
-                    Some(TaskState::Finished(r)) if r.state == TerminalState::Completed => {}
+                    Some(TaskState::Finished(r)) if mode.accepts(r.state) => {}
                     Some(TaskState::Finished(r)) => blocked = Some((need, r.state)),
                     _ => waiting = true,
                 }

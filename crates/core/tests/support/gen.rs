@@ -230,7 +230,7 @@ impl std::fmt::Debug for Scenario {
             writeln!(
                 f,
                 "  {}: model {:?} fallbacks {:?} max_retries {} deadline {:?} {:?} output {:?} \
-                 retry_after_side_effects {} needs {:?} budget {:?}/{:?}/{:?} grace {}",
+                 retry_after_side_effects {} needs {:?} {:?} budget {:?}/{:?}/{:?} grace {}",
                 t.label,
                 t.model,
                 t.fallback_models,
@@ -240,6 +240,7 @@ impl std::fmt::Debug for Scenario {
                 t.output,
                 t.retry_after_side_effects,
                 t.needs,
+                t.needs_mode,
                 t.max_turns,
                 t.max_tokens,
                 t.max_cost_nanos,
@@ -269,8 +270,12 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
             prop::option::weighted(0.15, 1000u64..20_000),
             prop_oneof![1 => Just(0u32), 3 => 1u32..=2],
         ),
-        // #33: a check, and its feedback rounds.
-        (prop::bool::weighted(0.3), 0u32..=2),
+        // #33: a check and its feedback rounds; a third of the tasks run once their needs
+        // ended, however.
+        (
+            (prop::bool::weighted(0.3), 0u32..=2),
+            prop::bool::weighted(0.3),
+        ),
     )
         .prop_map(
             move |(
@@ -285,7 +290,7 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                 (orphans, supervise),
                 (pooled, rate_limits),
                 (max_turns, max_tokens, max_cost_nanos, grace_turns),
-                (verify, verify_rounds),
+                ((verify, verify_rounds), settled),
             )| {
                 let mut t = TaskSpec::new(format!("t{i}"), "/work");
                 t.prompt = Some(format!("do task {i}"));
@@ -322,6 +327,9 @@ fn task_strategy(i: usize) -> impl Strategy<Value = TaskSpec> {
                     .filter(|(_, n)| **n)
                     .map(|(j, _)| format!("t{j}"))
                     .collect();
+                if settled {
+                    t.needs_mode = sortie_core::NeedsMode::Settled;
+                }
                 t
             },
         )

@@ -353,6 +353,8 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             verify_rounds: 0,
             pick: None,
             sample_of: None,
+            // #33: a judge over samples.
+            needs_mode: sortie_core::NeedsMode::Completed,
             max_orphans: 3,
             supervise: true,
             executor: sortie_core::Executor::Local,

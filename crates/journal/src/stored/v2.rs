@@ -66,6 +66,8 @@ pub(crate) struct TaskExtV2 {
     /// "first-pass" or "best-score".
     pick: Option<String>,
     sample_of: Option<String>,
+    // #33: a judge over samples.
+    needs_mode: NeedsModeV2,
 }
 
 impl TaskExtV2 {
@@ -95,6 +97,8 @@ impl TaskExtV2 {
             verify_rounds: t.verify_rounds,
             pick: t.pick.map(|p| p.as_str().to_owned()),
             sample_of: t.sample_of.clone(),
+            // #33: a judge over samples.
+            needs_mode: t.needs_mode.into(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -128,6 +132,8 @@ impl TaskExtV2 {
             ),
         };
         t.sample_of = self.sample_of;
+        // #33: a judge over samples.
+        t.needs_mode = self.needs_mode.into();
         Ok(())
     }
 }
@@ -208,6 +214,33 @@ impl From<PermissionsV2> for sortie_core::Permissions {
             PermissionsV2::ReadOnly => sortie_core::Permissions::ReadOnly,
             PermissionsV2::Edit => sortie_core::Permissions::Edit,
             PermissionsV2::Full => sortie_core::Permissions::Full,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::NeedsMode` (#33).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum NeedsModeV2 {
+    #[default]
+    Completed,
+    Settled,
+}
+
+impl From<sortie_core::NeedsMode> for NeedsModeV2 {
+    fn from(m: sortie_core::NeedsMode) -> Self {
+        match m {
+            sortie_core::NeedsMode::Completed => NeedsModeV2::Completed,
+            sortie_core::NeedsMode::Settled => NeedsModeV2::Settled,
+        }
+    }
+}
+
+impl From<NeedsModeV2> for sortie_core::NeedsMode {
+    fn from(m: NeedsModeV2) -> Self {
+        match m {
+            NeedsModeV2::Completed => sortie_core::NeedsMode::Completed,
+            NeedsModeV2::Settled => sortie_core::NeedsMode::Settled,
         }
     }
 }

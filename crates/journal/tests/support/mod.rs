@@ -97,6 +97,8 @@ pub(crate) fn batch(n: u32) -> Batch {
                 verify_rounds: 0,
                 pick: None,
                 sample_of: None,
+                // #33: a judge over samples.
+                needs_mode: sortie_core::NeedsMode::Completed,
             }),
         })
         .collect();
