@@ -33,6 +33,8 @@ mod real_codex;
 mod real_pi;
 // #13: roles and sessions with the real CLIs.
 mod real_sessions;
+// #33: feedback rounds with the real CLIs.
+mod real_verify;
 mod report;
 mod signals;
 mod supervised;

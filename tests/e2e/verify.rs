@@ -14,7 +14,12 @@ use crate::support::{Background, Scratch, event_kind, poll, send_signal, task_vi
 /// A repository `repo/` with `calc.sh` (a wrong `add`) and `test.sh`, its test: it fails
 /// with `FAILED test_add: add 2 2 gave 0, expected 4` until `add` adds.
 fn repo(s: &Scratch) -> PathBuf {
-    let repo = s.path().join("repo");
+    failing_repo(s, "repo")
+}
+
+/// A repository `name/` (in the scratch dir) as [`repo`] makes it (also for `real_verify`).
+pub(crate) fn failing_repo(s: &Scratch, name: &str) -> PathBuf {
+    let repo = s.path().join(name);
     std::fs::create_dir_all(&repo).expect("mkdir repo");
     git(&repo, &["init", "-q", "-b", "main"]);
     std::fs::write(repo.join("calc.sh"), "add() { echo $(( $1 - $2 )); }\n").expect("calc");

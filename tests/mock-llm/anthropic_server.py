@@ -29,6 +29,9 @@ The scenario is chosen by the request's `model`: from `--model ID=KIND` (repeata
                 integer); `{"answer": 42}` only for a request that continues the same
                 conversation and carries the validation error (logged: `continues`,
                 `has_error`), else the wrong one again (`unrepaired`)
+    verify      #33's feedback round (`verify_fix.py`): a plain answer, the fixing `Bash` tool
+                call only when the last user message holds the check's failure, and a final
+                answer after its result (logged: `served`, `continues`, `has_failure`)
 
 Fixed usage: input_tokens 100, cache_read_input_tokens 50, output_tokens 12 (answers) or 20
 (tool calls).
@@ -56,8 +59,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import repair
+import verify_fix
 
-KINDS = ("answer", "tool", "error500", "hang", "structured", "hang_once")
+KINDS = ("answer", "tool", "error500", "hang", "structured", "hang_once", "verify")
 COMMAND = "echo hi > out.txt"
 ZERO = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
 
@@ -204,6 +208,9 @@ def make_handler(mock):
                 self.reply(model, stream, block, "tool_use", 20)
                 mock.log(dict(entry, status=200, served="tool_use", tokens=tokens(20)))
                 return
+            if kind == "verify":
+                self.verify_round(model, stream, messages, users, entry)
+                return
             text = mock.answer
             served = "answer"
             checks = {}
@@ -211,6 +218,29 @@ def make_handler(mock):
                 said = [texts(m.get("content")) for m in messages if m.get("role") == "assistant"]
                 last = texts(users[-1].get("content")) if users else ""
                 text, served, checks = repair.judge(said, last)
+            self.reply(model, stream, {"type": "text", "text": text}, "end_turn", 12)
+            mock.log(dict(entry, status=200, served=served, tokens=tokens(12), **checks))
+
+        def verify_round(self, model, stream, messages, users, entry):
+            """The `verify` scenario (see `verify_fix.py`)."""
+            said = [texts(m.get("content")) for m in messages if m.get("role") == "assistant"]
+            last = messages[-1] if messages else {}
+            after_tool = last.get("role") == "user" and any(
+                isinstance(b, dict) and b.get("type") == "tool_result"
+                for b in (last.get("content") if isinstance(last.get("content"), list) else [])
+            )
+            last_text = texts(users[-1].get("content")) if users else ""
+            served, text, checks = verify_fix.judge(said, last_text, after_tool)
+            if text is None:
+                block = {
+                    "type": "tool_use",
+                    "id": mock.next_id("toolu"),
+                    "name": "Bash",
+                    "input": {"command": verify_fix.FIX, "description": "Make add add"},
+                }
+                self.reply(model, stream, block, "tool_use", 20)
+                mock.log(dict(entry, status=200, served=served, tokens=tokens(20), **checks))
+                return
             self.reply(model, stream, {"type": "text", "text": text}, "end_turn", 12)
             mock.log(dict(entry, status=200, served=served, tokens=tokens(12), **checks))
 

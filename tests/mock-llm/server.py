@@ -27,6 +27,9 @@ else `--default` (`answer`). Kinds:
               continues the conversation with the validation error (`repair.py`; logged:
               `served`, `continues`, `has_error`)
     stubborn  the same, but the wrong result every time (a repair round that does not help)
+    verify    #33's feedback round (`verify_fix.py`): a plain answer, the fixing `bash` tool
+              call only when the last user message holds the check's failure, and a final
+              answer after its result (logged: `served`, `continues`, `has_failure`)
 
 Fixed usage, in OpenAI terms (pi turns `prompt_tokens` into input = prompt - cached and
 cacheRead = cached):
@@ -59,8 +62,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import repair
+import verify_fix
 
-KINDS = ("answer", "tool", "error500", "hang", "structured", "stubborn")
+KINDS = ("answer", "tool", "error500", "hang", "structured", "stubborn", "verify")
 COMMAND = "echo hi > out.txt"
 ANSWER_USAGE = {"prompt_tokens": 150, "completion_tokens": 12, "cached_tokens": 50}
 TOOL_USAGE = {"prompt_tokens": 220, "completion_tokens": 20, "cached_tokens": 100}
@@ -224,6 +228,22 @@ def make_handler(mock):
                     model, kind, 200, ANSWER_USAGE, prompt_chars,
                     dict(conversation or {}, served=served, **checks),
                 )
+            elif kind == "verify":
+                said = [
+                    text_of(m.get("content"))
+                    for m in messages
+                    if isinstance(m, dict) and m.get("role") == "assistant"
+                ]
+                last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+                served, text, checks = verify_fix.judge(said, content, last.get("role") == "tool")
+                if text is None:
+                    self.stream_tool_call(model, verify_fix.FIX)
+                else:
+                    self.stream_answer(model, text)
+                mock.log(
+                    model, kind, 200, ANSWER_USAGE if text else TOOL_USAGE, prompt_chars,
+                    dict(conversation or {}, served=served, **checks),
+                )
             else:
                 self.stream_answer(model)
                 mock.log(model, kind, 200, ANSWER_USAGE, prompt_chars, conversation)
@@ -278,7 +298,7 @@ def make_handler(mock):
             self.event(self.usage_chunk(cid, model, ANSWER_USAGE))
             self.event("[DONE]")
 
-        def stream_tool_call(self, model):
+        def stream_tool_call(self, model, command=None):
             cid = mock.next_id()
             self.start_stream()
             self.event(self.chunk(cid, model, {"role": "assistant", "content": None}))
@@ -289,7 +309,7 @@ def make_handler(mock):
                 "function": {"name": "bash", "arguments": ""},
             }
             self.event(self.chunk(cid, model, {"tool_calls": [call]}))
-            args = json.dumps({"command": COMMAND})
+            args = json.dumps({"command": command or COMMAND})
             for part in (args[: len(args) // 2], args[len(args) // 2 :]):
                 more = {"index": 0, "function": {"arguments": part}}
                 self.event(self.chunk(cid, model, {"tool_calls": [more]}))
