@@ -923,6 +923,11 @@ impl<B: Backend> Driver<B> {
                         self.end_check(task, passed)?;
                     }
                 }
+                // #33: a sample that lost to a first-pass winner: its live attempt is stopped.
+                Action::StopTask(task, why) => self.stop_live_of(
+                    Some(task),
+                    &AttemptOutcome::failed(StopReason::Cancelled, why),
+                )?,
                 // The run's budget ran out: the loop stops every live attempt (budget, partial).
                 Action::WindDown(_) => {
                     self.stop_live(&OutcomeKind::PartialBudget.outcome(false))?
@@ -1098,7 +1103,15 @@ impl<B: Backend> Driver<B> {
     /// Every live attempt ends with `outcome` (the loop stopped them), its agent's last count as
     /// its usage.
     fn stop_live(&mut self, outcome: &AttemptOutcome) -> Option<()> {
+        self.stop_live_of(None, outcome)
+    }
+
+    /// [`Self::stop_live`], of one task's attempt when `only` names it.
+    fn stop_live_of(&mut self, only: Option<TaskId>, outcome: &AttemptOutcome) -> Option<()> {
         for t in self.tasks() {
+            if only.is_some_and(|o| o != t) {
+                continue;
+            }
             let rec = &self.st()?.tasks[t.index()];
             if let Some(a) = rec.live_attempt() {
                 let (attempt, stored) = (a.attempt, *a.usage());
