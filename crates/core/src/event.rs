@@ -393,6 +393,8 @@ pub enum DiscardedBy {
     Discard,
     /// `sortie gc`.
     Gc,
+    /// #33: after the run, the sample a `pick` did not choose.
+    Pick,
 }
 
 impl DiscardedBy {
@@ -401,6 +403,7 @@ impl DiscardedBy {
         match self {
             DiscardedBy::Discard => "discard",
             DiscardedBy::Gc => "gc",
+            DiscardedBy::Pick => "pick",
         }
     }
 }

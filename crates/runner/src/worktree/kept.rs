@@ -591,6 +591,35 @@ pub async fn discard(kept: &Kept, state_dir: &StateDir) -> Result<Removed> {
     remove(kept, state_dir, DiscardedBy::Discard, true).await
 }
 
+/// #33: once a run finished, removes the kept worktrees of the samples its `pick` did not
+/// choose (journaled `WorktreeDiscarded` by `pick`, branch deleted); their patches stay in the
+/// run dir. Returns each removal, or the label and why it failed.
+pub async fn discard_losers(
+    state: &RunState,
+    state_dir: &StateDir,
+    run: &RunId,
+) -> Vec<std::result::Result<Removed, (String, String)>> {
+    let items = sortie_core::samples::items(state);
+    let mut out = Vec::new();
+    for item in items.iter().filter(|i| i.pick.is_some()) {
+        for &task in &item.samples {
+            if !sortie_core::samples::lost(state, &items, task) {
+                continue;
+            }
+            let label = state.label(task).to_string();
+            let Ok(kept) = find(state, state_dir, run, &label) else {
+                continue; // nothing kept
+            };
+            if kept.discarded.is_some() {
+                continue;
+            }
+            let removed = remove(&kept, state_dir, DiscardedBy::Pick, true).await;
+            out.push(removed.map_err(|e| (label, e.to_string())));
+        }
+    }
+    out
+}
+
 /// Removes the worktree (and its registration), then the branch when `force_branch` or when
 /// no commit of it is found only there. Under the run's lock: the removal is journaled after
 /// the worktree is gone (a discard cut short before is done again) and before the branch goes.
