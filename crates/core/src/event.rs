@@ -406,6 +406,16 @@ impl DiscardedBy {
             DiscardedBy::Pick => "pick",
         }
     }
+
+    /// Who removed it, for people: `` `sortie discard` ``, `` `sortie gc` ``, or the run's
+    /// `pick` (after the run, a sample it did not choose).
+    pub fn who(self) -> &'static str {
+        match self {
+            DiscardedBy::Discard => "`sortie discard`",
+            DiscardedBy::Gc => "`sortie gc`",
+            DiscardedBy::Pick => "the run's `pick` (a sample it did not choose)",
+        }
+    }
 }
 
 /// One limit of a run's budget.

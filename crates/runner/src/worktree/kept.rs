@@ -58,13 +58,13 @@ pub enum KeptError {
     },
     /// The worktree was discarded (by `discard` or `gc`).
     #[error(
-        "task {label:?}'s worktree was removed by `sortie {by}`; its patch is still at {}",
+        "task {label:?}'s worktree was removed by {by}; its patch is still at {}",
         patch.display()
     )]
     Discarded {
         /// The task.
         label: String,
-        /// `discard` or `gc`.
+        /// Who: `` `sortie discard` ``, `` `sortie gc` `` or the run's `pick`.
         by: String,
         /// The patch that remains.
         patch: PathBuf,
@@ -220,7 +220,10 @@ fn refuse_discarded(kept: &Kept) -> Result<()> {
     match &kept.discarded {
         Some(d) => Err(KeptError::Discarded {
             label: kept.label.clone(),
-            by: d.by.clone(),
+            by: match d.by.as_str() {
+                "pick" => DiscardedBy::Pick.who().to_owned(),
+                other => format!("`sortie {other}`"),
+            },
             patch: kept.patch.clone(),
         }),
         None => Ok(()),
