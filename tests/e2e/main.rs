@@ -32,6 +32,8 @@ mod real_pi;
 // #13: roles and sessions with the real CLIs.
 mod real_sessions;
 mod report;
+// #33: samples, pass@k, best-of-N
+mod samples;
 mod signals;
 mod supervised;
 // #11

@@ -268,7 +268,8 @@ pub fn first_pass_loser(winner: &str, item: &str) -> String {
 }
 
 /// Whether `task` is a sample of an item whose `pick` chose another sample: what `sortie apply
-/// --all` leaves out and whose kept worktree is discarded after the run.
+/// --all` leaves out and whose kept worktree is discarded after the run. An item whose pick
+/// chose none (no sample passed) loses none: its worktrees stay for a look.
 pub fn lost(state: &RunState, items: &[Item], task: TaskId) -> bool {
     let Some(name) = state.spec(task).and_then(|s| s.sample_of.as_deref()) else {
         return false;
@@ -276,7 +277,7 @@ pub fn lost(state: &RunState, items: &[Item], task: TaskId) -> bool {
     items
         .iter()
         .find(|i| i.name == name)
-        .is_some_and(|i| i.pick.is_some() && i.winner != Some(task))
+        .is_some_and(|i| i.pick.is_some() && i.winner.is_some_and(|w| w != task))
 }
 
 /// The model a task is counted under.
