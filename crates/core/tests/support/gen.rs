@@ -345,38 +345,56 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
         .prop_flat_map(
             |(n, concurrency, ff, (tokens, cost, deadline_ms), (pool_size, adaptive))| {
                 let tasks: Vec<_> = (0..n).map(task_strategy).collect();
-                tasks.prop_map(move |tasks| Batch {
-                    tasks,
-                    agents: AgentProfile::builtins(),
-                    config: RunConfig {
-                        concurrency,
-                        fail_fast: ff,
-                        budget: sortie_core::RunBudget {
-                            max_tokens: tokens,
-                            max_cost_nanos: cost,
-                            deadline: deadline_ms.map(Duration::from_millis),
-                            ..sortie_core::RunBudget::default()
-                        },
-                        pools: [(
-                            "p".to_owned(),
-                            sortie_core::PoolSpec {
-                                concurrency: Some(pool_size),
-                                adaptive,
+                // #33: half the batches are one item's samples, a third of those without
+                // `pick`, the others with `first-pass` or `best-score`.
+                (tasks, 0u8..6).prop_map(move |(mut tasks, samples)| {
+                    if samples >= 3 {
+                        let pick = match samples {
+                            3 => None,
+                            4 => Some(sortie_core::verify::Pick::FirstPass),
+                            _ => Some(sortie_core::verify::Pick::BestScore),
+                        };
+                        for t in &mut tasks {
+                            let body = std::sync::Arc::make_mut(&mut t.body);
+                            body.sample_of = Some("t*".to_owned());
+                            body.pick = pick;
+                        }
+                    }
+                    Batch {
+                        tasks,
+                        agents: AgentProfile::builtins(),
+                        config: RunConfig {
+                            concurrency,
+                            fail_fast: ff,
+                            budget: sortie_core::RunBudget {
+                                max_tokens: tokens,
+                                max_cost_nanos: cost,
+                                deadline: deadline_ms.map(Duration::from_millis),
+                                ..sortie_core::RunBudget::default()
                             },
-                        )]
-                        .into(),
-                        on_task_end: None,
-                        // #37: a price kept with the run round-trips.
-                        prices: Box::new(sortie_core::prices::Prices {
-                            as_of: sortie_core::prices::PRICES_AS_OF.to_owned(),
-                            models: [(
-                                "gpt-5-codex".to_owned(),
-                                sortie_core::prices::ModelPrice::from_usd([1.25, 10.0, 0.125, 0.0]),
+                            pools: [(
+                                "p".to_owned(),
+                                sortie_core::PoolSpec {
+                                    concurrency: Some(pool_size),
+                                    adaptive,
+                                },
                             )]
                             .into(),
-                        }),
-                    },
-                    source: "model.toml".into(),
+                            on_task_end: None,
+                            // #37: a price kept with the run round-trips.
+                            prices: Box::new(sortie_core::prices::Prices {
+                                as_of: sortie_core::prices::PRICES_AS_OF.to_owned(),
+                                models: [(
+                                    "gpt-5-codex".to_owned(),
+                                    sortie_core::prices::ModelPrice::from_usd([
+                                        1.25, 10.0, 0.125, 0.0,
+                                    ]),
+                                )]
+                                .into(),
+                            }),
+                        },
+                        source: "model.toml".into(),
+                    }
                 })
             },
         )
