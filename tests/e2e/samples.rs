@@ -300,3 +300,94 @@ fn first_pass_stops_a_running_sample_once_another_passes() {
     assert_eq!(starts(&s).len(), 2, "s-3 never started");
     assert_eq!(v["samples"][0]["winner"], "s-2");
 }
+
+/// A check that reads its task's number from `SORTIE_ATTEMPT`, writes the score `scores` gives
+/// it (`N SCORE` lines) to `SORTIE_VERIFY_RESULT`, and passes when the number is in `passes`.
+fn check(dir: &Path) -> String {
+    let script = format!(
+        "i=${{SORTIE_ATTEMPT#*/}}; i=${{i%%/*}}; \
+         sc=$(awk -v i=$i '$1 == i {{ print $2 }}' {d}/scores); \
+         echo \"{{\\\"score\\\": ${{sc:-0}}}}\" > \"$SORTIE_VERIFY_RESULT\"; \
+         grep -qx \"$i\" {d}/passes",
+        d = dir.display()
+    );
+    toml_string(&script)
+}
+
+#[test]
+fn best_score_keeps_the_passed_sample_with_the_highest_check_score() {
+    let s = Scratch::new();
+    let _repo = repo(&s);
+    let run = unique_run("best-score");
+    // Every agent completes; the checks pass for 0, 1 and 3. Task 2 has the highest score but
+    // fails its check; 1 and 3 tie: the earliest wins.
+    write_set(&s, "passes", &[0, 1, 3].into_iter().collect());
+    s.write("agent-passes", "0\n1\n2\n3\n");
+    s.write("scores", "0 0.5\n1 0.9\n2 0.95\n3 0.9\n");
+    let agent = agent(s.path()).replace("/passes", "/agent-passes");
+    let batch = format!(
+        "concurrency = 2\n\n[[tasks]]\nlabel = \"s-{{sample}}\"\ncwd = \"repo\"\n\
+         isolation = \"worktree\"\ncommand = {agent}\nverify = {}\ncount = 4\n\
+         pick = \"best-score\"\n",
+        check(s.path())
+    );
+    s.write("batch.toml", &batch);
+    let out = s.run(&["run", "--run-id", &run, "batch.toml"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v = results_json(&s, &run);
+    let item = &v["samples"][0];
+    assert_eq!(item["winner"], "s-2", "{v}\n{said}");
+    assert_eq!(
+        (item["n"].as_u64(), item["c"].as_u64()),
+        (Some(4), Some(3)),
+        "{v}"
+    );
+    let mean = item["mean_score"].as_f64().unwrap_or_default();
+    assert!((mean - (0.5 + 0.9 + 0.95 + 0.9) / 4.0).abs() < 1e-9, "{v}");
+    let wt = |label: &str| s.state_dir().join("worktrees").join(&run).join(label);
+    assert!(wt("s-2").exists(), "the winner's worktree is kept\n{said}");
+    for l in ["s-1", "s-4"] {
+        assert!(!wt(l).exists(), "{l}'s worktree was discarded\n{said}");
+    }
+}
+
+#[test]
+fn first_pass_with_a_check_waits_for_a_passed_check() {
+    let s = Scratch::new();
+    let run = unique_run("first-pass-check");
+    // Every agent completes; only task 2's check passes. Task 3 may start while task 2's check
+    // runs (a check holds no slot): it hangs until it is stopped, so that task 4 cannot start
+    // before the verdict.
+    s.write("agent-passes", "0\n1\n2\n3\n4\n");
+    write_set(&s, "slow", &[3].into_iter().collect());
+    write_set(&s, "passes", &[2].into_iter().collect());
+    s.write("scores", "");
+    let agent = agent(s.path()).replace("/passes", "/agent-passes");
+    let batch = format!(
+        "concurrency = 1\n\n[[tasks]]\nlabel = \"s-{{sample}}\"\ncommand = {agent}\n\
+         verify = {}\ncount = 5\npick = \"first-pass\"\n",
+        check(s.path())
+    );
+    s.write("batch.toml", &batch);
+    let _ = s.run(&["run", "--run-id", &run, "batch.toml"]);
+    let started = starts(&s);
+    assert_eq!(started[..3], [0, 1, 2], "{started:?}");
+    assert!(!started.contains(&4), "s-5 never started: {started:?}");
+    let v = results_json(&s, &run);
+    let item = &v["samples"][0];
+    assert_eq!(item["winner"], "s-3", "{v}");
+    assert_eq!(
+        (item["n"].as_u64(), item["c"].as_u64()),
+        (Some(3), Some(1)),
+        "{v}"
+    );
+    let states: Vec<&str> = v["tasks"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|r| r["state"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        states,
+        ["failed", "failed", "completed", "cancelled", "cancelled"],
+        "{v}"
+    );
+}
