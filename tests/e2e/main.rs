@@ -36,6 +36,8 @@ mod real_sessions;
 // #33: feedback rounds with the real CLIs.
 mod real_verify;
 mod report;
+// #33: samples, pass@k, best-of-N
+mod samples;
 mod signals;
 mod supervised;
 // #11

@@ -15,6 +15,13 @@
 //! than one task needs a placeholder in its `label` (else every task would carry the same
 //! label); two expanded tasks with the same label or output are refused as any duplicate is,
 //! at the template's line.
+//!
+//! #33: the samples of one item (a template with `count` of at least 2) are grouped under the
+//! item's name, their `sample_of`: the template's `label` with `{sample}` written `*` and the
+//! other placeholders filled (`fix-{name}-{sample}` over `a` → `fix-a-*`); a label without
+//! `{sample}` names the item by its first sample's label followed by `*` (`t-{index}` → `t-1*`,
+//! `t-6*`, ...); a template without a label by `task-line-N` (its line), its item's `{name}`
+//! and `*`. `pick` is only for such a template: anywhere else it is refused at its line.
 
 use std::path::Path;
 
@@ -113,6 +120,12 @@ pub(crate) fn expand(
     issues: &mut Issues,
     out: &mut impl FnMut(RawTask, &mut Issues),
 ) {
+    if t.pick.is_some() && t.count.unwrap_or(1) < 2 {
+        let line = t.keys.get("pick").copied().flatten().or(t.line);
+        let message = "`pick` chooses among a template's samples: it needs `count` of at least 2";
+        issues.add(&t.file, line, Some("pick"), message);
+        return;
+    }
     if t.for_each.is_none() && t.count.is_none() {
         out(t, issues);
         return;
@@ -171,6 +184,7 @@ fn expand_one(t: &RawTask, base: &Path) -> Result<Vec<RawTask>, (&'static str, S
         None => vec![None],
     };
     for item in item_list {
+        let mut sample_of = None;
         for sample in 1..=samples {
             index += 1;
             let values = Values {
@@ -183,6 +197,11 @@ fn expand_one(t: &RawTask, base: &Path) -> Result<Vec<RawTask>, (&'static str, S
             e.for_each = None;
             e.count = None;
             e.label = t.label.as_deref().map(|s| values.fill(s));
+            if samples > 1 {
+                let name =
+                    sample_of.get_or_insert_with(|| item_name(t, &values, e.label.as_deref()));
+                e.sample_of = Some(name.clone());
+            }
             e.prompt = t.prompt.as_deref().map(|s| values.fill(s));
             e.cwd = t.cwd.as_deref().map(|s| values.fill(s));
             e.output = t.output.as_deref().map(|s| values.fill(s));
@@ -199,6 +218,23 @@ fn expand_one(t: &RawTask, base: &Path) -> Result<Vec<RawTask>, (&'static str, S
         }
     }
     Ok(made)
+}
+
+/// #33: the name of an item's samples (see the module's doc), from its first sample.
+fn item_name(t: &RawTask, first: &Values<'_>, first_label: Option<&str>) -> String {
+    match (t.label.as_deref(), first_label) {
+        (Some(template), _) if template.contains("{sample}") => first.fill_as(template, Some("*")),
+        (_, Some(label)) => format!("{label}*"),
+        _ => {
+            let line = t.line.map_or_else(String::new, |l| format!("-line-{l}"));
+            let item = if first.name.is_empty() {
+                String::new()
+            } else {
+                format!("-{}", first.name)
+            };
+            format!("task{line}{item}-*")
+        }
+    }
 }
 
 /// The values of the placeholders for one expanded task.
@@ -219,6 +255,11 @@ impl Values<'_> {
     /// `s` with each placeholder replaced, in one pass (a value that itself reads like a
     /// placeholder is not replaced again).
     fn fill(&self, s: &str) -> String {
+        self.fill_as(s, None)
+    }
+
+    /// [`Values::fill`], with `{sample}` written `sample` when given.
+    fn fill_as(&self, s: &str, sample: Option<&str>) -> String {
         let mut out = String::with_capacity(s.len());
         let mut rest = s;
         while let Some(open) = rest.find('{') {
@@ -231,7 +272,10 @@ impl Values<'_> {
                         "{item}" => out.push_str(self.item),
                         "{name}" => out.push_str(self.name),
                         "{index}" => out.push_str(&self.index.to_string()),
-                        _ => out.push_str(&self.sample.to_string()),
+                        _ => match sample {
+                            Some(v) => out.push_str(v),
+                            None => out.push_str(&self.sample.to_string()),
+                        },
                     }
                     rest = &tail[p.len()..];
                 }
@@ -515,5 +559,67 @@ mod tests {
         let b = load(&f, None, &Overrides::default()).unwrap().batch;
         let labels: Vec<&str> = b.tasks.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["s1", "s2", "s3"]);
+    }
+
+    #[test]
+    fn samples_are_grouped_under_their_item_and_pick_needs_samples() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = write(
+            tmp.path(),
+            "b.toml",
+            "[[tasks]]\nlabel = \"fix-{item}-{sample}\"\ncommand = [\"true\"]\n\
+             for_each = [\"a\", \"b\"]\ncount = 2\npick = \"first-pass\"\n\n\
+             [[tasks]]\nlabel = \"t-{index}\"\ncommand = [\"true\"]\n\
+             for_each = [\"a\", \"b\"]\ncount = 2\n\n\
+             [[tasks]]\nlabel = \"one-{item}\"\ncommand = [\"true\"]\nfor_each = [\"a\"]\n",
+        );
+        let b = load(&f, None, &Overrides::default()).unwrap().batch;
+        let got: Vec<(&str, Option<&str>)> = b
+            .tasks
+            .iter()
+            .map(|t| (t.label.as_str(), t.sample_of.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("fix-a-1", Some("fix-a-*")),
+                ("fix-a-2", Some("fix-a-*")),
+                ("fix-b-1", Some("fix-b-*")),
+                ("fix-b-2", Some("fix-b-*")),
+                ("t-1", Some("t-1*")),
+                ("t-2", Some("t-1*")),
+                ("t-3", Some("t-3*")),
+                ("t-4", Some("t-3*")),
+                ("one-a", None),
+            ]
+        );
+        assert_eq!(b.tasks[0].pick, Some(sortie_core::verify::Pick::FirstPass));
+
+        let f = write(
+            tmp.path(),
+            "bad.toml",
+            "[[tasks]]\nlabel = \"x\"\ncommand = [\"true\"]\npick = \"best-score\"\n\n\
+             [[tasks]]\nlabel = \"y{sample}\"\ncommand = [\"true\"]\ncount = 1\n\
+             pick = \"first-pass\"\n\n\
+             [defaults]\npick = \"first-pass\"\n",
+        );
+        let err = load(&f, None, &Overrides::default()).unwrap_err();
+        let text = err.to_string();
+        let got: Vec<(Option<usize>, Option<&str>)> = err
+            .issues()
+            .iter()
+            .map(|i| (i.line, i.field.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(4), Some("pick")),
+                (Some(10), Some("pick")),
+                (Some(13), Some("pick")),
+            ],
+            "{text}"
+        );
+        assert!(text.contains("needs `count` of at least 2"), "{text}");
+        assert!(text.contains("cannot be a default"), "{text}");
     }
 }

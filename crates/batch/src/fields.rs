@@ -181,6 +181,9 @@ pub(crate) struct RawTask {
     pub(crate) pick: Option<sortie_core::verify::Pick>,
     // #33: a judge over samples.
     pub(crate) needs_mode: Option<NeedsMode>,
+    /// #33: set on a sample made by a template with `count` of at least 2: its item's name
+    /// (see `expand`).
+    pub(crate) sample_of: Option<String>,
 }
 
 /// What of a task's table outlives its resolution: where the task and each field it gave are
@@ -352,6 +355,11 @@ impl RawTask {
             "retry_timeouts" => self.retry_timeouts = Some(boolean(v)?),
             "for_each" | "count" if scope == Scope::Defaults => {
                 return Err("expansion makes tasks of one task; it cannot be a default".into());
+            }
+            "pick" if scope == Scope::Defaults => {
+                return Err("`pick` chooses among one template's samples (`count`); \
+                            it cannot be a default"
+                    .into());
             }
             "for_each" => self.for_each = Some(crate::expand::ForEach::parse(v)?),
             "count" => self.count = Some(crate::expand::count(v)?),

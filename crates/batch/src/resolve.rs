@@ -461,6 +461,7 @@ fn resolve_task(
         s.verify_rounds = v;
     }
     s.pick = pick(&t.pick, &d.pick);
+    s.sample_of = t.sample_of.clone();
     (s, env.into_iter().collect())
 }
 

@@ -13,6 +13,7 @@ mod output;
 // #14: shared rate limits.
 mod pools;
 mod report;
+mod samples;
 mod summary;
 mod text;
 mod verify_view;

@@ -312,6 +312,7 @@ pub(crate) fn html(state: &RunState, events: &[Stamped], view: &RunView) -> Stri
     h.push_str("</div>\n");
     usage_tables(&mut h, state);
     summary_table(&mut h, view);
+    samples_table(&mut h, state);
     h.push_str("</body></html>\n");
     h
 }
@@ -390,6 +391,35 @@ fn usage_tables(h: &mut String, state: &RunState) {
     h.push_str(&head.replace("{}", "task"));
     for (t, u) in &l.tasks {
         row(h, &state.label(*t), u);
+    }
+    h.push_str("</table>\n");
+}
+
+/// #33: the run's samples per item (none: nothing).
+fn samples_table(h: &mut String, state: &RunState) {
+    let items = crate::samples::items(state);
+    if items.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Samples</h2>\n<table class=\"samples\"><tr><th>item</th><th>n</th><th>passed</th>\
+         <th>pass@1</th><th>pass@n</th><th>mean score</th><th>winner</th></tr>\n",
+    );
+    let num = |p: Option<&f64>| p.map_or("-".to_owned(), |p| format!("{p:.3}"));
+    for i in &items {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td>{}</td></tr>",
+            esc(&i.item),
+            i.n,
+            i.c,
+            num(i.pass_at.first()),
+            num(i.pass_at.last()),
+            num(i.mean_score.as_ref()),
+            esc(i.winner.as_deref().unwrap_or("-"))
+        );
     }
     h.push_str("</table>\n");
 }

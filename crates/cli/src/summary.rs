@@ -74,6 +74,18 @@ pub(crate) fn print_summary(g: &Global, run: &RunId, state: &RunState) -> Result
     writeln!(out)?;
     output::print_kept(&mut out, &view)?;
     output::print_carried(&mut out, state)?;
+    // #33: each item's samples.
+    let samples = sortie_core::samples::summary_lines(state);
+    if !samples.is_empty() {
+        writeln!(
+            out,
+            "samples (of each item's judged samples, how many passed):"
+        )?;
+        for line in &samples {
+            writeln!(out, "  {}", crate::text::printable(line))?;
+        }
+        writeln!(out)?;
+    }
     let ledger = model_ledger(state);
     let usage_rows = ledger
         .models

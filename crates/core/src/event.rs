@@ -393,6 +393,8 @@ pub enum DiscardedBy {
     Discard,
     /// `sortie gc`.
     Gc,
+    /// #33: after the run, the sample a `pick` did not choose.
+    Pick,
 }
 
 impl DiscardedBy {
@@ -401,6 +403,17 @@ impl DiscardedBy {
         match self {
             DiscardedBy::Discard => "discard",
             DiscardedBy::Gc => "gc",
+            DiscardedBy::Pick => "pick",
+        }
+    }
+
+    /// Who removed it, for people: `` `sortie discard` ``, `` `sortie gc` ``, or the run's
+    /// `pick` (after the run, a sample it did not choose).
+    pub fn who(self) -> &'static str {
+        match self {
+            DiscardedBy::Discard => "`sortie discard`",
+            DiscardedBy::Gc => "`sortie gc`",
+            DiscardedBy::Pick => "the run's `pick` (a sample it did not choose)",
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod prompt;
 pub mod recover;
 pub mod rerun;
 pub mod run_budget;
+pub mod samples;
 pub mod session;
 pub mod spec;
 pub mod state;

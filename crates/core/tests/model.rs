@@ -730,3 +730,50 @@ fn the_generator_makes_every_budget_step_and_every_kind_of_rerun() {
     assert!(wraps > 0 && stops > 0 && graced > 0);
     assert!(plans > 0 && pulled > 0 && empty > 0);
 }
+
+/// #33: under `pick = "first-pass"` (the generator makes a batch one item's samples), once a
+/// sample finished completed (passed), no other sample launches an attempt, and every sample
+/// that had not finished then ends cancelled or its live attempt ends.
+#[test]
+fn first_pass_launches_nothing_of_an_item_once_a_sample_passed() {
+    property(
+        "first_pass_launches_nothing_of_an_item_once_a_sample_passed",
+        scenario_strategy(),
+        |s| {
+            let first_pass = s
+                .batch
+                .tasks
+                .first()
+                .is_some_and(|t| t.pick == Some(sortie_core::verify::Pick::FirstPass));
+            if !first_pass {
+                return Ok(());
+            }
+            let t = trace(&s);
+            let mut won: Option<TaskId> = None;
+            for e in &t.events {
+                match &e.event {
+                    Event::TaskFinished { task, result }
+                        if won.is_none() && result.state == TerminalState::Completed =>
+                    {
+                        won = Some(*task);
+                    }
+                    Event::TaskCarried { task, result, .. }
+                        if won.is_none() && result.state == TerminalState::Completed =>
+                    {
+                        won = Some(*task);
+                    }
+                    Event::AttemptLaunching { task, .. } => {
+                        prop_assert!(
+                            won.is_none_or(|w| w == *task),
+                            "task {} launched after task {:?} passed",
+                            task,
+                            won
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        },
+    );
+}

@@ -206,6 +206,7 @@ fn render(state: &RunState, action: &Action) -> String {
         ),
         Action::StartJob(task, kind) => format!("job {} {kind:?}", label(task)),
         Action::Verify(task) => format!("verify {}", label(task)),
+        Action::StopTask(task, why) => format!("stop {}: {why}", label(task)),
         Action::WindDown(reason) => format!("wind down: {reason}"),
         Action::EndRun(ending) => format!("end run {ending:?}"),
     }

@@ -362,6 +362,12 @@ mod tests {
                 by: sortie_core::DiscardedBy::Discard,
                 branch_kept: false,
             },
+            // #33: a sample its item's pick did not choose.
+            Event::WorktreeDiscarded {
+                task: TaskId(3),
+                by: sortie_core::DiscardedBy::Pick,
+                branch_kept: false,
+            },
         ] {
             let back = decode(&encode(Seq(7), Timestamp(70), &e).unwrap()).unwrap();
             assert_eq!((back.seq, back.at, back.event), (Seq(7), Timestamp(70), e));

@@ -3,13 +3,17 @@
 //! nothing, says so, and exits 1. `--all` applies every kept worktree of the run in task order,
 //! each all-or-nothing, and stops at the first conflict with a report of what was applied and
 //! what was not; `--commit` makes one commit per task. `--all` takes completed tasks only;
-//! `--include-failed` adds the kept work of tasks that failed, ended partial or timed out.
+//! `--include-failed` adds the kept work of tasks that failed, ended partial or timed out. #33:
+//! of the samples of an item whose template has a `pick`, `--all` applies only the winner.
 
 use std::io::Write;
 
 use crate::error::{CliError, Result};
 use serde::Serialize;
+use sortie_core::TaskId;
 use sortie_runner::worktree::kept::{self, Applied, Kept};
+
+use crate::text::printable;
 
 use super::{Code, block_on, find_kept, open_read, replay_all};
 use crate::args::{ApplyArgs, Global};
@@ -29,12 +33,29 @@ struct ApplyView<'a> {
 
 /// Applies a kept worktree's change, or all of them.
 pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
+    // #33: `--all` applies only the samples a `pick` chose.
+    let mut not_picked: Vec<(kept::Kept, Option<String>)> = Vec::new();
     let all = match (&t.label, t.all) {
         (Some(label), false) => vec![find_kept(g, &t.run, label)?],
         (None, true) => {
             let run = super::find_run(g, &t.run)?;
             let state = replay_all(&open_read(&g.layout(), &run)?)?;
-            kept::all(&state, &g.layout(), &run)
+            let items = sortie_core::samples::items(&state);
+            let (all, lost): (Vec<_>, Vec<_>) = kept::all(&state, &g.layout(), &run)
+                .into_iter()
+                .partition(|k| !sortie_core::samples::lost(&state, &items, TaskId(k.task)));
+            for k in lost {
+                let of = state
+                    .spec(TaskId(k.task))
+                    .and_then(|s| s.sample_of.as_deref());
+                let winner = items
+                    .iter()
+                    .find(|i| Some(i.name.as_str()) == of)
+                    .and_then(|i| i.winner)
+                    .map(|w| state.label(w).to_string());
+                not_picked.push((k, winner));
+            }
+            all
         }
         _ => return Err(CliError::usage("give a task's label, or --all")),
     };
@@ -87,6 +108,7 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
                 "not_applied": not_reached.iter().map(|k| &k.label).collect::<Vec<_>>(),
                 "discarded": discarded.iter().map(|k| &k.label).collect::<Vec<_>>(),
                 "not_completed": not_completed.iter().map(|k| &k.label).collect::<Vec<_>>(),
+                "not_picked": not_picked.iter().map(|(k, _)| &k.label).collect::<Vec<_>>(),
                 "stopped_at": stopped.map(|i| &done[i].0.label),
             });
             serde_json::to_writer_pretty(&mut out, &v)?;
@@ -100,8 +122,15 @@ pub(crate) fn apply(g: &Global, t: &ApplyArgs) -> Result<Code> {
         print_one(&mut out, k, applied, commit.as_deref())?;
     }
     if t.all {
-        if all.is_empty() {
+        if all.is_empty() && not_picked.is_empty() {
             writeln!(out, "run {} kept no worktree: nothing to apply", t.run)?;
+        }
+        for (k, winner) in &not_picked {
+            let winner = match winner {
+                Some(w) => format!("its item's pick chose {}", printable(w)),
+                None => "its item's pick chose no sample".to_owned(),
+            };
+            writeln!(out, "skipped {}: {winner}", printable(&k.label))?;
         }
         for k in &discarded {
             writeln!(

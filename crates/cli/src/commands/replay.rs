@@ -251,8 +251,8 @@ fn details(e: &Event) -> String {
         Event::WorktreeDiscarded {
             by, branch_kept, ..
         } => format!(
-            "removed by `sortie {}`{}; its patch stays",
-            by.as_str(),
+            "removed by {}{}; its patch stays",
+            by.who(),
             if *branch_kept {
                 ", its branch kept"
             } else {

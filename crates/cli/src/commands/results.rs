@@ -1,6 +1,11 @@
 //! `sortie results [RUN] [--jsonl]` (issue 13): one record per task, for scoring scripts:
 //! its label, state, validated structured result (`value`), error and usage, in batch order.
 //! A table by default; `--json` prints an array, `--jsonl` one object per line.
+//!
+//! #33: a run with samples (a template with `count` of at least 2) adds, after the tasks, the
+//! samples table and the pass rates per model and per role; `--json` is then an object
+//! `{"tasks": [...], "samples": [...], "rates": {...}}` (a run without samples keeps the array),
+//! and `--jsonl` adds one line per item (`"kind": "samples"`) and per rate (`"kind": "rate"`).
 
 use std::io::Write;
 
@@ -55,14 +60,43 @@ pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
         })
         .filter(|r: &Record| g.rows.shows(state.tasks.len(), &r.state))
         .collect();
+    let items = crate::samples::items(&state);
+    let rates = (!items.is_empty()).then(|| crate::samples::rates(&state));
     let mut out = std::io::stdout().lock();
     if args.jsonl {
         for r in &records {
             serde_json::to_writer(&mut out, r)?;
             writeln!(out)?;
         }
+        for i in &items {
+            let mut v = serde_json::to_value(i)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("kind".into(), "samples".into());
+            }
+            serde_json::to_writer(&mut out, &v)?;
+            writeln!(out)?;
+        }
+        if let Some(rates) = &rates {
+            let by = [("model", &rates.models), ("role", &rates.roles)];
+            for (by, list) in by {
+                for r in list {
+                    let mut v = serde_json::to_value(r)?;
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("kind".into(), "rate".into());
+                        o.insert("by".into(), by.into());
+                    }
+                    serde_json::to_writer(&mut out, &v)?;
+                    writeln!(out)?;
+                }
+            }
+        }
     } else if g.json {
-        serde_json::to_writer_pretty(&mut out, &records)?;
+        if let Some(rates) = &rates {
+            let v = serde_json::json!({ "tasks": records, "samples": items, "rates": rates });
+            serde_json::to_writer_pretty(&mut out, &v)?;
+        } else {
+            serde_json::to_writer_pretty(&mut out, &records)?;
+        }
         writeln!(out)?;
     } else {
         let width = records
@@ -91,6 +125,21 @@ pub(crate) fn results(g: &Global, args: &ResultsArgs) -> Result<Code> {
                 r.cost,
                 crate::text::printable(&value)
             )?;
+        }
+        if let Some(rates) = &rates {
+            writeln!(out)?;
+            for line in crate::samples::items_table(&items) {
+                writeln!(out, "{line}")?;
+            }
+            for (what, list) in [("MODEL", &rates.models), ("ROLE", &rates.roles)] {
+                if list.is_empty() {
+                    continue;
+                }
+                writeln!(out)?;
+                for line in crate::samples::rates_table(what, list) {
+                    writeln!(out, "{line}")?;
+                }
+            }
         }
     }
     Ok(Code::Ok)

@@ -6,7 +6,9 @@
 //! worktree to finalize), worktree jobs to start. The runner appends the events in one durable
 //! write, applies them, and then performs the effects; nothing else decides.
 //!
-//! The body is a list of named passes, one reason each (pueue's task handler), in this order:
+//! The body is a list of named passes, one reason each (pueue's task handler), in this order
+//! (after the tasks a user cancelled, and #33's [`picked samples`](Planner::picked_samples):
+//! the samples that lost to a `pick = "first-pass"` winner end or are stopped):
 //! 1. [`ended tasks`](Planner::ended_tasks): retry, or end (decided once, as [`Action::EndTask`]
 //!    when an effect must come first);
 //! 2. [`worktrees`](Planner::worktrees): set up the worktrees of waiting isolated tasks, and end
@@ -28,6 +30,7 @@
 //! does not scan 100,000 tasks; it is built from the state and told of every applied event.
 
 mod budget;
+mod pick;
 mod sched;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,6 +105,10 @@ pub enum Action {
     },
     /// Start a worktree setup job.
     StartJob(TaskId, JobKind),
+    /// #33: stop the task's live attempt with stop reason `cancelled` and this message (a
+    /// sample that lost to a `pick = "first-pass"` winner); its end reports as any stopped
+    /// attempt's does.
+    StopTask(TaskId, String),
     /// #33: run the check of the task's last attempt, which the round journaled as started
     /// (`VerifyStarted`); its verdict comes back as `VerifyEnded`.
     Verify(TaskId),
@@ -147,7 +154,8 @@ impl Action {
             Action::Launch(t)
             | Action::EndTask { task: t, .. }
             | Action::StartJob(t, _)
-            | Action::Verify(t) => Some(*t),
+            | Action::Verify(t)
+            | Action::StopTask(t, _) => Some(*t),
             Action::WindDown(_) | Action::EndRun(_) => None,
         }
     }
@@ -167,6 +175,8 @@ pub struct Planner {
     /// Some task may launch an attempt that is in no pool (issue 14): a round whose pools
     /// all hold back must still look for it.
     unpooled: bool,
+    /// #33: the `pick = "first-pass"` items.
+    picks: pick::Picks,
 }
 
 /// One round in the making.
@@ -227,6 +237,7 @@ impl Planner {
             }
         }
         Planner {
+            picks: pick::Picks::new(state),
             sched: Sched::new(state),
             isolated,
             fail_fast_tripped: fail_fast && failed,
@@ -248,6 +259,7 @@ impl Planner {
             let fail_fast = state.batch.as_ref().is_some_and(|b| b.config.fail_fast);
             self.fail_fast_tripped |= fail_fast && trips(result.state);
         }
+        self.picks.observe(state, event);
         self.sched.observe(state, event);
     }
 
@@ -312,7 +324,9 @@ impl Planner {
         // pass on, but not a retry decided in this one.
         let no_launch =
             facts.stopping.is_some() || self.fail_fast_tripped || self.budget_out.is_some();
+        self.picks.begin();
         self.cancelled_tasks(state, &mut round);
+        self.picked_samples(state, &mut round);
         self.ended_tasks(state, &mut round, no_launch);
         self.worktrees(state, &mut round, no_launch);
         self.ready_tasks(state, &mut round);
@@ -367,7 +381,19 @@ impl Planner {
             }
             let seed = jitter(state, task, rec.attempts.len() as u32);
             let cancelled = state.control.cancelled.contains(&task);
-            match decide::next_step(spec, rec, round.facts.now, seed) {
+            let step = decide::next_step(spec, rec, round.facts.now, seed);
+            // #33: a sample that lost to a first-pass winner goes no further.
+            if let Some(why) = self.picks.loss(state, task)
+                && matches!(
+                    step,
+                    NextStep::Retry { .. } | NextStep::Verify | NextStep::Feedback { .. }
+                )
+            {
+                let result = pick::lost_result(rec, &why);
+                self.give_up(state, round, task, result);
+                continue;
+            }
+            match step {
                 // A user cancelled it: its attempt is not retried.
                 NextStep::Retry { .. } if cancelled => {
                     let result = decide::not_retried_result(rec, true);
@@ -461,6 +487,7 @@ impl Planner {
                 "not written before the task's worktree was finalized",
             );
         }
+        self.picks.ending(task, &result);
         round.end(task, rec, result, artifact);
     }
 
@@ -517,7 +544,7 @@ impl Planner {
                 round.end(task, rec, result, false);
                 continue;
             }
-            if no_launch || slots == 0 || state.control.is_held(task) {
+            if no_launch || slots == 0 || state.control.is_held(task) || self.picks.holds(task) {
                 continue;
             }
             let kind = match &rec.steps().worktree {
@@ -630,7 +657,7 @@ impl Planner {
             if free == 0 {
                 break;
             }
-            if round.used.contains(&task) || state.control.is_held(task) {
+            if round.used.contains(&task) || state.control.is_held(task) || self.picks.holds(task) {
                 continue;
             }
             let (Some(rec), Some(spec)) = (state.task(task), state.spec(task)) else {

@@ -353,38 +353,56 @@ pub(crate) fn batch_strategy() -> impl Strategy<Value = Batch> {
         .prop_flat_map(
             |(n, concurrency, ff, (tokens, cost, deadline_ms), (pool_size, adaptive))| {
                 let tasks: Vec<_> = (0..n).map(task_strategy).collect();
-                tasks.prop_map(move |tasks| Batch {
-                    tasks,
-                    agents: AgentProfile::builtins(),
-                    config: RunConfig {
-                        concurrency,
-                        fail_fast: ff,
-                        budget: sortie_core::RunBudget {
-                            max_tokens: tokens,
-                            max_cost_nanos: cost,
-                            deadline: deadline_ms.map(Duration::from_millis),
-                            ..sortie_core::RunBudget::default()
-                        },
-                        pools: [(
-                            "p".to_owned(),
-                            sortie_core::PoolSpec {
-                                concurrency: Some(pool_size),
-                                adaptive,
+                // #33: half the batches are one item's samples, a third of those without
+                // `pick`, the others with `first-pass` or `best-score`.
+                (tasks, 0u8..6).prop_map(move |(mut tasks, samples)| {
+                    if samples >= 3 {
+                        let pick = match samples {
+                            3 => None,
+                            4 => Some(sortie_core::verify::Pick::FirstPass),
+                            _ => Some(sortie_core::verify::Pick::BestScore),
+                        };
+                        for t in &mut tasks {
+                            let body = std::sync::Arc::make_mut(&mut t.body);
+                            body.sample_of = Some("t*".to_owned());
+                            body.pick = pick;
+                        }
+                    }
+                    Batch {
+                        tasks,
+                        agents: AgentProfile::builtins(),
+                        config: RunConfig {
+                            concurrency,
+                            fail_fast: ff,
+                            budget: sortie_core::RunBudget {
+                                max_tokens: tokens,
+                                max_cost_nanos: cost,
+                                deadline: deadline_ms.map(Duration::from_millis),
+                                ..sortie_core::RunBudget::default()
                             },
-                        )]
-                        .into(),
-                        on_task_end: None,
-                        // #37: a price kept with the run round-trips.
-                        prices: Box::new(sortie_core::prices::Prices {
-                            as_of: sortie_core::prices::PRICES_AS_OF.to_owned(),
-                            models: [(
-                                "gpt-5-codex".to_owned(),
-                                sortie_core::prices::ModelPrice::from_usd([1.25, 10.0, 0.125, 0.0]),
+                            pools: [(
+                                "p".to_owned(),
+                                sortie_core::PoolSpec {
+                                    concurrency: Some(pool_size),
+                                    adaptive,
+                                },
                             )]
                             .into(),
-                        }),
-                    },
-                    source: "model.toml".into(),
+                            on_task_end: None,
+                            // #37: a price kept with the run round-trips.
+                            prices: Box::new(sortie_core::prices::Prices {
+                                as_of: sortie_core::prices::PRICES_AS_OF.to_owned(),
+                                models: [(
+                                    "gpt-5-codex".to_owned(),
+                                    sortie_core::prices::ModelPrice::from_usd([
+                                        1.25, 10.0, 0.125, 0.0,
+                                    ]),
+                                )]
+                                .into(),
+                            }),
+                        },
+                        source: "model.toml".into(),
+                    }
                 })
             },
         )
@@ -931,6 +949,11 @@ impl<B: Backend> Driver<B> {
                         self.end_check(task, passed)?;
                     }
                 }
+                // #33: a sample that lost to a first-pass winner: its live attempt is stopped.
+                Action::StopTask(task, why) => self.stop_live_of(
+                    Some(task),
+                    &AttemptOutcome::failed(StopReason::Cancelled, why),
+                )?,
                 // The run's budget ran out: the loop stops every live attempt (budget, partial).
                 Action::WindDown(_) => {
                     self.stop_live(&OutcomeKind::PartialBudget.outcome(false))?
@@ -1106,7 +1129,15 @@ impl<B: Backend> Driver<B> {
     /// Every live attempt ends with `outcome` (the loop stopped them), its agent's last count as
     /// its usage.
     fn stop_live(&mut self, outcome: &AttemptOutcome) -> Option<()> {
+        self.stop_live_of(None, outcome)
+    }
+
+    /// [`Self::stop_live`], of one task's attempt when `only` names it.
+    fn stop_live_of(&mut self, only: Option<TaskId>, outcome: &AttemptOutcome) -> Option<()> {
         for t in self.tasks() {
+            if only.is_some_and(|o| o != t) {
+                continue;
+            }
             let rec = &self.st()?.tasks[t.index()];
             if let Some(a) = rec.live_attempt() {
                 let (attempt, stored) = (a.attempt, *a.usage());

@@ -239,6 +239,7 @@ pub(crate) enum StoredEvent {
 pub(crate) enum DiscardedByV1 {
     Discard,
     Gc,
+    Pick,
 }
 
 impl From<DiscardedBy> for DiscardedByV1 {
@@ -246,6 +247,7 @@ impl From<DiscardedBy> for DiscardedByV1 {
         match by {
             DiscardedBy::Discard => DiscardedByV1::Discard,
             DiscardedBy::Gc => DiscardedByV1::Gc,
+            DiscardedBy::Pick => DiscardedByV1::Pick,
         }
     }
 }
@@ -255,6 +257,7 @@ impl From<DiscardedByV1> for DiscardedBy {
         match by {
             DiscardedByV1::Discard => DiscardedBy::Discard,
             DiscardedByV1::Gc => DiscardedBy::Gc,
+            DiscardedByV1::Pick => DiscardedBy::Pick,
         }
     }
 }

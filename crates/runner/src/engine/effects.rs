@@ -28,6 +28,7 @@ impl Engine {
         let mut wind_down = None;
         let mut ended = Vec::new();
         let mut checks = Vec::new();
+        let mut stops = Vec::new();
         // Collected in place: the events take over the actions' buffer (an `Action` is the size
         // of an `Event`) instead of a second one beside it (the first round of a 100,000-task
         // run queues every task: 32 MB each).
@@ -60,6 +61,10 @@ impl Engine {
                 }
                 Action::Verify(task) => {
                     checks.push(task);
+                    None
+                }
+                Action::StopTask(task, message) => {
+                    stops.push((task, message));
                     None
                 }
                 Action::WindDown(reason) => {
@@ -95,6 +100,16 @@ impl Engine {
         let reports = self.commit_with_reports(events)?;
         if let Some(reason) = wind_down {
             self.wind_down(&reason);
+        }
+        // #33: a sample that lost to a first-pass winner: stopped as a cancel stops it.
+        for (task, message) in stops {
+            if let Some(h) = self.live.get(&task) {
+                h.stop(crate::attempt::StopRequest {
+                    reason: sortie_core::outcome::StopReason::Cancelled,
+                    phase: None,
+                    message,
+                });
+            }
         }
         self.launch_all(launches).await?;
         for task in plain_tasks.into_iter().chain(ended) {

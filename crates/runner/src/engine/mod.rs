@@ -169,7 +169,21 @@ pub async fn run(
     loaded: LoadedBatch,
     front: Front,
 ) -> Result<RunEnd> {
-    start(state_dir, run_id, loaded, Vec::new(), front).await
+    let end = start(state_dir, run_id, loaded, Vec::new(), front).await?;
+    Ok(discard_losers(state_dir, end).await)
+}
+
+/// #33: once a run finished (its lock released), the kept worktrees of the samples its `pick`
+/// did not choose are discarded.
+async fn discard_losers(state_dir: &StateDir, end: RunEnd) -> RunEnd {
+    if matches!(end.end, End::Finished(_)) {
+        for r in crate::worktree::kept::discard_losers(&end.state, state_dir, &end.run_id).await {
+            if let Err((label, why)) = r {
+                tracing::warn!("could not discard the worktree of {label} (not picked): {why}");
+            }
+        }
+    }
+    end
 }
 
 /// What a rerun carries from its parent run (`sortie rerun`).
@@ -200,7 +214,8 @@ pub async fn rerun(
         result: c.result,
         usage: c.usage,
     }));
-    start(state_dir, run_id, loaded, prelude, front).await
+    let end = start(state_dir, run_id, loaded, prelude, front).await?;
+    Ok(discard_losers(state_dir, end).await)
 }
 
 /// A new run: its journal, `RunStarted`, then `prelude`, then the loop.
@@ -313,7 +328,8 @@ pub async fn take_over(
         // Adopted attempts (#11) are live: they are stopped like a live run's.
         engine.stop_all(Stopping::Cancel);
     }
-    engine.drive().await
+    let end = engine.drive().await?;
+    Ok(discard_losers(state_dir, end).await)
 }
 
 /// What a run's owner holds, whether it started the run or took it over.

@@ -58,13 +58,13 @@ pub enum KeptError {
     },
     /// The worktree was discarded (by `discard` or `gc`).
     #[error(
-        "task {label:?}'s worktree was removed by `sortie {by}`; its patch is still at {}",
+        "task {label:?}'s worktree was removed by {by}; its patch is still at {}",
         patch.display()
     )]
     Discarded {
         /// The task.
         label: String,
-        /// `discard` or `gc`.
+        /// Who: `` `sortie discard` ``, `` `sortie gc` `` or the run's `pick`.
         by: String,
         /// The patch that remains.
         patch: PathBuf,
@@ -220,7 +220,10 @@ fn refuse_discarded(kept: &Kept) -> Result<()> {
     match &kept.discarded {
         Some(d) => Err(KeptError::Discarded {
             label: kept.label.clone(),
-            by: d.by.clone(),
+            by: match d.by.as_str() {
+                "pick" => DiscardedBy::Pick.who().to_owned(),
+                other => format!("`sortie {other}`"),
+            },
             patch: kept.patch.clone(),
         }),
         None => Ok(()),
@@ -589,6 +592,35 @@ pub struct Removed {
 pub async fn discard(kept: &Kept, state_dir: &StateDir) -> Result<Removed> {
     refuse_discarded(kept)?;
     remove(kept, state_dir, DiscardedBy::Discard, true).await
+}
+
+/// #33: once a run finished, removes the kept worktrees of the samples its `pick` did not
+/// choose (journaled `WorktreeDiscarded` by `pick`, branch deleted); their patches stay in the
+/// run dir. Returns each removal, or the label and why it failed.
+pub async fn discard_losers(
+    state: &RunState,
+    state_dir: &StateDir,
+    run: &RunId,
+) -> Vec<std::result::Result<Removed, (String, String)>> {
+    let items = sortie_core::samples::items(state);
+    let mut out = Vec::new();
+    for item in items.iter().filter(|i| i.pick.is_some()) {
+        for &task in &item.samples {
+            if !sortie_core::samples::lost(state, &items, task) {
+                continue;
+            }
+            let label = state.label(task).to_string();
+            let Ok(kept) = find(state, state_dir, run, &label) else {
+                continue; // nothing kept
+            };
+            if kept.discarded.is_some() {
+                continue;
+            }
+            let removed = remove(&kept, state_dir, DiscardedBy::Pick, true).await;
+            out.push(removed.map_err(|e| (label, e.to_string())));
+        }
+    }
+    out
 }
 
 /// Removes the worktree (and its registration), then the branch when `force_branch` or when
