@@ -155,6 +155,12 @@ fn samples_count_n_c_and_pass_at_k_per_item() {
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains("PASS@5"), "{table}");
     assert!(table.lines().any(|l| l.starts_with("fix-d-*")), "{table}");
+    // The HTML report has each item's counts.
+    let file = s.path().join("report.html");
+    s.run_ok(&["report", &run, "--html", &file.display().to_string()]);
+    let html = std::fs::read_to_string(&file).expect("the report");
+    assert!(html.contains("<h2>Samples</h2>"), "{html}");
+    assert!(html.contains("<td>fix-c-*</td>"), "{html}");
 }
 
 /// A repository `repo/` with one commit.

@@ -156,3 +156,51 @@ pub(crate) fn rates_table(what: &str, rates: &[RateView]) -> Vec<String> {
     }
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(name: &str, n: u32, c: u32) -> ItemView {
+        ItemView {
+            item: name.to_owned(),
+            n,
+            c,
+            pass_at: (1..=n).map(|k| samples::pass_at_k(n, c, k)).collect(),
+            mean_score: Some(f64::from(c) / f64::from(n)),
+            winner: None,
+            samples: n as usize,
+            pick: None,
+        }
+    }
+
+    #[test]
+    fn the_table_shows_pass_at_1_to_5_and_says_where_the_rest_are() {
+        let lines = items_table(&[item("a-*", 8, 2), item("b\u{1b}[2J-*", 3, 3)]);
+        assert!(
+            lines[0].contains("PASS@5") && !lines[0].contains("PASS@6"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("a-*") && lines[1].contains("0.250"),
+            "{lines:?}"
+        );
+        // An item with fewer samples shows `-` past its n; a label's escape is shown, not obeyed.
+        assert!(
+            lines[2].contains("  -  ") && !lines[2].contains('\u{1b}'),
+            "{lines:?}"
+        );
+        assert_eq!(lines[3], "(pass@6 to pass@8: sortie --json results)");
+        let rates = rates_table(
+            "MODEL",
+            &[RateView {
+                name: "m".into(),
+                n: 10,
+                c: 5,
+                rate: 0.5,
+                wilson95: [0.2366, 0.7634],
+            }],
+        );
+        assert_eq!(rates[1], "m           5/10  0.500  [0.237, 0.763]");
+    }
+}
