@@ -131,7 +131,7 @@ fn a_failed_check_is_fed_back_and_the_task_completes_verified_after_one_round() 
         .iter()
         .map(event_kind)
         .filter(|(kind, _)| *kind == "VerifyEnded")
-        .map(|(_, v)| v["passed"].as_bool())
+        .map(|(_, v)| v["verdict"]["passed"].as_bool())
         .collect();
     assert_eq!(ends, vec![Some(false), Some(true)]);
     s.audit_clean(&id);
@@ -244,7 +244,7 @@ fn verdicts(s: &Scratch, run: &str) -> Vec<(u64, bool)> {
         .map(|(_, v)| {
             (
                 v["attempt"].as_u64().unwrap_or_default(),
-                v["passed"].as_bool().unwrap_or_default(),
+                v["verdict"]["passed"].as_bool().unwrap_or_default(),
             )
         })
         .collect()
