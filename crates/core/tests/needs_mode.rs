@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sortie_core::plan::{Action, Facts};
 use sortie_core::{
     Attempt, AttemptOutcome, Event, NeedsMode, RunConfig, StopReason, TaskId, TaskSpec,
-    TerminalState, Timestamp, Usage,
+    TerminalState, Timestamp,
 };
 
 #[path = "support/run.rs"]
@@ -38,19 +38,7 @@ impl Run {
             attempt,
             model: None,
         })
-        .push(Event::AttemptStarted {
-            task,
-            attempt,
-            pid: 100 + t,
-            start_time: 1,
-        })
-        .push(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage: Usage::ZERO,
-            output: output.into(),
-        });
+        .start_and_end(t, attempt, outcome, output);
         let rec = &self.state.tasks[t as usize];
         let result = sortie_core::finish_result(
             rec,

@@ -73,19 +73,7 @@ impl Run {
             attempt,
             model: None,
         })
-        .push(Event::AttemptStarted {
-            task,
-            attempt,
-            pid: 100 + t,
-            start_time: 1,
-        })
-        .push(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage: Usage::ZERO,
-            output,
-        })
+        .start_and_end(t, attempt, outcome, &output)
     }
 
     /// A round planned in the default world, its events applied (as the runner appends them).

@@ -9,7 +9,7 @@ use sortie_core::plan::{Action, Facts, Planner};
 use sortie_core::samples::{self, Item};
 use sortie_core::verify::{Pick, SCORE_UNIT, Verdict};
 use sortie_core::{
-    Attempt, AttemptOutcome, Event, RunConfig, StopReason, TaskId, TaskSpec, Timestamp, Usage,
+    Attempt, AttemptOutcome, Event, RunConfig, StopReason, TaskId, TaskSpec, Timestamp,
 };
 
 #[path = "support/run.rs"]
@@ -97,21 +97,8 @@ impl Run {
 
     /// Task `t`'s live attempt starts and ends with `outcome`.
     fn end(&mut self, t: u32, outcome: AttemptOutcome) -> &mut Run {
-        let task = TaskId(t);
         let attempt = Attempt(self.state.tasks[t as usize].attempts.len() as u32);
-        self.push(Event::AttemptStarted {
-            task,
-            attempt,
-            pid: 100 + t,
-            start_time: 1,
-        })
-        .push(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage: Usage::ZERO,
-            output: format!("answer of {t}"),
-        })
+        self.start_and_end(t, attempt, outcome, &format!("answer of {t}"))
     }
 
     /// Task `t`'s ended attempt checked with `score` (passed when `passed`).

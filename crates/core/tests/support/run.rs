@@ -3,7 +3,8 @@
 
 use sortie_core::plan::Planner;
 use sortie_core::{
-    AgentProfile, Batch, Event, RunConfig, RunId, RunState, Stamped, TaskSpec, Timestamp,
+    AgentProfile, Attempt, AttemptOutcome, Batch, Event, RunConfig, RunId, RunState, Stamped,
+    TaskId, TaskSpec, Timestamp, Usage,
 };
 
 /// The state and the planner of a run under test, and its clock (ms).
@@ -51,5 +52,29 @@ impl Run {
             .unwrap_or_else(|v| panic!("test event refused: {v}\n{stamped:?}"));
         self.planner.observe(&self.state, &stamped.event);
         self
+    }
+
+    /// Attempt `attempt` of task `t` (launched) starts, then ends with `outcome` and `output`.
+    pub(crate) fn start_and_end(
+        &mut self,
+        t: u32,
+        attempt: Attempt,
+        outcome: AttemptOutcome,
+        output: &str,
+    ) -> &mut Run {
+        let task = TaskId(t);
+        self.push(Event::AttemptStarted {
+            task,
+            attempt,
+            pid: 100 + t,
+            start_time: 1,
+        })
+        .push(Event::AttemptFinished {
+            task,
+            attempt,
+            outcome,
+            usage: Usage::ZERO,
+            output: output.into(),
+        })
     }
 }
