@@ -134,7 +134,14 @@ fn a_failed_check_is_fed_back_and_the_task_completes_verified_after_one_round() 
         .map(|(_, v)| v["verdict"]["passed"].as_bool())
         .collect();
     assert_eq!(ends, vec![Some(false), Some(true)]);
-    s.audit_clean(&id);
+    let audit = s.audit_clean(&id);
+    assert_eq!(audit["checks"]["verdicts"], 2, "{audit}");
+    assert_eq!(audit["checks"]["failed"], 1, "{audit}");
+    let said = text(&s.run_ok(&["audit", &id]).stdout);
+    assert!(
+        said.contains("checks: 2 verdicts, 1 passed, 1 failed"),
+        "{said}"
+    );
     // The replay and the HTML report say it too.
     let replay = text(&s.run_ok(&["replay", &id]).stdout);
     assert!(
