@@ -59,3 +59,5 @@ mod structured;
 mod transcripts;
 // #14: isolation = "copy"
 mod copy;
+// #35: `sortie serve` in a browser.
+mod serve;

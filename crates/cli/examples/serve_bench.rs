@@ -1,0 +1,167 @@
+//! #35: the benchmark of `sortie serve` (`bench/serve.sh` runs it; not a test): the run page of
+//! a finished run (100,000 tasks in the script) opened in headless Chromium, driven over the
+//! DevTools protocol, and timed with the browser's Performance API: from navigation to the
+//! table drawn, then a filter typed and answered (the rows redrawn). Then the server's CPU time
+//! while idle with the page open, over `--idle` seconds (default 60), from `/proc`.
+//!
+//! `serve_bench --sortie target/release/sortie --state-dir DIR --run ID [--rounds 3]`
+//!
+//! Prints one line per round, then `serve_bench key=value ...`.
+
+#![allow(clippy::unwrap_used, reason = "a benchmark: any failure aborts it")]
+#![allow(clippy::disallowed_methods, reason = "a benchmark starts sortie serve")]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use headless_chrome::{Browser, LaunchOptions};
+
+struct Args {
+    sortie: PathBuf,
+    state_dir: PathBuf,
+    run: String,
+    rounds: usize,
+    idle: u64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        sortie: PathBuf::from("target/release/sortie"),
+        state_dir: PathBuf::from(".sortie"),
+        run: String::new(),
+        rounds: 3,
+        idle: 60,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let v = it.next().unwrap_or_default();
+        match k.as_str() {
+            "--sortie" => a.sortie = v.into(),
+            "--state-dir" => a.state_dir = v.into(),
+            "--run" => a.run = v,
+            "--rounds" => a.rounds = v.parse().unwrap(),
+            "--idle" => a.idle = v.parse().unwrap(),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    assert!(!a.run.is_empty(), "--run ID");
+    a
+}
+
+/// User + system CPU of `pid`, in clock ticks (`/proc/PID/stat` fields 14 and 15).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let a = args();
+    let mut server = Command::new(&a.sortie)
+        .args(["--state-dir"])
+        .arg(&a.state_dir)
+        .args(["serve", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("sortie serve: ")
+        .unwrap()
+        .to_owned();
+    let (base, token) = url.split_once("/?token=").unwrap();
+    let page = format!("{base}/runs/{}?token={token}", a.run);
+
+    let browser = Browser::new(
+        LaunchOptions::default_builder()
+            .path(Some("/usr/bin/chromium".into()))
+            .sandbox(false)
+            .window_size(Some((1280, 900)))
+            .idle_browser_timeout(Duration::from_secs(a.idle + 120))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let tab = browser.new_tab().unwrap();
+    // The server's first read of the run (its journal's copy and replay) is not the page's:
+    // one navigation warms it, as a user's first visit of the run list does.
+    let mut drawn = Vec::new();
+    let mut interactive = Vec::new();
+    for round in 0..=a.rounds {
+        tab.navigate_to(&page).unwrap();
+        tab.wait_until_navigated().unwrap();
+        let until = Instant::now() + Duration::from_secs(120);
+        let ready = loop {
+            let v = tab
+                .evaluate("window.sortie && window.sortie.ready || 0", false)
+                .unwrap()
+                .value
+                .and_then(|v| v.as_f64())
+                .unwrap_or(0.0);
+            if v > 0.0 {
+                break v;
+            }
+            assert!(Instant::now() < until, "the table was never drawn");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // A filter typed: the rows answering it drawn, timed in the page.
+        let answered = tab
+            .evaluate(
+                "(() => { const q = document.getElementById('q'); q.value = 'task-4242'; \
+                 q.dispatchEvent(new Event('input')); \
+                 const n = document.querySelectorAll('#rows .tr').length; \
+                 return n > 0 ? performance.now() : -1; })()",
+                false,
+            )
+            .unwrap()
+            .value
+            .and_then(|v| v.as_f64())
+            .unwrap();
+        assert!(answered > 0.0, "the filter found no row");
+        let rows = tab
+            .evaluate("window.sortie.cols.label.length", false)
+            .unwrap()
+            .value
+            .unwrap();
+        if round == 0 {
+            println!("warm-up: drawn at {ready:.0} ms ({rows} rows)");
+            continue;
+        }
+        println!(
+            "round {round}: table drawn {ready:.0} ms after navigation, filter answered at \
+             {answered:.0} ms ({rows} rows)"
+        );
+        drawn.push(ready);
+        interactive.push(answered);
+    }
+    // Idle: the page open (its event stream connected), nothing happening.
+    let pid = server.id();
+    let hz = 100.0;
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(a.idle));
+    let idle_cpu_s = (cpu_ticks(pid) - before) as f64 / hz;
+    let per_minute = idle_cpu_s * 60.0 / a.idle as f64;
+    println!("server CPU while idle with the page open: {per_minute:.3} s per minute");
+    println!(
+        "serve_bench drawn_ms={:.0} interactive_ms={:.0} idle_cpu_s_per_min={per_minute:.3}",
+        median(drawn),
+        median(interactive)
+    );
+    drop(tab);
+    drop(browser);
+    let _ = server.kill();
+    let _ = server.wait();
+}
