@@ -257,13 +257,13 @@ fn the_run_page_follows_a_live_run_and_its_controls_hold_and_release_a_task() {
     assert_eq!(api.status, 401, "{}", api.body);
     let page = http(&sv, "GET", &format!("/runs/{run}"), &[], "");
     assert_eq!(page.status, 401, "{}", page.body);
-    let hold = format!(r#"{{"action":"hold","task":"sleeper"}}"#);
+    let hold = r#"{"action":"hold","task":"sleeper"}"#;
     let post = http(
         &sv,
         "POST",
         &format!("/api/v1/runs/{run}/control"),
         &[],
-        &hold,
+        hold,
     );
     assert!([401, 403].contains(&post.status), "{}", post.body);
     // With the token in a cookie, as a browser would send it, but no CSRF header: refused.
@@ -274,7 +274,7 @@ fn the_run_page_follows_a_live_run_and_its_controls_hold_and_release_a_task() {
         "POST",
         &format!("/api/v1/runs/{run}/control"),
         &[cookie.clone(), origin],
-        &hold,
+        hold,
     );
     assert_eq!(post.status, 403, "{}", post.body);
     assert_eq!(proc_state(sleeper).map(|c| c != 'T'), Some(true));

@@ -24,6 +24,8 @@ struct Args {
     run: String,
     rounds: usize,
     idle: u64,
+    /// Only a screenshot of the run page with task 0's panel open (README's picture).
+    screenshot: Option<PathBuf>,
 }
 
 fn args() -> Args {
@@ -33,6 +35,7 @@ fn args() -> Args {
         run: String::new(),
         rounds: 3,
         idle: 60,
+        screenshot: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -43,6 +46,7 @@ fn args() -> Args {
             "--run" => a.run = v,
             "--rounds" => a.rounds = v.parse().unwrap(),
             "--idle" => a.idle = v.parse().unwrap(),
+            "--screenshot" => a.screenshot = Some(v.into()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -61,6 +65,32 @@ fn cpu_ticks(pid: u32) -> u64 {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// Waits until `js` is true in the page (60 s at most).
+fn wait_js(tab: &headless_chrome::Tab, js: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while tab.evaluate(js, false).unwrap().value != Some(serde_json::Value::Bool(true)) {
+        assert!(Instant::now() < until, "gave up waiting for {js}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The page with a task's panel open, its transcript and the timeline drawn, as a PNG.
+fn screenshot(tab: &headless_chrome::Tab, page: &str, png: &std::path::Path) {
+    use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+    tab.navigate_to(page).unwrap();
+    tab.wait_until_navigated().unwrap();
+    wait_js(
+        tab,
+        "document.querySelectorAll('#transcript .msg').length > 3 && \
+         !!document.querySelector('#timeline .row')",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let bytes = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap();
+    std::fs::write(png, bytes).unwrap();
 }
 
 fn main() {
@@ -89,13 +119,19 @@ fn main() {
         LaunchOptions::default_builder()
             .path(Some("/usr/bin/chromium".into()))
             .sandbox(false)
-            .window_size(Some((1280, 900)))
+            .window_size(Some((1280, 1100)))
             .idle_browser_timeout(Duration::from_secs(a.idle + 120))
             .build()
             .unwrap(),
     )
     .unwrap();
     let tab = browser.new_tab().unwrap();
+    if let Some(png) = &a.screenshot {
+        screenshot(&tab, &format!("{page}#task=0"), png);
+        let _ = server.kill();
+        let _ = server.wait();
+        return;
+    }
     // The server's first read of the run (its journal's copy and replay) is not the page's:
     // one navigation warms it, as a user's first visit of the run list does.
     let mut drawn = Vec::new();

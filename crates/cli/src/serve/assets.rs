@@ -29,11 +29,11 @@ pub(crate) async fn script() -> Response {
         .into_response()
 }
 
-/// `app.css`: the page's style, then the report's (the timeline's classes).
+/// `app.css`: the report's style (the timeline's classes), then the page's, which wins.
 pub(crate) async fn style() -> Response {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        format!("{STYLE}\n{}", crate::report::STYLE),
+        format!("{}\n{STYLE}", crate::report::STYLE),
     )
         .into_response()
 }
