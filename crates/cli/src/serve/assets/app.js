@@ -159,6 +159,8 @@ async function runPage(id) {
   drawHead();
   applyView();
   R.ready = performance.now();
+  // The first moment the page's thread is free again after drawing: it answers input from here.
+  setTimeout(() => { R.idle = performance.now(); }, 0);
   listen(base, cols.next_seq);
   refreshTimeline(base);
   const linked = location.hash.match(/^#task=(\d+)$/);
