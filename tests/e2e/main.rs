@@ -38,6 +38,7 @@ mod real_verify;
 mod report;
 // #33: samples, pass@k, best-of-N
 mod samples;
+mod secrets;
 mod signals;
 mod supervised;
 // #11
