@@ -108,3 +108,37 @@ fn a_secret_given_by_reference_is_redacted_everywhere_the_run_keeps_it() {
         "{env}"
     );
 }
+
+/// `sortie check` names a reference that cannot be read at its `env` line, and a malformed one.
+#[test]
+fn check_names_a_reference_that_cannot_be_read_at_its_line() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"a\"\ncommand = [\"true\"]\n\
+         env = { K = { from_env = \"SORTIE_E2E_SURELY_UNSET\" } }\n\n\
+         [[tasks]]\nlabel = \"b\"\ncommand = [\"true\"]\n\
+         env = { K = { from_file = \"/nonexistent/sortie-34/key\" }, L = { frm = \"x\" } }\n",
+    );
+    let out = s
+        .sortie()
+        .env_remove("SORTIE_E2E_SURELY_UNSET")
+        .arg("check")
+        .arg(&batch)
+        .output()
+        .expect("run sortie");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("batch.toml:4: field `env`")
+            && text.contains("SORTIE_E2E_SURELY_UNSET (`from_env`) is not set"),
+        "{text}"
+    );
+    assert!(
+        text.contains("batch.toml:9: field `env`")
+            && text.contains("cannot read /nonexistent/sortie-34/key"),
+        "{text}"
+    );
+    assert!(text.contains("batch.toml:9: field `env.L`"), "{text}");
+}
