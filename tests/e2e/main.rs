@@ -41,6 +41,7 @@ mod samples;
 mod signals;
 mod supervised;
 // #11
+mod ray;
 mod slurm;
 mod slurm_crash;
 // #11: ends Slurm causes, Ctrl-C, queue time
