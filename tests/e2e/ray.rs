@@ -253,3 +253,53 @@ fn ray_sigkill_with_jobs_running_then_resume() {
     assert!(all.values().all(|s| s == "SUCCEEDED"), "{all:?}");
     s.audit_clean(&run);
 }
+
+/// A crash between the journaled placement and the submission (a test hook SIGKILLs sortie
+/// once the job's script is written): resume submits the job once, under attempt 1's id, and
+/// the attempt is not orphaned.
+#[test]
+fn ray_crash_between_the_journal_and_the_submit_submits_once() {
+    if !should_run("ray_crash_between_the_journal_and_the_submit_submits_once") {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let s = Scratch::new();
+    let counter = s.path().join("count").display().to_string();
+    let command = fake_command(&["--counter", &counter, "--usage", "10,1,0.000010"]);
+    let batch = batch(
+        &s,
+        &format!("[[tasks]]\nlabel = \"once\"\ncommand = {command}\n"),
+    );
+    let run = unique_run("rayhook");
+    let out = s
+        .sortie()
+        .args(["run", "--run-id", &run, batch.to_str().unwrap()])
+        .env("SORTIE_TEST_CRASH_BEFORE_RAY_SUBMIT", "1")
+        .output()
+        .expect("run sortie");
+    assert_eq!(out.status.signal(), Some(9), "the hook killed sortie");
+    assert!(journal(&s, &run).has(0, "AttemptPlaced"), "placed first");
+    assert!(
+        jobs(&format!("sortie-{run}-")).is_empty(),
+        "nothing was submitted"
+    );
+    let out = s.run(&["resume", &run]);
+    assert!(
+        out.status.success(),
+        "resume: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = s.status(&run);
+    let t = task_view(&status, "once");
+    assert_eq!(
+        (t["state"].as_str(), t["attempts"].as_u64()),
+        (Some("completed"), Some(1))
+    );
+    let count = std::fs::read_to_string(s.path().join("count")).unwrap();
+    assert_eq!(count.lines().count(), 1);
+    let j = journal(&s, &run);
+    let all = one_job_per_attempt(&j, &run);
+    assert_eq!(all.len(), 1, "submitted once: {all:?}");
+    assert_eq!(j.count("AttemptOrphaned"), 0);
+    s.audit_clean(&run);
+}

@@ -447,6 +447,17 @@ pub async fn unready(tasks: &[TaskSpec]) -> Vec<(Vec<usize>, String)> {
         out.push((on_slurm, message));
     }
     // #36: each Ray head the tasks use, once.
+    let heads = ray_heads(tasks);
+    for (address, ix) in heads {
+        if let Err(message) = ray::heads_answer(std::slice::from_ref(&address)).await {
+            out.push((ix, message));
+        }
+    }
+    out
+}
+
+/// #36: each Ray head the tasks use (its address), with the tasks (their indexes) on it.
+fn ray_heads(tasks: &[TaskSpec]) -> Vec<(String, Vec<usize>)> {
     let mut heads: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, t) in tasks.iter().enumerate() {
         if let sortie_core::Executor::Ray(o) = &t.executor {
@@ -457,9 +468,16 @@ pub async fn unready(tasks: &[TaskSpec]) -> Vec<(Vec<usize>, String)> {
             }
         }
     }
-    for (address, ix) in heads {
-        if let Err(message) = ray::heads_answer(std::slice::from_ref(&address)).await {
-            out.push((ix, message));
+    heads
+}
+
+/// #36: what the clusters the tasks use say of themselves, one line each (`sortie check`: a
+/// Ray head's version); those that do not answer are [`unready`]'s.
+pub async fn reached(tasks: &[TaskSpec]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (address, _) in ray_heads(tasks) {
+        if let Ok(said) = ray::heads_answer(std::slice::from_ref(&address)).await {
+            out.extend(said);
         }
     }
     out
