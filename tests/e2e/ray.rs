@@ -303,3 +303,157 @@ fn ray_crash_between_the_journal_and_the_submit_submits_once() {
     assert_eq!(j.count("AttemptOrphaned"), 0);
     s.audit_clean(&run);
 }
+
+/// Asks the head to stop job `id`, as someone outside sortie would.
+fn stop_from_outside(id: &str) {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            "-X",
+            "POST",
+            &format!("{}/api/jobs/{id}/stop", address()),
+        ])
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// Sortie's own stops and Ray's: a timeout and a budget stop their jobs (`STOPPED`, not
+/// retried), a job stopped from outside is an unexpected signal (retried, then completed).
+#[test]
+fn ray_timeout_budget_and_a_stop_from_outside() {
+    if !should_run("ray_timeout_budget_and_a_stop_from_outside") {
+        return;
+    }
+    let s = Scratch::new();
+    let dir = s.path().display().to_string();
+    let counter = |l: &str| format!("{dir}/{l}.count");
+    let (c0, c1, c2) = (counter("timeout"), counter("budget"), counter("outside"));
+    let tasks = format!(
+        "[[tasks]]\nlabel = \"timeout\"\nattempt_timeout = \"3s\"\ncommand = {}\n\n\
+         [[tasks]]\nlabel = \"budget\"\nmax_tokens = 500\ncommand = {}\n\n\
+         [[tasks]]\nlabel = \"outside\"\ncommand = {}\n",
+        fake_command(&["--sleep", "600", "--counter", &c0]),
+        fake_command(&[
+            "--usage",
+            "1000,100,0.001000",
+            "--stall-attempts",
+            "1",
+            "--stall-at-turn",
+            "1",
+            "--counter",
+            &c1,
+        ]),
+        fake_command(&[
+            "--usage",
+            "10,1,0.000010",
+            "--sleep",
+            "600",
+            "--sleep-attempts",
+            "1",
+            "--attempt",
+            "{attempt}",
+            "--counter",
+            &c2,
+        ]),
+    );
+    let batch = batch(&s, &tasks);
+    let run = unique_run("raystops");
+    let bg = Background::start(
+        &s,
+        &run,
+        &["run", "--run-id", &run, batch.to_str().unwrap()],
+    );
+    let outside = job_prefix(&run, 2, 1);
+    let id = poll("the outside task's job runs", 90, || {
+        jobs(&outside)
+            .into_iter()
+            .find(|(_, st)| st == "RUNNING")
+            .map(|(id, _)| id)
+    });
+    stop_from_outside(&id);
+    let out = bg.finish(180);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = s.status(&run);
+    let view = |l: &str| task_view(&status, l);
+    assert_eq!(view("timeout")["state"], "timeout", "{status}");
+    assert_eq!(view("budget")["state"], "partial", "{status}");
+    assert_eq!(view("outside")["state"], "completed", "{status}");
+    assert_eq!(
+        view("outside")["attempts"],
+        2,
+        "a stop from outside is retried"
+    );
+    let j = journal(&s, &run);
+    let all = one_job_per_attempt(&j, &run);
+    let state = |t: usize, a: u64| {
+        let p = job_prefix(&run, t, a);
+        all.iter()
+            .find(|(id, _)| id.starts_with(&p))
+            .map(|(_, s)| s.clone())
+    };
+    assert_eq!(state(0, 1).as_deref(), Some("STOPPED"));
+    assert_eq!(state(1, 1).as_deref(), Some("STOPPED"));
+    assert_eq!(state(2, 1).as_deref(), Some("STOPPED"));
+    assert_eq!(state(2, 2).as_deref(), Some("SUCCEEDED"));
+    let finished: Vec<String> = j
+        .kinds()
+        .filter(|(k, b)| *k == "AttemptFinished" && b["task"] == 2)
+        .map(|(_, b)| {
+            b["outcome"]["stop_reason"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(finished[0], "unexpected_signal", "{finished:?}");
+    s.audit_clean(&run);
+}
+
+/// Ctrl-C of a run with jobs running: every job is stopped (none left running on the head).
+#[test]
+fn ray_ctrl_c_stops_every_job() {
+    if !should_run("ray_ctrl_c_stops_every_job") {
+        return;
+    }
+    let s = Scratch::new();
+    let mut tasks = String::new();
+    for k in 0..4 {
+        let command = fake_command(&["--sleep", "600"]);
+        tasks.push_str(&format!(
+            "[[tasks]]\nlabel = \"t{k}\"\ncommand = {command}\n\n"
+        ));
+    }
+    let batch = batch(&s, &tasks);
+    let run = unique_run("rayint");
+    let bg = Background::start(
+        &s,
+        &run,
+        &["run", "--run-id", &run, batch.to_str().unwrap()],
+    );
+    let prefix = format!("sortie-{run}-");
+    poll("every job runs", 90, || {
+        let all = jobs(&prefix);
+        (all.len() == 4 && all.values().all(|s| s == "RUNNING")).then_some(())
+    });
+    send_signal(bg.pid(), nix::sys::signal::Signal::SIGINT);
+    let out = bg.finish(120);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = poll("no job of the run runs", 60, || {
+        let all = jobs(&prefix);
+        all.values()
+            .all(|s| s != "RUNNING" && s != "PENDING")
+            .then_some(all)
+    });
+    assert!(all.values().all(|s| s == "STOPPED"), "{all:?}");
+}
