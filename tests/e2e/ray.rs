@@ -457,3 +457,31 @@ fn ray_ctrl_c_stops_every_job() {
     });
     assert!(all.values().all(|s| s == "STOPPED"), "{all:?}");
 }
+
+/// A batch on a Ray head that does not answer fails at once, naming the address, and `sortie
+/// check` says the same (no head needed).
+#[test]
+fn ray_without_a_head_fails_at_once_naming_the_address() {
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        "[defaults]\nexecutor = \"ray\"\n\n[defaults.ray]\naddress = \"http://127.0.0.1:9\"\n\n\
+         [[tasks]]\ncommand = [\"true\"]\n",
+    );
+    let started = std::time::Instant::now();
+    let out = s.run(&["run", batch.to_str().unwrap()]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "at once"
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the Ray head at http://127.0.0.1:9 does not answer"),
+        "{stderr}"
+    );
+    let out = s.run(&["check", batch.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("http://127.0.0.1:9"), "{stdout}");
+}

@@ -517,3 +517,75 @@ impl Control for JobControl {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: JobState, exit_code: Option<i64>) -> api::JobInfo {
+        api::JobInfo {
+            id: "sortie-r-0-1-a".into(),
+            state,
+            exit_code,
+            message: "runtime env setup failed".into(),
+            start_ms: 0,
+            end_ms: 0,
+        }
+    }
+
+    #[test]
+    fn rays_ends_read_as_users_expect() {
+        // FAILED with the driver's exit code: the attempt's own exit, read by its reader.
+        assert_eq!(end_outcome(&job(JobState::Failed, Some(3)), "j"), None);
+        assert_eq!(end_outcome(&job(JobState::Succeeded, Some(0)), "j"), None);
+        // STOPPED from outside: an unexpected signal (retried).
+        let stopped = end_outcome(&job(JobState::Stopped, None), "j").expect("an end");
+        assert_eq!(stopped.stop_reason, StopReason::UnexpectedSignal);
+        assert!(
+            stopped
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("STOPPED"))
+        );
+        // FAILED before the entrypoint ran: a launch failure.
+        let never = end_outcome(&job(JobState::Failed, None), "j").expect("an end");
+        assert_eq!(never.stop_reason, StopReason::SpawnError);
+        assert!(
+            never
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("runtime env"))
+        );
+        // A lost head is over, and its outcome a transient error naming it.
+        assert!(Seen::Lost("lost the Ray head at http://h:8265".into()).is_over());
+    }
+
+    #[test]
+    fn the_job_script_quotes_every_word() {
+        let req = LaunchRequest {
+            placement: Placement {
+                executor: RAY.into(),
+                task: sortie_core::TaskId(0),
+                attempt: sortie_core::Attempt(1),
+                dir: "/state/runs/r/attempts/0.1".into(),
+                handle: None,
+            },
+            spawn: crate::process::SpawnSpec {
+                argv: vec!["agent".into(), "a b".into()],
+                cwd: "/work dir".into(),
+                env: vec![
+                    ("A_B".into(), "it's".into()),
+                    ("BAD-NAME".into(), "x".into()),
+                ],
+                marker: ("M".into(), "v".into()),
+            },
+            piped_stdin: false,
+            stdin_file: None,
+        };
+        let s = job_script(&req, None);
+        assert!(s.contains("export A_B='it'\\''s'\n"), "{s}");
+        assert!(!s.contains("BAD-NAME"), "{s}");
+        assert!(s.contains("cd '/work dir' || exit 127\n"), "{s}");
+        assert!(s.contains("exec 'agent' 'a b' <'/dev/null' >'/state/runs/r/attempts/0.1/stdout'"));
+    }
+}
