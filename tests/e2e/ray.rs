@@ -485,3 +485,89 @@ fn ray_without_a_head_fails_at_once_naming_the_address() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("http://127.0.0.1:9"), "{stdout}");
 }
+
+/// A fake head (Python's http.server: no Ray needed) that answers the version, takes one
+/// submission and lists it running, until it is killed: the head lost.
+const FAKE_HEAD: &str = r#"
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+jobs = {}
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def answer(self, body, code=200):
+        b = json.dumps(body).encode()
+        self.send_response(code); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def do_GET(self):
+        if self.path == "/api/version": return self.answer({"ray_version": "fake"})
+        if self.path == "/api/jobs/": return self.answer([{"submission_id": i, "status": "RUNNING"} for i in jobs])
+        i = self.path.split("/")[3]
+        return self.answer({"submission_id": i, "status": "RUNNING"}) if i in jobs else self.answer({}, 404)
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"] or 0)) or b"{}")
+        if "submission_id" in body: jobs[body["submission_id"]] = 1
+        return self.answer({"submission_id": body.get("submission_id"), "stopped": False})
+s = HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+/// A head that stops answering mid-attempt: the attempt ends as a transient error naming the
+/// head (after the lost-head wait, shortened here), not a hang.
+#[test]
+fn ray_a_lost_head_is_a_transient_error_naming_it() {
+    use std::io::BufRead;
+    let mut head = std::process::Command::new("python3")
+        .args(["-c", FAKE_HEAD])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs the fake head");
+    let mut port = String::new();
+    std::io::BufReader::new(head.stdout.take().expect("its stdout"))
+        .read_line(&mut port)
+        .expect("the fake head's port");
+    let address = format!("http://127.0.0.1:{}", port.trim());
+    let s = Scratch::new();
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[defaults]\nexecutor = \"ray\"\nmax_retries = 0\n\n[defaults.ray]\n\
+             address = \"{address}\"\n\n[[tasks]]\nlabel = \"lost\"\ncommand = [\"true\"]\n"
+        ),
+    );
+    let run = unique_run("raylost");
+    let mut cmd = s.sortie();
+    cmd.args(["run", "--run-id", &run, batch.to_str().unwrap()])
+        .env("SORTIE_TEST_RAY_LOST_AFTER_MS", "1500");
+    let bg = Background::from_command(cmd, &run);
+    // Time to submit the job and see it running.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let _ = head.kill();
+    let _ = head.wait();
+    let out = bg.finish(60);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = journal(&s, &run);
+    let errors: Vec<(String, String)> = j
+        .kinds()
+        .filter(|(k, _)| *k == "AttemptFinished")
+        .map(|(_, b)| {
+            let o = &b["outcome"];
+            (
+                o["stop_reason"].as_str().unwrap_or("").to_owned(),
+                o["error"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, "error", "a transient error: {errors:?}");
+    assert!(
+        errors[0]
+            .1
+            .contains(&format!("lost the Ray head at {address}")),
+        "{errors:?}"
+    );
+}

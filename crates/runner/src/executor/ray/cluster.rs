@@ -24,6 +24,17 @@ const UNKNOWN_AFTER: u32 = 3;
 /// How long the head may not answer before the live jobs count as lost.
 const LOST_AFTER: Duration = Duration::from_secs(60);
 
+/// Test-only (`tests/e2e/ray.rs`): [`LOST_AFTER`] in milliseconds, so that a lost head is seen
+/// in seconds.
+const TEST_LOST_AFTER_MS: &str = "SORTIE_TEST_RAY_LOST_AFTER_MS";
+
+fn lost_after() -> Duration {
+    std::env::var(TEST_LOST_AFTER_MS)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(LOST_AFTER, Duration::from_millis)
+}
+
 /// The prefix of every submission id sortie gives.
 const ID_PREFIX: &str = "sortie-";
 
@@ -154,7 +165,7 @@ async fn poll_loop(cluster: Weak<Cluster>) {
                 Err(e) => {
                     tracing::warn!("{e}");
                     let since = *failing_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= LOST_AFTER {
+                    if since.elapsed() >= lost_after() {
                         lose(&c, &e);
                     }
                     false
@@ -210,7 +221,7 @@ fn lose(c: &Cluster, why: &str) {
             t.tx.send_replace(Seen::Lost(format!(
                 "lost the Ray head at {} for {}s: {why}",
                 c.api.address,
-                LOST_AFTER.as_secs()
+                lost_after().as_secs()
             )));
         }
     }
