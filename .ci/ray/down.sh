@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Stops the Ray head node .ci/ray/up.sh started (`ray stop` on the ray command it recorded),
-# jobs first. Safe to run twice, and when nothing was started.
+# Stops the Ray head node .ci/ray/up.sh started (`ray stop --force` of the ray command it
+# recorded, which ends the head's jobs with it). `ray stop` knows no single head: it stops every
+# Ray process of this machine, so it runs only when up.sh recorded a start here. Safe to run
+# twice, and when nothing was started.
 set -uo pipefail
 
 HOME_DIR="${SORTIE_RAY_HOME:-/var/tmp/sortie-ray}"
