@@ -30,7 +30,7 @@ impl ExecutorKind {
         }
     }
 
-    /// The executor named `name` (`local`, `slurm`).
+    /// The executor named `name` (`local`, `slurm`, `ray`).
     pub fn parse(name: &str) -> Option<ExecutorKind> {
         match name {
             "local" => Some(ExecutorKind::Local),
