@@ -60,8 +60,8 @@ pub(crate) struct TaskExtV2 {
     retry_timeouts: bool,
     // #33: verified results (a record without them reads no check).
     verify: Option<Vec<String>>,
-    /// Milliseconds; None: the default.
-    verify_timeout_ms: Option<u64>,
+    /// None: the default (a record from before the field).
+    verify_timeout: Option<std::time::Duration>,
     verify_rounds: u32,
     /// "first-pass" or "best-score".
     pick: Option<String>,
@@ -91,9 +91,7 @@ impl TaskExtV2 {
             output_schema: t.output_schema.clone(),
             retry_timeouts: t.retry_timeouts,
             verify: t.verify.clone(),
-            verify_timeout_ms: Some(
-                u64::try_from(t.verify_timeout.as_millis()).unwrap_or(u64::MAX),
-            ),
+            verify_timeout: Some(t.verify_timeout),
             verify_rounds: t.verify_rounds,
             pick: t.pick.map(|p| p.as_str().to_owned()),
             sample_of: t.sample_of.clone(),
@@ -120,8 +118,8 @@ impl TaskExtV2 {
         t.output_schema = self.output_schema;
         t.retry_timeouts = self.retry_timeouts;
         t.verify = self.verify;
-        if let Some(ms) = self.verify_timeout_ms {
-            t.verify_timeout = std::time::Duration::from_millis(ms);
+        if let Some(d) = self.verify_timeout {
+            t.verify_timeout = d;
         }
         t.verify_rounds = self.verify_rounds;
         t.pick = match self.pick.as_deref() {
