@@ -293,6 +293,80 @@ impl Api {
             .map(str::to_owned)
             .ok_or_else(|| format!("the Ray head at {} gave no ray_version", self.address))
     }
+
+    /// What the cluster has: its live nodes and, per resource, the amount in use and the
+    /// total (`GET /api/cluster_status`), as `1 node, CPU 0.1/4, memory 0.0/16.0 GiB`.
+    pub(crate) async fn resources(&self) -> Result<String, String> {
+        let (code, text) = self.call("GET", "/api/cluster_status".into(), None).await?;
+        if !(200..=299).contains(&code) {
+            return Err(format!(
+                "the Ray head at {} answered HTTP {code} to its cluster status",
+                self.address
+            ));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "the Ray head at {} answered no JSON cluster status ({e})",
+                self.address
+            )
+        })?;
+        Ok(resources_line(&v))
+    }
+}
+
+/// `1 node, CPU 0.1/4, GPU 0/1, memory 0.0/16.0 GiB` from a cluster status (the fields it
+/// lacks left out; custom resources after the usual ones).
+fn resources_line(v: &Value) -> String {
+    let status = &v["data"]["clusterStatus"];
+    let nodes = status["autoscalerReport"]["activeNodes"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum::<u64>());
+    let mut parts = Vec::new();
+    if let Some(n) = nodes {
+        parts.push(format!("{n} node{}", if n == 1 { "" } else { "s" }));
+    }
+    let usage = status["loadMetricsReport"]["usage"].as_object();
+    let pair = |name: &str| -> Option<(f64, f64)> {
+        let a = usage?.get(name)?.as_array()?;
+        Some((a.first()?.as_f64()?, a.get(1)?.as_f64()?))
+    };
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    for name in ["CPU", "GPU"] {
+        if let Some((used, total)) = pair(name) {
+            parts.push(format!("{name} {}/{}", trim(used), trim(total)));
+        }
+    }
+    if let Some((used, total)) = pair("memory") {
+        parts.push(format!("memory {:.1}/{:.1} GiB", used / GIB, total / GIB));
+    }
+    if let Some(usage) = usage {
+        for (name, a) in usage {
+            let known = [
+                "CPU",
+                "GPU",
+                "memory",
+                "objectStoreMemory",
+                "object_store_memory",
+            ];
+            if known.contains(&name.as_str()) || name.starts_with("node:") {
+                continue;
+            }
+            if let (Some(used), Some(total)) = (a[0].as_f64(), a[1].as_f64()) {
+                parts.push(format!("{name} {}/{}", trim(used), trim(total)));
+            }
+        }
+    }
+    if parts.is_empty() {
+        "resources unknown".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A resource amount without float noise: `4`, `0.1`, `2.5`.
+fn trim(x: f64) -> String {
+    let s = format!("{:.2}", x);
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// The last non-empty line of an error body (Ray's tracebacks end with the reason).
@@ -362,5 +436,22 @@ mod tests {
             last_line("Traceback\nValueError: no\n.\n"),
             "ValueError: no"
         );
+    }
+
+    #[test]
+    fn a_cluster_status_reads_as_nodes_and_resources() {
+        let v: Value = serde_json::json!({"data": {"clusterStatus": {
+            "autoscalerReport": {"activeNodes": {"nodeA": 1, "nodeB": 1}},
+            "loadMetricsReport": {"usage": {
+                "CPU": [0.1, 4.0], "GPU": [1.0, 2.0],
+                "memory": [0.0, 17179869184.0], "object_store_memory": [0.0, 1.0],
+                "node:192.0.2.2": [0.0, 1.0], "TPU": [0.0, 8.0]
+            }}
+        }}});
+        assert_eq!(
+            resources_line(&v),
+            "2 nodes, CPU 0.1/4, GPU 1/2, memory 0.0/16.0 GiB, TPU 0/8"
+        );
+        assert_eq!(resources_line(&Value::Null), "resources unknown");
     }
 }

@@ -67,13 +67,19 @@ pub fn address(options: &RayOptions) -> String {
     }
 }
 
-/// #37: whether the heads of `addresses` answer (`GET /api/version`): Ok with what each said,
-/// or the first that does not, named.
+/// #37: whether the heads of `addresses` answer (`GET /api/version`): Ok with what each said
+/// of itself (its version, nodes and resources), or the first that does not, named.
 pub async fn heads_answer(addresses: &[String]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for a in addresses {
-        let v = api::Api::new(a).version().await?;
-        out.push(format!("Ray {v} at {a}"));
+        let api = api::Api::new(a);
+        let v = api.version().await?;
+        // A head that answers its version but not its status (an older Ray) is still reached.
+        let r = api
+            .resources()
+            .await
+            .unwrap_or_else(|e| format!("resources unknown: {e}"));
+        out.push(format!("Ray {v} at {a}: {r}"));
     }
     Ok(out)
 }
