@@ -9,7 +9,9 @@
 # dashboard's access log (`web_log.py` lines, by user agent: sortie's ureq, the peer's curl).
 # Medians over the rounds; the load average is printed after each measure.
 #
-# Usage: bench/ray.sh [SORTIE_BIN]   (N=200 P=16 ROUNDS=3 by default; a head from
+#   `ray job submit -- true` (Ray's own CLI: submits, then follows the job until it ends), P at a
+#     time from a shell loop
+# Usage: bench/ray.sh [SORTIE_BIN]   (N=200 P=16 ROUNDS=3 TOOLS="sortie curl cli" by default; a head from
 # .ci/ray/up.sh is started when none answers, and left up). Prints a table, and last a
 # `ray key=value ...` line.
 set -euo pipefail
@@ -20,6 +22,7 @@ SORTIE=$(realpath "${1:-$ROOT/target/release/sortie}")
 N=${N:-200}
 P=${P:-16}
 ROUNDS=${ROUNDS:-3}
+TOOLS=${TOOLS:-sortie curl cli}
 WORK=${SORTIE_BENCH_DIR:-/var/tmp/sortie-bench}/ray
 RAY_HOME=${SORTIE_RAY_HOME:-/var/tmp/sortie-ray}
 ADDRESS=${SORTIE_RAY_ADDRESS:-http://127.0.0.1:8265}
@@ -80,15 +83,22 @@ done
 EOF
 chmod +x "$WORK/curl-job.sh"
 run_curl() { seq "$N" | xargs -P "$P" -I{} "$WORK/curl-job.sh" "$ROUND" {}; }
+# The peer the issue names: Ray's own CLI, `ray job submit -- true` (submits, follows the job's
+# log until it ends), P at a time from a shell loop.
+run_cli() {
+    seq "$N" | xargs -P "$P" -I{} ray job submit --address "$RAY_ADDRESS" \
+        --submission-id "bench-cli-$ROUND-{}" -- true
+}
 
 declare -A secs reqs
 loads=()
 for ROUND in $(seq "$ROUNDS"); do
     ROUND="$ROUND-$(date +%s)"
-    for tool in sortie curl; do
+    for tool in $TOOLS; do
         case $tool in
         sortie) r=$(measure sortie ureq run_sortie) ;;
         curl) r=$(measure curl curl/ run_curl) ;;
+        cli) r=$(measure cli 'python-requests\|aiohttp' run_cli) ;;
         esac
         read -r _ s q <<<"$r"
         secs[$tool]+="$s "
@@ -105,7 +115,7 @@ echo
 echo "$N jobs of \`true\` on one Ray $version head ($(nproc) cores), P=$P, $ROUNDS interleaved rounds, medians; load after each measure: ${loads[*]}"
 printf '%-8s %10s %10s %16s   %s\n' tool "wall (s)" "jobs/s" "requests per job" "walls (s)"
 keys="ray n=$N p=$P rounds=$ROUNDS"
-for tool in sortie curl; do
+for tool in $TOOLS; do
     s=$(median <<<"${secs[$tool]}")
     q=$(median <<<"${reqs[$tool]}")
     awk -v n="$tool" -v s="$s" -v q="$q" -v N="$N" -v all="${secs[$tool]}" \
