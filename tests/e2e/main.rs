@@ -42,6 +42,7 @@ mod secrets;
 mod signals;
 mod supervised;
 // #11
+mod ray;
 mod slurm;
 mod slurm_crash;
 // #11: ends Slurm causes, Ctrl-C, queue time

@@ -49,6 +49,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // #11
     "executor",
     "slurm",
+    // #36
+    "ray",
     // Issue 13.
     "permissions",
     "tools",
@@ -157,6 +159,8 @@ pub(crate) struct RawTask {
     // #11
     pub(crate) executor: Option<ExecutorKind>,
     pub(crate) slurm: RawSlurm,
+    // #36
+    pub(crate) ray: crate::ray_fields::RawRay,
     // Issue 13.
     pub(crate) permissions: Option<Permissions>,
     pub(crate) tools: Option<Vec<String>>,
@@ -369,6 +373,7 @@ impl RawTask {
             "supervise" => self.supervise = Some(boolean(v)?),
             "executor" => self.executor = Some(executor(v)?),
             "slurm" => self.parse_slurm(e, issues)?,
+            "ray" => self.parse_ray(e, issues)?,
             "permissions" => self.permissions = Some(permissions(v)?),
             "tools" => {
                 self.tools = Some(checked_strings(
@@ -781,7 +786,7 @@ fn needs_mode(v: &Val) -> Result<NeedsMode, String> {
 fn executor(v: &Val) -> Result<ExecutorKind, String> {
     let name = string(v)?;
     ExecutorKind::parse(&name)
-        .ok_or_else(|| format!("expected \"local\" or \"slurm\", found {name:?}"))
+        .ok_or_else(|| format!("expected \"local\", \"slurm\" or \"ray\", found {name:?}"))
 }
 
 /// `permissions`: "read-only", "edit" or "full".

@@ -40,6 +40,7 @@ mod json;
 mod load;
 mod locate;
 mod needs;
+mod ray_fields;
 mod read;
 mod resolve;
 mod schema;
@@ -76,6 +77,8 @@ pub mod known_fields {
     pub const AGENT: &[&str] = crate::fields::AGENT_FIELDS;
     /// The keys of a task's (or `[defaults]`'s) `slurm` table.
     pub const SLURM: &[&str] = crate::fields::SLURM_FIELDS;
+    /// #36: the keys of a task's (or `[defaults]`'s) `ray` table.
+    pub const RAY: &[&str] = crate::ray_fields::RAY_FIELDS;
     /// The keys of the run's `[budget]` table.
     pub const BUDGET: &[&str] = crate::document::BUDGET_FIELDS;
     /// The keys of a `[pools.NAME]` table.

@@ -529,5 +529,15 @@ fn resolve_executor(t: &RawTask, d: &RawTask, ov: &Overrides) -> Executor {
             mem_mb: pick(&t.slurm.mem_mb, &d.slurm.mem_mb),
             extra_args: pick(&t.slurm.extra_args, &d.slurm.extra_args).unwrap_or_default(),
         }),
+        ExecutorKind::Ray => Executor::Ray(sortie_core::RayOptions {
+            address: pick(&t.ray.address, &d.ray.address),
+            num_cpus: pick(&t.ray.num_cpus, &d.ray.num_cpus),
+            num_gpus: pick(&t.ray.num_gpus, &d.ray.num_gpus),
+            memory: pick(&t.ray.memory, &d.ray.memory),
+            resources: pick(&t.ray.resources, &d.ray.resources).unwrap_or_default(),
+            entrypoint_resources: pick(&t.ray.entrypoint_resources, &d.ray.entrypoint_resources)
+                .unwrap_or_default(),
+            runtime_env: pick(&t.ray.runtime_env, &d.ray.runtime_env).unwrap_or_default(),
+        }),
     }
 }
