@@ -38,9 +38,11 @@ mod real_verify;
 mod report;
 // #33: samples, pass@k, best-of-N
 mod samples;
+mod secrets;
 mod signals;
 mod supervised;
 // #11
+mod ray;
 mod slurm;
 mod slurm_crash;
 // #11: ends Slurm causes, Ctrl-C, queue time

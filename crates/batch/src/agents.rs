@@ -14,7 +14,7 @@ pub(crate) struct Agents {
     /// The profiles by name: the built-ins, then the file's.
     pub(crate) profiles: BTreeMap<String, AgentProfile>,
     /// Each file profile's `env` (values: never journaled), sorted by name.
-    pub(crate) env: HashMap<String, Vec<(String, String)>>,
+    pub(crate) env: HashMap<String, Vec<(String, crate::EnvValue)>>,
     /// Profiles with a problem already reported.
     pub(crate) failed: HashSet<String>,
 }

@@ -241,6 +241,8 @@ pub enum LaunchFailure {
     PromptFile,
     /// The executor could not start it, for this reason.
     Spawn(SpawnFault),
+    /// #34: a secret of its `env` given by reference could not be read.
+    Secret,
 }
 
 /// Why a program could not be started, as the runner observed it (the rule of which are
@@ -284,7 +286,9 @@ impl LaunchFailure {
             LaunchFailure::Adopt => StopReason::Error,
             LaunchFailure::Argv => StopReason::Invalid,
             LaunchFailure::Spawn(fault) if fault.deterministic() => StopReason::Invalid,
-            LaunchFailure::Copy | LaunchFailure::HomeConfig => StopReason::SetupError,
+            LaunchFailure::Copy | LaunchFailure::HomeConfig | LaunchFailure::Secret => {
+                StopReason::SetupError
+            }
             LaunchFailure::HomeFiles
             | LaunchFailure::SessionDir
             | LaunchFailure::PromptFile

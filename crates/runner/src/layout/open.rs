@@ -116,7 +116,7 @@ impl RunReader {
 }
 
 /// The tasks' environment values, one list per task (`RunDir::load_env`).
-type Env = Vec<Vec<(String, String)>>;
+type Env = Vec<Vec<(String, sortie_batch::EnvValue)>>;
 
 /// A run's journal opened in place by the process that takes the run over, and its state.
 #[derive(Debug)]
