@@ -17,7 +17,9 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
                                attempt of a task reports its own usage
   --usage-log FILE             append each usage report, as a JSON line {"attempt":N,"usage":..},
                                to FILE before printing it (what the agent billed, to compare
-                               with sortie's ledger)
+                               with sortie's ledger); a stop signal (TERM, INT, HUP) waits
+                               until both are done, so the log never holds a report that
+                               never reached stdout
   --turns N                    report usage over N turns, one SORTIE_USAGE line per turn
   --sleep SECONDS              work this long before answering (split across turns)
   --sleep-attempts N           only attempts 1..N sleep (default: every attempt)
@@ -41,6 +43,9 @@ Behaviour is chosen with flags (sortie passes {model} and {attempt} through the 
   --garbage N                  print N bytes of binary garbage first
   --big-line N                 print one line of N bytes first
   --stderr TEXT                write TEXT to stderr
+  --hold-report PATH           at its first usage report, between logging it and printing it,
+                               write its pid to PATH.held and wait until PATH.go exists (a
+                               test's deterministic window for a stop in the middle of a report)
 """
 import argparse
 import json
@@ -48,6 +53,9 @@ import os
 import signal
 import sys
 import time
+
+# The signals that stop an agent and that it may hold off for a moment.
+STOPS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
 def main():
@@ -77,6 +85,7 @@ def main():
     p.add_argument("--write-first", action="append", default=[])
     p.add_argument("--garbage", type=int, default=0)
     p.add_argument("--big-line", type=int, default=0)
+    p.add_argument("--hold-report", default="")
     p.add_argument("--stderr", default="")
     p.add_argument("--retry-after", default="200ms")
     p.add_argument("prompt", nargs="*")
@@ -131,6 +140,8 @@ def main():
     sleep = a.sleep if a.sleep_attempts <= 0 or a.attempt <= a.sleep_attempts else 0.0
     for t in range(1, turns + 1):
         time.sleep(sleep / turns)
+        # A stop lands before a report or after it, never between its logging and its printing.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
         if a.usage:
             usage = {
                 "input": inp * t // turns,
@@ -141,10 +152,13 @@ def main():
             if a.usage_log:
                 with open(a.usage_log, "a") as f:
                     f.write(json.dumps({"attempt": a.attempt, "usage": usage}) + "\n")
+            if t == 1 and a.hold_report:
+                hold(a.hold_report)
             out.write("SORTIE_USAGE " + json.dumps(usage) + "\n")
         if not a.quiet:
             out.write(f"working on attempt {a.attempt} turn {t}\n")
         out.flush()
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         if a.attempt <= a.stall_attempts and t >= min(a.stall_at_turn, turns):
             while True:
                 time.sleep(3600)
@@ -183,6 +197,15 @@ def main():
     out.write(answer + "\n")
     out.flush()
     return a.exit
+
+
+def hold(path):
+    """Says its pid in PATH.held, then waits until PATH.go exists (see --hold-report)."""
+    with open(path + ".held.tmp", "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.rename(path + ".held.tmp", path + ".held")
+    while not os.path.exists(path + ".go"):
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":

@@ -556,3 +556,84 @@ fn interrupted_again_and_again(defaults: &str, signals: &[Signal]) {
     );
     s.audit_clean(run);
 }
+
+/// A stop that lands in the middle of the agent's usage report: the attempt journals the usage
+/// the agent reported, not less. The fake agent holds between the two halves of its first
+/// report (`--hold-report`: logged, not yet printed); SIGTERM goes to sortie there, and the
+/// agent is let go once the signal reached it (pending, or it died of it). What its
+/// `--usage-log` says it billed is what `AttemptFinished` holds: the torture's oracle, which
+/// once found a direct attempt killed in that window (seed 754775071).
+#[test]
+fn a_stop_in_the_middle_of_a_usage_report_keeps_the_reported_usage() {
+    stop_in_a_report(false);
+}
+
+/// The same for an attempt under the run's shepherd: read from its stdout file to its end.
+#[test]
+fn a_stop_in_the_middle_of_a_supervised_usage_report_keeps_the_reported_usage() {
+    stop_in_a_report(true);
+}
+
+/// See [`a_stop_in_the_middle_of_a_usage_report_keeps_the_reported_usage`].
+fn stop_in_a_report(supervise: bool) {
+    let s = Scratch::new();
+    let run = &unique_run("report");
+    let hold = s.path().join("hold");
+    let log = s.path().join("usage-log");
+    let toml = format!(
+        "[defaults]\nkill_grace = \"30s\"\n\n\
+         [[tasks]]\nlabel = \"reporting\"\nsupervise = {supervise}\ncommand = {}\n",
+        fake_command(&[
+            "--usage",
+            "11,22,0.001",
+            "--usage-log",
+            log.to_str().expect("utf-8"),
+            "--hold-report",
+            hold.to_str().expect("utf-8"),
+            "--answer",
+            "reported",
+        ]),
+    );
+    let b = s.write("batch.toml", &toml);
+    let sortie = Background::start(
+        &s,
+        run,
+        &["run", "--run-id", run, b.to_str().expect("utf-8")],
+    );
+    let held = hold.with_extension("held");
+    let pid: u32 = poll("the agent to hold in its report", 30, || {
+        std::fs::read_to_string(&held).ok()?.trim().parse().ok()
+    });
+    send_signal(sortie.pid(), Signal::SIGTERM);
+    // Signal n is bit n - 1 of the pending masks in /proc/<pid>/status.
+    let term = 1u64 << (Signal::SIGTERM as u32 - 1);
+    poll("the SIGTERM to reach the agent", 30, || {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            return Some(()); // it died of it
+        };
+        let pending = status
+            .lines()
+            .filter(|l| l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
+            .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+            .any(|mask| mask & term != 0);
+        let zombie = status.lines().any(|l| l.starts_with("State:\tZ"));
+        (pending || zombie).then_some(())
+    });
+    std::fs::write(hold.with_extension("go"), "").expect("release the agent");
+    let out = sortie.finish(30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "interrupted: exit 3\n{stderr}");
+    let reports = std::fs::read_to_string(&log).unwrap_or_default();
+    let last: Value =
+        serde_json::from_str(reports.lines().last().expect("the agent billed a report"))
+            .expect("JSON");
+    let events = s.events(run);
+    let finished = events.of(0, "AttemptFinished");
+    let usage = &finished.last().expect("the attempt finished")["usage"];
+    for field in ["input", "output", "turns"] {
+        assert_eq!(
+            usage[field], last["usage"][field],
+            "{field}: journaled {usage}, billed {last}"
+        );
+    }
+}
