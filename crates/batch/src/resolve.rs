@@ -439,6 +439,8 @@ fn resolve_task(
     if let Some(mode) = pick(&t.needs_mode, &d.needs_mode) {
         s.needs_mode = mode;
     }
+    // #34: the kernel sandbox.
+    resolve_sandbox(&mut s, t, d);
     // #13: a role gives what the task itself does not (its own fields win), over `[defaults]`.
     if let Some(role) = pick(&t.role, &d.role).and_then(|n| roles.get(&n)) {
         apply_role(&mut s, role, t);
@@ -530,4 +532,14 @@ fn resolve_executor(t: &RawTask, d: &RawTask, ov: &Overrides) -> Executor {
             extra_args: pick(&t.slurm.extra_args, &d.slurm.extra_args).unwrap_or_default(),
         }),
     }
+}
+
+/// #34: the kernel sandbox's fields, the task's over `[defaults]`.
+fn resolve_sandbox(s: &mut TaskSpec, t: &RawTask, d: &RawTask) {
+    if let Some(mode) = pick(&t.sandbox, &d.sandbox) {
+        s.sandbox = mode;
+    }
+    s.sandbox_write = pick(&t.sandbox_write, &d.sandbox_write).unwrap_or_default();
+    s.sandbox_read = pick(&t.sandbox_read, &d.sandbox_read).unwrap_or_default();
+    s.sandbox_hosts = pick(&t.sandbox_hosts, &d.sandbox_hosts).unwrap_or_default();
 }

@@ -29,6 +29,7 @@ pub mod recover;
 pub mod rerun;
 pub mod run_budget;
 pub mod samples;
+pub mod sandbox;
 pub mod session;
 pub mod spec;
 pub mod state;

@@ -498,6 +498,15 @@ pub struct SpecBody {
     /// When its `needs` let it run: once they all completed (a need that did not skips it),
     /// or once they all ended, whatever their end.
     pub needs_mode: NeedsMode,
+    // #34: the kernel sandbox.
+    /// Whether its attempts run sandboxed (see [`crate::sandbox`]).
+    pub sandbox: crate::sandbox::Sandbox,
+    /// Paths a sandboxed attempt may also write (relative: to its working directory).
+    pub sandbox_write: Vec<String>,
+    /// Paths a sandboxed attempt may also read.
+    pub sandbox_read: Vec<String>,
+    /// `host:port`s a sandboxed attempt may reach.
+    pub sandbox_hosts: Vec<String>,
 }
 
 impl TaskSpec {
@@ -578,6 +587,11 @@ impl SpecBody {
             sample_of: None,
             // #33: a judge over samples.
             needs_mode: NeedsMode::Completed,
+            // #34: the kernel sandbox.
+            sandbox: crate::sandbox::Sandbox::Off,
+            sandbox_write: vec![],
+            sandbox_read: vec![],
+            sandbox_hosts: vec![],
         }
     }
 }

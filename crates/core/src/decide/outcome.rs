@@ -241,6 +241,9 @@ pub enum LaunchFailure {
     PromptFile,
     /// The executor could not start it, for this reason.
     Spawn(SpawnFault),
+    /// #34: its sandbox cannot be made (the machine lacks Landlock or user namespaces, or its
+    /// policy cannot be written): a sandboxed task does not start unconfined.
+    Sandbox,
 }
 
 /// Why a program could not be started, as the runner observed it (the rule of which are
@@ -284,7 +287,9 @@ impl LaunchFailure {
             LaunchFailure::Adopt => StopReason::Error,
             LaunchFailure::Argv => StopReason::Invalid,
             LaunchFailure::Spawn(fault) if fault.deterministic() => StopReason::Invalid,
-            LaunchFailure::Copy | LaunchFailure::HomeConfig => StopReason::SetupError,
+            LaunchFailure::Copy | LaunchFailure::HomeConfig | LaunchFailure::Sandbox => {
+                StopReason::SetupError
+            }
             LaunchFailure::HomeFiles
             | LaunchFailure::SessionDir
             | LaunchFailure::PromptFile

@@ -68,6 +68,11 @@ pub(crate) struct TaskExtV2 {
     sample_of: Option<String>,
     // #33: a judge over samples.
     needs_mode: NeedsModeV2,
+    // #34: the kernel sandbox.
+    sandbox: SandboxV2,
+    sandbox_write: Vec<String>,
+    sandbox_read: Vec<String>,
+    sandbox_hosts: Vec<String>,
 }
 
 impl TaskExtV2 {
@@ -99,6 +104,11 @@ impl TaskExtV2 {
             sample_of: t.sample_of.clone(),
             // #33: a judge over samples.
             needs_mode: t.needs_mode.into(),
+            // #34: the kernel sandbox.
+            sandbox: t.sandbox.into(),
+            sandbox_write: t.sandbox_write.clone(),
+            sandbox_read: t.sandbox_read.clone(),
+            sandbox_hosts: t.sandbox_hosts.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -134,6 +144,11 @@ impl TaskExtV2 {
         t.sample_of = self.sample_of;
         // #33: a judge over samples.
         t.needs_mode = self.needs_mode.into();
+        // #34: the kernel sandbox.
+        t.sandbox = self.sandbox.into();
+        t.sandbox_write = self.sandbox_write;
+        t.sandbox_read = self.sandbox_read;
+        t.sandbox_hosts = self.sandbox_hosts;
         Ok(())
     }
 }
@@ -214,6 +229,33 @@ impl From<PermissionsV2> for sortie_core::Permissions {
             PermissionsV2::ReadOnly => sortie_core::Permissions::ReadOnly,
             PermissionsV2::Edit => sortie_core::Permissions::Edit,
             PermissionsV2::Full => sortie_core::Permissions::Full,
+        }
+    }
+}
+
+/// Mirrors `sortie_core::sandbox::Sandbox` (#34).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum SandboxV2 {
+    #[default]
+    Off,
+    Workspace,
+}
+
+impl From<sortie_core::sandbox::Sandbox> for SandboxV2 {
+    fn from(m: sortie_core::sandbox::Sandbox) -> Self {
+        match m {
+            sortie_core::sandbox::Sandbox::Off => SandboxV2::Off,
+            sortie_core::sandbox::Sandbox::Workspace => SandboxV2::Workspace,
+        }
+    }
+}
+
+impl From<SandboxV2> for sortie_core::sandbox::Sandbox {
+    fn from(m: SandboxV2) -> Self {
+        match m {
+            SandboxV2::Off => sortie_core::sandbox::Sandbox::Off,
+            SandboxV2::Workspace => sortie_core::sandbox::Sandbox::Workspace,
         }
     }
 }

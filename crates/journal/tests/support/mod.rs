@@ -99,6 +99,11 @@ pub(crate) fn batch(n: u32) -> Batch {
                 sample_of: None,
                 // #33: a judge over samples.
                 needs_mode: sortie_core::NeedsMode::Completed,
+                // #34: the kernel sandbox.
+                sandbox: sortie_core::sandbox::Sandbox::Off,
+                sandbox_write: vec![],
+                sandbox_read: vec![],
+                sandbox_hosts: vec![],
             }),
         })
         .collect();

@@ -22,6 +22,8 @@
 //!     conversations/<task>/           #13: a conversation's session store, by its first
 //!                                     task (its attempts' agent homes share it)   [agent]
 //!     copies/<task>/                  #14: a task's throwaway copy of its cwd      [copy]
+//!     sandbox/<task>.<attempt>/       #34: a sandboxed attempt's policy.json and its
+//!                                     private tmp/ (its TMPDIR)       [attempt (launch)]
 //!     attempts/<task>.<attempt>/      an attempt's dir, when its executor makes one (a
 //!                                     supervisor of its own, direct, Slurm); its files are
 //!                                     named by layout::attempt:
@@ -278,6 +280,11 @@ impl RunDir {
     /// Where the attempt dirs are.
     pub fn attempts(&self) -> PathBuf {
         self.path.join("attempts")
+    }
+
+    /// #34: a sandboxed attempt's policy file and private temporary directory.
+    pub fn sandbox_dir(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("sandbox").join(format!("{task}.{attempt}"))
     }
 
     /// #14: a task's throwaway copy of its `cwd` (`isolation = "copy"`, see `copy`).
