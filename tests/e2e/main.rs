@@ -38,6 +38,8 @@ mod real_verify;
 mod report;
 // #33: samples, pass@k, best-of-N
 mod samples;
+// #34: the kernel sandbox.
+mod sandbox;
 mod signals;
 mod supervised;
 // #11

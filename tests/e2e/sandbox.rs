@@ -1,0 +1,111 @@
+//! #34: a plain command with `sandbox = "workspace"`, in a temporary `HOME` made by the test,
+//! tries what a hostile agent would (write outside its worktree, into another task's worktree
+//! and the run's journal; read `~/.ssh` and `env.json`; connect to a loopback port of the host;
+//! resolve a name) and does its own work (writes and commits in its worktree, uses `TMPDIR`):
+//! every forbidden step fails, every allowed one succeeds, the task completes.
+
+use std::path::PathBuf;
+
+use sortie_testkit::git;
+
+use crate::support::Scratch;
+
+/// Whether this machine can sandbox (the probe `sortie check` reports); a machine that cannot
+/// skips the test, saying so.
+fn can_sandbox() -> bool {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sortie"))
+        .args(["__sandbox", "--probe"])
+        .output()
+        .expect("run the probe");
+    if !out.status.success() {
+        eprintln!(
+            "skipped: this machine cannot sandbox: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
+}
+
+#[test]
+fn a_sandboxed_command_does_its_work_and_nothing_else() {
+    if !can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let home = s.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).expect("mkdir home");
+    std::fs::write(home.join(".ssh/id_test"), "secret key\n").expect("write key");
+    let repo = s.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("f.txt"), "one\n").expect("write f.txt");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "init"]);
+    // A listener of the host's loopback: the sandbox has a loopback of its own.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let run = "sbx";
+    let state = s.state_dir();
+    let other = state.join("worktrees").join(run).join("other");
+    let run_dir = state.join("runs").join(run);
+    let script = format!(
+        r#"r() {{ if sh -c "$2" >/dev/null 2>&1; then echo "$1 ok"; else echo "$1 denied"; fi >> results.txt; }}
+r write_home 'echo x > "$HOME/outside"'
+r write_other 'echo x > {other}/evil'
+r write_journal 'echo x > {run_dir}/evil'
+r read_ssh 'cat "$HOME/.ssh/id_test"'
+r read_env 'cat {run_dir}/env.json'
+r connect 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{port}"'
+r resolve 'getent hosts example.com'
+r write_own 'echo mine > mine.txt'
+r tmp 'echo t > "$TMPDIR/t" && test -s "$TMPDIR/t"'
+r commit 'git add mine.txt && git -c user.name=t -c user.email=t@e commit -qm mine'
+"#,
+        other = other.display(),
+        run_dir = run_dir.display(),
+    );
+    s.write("box.sh", &script);
+    let batch = format!(
+        "[[tasks]]\nlabel = \"other\"\ncwd = \"repo\"\nisolation = \"worktree\"\n\
+         command = [\"true\"]\nenv = {{ TOKEN = \"s3cret\" }}\n\n\
+         [[tasks]]\nlabel = \"box\"\ncwd = \"repo\"\nisolation = \"worktree\"\n\
+         sandbox = \"workspace\"\nneeds = [\"other\"]\nsandbox_read = [\"{}\"]\n\
+         command = [\"sh\", \"{}\"]\n",
+        s.path().join("box.sh").display(),
+        s.path().join("box.sh").display(),
+    );
+    s.write("batch.toml", &batch);
+    let out = s
+        .sortie()
+        .env("HOME", &home)
+        .args(["run", "--run-id", run, "batch.toml"])
+        .output()
+        .expect("run sortie");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mine: PathBuf = state.join("worktrees").join(run).join("box");
+    let results = std::fs::read_to_string(mine.join("results.txt")).expect("results");
+    let want = "write_home denied\nwrite_other denied\nwrite_journal denied\nread_ssh denied\n\
+                read_env denied\nconnect denied\nresolve denied\nwrite_own ok\ntmp ok\n\
+                commit ok\n";
+    assert_eq!(results, want);
+    assert!(!home.join("outside").exists());
+    assert!(!other.join("evil").exists());
+    assert!(!run_dir.join("evil").exists());
+    assert!(
+        listener.accept().is_err(),
+        "the host's listener saw a connection"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("mine.txt"))
+            .ok()
+            .as_deref(),
+        Some("mine\n")
+    );
+}
