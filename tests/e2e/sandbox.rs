@@ -109,3 +109,37 @@ r commit 'git add mine.txt && git -c user.name=t -c user.email=t@e commit -qm mi
         Some("mine\n")
     );
 }
+
+#[test]
+fn check_says_whether_the_machine_can_sandbox_and_what_a_task_may_do() {
+    let s = Scratch::new();
+    s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"box\"\ncommand = [\"true\"]\nsandbox = \"workspace\"\n\
+         sandbox_write = [\"/srv/cache\"]\nsandbox_hosts = [\"pypi.org:443\"]\n\n\
+         [[tasks]]\nlabel = \"free\"\ncommand = [\"true\"]\n",
+    );
+    let out = s.run(&["--json", "check", "batch.toml"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let machine = &v["sandbox"]["machine"];
+    assert_eq!(machine["ok"].as_bool(), Some(can_sandbox()), "{v}");
+    let tasks = v["sandbox"]["tasks"].as_array().expect("tasks");
+    assert_eq!(tasks.len(), 1, "{v}");
+    assert_eq!(tasks[0]["label"], "box");
+    assert_eq!(tasks[0]["sandbox_write"][0], "/srv/cache");
+    assert_eq!(tasks[0]["sandbox_hosts"][0], "pypi.org:443");
+    let text = s.run(&["check", "batch.toml"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("sandbox box: writes its working directory"),
+        "{text}"
+    );
+    // A host that is not host:port is an error at its line.
+    s.write(
+        "bad.toml",
+        "[[tasks]]\nlabel = \"box\"\ncommand = [\"true\"]\nsandbox_hosts = [\"pypi.org\"]\n",
+    );
+    let bad = s.run(&["check", "bad.toml"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("is not host:port"));
+}
