@@ -131,10 +131,17 @@ fn a_failed_check_is_fed_back_and_the_task_completes_verified_after_one_round() 
         .iter()
         .map(event_kind)
         .filter(|(kind, _)| *kind == "VerifyEnded")
-        .map(|(_, v)| v["passed"].as_bool())
+        .map(|(_, v)| v["verdict"]["passed"].as_bool())
         .collect();
     assert_eq!(ends, vec![Some(false), Some(true)]);
-    s.audit_clean(&id);
+    let audit = s.audit_clean(&id);
+    assert_eq!(audit["checks"]["verdicts"], 2, "{audit}");
+    assert_eq!(audit["checks"]["failed"], 1, "{audit}");
+    let said = text(&s.run_ok(&["audit", &id]).stdout);
+    assert!(
+        said.contains("checks: 2 verdicts, 1 passed, 1 failed"),
+        "{said}"
+    );
     // The replay and the HTML report say it too.
     let replay = text(&s.run_ok(&["replay", &id]).stdout);
     assert!(
@@ -244,7 +251,7 @@ fn verdicts(s: &Scratch, run: &str) -> Vec<(u64, bool)> {
         .map(|(_, v)| {
             (
                 v["attempt"].as_u64().unwrap_or_default(),
-                v["passed"].as_bool().unwrap_or_default(),
+                v["verdict"]["passed"].as_bool().unwrap_or_default(),
             )
         })
         .collect()

@@ -300,7 +300,11 @@ impl Torture {
             if checked.len() != verdicts.len() {
                 bail!("violation {when}: [{label}] a check's verdict was journaled twice");
             }
-            if label.ends_with("-verify") && verdicts.last().is_none_or(|b| b["passed"] != true) {
+            if label.ends_with("-verify")
+                && verdicts
+                    .last()
+                    .is_none_or(|b| b["verdict"]["passed"] != true)
+            {
                 bail!("violation {when}: [{label}] completed without a passing check");
             }
             if g.counter(t) == 0 {

@@ -519,11 +519,7 @@ mod tests {
         );
         let err = load(&f, None, &Overrides::default()).unwrap_err();
         let text = err.to_string();
-        let got: Vec<(Option<usize>, Option<&str>)> = err
-            .issues()
-            .iter()
-            .map(|i| (i.line, i.field.as_deref()))
-            .collect();
+        let got = crate::tests::places(&err);
         assert_eq!(
             got,
             [
@@ -605,11 +601,7 @@ mod tests {
         );
         let err = load(&f, None, &Overrides::default()).unwrap_err();
         let text = err.to_string();
-        let got: Vec<(Option<usize>, Option<&str>)> = err
-            .issues()
-            .iter()
-            .map(|i| (i.line, i.field.as_deref()))
-            .collect();
+        let got = crate::tests::places(&err);
         assert_eq!(
             got,
             [

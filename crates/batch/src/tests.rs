@@ -758,11 +758,7 @@ fn batch_error_a_check_that_read_a_field_that_did_not_parse_is_left_out() {
     )
     .unwrap();
     let err = load(&path, None, &Overrides::default()).unwrap_err();
-    let located: Vec<(Option<usize>, Option<&str>)> = err
-        .issues()
-        .iter()
-        .map(|i| (i.line, i.field.as_deref()))
-        .collect();
+    let located = crate::tests::places(&err);
     assert_eq!(
         located,
         vec![
@@ -781,11 +777,7 @@ fn batch_error_a_check_that_read_a_field_that_did_not_parse_is_left_out() {
     )
     .unwrap();
     let err = load(&path, None, &Overrides::default()).unwrap_err();
-    let located: Vec<(Option<usize>, Option<&str>)> = err
-        .issues()
-        .iter()
-        .map(|i| (i.line, i.field.as_deref()))
-        .collect();
+    let located = crate::tests::places(&err);
     assert_eq!(
         located,
         vec![(Some(6), Some("include_wip")), (Some(9), Some("prompt"))],
@@ -826,3 +818,11 @@ mod roles;
 mod schema;
 // #33: a judge over samples.
 mod needs;
+
+/// Where each of a load error's issues is: its line and field, in order.
+pub(crate) fn places(err: &crate::BatchError) -> Vec<(Option<usize>, Option<&str>)> {
+    err.issues()
+        .iter()
+        .map(|i| (i.line, i.field.as_deref()))
+        .collect()
+}

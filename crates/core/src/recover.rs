@@ -184,7 +184,10 @@ fn attempts_after(
             });
             (None, true)
         }
-        TaskState::Ended { attempt } if attempt.0 == known => (None, true),
+        TaskState::Ended { attempt } if attempt.0 == known => {
+            events.extend(lost_verdict(spec, rec, task, *attempt));
+            (None, true)
+        }
         _ => return Err(named("the end of the attempt before it was lost")),
     };
     if let (true, Some(w)) = (lost_setup, &files.worktree) {
@@ -295,4 +298,44 @@ fn commit(
     }
     out.events.extend(events);
     Ok(())
+}
+
+/// #33: a later attempt of a checked task ran after a completed attempt whose verdict the
+/// damage took: only a failed check is followed by another attempt (a feedback round), so its
+/// check is restored as failed, saying so.
+fn lost_verdict(
+    spec: &crate::spec::TaskSpec,
+    rec: &crate::state::TaskRecord,
+    task: TaskId,
+    attempt: Attempt,
+) -> Vec<Event> {
+    let Some(last) = rec.attempts.last() else {
+        return Vec::new();
+    };
+    let completed = last
+        .outcome()
+        .is_some_and(|o| o.status == crate::outcome::AttemptStatus::Completed);
+    if spec.verify.is_none() || !completed || last.verdict().is_some() {
+        return Vec::new();
+    }
+    let mut events = Vec::new();
+    if !last.verify_started() {
+        events.push(Event::VerifyStarted { task, attempt });
+    }
+    events.push(Event::VerifyEnded {
+        task,
+        attempt,
+        verdict: crate::verify::Verdict {
+            passed: false,
+            score: 0,
+            exit: None,
+            digest: 0,
+            error: Some(
+                "the check failed: its verdict was lost with the journal's damage, and a \
+                 feedback round followed"
+                    .into(),
+            ),
+        },
+    });
+    events
 }

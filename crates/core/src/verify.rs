@@ -307,6 +307,11 @@ pub(crate) fn next_step(spec: &TaskSpec, rec: &TaskRecord, now: Timestamp) -> Op
     let output = last.output().unwrap_or_default();
     let verdict = match last.verdict() {
         None if last.verify_started() => return Some(NextStep::Checking),
+        // Its end began without a check (a cancel finalized its worktree, then sortie died):
+        // it ends as that decision said.
+        None if rec.steps().worktree_final.is_some() => {
+            return Some(NextStep::GiveUp(unverified_result(rec, "cancelled")));
+        }
         None => return Some(NextStep::Verify),
         Some(v) => v,
     };

@@ -5,59 +5,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sortie_core::plan::{Action, Facts, Planner};
+use sortie_core::plan::{Action, Facts};
 use sortie_core::{
-    AgentProfile, Attempt, AttemptOutcome, Batch, Event, NeedsMode, RunConfig, RunId, RunState,
-    Stamped, StopReason, TaskId, TaskSpec, TerminalState, Timestamp, Usage,
+    Attempt, AttemptOutcome, Event, NeedsMode, RunConfig, StopReason, TaskId, TaskSpec,
+    TerminalState, Timestamp,
 };
 
-/// A run being built event by event, the planner told of each, as the runner does.
-struct Run {
-    state: RunState,
-    planner: Planner,
-    now: u64,
+#[path = "support/run.rs"]
+mod run;
+use run::Run;
+
+/// A run of `tasks`, eight at once.
+fn start(tasks: Vec<TaskSpec>) -> Run {
+    let config = RunConfig {
+        concurrency: 8,
+        ..RunConfig::default()
+    };
+    Run::start("needs-mode-test", "needs.toml", config, tasks)
 }
 
 impl Run {
-    fn new(tasks: Vec<TaskSpec>) -> Run {
-        let mut run = Run {
-            state: RunState::new(),
-            planner: Planner::new(&RunState::new()),
-            now: 1_000,
-        };
-        run.push(Event::RunStarted {
-            run_id: RunId::new("needs-mode-test").expect("run id"),
-            batch: Batch {
-                tasks,
-                agents: AgentProfile::builtins(),
-                config: RunConfig {
-                    concurrency: 8,
-                    ..RunConfig::default()
-                },
-                source: "needs.toml".into(),
-            },
-            batch_digest: 0,
-            host: "h".into(),
-            pid: 1,
-        });
-        run.planner = Planner::new(&run.state);
-        run
-    }
-
-    fn push(&mut self, event: Event) -> &mut Run {
-        self.now += 1;
-        let stamped = Stamped {
-            seq: self.state.next_seq,
-            at: Timestamp(self.now),
-            event,
-        };
-        self.state
-            .apply(&stamped)
-            .unwrap_or_else(|v| panic!("test event refused: {v}\n{stamped:?}"));
-        self.planner.observe(&self.state, &stamped.event);
-        self
-    }
-
     /// Task `t` runs one attempt ending with `outcome` (its output `output`), and finishes
     /// with the result core decides for it.
     fn run_to_end(&mut self, t: u32, outcome: AttemptOutcome, output: &str) -> TerminalState {
@@ -71,19 +38,7 @@ impl Run {
             attempt,
             model: None,
         })
-        .push(Event::AttemptStarted {
-            task,
-            attempt,
-            pid: 100 + t,
-            start_time: 1,
-        })
-        .push(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage: Usage::ZERO,
-            output: output.into(),
-        });
+        .start_and_end(t, attempt, outcome, output);
         let rec = &self.state.tasks[t as usize];
         let result = sortie_core::finish_result(
             rec,
@@ -143,7 +98,7 @@ fn task(label: &str, needs: &[&str], mode: NeedsMode) -> TaskSpec {
 #[test]
 fn a_settled_task_runs_once_every_need_ended_and_a_completed_one_is_skipped() {
     let samples = ["s1", "s2", "s3"];
-    let mut run = Run::new(vec![
+    let mut run = start(vec![
         task("s1", &[], NeedsMode::Completed),
         task("s2", &[], NeedsMode::Completed),
         task("s3", &[], NeedsMode::Completed),
@@ -176,7 +131,7 @@ fn a_settled_task_runs_once_every_need_ended_and_a_completed_one_is_skipped() {
 /// all is ready at once.
 #[test]
 fn a_settled_task_whose_needs_completed_is_queued_like_any_other() {
-    let mut run = Run::new(vec![
+    let mut run = start(vec![
         task("a", &[], NeedsMode::Settled),
         task("judge", &["a"], NeedsMode::Settled),
     ]);
@@ -194,7 +149,7 @@ fn a_settled_tasks_prompt_gets_each_failed_needs_error_as_its_output() {
     let mut context = task("context", &["s1", "s2"], NeedsMode::Settled);
     context.command = None;
     context.prompt = Some("judge these".into());
-    let mut run = Run::new(vec![
+    let mut run = start(vec![
         task("s1", &[], NeedsMode::Completed),
         task("s2", &[], NeedsMode::Completed),
         judge,

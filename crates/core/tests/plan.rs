@@ -9,16 +9,14 @@ use std::time::Duration;
 
 use sortie_core::plan::{Action, Facts, JobKind, Planner, Stopping};
 use sortie_core::{
-    AgentProfile, Attempt, AttemptOutcome, Batch, Cost, Event, Isolation, RunBudget, RunConfig,
-    RunId, RunState, Stamped, StopReason, TaskId, TaskSpec, Timestamp, Usage,
+    Attempt, AttemptOutcome, Cost, Event, Isolation, RunBudget, RunConfig, RunId, RunState,
+    StopReason, TaskId, TaskSpec, Timestamp, Usage,
 };
 
 /// A run being built event by event, with the planner told of each, as the runner does.
-struct Run {
-    state: RunState,
-    planner: Planner,
-    now: u64,
-}
+#[path = "support/run.rs"]
+mod run;
+use run::Run;
 
 /// The facts of a round, with defaults: nothing live, no jobs, no failures, nothing missing.
 #[derive(Default)]
@@ -47,47 +45,15 @@ impl Run {
         budget: RunBudget,
         tasks: Vec<TaskSpec>,
     ) -> Run {
-        let mut run = Run {
-            state: RunState::new(),
-            planner: Planner::new(&RunState::new()),
-            now: 1_000,
+        let config = RunConfig {
+            concurrency,
+            fail_fast,
+            budget,
+            pools: Default::default(),
+            on_task_end: None,
+            prices: Default::default(),
         };
-        run.push(Event::RunStarted {
-            run_id: RunId::new("plan-test").expect("run id"),
-            batch: Batch {
-                tasks,
-                agents: AgentProfile::builtins(),
-                config: RunConfig {
-                    concurrency,
-                    fail_fast,
-                    budget,
-                    pools: Default::default(),
-                    on_task_end: None,
-                    prices: Default::default(),
-                },
-                source: "plan.toml".into(),
-            },
-            batch_digest: 0,
-            host: "h".into(),
-            pid: 1,
-        });
-        run.planner = Planner::new(&run.state);
-        run
-    }
-
-    /// Applies one event a millisecond after the last.
-    fn push(&mut self, event: Event) -> &mut Run {
-        self.now += 1;
-        let stamped = Stamped {
-            seq: self.state.next_seq,
-            at: Timestamp(self.now),
-            event,
-        };
-        self.state
-            .apply(&stamped)
-            .unwrap_or_else(|v| panic!("test event refused: {v}\n{stamped:?}"));
-        self.planner.observe(&self.state, &stamped.event);
-        self
+        Run::start("plan-test", "plan.toml", config, tasks)
     }
 
     /// Task `t` queued, launched, started and finished with `outcome`.
@@ -107,19 +73,7 @@ impl Run {
             attempt,
             model: None,
         })
-        .push(Event::AttemptStarted {
-            task,
-            attempt,
-            pid: 100 + t,
-            start_time: 1,
-        })
-        .push(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage: Usage::ZERO,
-            output,
-        })
+        .start_and_end(t, attempt, outcome, &output)
     }
 
     /// A round planned in the default world, its events applied (as the runner appends them).

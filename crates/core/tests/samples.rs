@@ -9,15 +9,12 @@ use sortie_core::plan::{Action, Facts, Planner};
 use sortie_core::samples::{self, Item};
 use sortie_core::verify::{Pick, SCORE_UNIT, Verdict};
 use sortie_core::{
-    AgentProfile, Attempt, AttemptOutcome, Batch, Event, RunConfig, RunId, RunState, Stamped,
-    StopReason, TaskId, TaskSpec, Timestamp, Usage,
+    Attempt, AttemptOutcome, Event, RunConfig, StopReason, TaskId, TaskSpec, Timestamp,
 };
 
-struct Run {
-    state: RunState,
-    planner: Planner,
-    now: u64,
-}
+#[path = "support/run.rs"]
+mod run;
+use run::Run;
 
 /// `n` samples `{item}-{i}` of each item, with `pick`.
 fn samples(items: &[&str], n: u32, pick: Option<Pick>, verify: bool) -> Vec<TaskSpec> {
@@ -40,46 +37,11 @@ fn samples(items: &[&str], n: u32, pick: Option<Pick>, verify: bool) -> Vec<Task
 
 impl Run {
     fn new(concurrency: u32, tasks: Vec<TaskSpec>) -> Run {
-        let mut run = Run {
-            state: RunState::new(),
-            planner: Planner::new(&RunState::new()),
-            now: 1_000,
+        let config = RunConfig {
+            concurrency,
+            ..RunConfig::default()
         };
-        run.push(Event::RunStarted {
-            run_id: RunId::new("samples-test").expect("run id"),
-            batch: Batch {
-                tasks,
-                agents: AgentProfile::builtins(),
-                config: RunConfig {
-                    concurrency,
-                    fail_fast: false,
-                    budget: Default::default(),
-                    pools: Default::default(),
-                    on_task_end: None,
-                    prices: Default::default(),
-                },
-                source: "samples.toml".into(),
-            },
-            batch_digest: 0,
-            host: "h".into(),
-            pid: 1,
-        });
-        run.planner = Planner::new(&run.state);
-        run
-    }
-
-    fn push(&mut self, event: Event) -> &mut Run {
-        self.now += 1;
-        let stamped = Stamped {
-            seq: self.state.next_seq,
-            at: Timestamp(self.now),
-            event,
-        };
-        self.state
-            .apply(&stamped)
-            .unwrap_or_else(|v| panic!("test event refused: {v}\n{stamped:?}"));
-        self.planner.observe(&self.state, &stamped.event);
-        self
+        Run::start("samples-test", "samples.toml", config, tasks)
     }
 
     fn label(&self, t: &TaskId) -> String {
@@ -135,21 +97,8 @@ impl Run {
 
     /// Task `t`'s live attempt starts and ends with `outcome`.
     fn end(&mut self, t: u32, outcome: AttemptOutcome) -> &mut Run {
-        let task = TaskId(t);
         let attempt = Attempt(self.state.tasks[t as usize].attempts.len() as u32);
-        self.push(Event::AttemptStarted {
-            task,
-            attempt,
-            pid: 100 + t,
-            start_time: 1,
-        })
-        .push(Event::AttemptFinished {
-            task,
-            attempt,
-            outcome,
-            usage: Usage::ZERO,
-            output: format!("answer of {t}"),
-        })
+        self.start_and_end(t, attempt, outcome, &format!("answer of {t}"))
     }
 
     /// Task `t`'s ended attempt checked with `score` (passed when `passed`).

@@ -32,11 +32,7 @@ fn batch_error_out_of_range_values_name_file_line_and_field_and_zero_is_off_wher
     .unwrap();
     let err = load(&path, None, &Overrides::default()).unwrap_err();
     let text = err.to_string();
-    let got: Vec<(Option<usize>, Option<&str>)> = err
-        .issues()
-        .iter()
-        .map(|i| (i.line, i.field.as_deref()))
-        .collect();
+    let got = crate::tests::places(&err);
     assert_eq!(
         got,
         [
@@ -236,11 +232,7 @@ fn batch_budget_table_resolves_and_its_problems_are_located() {
     )
     .unwrap();
     let err = load(&path, None, &Overrides::default()).unwrap_err();
-    let got: Vec<(Option<usize>, Option<&str>)> = err
-        .issues()
-        .iter()
-        .map(|i| (i.line, i.field.as_deref()))
-        .collect();
+    let got = crate::tests::places(&err);
     assert_eq!(
         got,
         [

@@ -75,11 +75,7 @@ fn a_schema_that_does_not_compile_is_a_batch_error_at_its_file_and_line() {
     );
     let err = load(&path, None, &Overrides::default()).unwrap_err();
     let text = err.to_string();
-    let lines: Vec<(Option<usize>, Option<&str>)> = err
-        .issues()
-        .iter()
-        .map(|i| (i.line, i.field.as_deref()))
-        .collect();
+    let lines = crate::tests::places(&err);
     let f = Some("output_schema");
     assert_eq!(
         lines,

@@ -24,6 +24,31 @@ struct AuditView<'a> {
     snapshot_mismatch: Option<&'a str>,
     /// #32: each rebuild of the journal by `sortie recover`.
     recovered: Vec<String>,
+    /// #33: the checks' verdicts the journal holds (each once: the fold refuses a second).
+    checks: ChecksView,
+}
+
+/// #33: how many checks the journal holds a verdict of, and how they went.
+#[derive(Serialize, Default)]
+struct ChecksView {
+    verdicts: usize,
+    passed: usize,
+    failed: usize,
+}
+
+fn checks_view(state: &sortie_core::RunState) -> ChecksView {
+    let mut v = ChecksView::default();
+    for rec in &state.tasks {
+        for verdict in sortie_core::verify::verdicts(rec) {
+            v.verdicts += 1;
+            if verdict.passed {
+                v.passed += 1;
+            } else {
+                v.failed += 1;
+            }
+        }
+    }
+    v
 }
 
 #[derive(Serialize)]
@@ -64,6 +89,7 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
             ledger: ledger_view(&audit.state, &audit.ledger),
             snapshot_mismatch: audit.snapshot_mismatch.as_deref(),
             recovered: output::recovery_lines(&audit.state),
+            checks: checks_view(&audit.state),
         };
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -84,6 +110,14 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
         }
         for line in output::recovery_lines(&audit.state) {
             writeln!(out, "{line}")?;
+        }
+        let checks = checks_view(&audit.state);
+        if checks.verdicts > 0 {
+            writeln!(
+                out,
+                "checks: {} verdicts, {} passed, {} failed",
+                checks.verdicts, checks.passed, checks.failed
+            )?;
         }
         writeln!(out)?;
         output::print_ledger(&mut out, &audit.state, &audit.ledger)?;

@@ -427,9 +427,11 @@ impl Planner {
                 NextStep::GiveUp(result) => self.give_up(state, round, task, result),
                 // #33: the check runs; a cancel stops it, and its verdict ends the task.
                 NextStep::Checking => {}
+                // Ended as a retry is when it cannot run: no artifact (a resume may decide
+                // again, and an artifact would stand in the way of the check).
                 NextStep::Verify if cancelled || round.cancelling() => {
                     let result = crate::verify::unverified_result(rec, "cancelled");
-                    self.give_up(state, round, task, result);
+                    round.end(task, rec, result, false);
                 }
                 // Left undecided: resume runs the check.
                 NextStep::Verify if interrupting => {}
@@ -457,7 +459,7 @@ impl Planner {
                     }));
                 }
                 NextStep::Feedback { .. } if interrupting && !cancelled => {}
-                NextStep::Feedback { failed, .. } => self.give_up(state, round, task, failed),
+                NextStep::Feedback { failed, .. } => round.end(task, rec, failed, false),
             }
         }
     }

@@ -267,6 +267,9 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
     let mut limited: Vec<u32> = vec![0; batch.tasks.len()];
     // Issue 32: the attempts an interrupt of sortie ended, which spend nothing.
     let mut interrupts: Vec<u32> = vec![0; batch.tasks.len()];
+    // #33: the failed checks, each of which may be followed by a feedback round (within
+    // `verify_rounds`), which spends nothing either.
+    let mut rounds: Vec<u32> = vec![0; batch.tasks.len()];
     for e in events {
         let Some(task) = e.event.task() else { continue };
         let i = task.index();
@@ -274,11 +277,17 @@ pub(crate) fn check_attempt_numbers(batch: &Batch, events: &[Stamped]) -> Result
         // The next attempt is within the policy when the attempts before it that were not
         // orphaned leave a retry, and the orphans are within their budget.
         let (o, l, n) = (orphans[i], limited[i], interrupts[i]);
+        let r = rounds[i].min(spec.verify_rounds);
         let within = |next: u32| {
-            let spent = next.saturating_sub(1 + o + l + n);
+            let spent = next.saturating_sub(1 + o + l + n + r);
             spent < spec.max_attempts() && o <= spec.max_orphans && l <= spec.max_rate_limits
         };
-        let max = spec.max_attempts() + o + l + n;
+        let max = spec.max_attempts() + o + l + n + r;
+        if let Event::VerifyEnded { verdict, .. } = &e.event
+            && !verdict.passed
+        {
+            rounds[i] += 1;
+        }
         if let Event::AttemptOrphaned { .. } = &e.event {
             orphans[i] += 1;
         }

@@ -225,12 +225,18 @@ pub(crate) enum StoredEvent {
     VerifyEnded {
         task: u32,
         attempt: u32,
-        passed: bool,
-        score: u32,
-        exit: Option<i32>,
-        digest: u64,
-        error: Option<String>,
+        verdict: VerdictV1,
     },
+}
+
+/// Mirrors `sortie_core::verify::Verdict` (#33). Never remove or reorder a field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct VerdictV1 {
+    pub(crate) passed: bool,
+    pub(crate) score: u32,
+    pub(crate) exit: Option<i32>,
+    pub(crate) digest: u64,
+    pub(crate) error: Option<String>,
 }
 
 /// Mirrors `sortie_core::DiscardedBy`. Never remove or reorder a variant.
@@ -545,11 +551,13 @@ fn stored_verify_event(e: &Event) -> StoredEvent {
         } => StoredEvent::VerifyEnded {
             task: task.0,
             attempt: attempt.0,
-            passed: verdict.passed,
-            score: verdict.score,
-            exit: verdict.exit,
-            digest: verdict.digest,
-            error: verdict.error.clone(),
+            verdict: VerdictV1 {
+                passed: verdict.passed,
+                score: verdict.score,
+                exit: verdict.exit,
+                digest: verdict.digest,
+                error: verdict.error.clone(),
+            },
         },
         _ => unreachable!("`From<&Event>` sends only a check's events here"),
     }

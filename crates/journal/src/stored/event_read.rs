@@ -93,20 +93,16 @@ impl TryFrom<StoredEvent> for Event {
             StoredEvent::VerifyEnded {
                 task,
                 attempt,
-                passed,
-                score,
-                exit,
-                digest,
-                error,
+                verdict,
             } => Event::VerifyEnded {
                 task: TaskId(task),
                 attempt: Attempt(attempt),
                 verdict: sortie_core::verify::Verdict {
-                    passed,
-                    score,
-                    exit,
-                    digest,
-                    error,
+                    passed: verdict.passed,
+                    score: verdict.score,
+                    exit: verdict.exit,
+                    digest: verdict.digest,
+                    error: verdict.error,
                 },
             },
             StoredEvent::RunStarted { .. }

@@ -18,6 +18,8 @@
 mod event;
 mod event_read;
 mod v2;
+mod v2_run;
+mod v2_task;
 
 pub(crate) use event::StoredEvent;
 

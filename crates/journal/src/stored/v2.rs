@@ -25,8 +25,10 @@ use std::collections::BTreeMap;
 use serde::de::{DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sortie_core::spec::{AgentProfile, Batch, RunConfig};
-use sortie_core::{AttemptOutcome, Executor, SlurmOptions, TaskResult, TaskSpec};
+use sortie_core::{AttemptOutcome, TaskResult, TaskSpec};
 
+pub(crate) use super::v2_run::{BudgetLimitV2, RunConfigExtV2};
+pub(crate) use super::v2_task::{ExecutorV2, NeedsModeV2, PermissionsV2, SandboxV2};
 use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1, TaskSpecV1};
 
 /// The fields of `TaskSpec` added since v1.
@@ -60,8 +62,8 @@ pub(crate) struct TaskExtV2 {
     retry_timeouts: bool,
     // #33: verified results (a record without them reads no check).
     verify: Option<Vec<String>>,
-    /// Milliseconds; None: the default.
-    verify_timeout_ms: Option<u64>,
+    /// None: the default (a record from before the field).
+    verify_timeout: Option<std::time::Duration>,
     verify_rounds: u32,
     /// "first-pass" or "best-score".
     pick: Option<String>,
@@ -96,9 +98,7 @@ impl TaskExtV2 {
             output_schema: t.output_schema.clone(),
             retry_timeouts: t.retry_timeouts,
             verify: t.verify.clone(),
-            verify_timeout_ms: Some(
-                u64::try_from(t.verify_timeout.as_millis()).unwrap_or(u64::MAX),
-            ),
+            verify_timeout: Some(t.verify_timeout),
             verify_rounds: t.verify_rounds,
             pick: t.pick.map(|p| p.as_str().to_owned()),
             sample_of: t.sample_of.clone(),
@@ -130,8 +130,8 @@ impl TaskExtV2 {
         t.output_schema = self.output_schema;
         t.retry_timeouts = self.retry_timeouts;
         t.verify = self.verify;
-        if let Some(ms) = self.verify_timeout_ms {
-            t.verify_timeout = std::time::Duration::from_millis(ms);
+        if let Some(d) = self.verify_timeout {
+            t.verify_timeout = d;
         }
         t.verify_rounds = self.verify_rounds;
         t.pick = match self.pick.as_deref() {
@@ -150,140 +150,6 @@ impl TaskExtV2 {
         t.sandbox_read = self.sandbox_read;
         t.sandbox_hosts = self.sandbox_hosts;
         Ok(())
-    }
-}
-
-/// Mirrors `sortie_core::Executor` (#11).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum ExecutorV2 {
-    #[default]
-    Local,
-    Slurm(Grow<SlurmOptionsV2>),
-}
-
-/// Mirrors `sortie_core::SlurmOptions` (#11).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct SlurmOptionsV2 {
-    partition: Option<String>,
-    account: Option<String>,
-    cpus: Option<u32>,
-    mem_mb: Option<u64>,
-    extra_args: Vec<String>,
-}
-
-impl From<&Executor> for ExecutorV2 {
-    fn from(e: &Executor) -> Self {
-        match e {
-            Executor::Local => ExecutorV2::Local,
-            Executor::Slurm(o) => ExecutorV2::Slurm(Grow(SlurmOptionsV2 {
-                partition: o.partition.clone(),
-                account: o.account.clone(),
-                cpus: o.cpus,
-                mem_mb: o.mem_mb,
-                extra_args: o.extra_args.clone(),
-            })),
-        }
-    }
-}
-
-/// Mirrors `sortie_core::Permissions`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum PermissionsV2 {
-    ReadOnly,
-    #[default]
-    Edit,
-    Full,
-}
-
-impl From<sortie_core::Permissions> for PermissionsV2 {
-    fn from(p: sortie_core::Permissions) -> Self {
-        match p {
-            sortie_core::Permissions::ReadOnly => PermissionsV2::ReadOnly,
-            sortie_core::Permissions::Edit => PermissionsV2::Edit,
-            sortie_core::Permissions::Full => PermissionsV2::Full,
-        }
-    }
-}
-
-impl From<ExecutorV2> for Executor {
-    fn from(e: ExecutorV2) -> Self {
-        match e {
-            ExecutorV2::Local => Executor::Local,
-            ExecutorV2::Slurm(Grow(o)) => Executor::Slurm(SlurmOptions {
-                partition: o.partition,
-                account: o.account,
-                cpus: o.cpus,
-                mem_mb: o.mem_mb,
-                extra_args: o.extra_args,
-            }),
-        }
-    }
-}
-
-impl From<PermissionsV2> for sortie_core::Permissions {
-    fn from(p: PermissionsV2) -> Self {
-        match p {
-            PermissionsV2::ReadOnly => sortie_core::Permissions::ReadOnly,
-            PermissionsV2::Edit => sortie_core::Permissions::Edit,
-            PermissionsV2::Full => sortie_core::Permissions::Full,
-        }
-    }
-}
-
-/// Mirrors `sortie_core::sandbox::Sandbox` (#34).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum SandboxV2 {
-    #[default]
-    Off,
-    Workspace,
-}
-
-impl From<sortie_core::sandbox::Sandbox> for SandboxV2 {
-    fn from(m: sortie_core::sandbox::Sandbox) -> Self {
-        match m {
-            sortie_core::sandbox::Sandbox::Off => SandboxV2::Off,
-            sortie_core::sandbox::Sandbox::Workspace => SandboxV2::Workspace,
-        }
-    }
-}
-
-impl From<SandboxV2> for sortie_core::sandbox::Sandbox {
-    fn from(m: SandboxV2) -> Self {
-        match m {
-            SandboxV2::Off => sortie_core::sandbox::Sandbox::Off,
-            SandboxV2::Workspace => sortie_core::sandbox::Sandbox::Workspace,
-        }
-    }
-}
-
-/// Mirrors `sortie_core::NeedsMode` (#33).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum NeedsModeV2 {
-    #[default]
-    Completed,
-    Settled,
-}
-
-impl From<sortie_core::NeedsMode> for NeedsModeV2 {
-    fn from(m: sortie_core::NeedsMode) -> Self {
-        match m {
-            sortie_core::NeedsMode::Completed => NeedsModeV2::Completed,
-            sortie_core::NeedsMode::Settled => NeedsModeV2::Settled,
-        }
-    }
-}
-
-impl From<NeedsModeV2> for sortie_core::NeedsMode {
-    fn from(m: NeedsModeV2) -> Self {
-        match m {
-            NeedsModeV2::Completed => sortie_core::NeedsMode::Completed,
-            NeedsModeV2::Settled => sortie_core::NeedsMode::Settled,
-        }
     }
 }
 
@@ -311,186 +177,6 @@ impl AgentExtV2 {
     pub(crate) fn apply(self, p: &mut AgentProfile) -> Result<(), String> {
         p.supervise = self.supervise;
         Ok(())
-    }
-}
-
-/// The fields of `RunConfig` added since v1.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct RunConfigExtV2 {
-    /// `RunConfig::budget` (issue 14).
-    budget: Grow<RunBudgetV2>,
-    /// `RunConfig::pools` (issue 14).
-    pools: BTreeMap<String, Grow<PoolSpecV2>>,
-    // #15
-    on_task_end: Option<String>,
-    // #37: model prices, and the date of the table they were resolved from.
-    prices: Grow<PricesV2>,
-}
-
-/// Mirrors `sortie_core::prices::Prices` (#37).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PricesV2 {
-    as_of: String,
-    models: BTreeMap<String, Grow<ModelPriceV2>>,
-}
-
-/// Mirrors `sortie_core::prices::ModelPrice` (#37): nano-dollars per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct ModelPriceV2 {
-    input: u64,
-    output: u64,
-    cache_read: u64,
-    cache_write: u64,
-}
-
-impl RunConfigExtV2 {
-    pub(crate) fn of(c: &RunConfig) -> Self {
-        RunConfigExtV2 {
-            budget: Grow(RunBudgetV2 {
-                max_cost_nanos: c.budget.max_cost_nanos,
-                max_tokens: c.budget.max_tokens,
-                deadline: c.budget.deadline.map(Into::into),
-                warn_percent: c.budget.warn_percent,
-            }),
-            pools: c
-                .pools
-                .iter()
-                .map(|(k, p)| {
-                    let pool = PoolSpecV2 {
-                        concurrency: p.concurrency,
-                        adaptive: p.adaptive,
-                    };
-                    (k.clone(), Grow(pool))
-                })
-                .collect(),
-            on_task_end: c.on_task_end.clone(),
-            prices: Grow(PricesV2 {
-                as_of: c.prices.as_of.clone(),
-                models: c
-                    .prices
-                    .models
-                    .iter()
-                    .map(|(k, p)| {
-                        let price = ModelPriceV2 {
-                            input: p.input,
-                            output: p.output,
-                            cache_read: p.cache_read,
-                            cache_write: p.cache_write,
-                        };
-                        (k.clone(), Grow(price))
-                    })
-                    .collect(),
-            }),
-        }
-    }
-    pub(crate) fn apply(self, c: &mut RunConfig) -> Result<(), String> {
-        let Grow(b) = self.budget;
-        c.budget = sortie_core::RunBudget {
-            max_cost_nanos: b.max_cost_nanos,
-            max_tokens: b.max_tokens,
-            deadline: b.deadline.map(TryInto::try_into).transpose()?,
-            warn_percent: b.warn_percent,
-        };
-        c.pools = self
-            .pools
-            .into_iter()
-            .map(|(k, Grow(p))| {
-                let pool = sortie_core::PoolSpec {
-                    concurrency: p.concurrency,
-                    adaptive: p.adaptive,
-                };
-                (k, pool)
-            })
-            .collect();
-        c.on_task_end = self.on_task_end;
-        let Grow(prices) = self.prices;
-        c.prices.as_of = prices.as_of;
-        c.prices.models = prices
-            .models
-            .into_iter()
-            .map(|(k, Grow(p))| {
-                let price = sortie_core::prices::ModelPrice {
-                    input: p.input,
-                    output: p.output,
-                    cache_read: p.cache_read,
-                    cache_write: p.cache_write,
-                };
-                (k, price)
-            })
-            .collect();
-        Ok(())
-    }
-}
-
-/// Mirrors `sortie_core::RunBudget`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct RunBudgetV2 {
-    max_cost_nanos: Option<u64>,
-    max_tokens: Option<u64>,
-    deadline: Option<super::DurationV1>,
-    warn_percent: u8,
-}
-
-impl Default for RunBudgetV2 {
-    fn default() -> Self {
-        RunBudgetV2 {
-            max_cost_nanos: None,
-            max_tokens: None,
-            deadline: None,
-            warn_percent: sortie_core::RunBudget::default().warn_percent,
-        }
-    }
-}
-
-/// Mirrors `sortie_core::PoolSpec` (issue 14).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PoolSpecV2 {
-    concurrency: Option<u32>,
-    adaptive: bool,
-}
-
-impl Default for PoolSpecV2 {
-    fn default() -> Self {
-        PoolSpecV2 {
-            concurrency: None,
-            adaptive: true,
-        }
-    }
-}
-
-/// Mirrors `sortie_core::BudgetLimit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum BudgetLimitV2 {
-    Cost,
-    Tokens,
-    Deadline,
-}
-
-impl From<sortie_core::BudgetLimit> for BudgetLimitV2 {
-    fn from(l: sortie_core::BudgetLimit) -> Self {
-        use sortie_core::BudgetLimit as L;
-        match l {
-            L::Cost => BudgetLimitV2::Cost,
-            L::Tokens => BudgetLimitV2::Tokens,
-            L::Deadline => BudgetLimitV2::Deadline,
-        }
-    }
-}
-
-impl From<BudgetLimitV2> for sortie_core::BudgetLimit {
-    fn from(l: BudgetLimitV2) -> Self {
-        use sortie_core::BudgetLimit as L;
-        match l {
-            BudgetLimitV2::Cost => L::Cost,
-            BudgetLimitV2::Tokens => L::Tokens,
-            BudgetLimitV2::Deadline => L::Deadline,
-        }
     }
 }
 
