@@ -82,6 +82,9 @@ pub struct Facts {
     pub tmp: String,
     /// The agent's install: the directory tree of its resolved program.
     pub install: Option<String>,
+    /// The install of the program's interpreter (a script's `#!`: Node's prefix, say), and
+    /// of the package tree it is in (`<prefix>/lib/node_modules/...`: `<prefix>`).
+    pub runtimes: Vec<String>,
     /// A worktree's git dirs the agent writes to commit (the common dir's `objects`, `refs`,
     /// `logs`, and the worktree's own admin dir).
     pub git_write: Vec<String>,
@@ -89,6 +92,14 @@ pub struct Facts {
     pub git_read: Vec<String>,
     /// The session directories the agent keeps its conversation in.
     pub sessions: Vec<String>,
+    /// Files the agent home links to in the user's config (its credentials): read and
+    /// written, each file alone, so that a token the agent refreshes reaches the user's file.
+    pub linked_files: Vec<String>,
+    /// Directories the agent home links to in the user's config (extensions, skills): read.
+    pub linked_dirs: Vec<String>,
+    /// The agent's provider: the base URLs it talks to (its environment's or its config's
+    /// base URL, else its provider's public API), each reached as `host:port`.
+    pub providers: Vec<String>,
 }
 
 /// An attempt's sandbox: what it may write, read and reach.
@@ -124,20 +135,56 @@ pub fn policy(
     write.extend(facts.home.iter().cloned());
     write.extend(facts.sessions.iter().cloned());
     write.extend(facts.git_write.iter().cloned());
+    write.extend(facts.linked_files.iter().cloned());
     write.extend(DEVICE_WRITE.iter().map(|s| (*s).to_owned()));
     write.extend(sandbox_write.iter().map(under_work));
     let mut read: Vec<String> = SYSTEM_READ.iter().map(|s| (*s).to_owned()).collect();
     read.extend(facts.install.iter().cloned());
+    read.extend(facts.runtimes.iter().cloned());
     read.extend(facts.git_read.iter().cloned());
+    read.extend(facts.linked_dirs.iter().cloned());
     read.extend(sandbox_read.iter().map(under_work));
+    let mut hosts = hosts.to_vec();
+    hosts.extend(facts.providers.iter().filter_map(|u| host_of_url(u)));
     dedup(&mut write);
     dedup(&mut read);
+    dedup(&mut hosts);
     Policy {
         write,
         read,
-        hosts: hosts.to_vec(),
+        hosts,
         tmp: facts.tmp.clone(),
     }
+}
+
+/// The `host:port` a base URL reaches (`http://127.0.0.1:8080/v1` → `127.0.0.1:8080`,
+/// `https://api.anthropic.com` → `api.anthropic.com:443`); None for what is not an http(s)
+/// URL with a host. An IPv6 literal keeps its brackets (`[::1]:8080`).
+pub fn host_of_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (inner, after) = v6.split_once(']')?;
+        let port = after.strip_prefix(':');
+        (format!("[{inner}]"), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), Some(p)),
+            None => (authority.to_owned(), None),
+        }
+    };
+    let port = match port {
+        None | Some("") => default_port,
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
+    };
+    let entry = format!("{}:{port}", host.to_ascii_lowercase());
+    check_host(&entry).ok().map(|()| entry)
 }
 
 /// Drops repeated entries, keeping the first of each.
@@ -181,5 +228,48 @@ mod tests {
                 .any(|r| r == "/s" || r == "/root" || r == "/home")
         );
         assert_eq!(p.read.iter().filter(|r| *r == "/opt").count(), 1);
+    }
+
+    #[test]
+    fn a_provider_url_is_reached_as_host_and_port() {
+        let cases = [
+            ("http://127.0.0.1:8080/v1", Some("127.0.0.1:8080")),
+            ("https://api.anthropic.com", Some("api.anthropic.com:443")),
+            ("http://Mock.Local/v1?x=1", Some("mock.local:80")),
+            ("https://user:pw@gw.example:8443/", Some("gw.example:8443")),
+            ("http://[::1]:9/v1", Some("[::1]:9")),
+            ("http://h:0/", None),
+            ("http://h:99999/", None),
+            ("ftp://h/", None),
+            ("127.0.0.1:8080", None),
+            ("http:///v1", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(host_of_url(url).as_deref(), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_policy_reaches_its_provider_and_reads_its_linked_credentials() {
+        let facts = Facts {
+            workdir: "/w/t".into(),
+            tmp: "/s/tmp".into(),
+            providers: vec![
+                "http://127.0.0.1:8080/v1".into(),
+                "https://api.openai.com/v1".into(),
+                "http://127.0.0.1:8080".into(),
+            ],
+            linked_files: vec!["/home/u/.pi/agent/auth.json".into()],
+            linked_dirs: vec!["/home/u/.pi/agent/skills".into()],
+            ..Facts::default()
+        };
+        let p = policy(&facts, &[], &[], &["pypi.org:443".into()]);
+        assert_eq!(
+            p.hosts,
+            ["pypi.org:443", "127.0.0.1:8080", "api.openai.com:443"]
+        );
+        assert!(p.write.contains(&"/home/u/.pi/agent/auth.json".to_owned()));
+        assert!(p.read.contains(&"/home/u/.pi/agent/skills".to_owned()));
+        assert!(!p.write.contains(&"/home/u/.pi/agent/skills".to_owned()));
     }
 }

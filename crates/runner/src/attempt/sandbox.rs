@@ -24,6 +24,8 @@ pub(crate) struct SandboxPlan {
     pub(crate) read: Vec<String>,
     /// `sandbox_hosts`.
     pub(crate) hosts: Vec<String>,
+    /// The attempt's model (its agent's provider may follow from it).
+    pub(crate) model: Option<String>,
 }
 
 /// `spec` wrapped in the sandbox of `plan`, or why it cannot be.
@@ -53,14 +55,36 @@ pub(crate) fn confine(
         sessions.push(text(store));
     }
     let (git_write, git_read) = git_dirs(&workdir);
+    let (linked_files, linked_dirs) = launch
+        .home
+        .as_ref()
+        .map(|h| linked(&h.dir))
+        .unwrap_or_default();
+    let providers = launch.home.as_ref().map_or_else(Vec::new, |h| {
+        let env = |key: &str| {
+            let own = spec
+                .env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone());
+            own.or_else(|| std::env::var(key).ok())
+                .filter(|v| !v.is_empty())
+        };
+        h.agent.providers(&h.dir, &env, plan.model.as_deref())
+    });
     let facts = Facts {
         workdir: text(&workdir),
         home: launch.home.as_ref().map(|h| text(&h.dir)),
         tmp: text(&tmp),
         install: install_of(&resolved).map(|p| text(&p)),
+        runtimes: runtimes(&resolved, &spec.env),
         git_write,
         git_read,
         sessions,
+        linked_files,
+        linked_dirs,
+        providers,
     };
     let policy = policy(&facts, &plan.write, &plan.read, &plan.hosts);
     let file = plan.dir.join("policy.json");
@@ -73,6 +97,77 @@ pub(crate) fn confine(
     }
     spec.argv = wrap(sortie, &file, std::mem::take(&mut spec.argv));
     Ok(spec)
+}
+
+/// The installs a program needs beyond its own directory: the package tree it is in (a file
+/// under `<prefix>/lib/node_modules/` needs `<prefix>`, whose `bin/node` runs it) and its
+/// script's interpreter's (`#!/usr/bin/env node`: the install of the `node` found on `PATH`).
+fn runtimes(program: &Path, env: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(real) = fs::canonicalize(program) else {
+        return out;
+    };
+    if let Some(modules) = real
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        && let Some(parent) = modules.parent()
+    {
+        let prefix = match parent.file_name() {
+            Some(n) if n == "lib" => parent.parent().unwrap_or(parent),
+            _ => parent,
+        };
+        if prefix != Path::new("/") {
+            out.push(prefix.display().to_string());
+        }
+    }
+    let mut head = [0u8; 256];
+    let n = fs::File::open(&real)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    let line = String::from_utf8_lossy(&head[..n]);
+    let Some(shebang) = line.strip_prefix("#!").and_then(|l| l.lines().next()) else {
+        return out;
+    };
+    let mut words = shebang.split_whitespace();
+    let interpreter = match words.next() {
+        Some(env_prog) if env_prog.ends_with("/env") => words
+            .find(|w| !w.starts_with('-'))
+            .and_then(|w| crate::process::resolve::resolve(w, env)),
+        Some(path) => Some(PathBuf::from(path)),
+        None => None,
+    };
+    if let Some(found) = interpreter.as_deref().and_then(install_of) {
+        out.push(found.display().to_string());
+    }
+    out
+}
+
+/// What an agent home links to outside itself (the user's credentials, resource directories:
+/// see `agent::home`): the links' resolved targets, files and directories apart. Landlock
+/// checks a link's target, not the link, so the policy must name them.
+fn linked(home: &Path) -> (Vec<String>, Vec<String>) {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    let Ok(entries) = fs::read_dir(home) else {
+        return (files, dirs);
+    };
+    for entry in entries.flatten() {
+        let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+        let Some(target) = is_link
+            .then(|| fs::canonicalize(entry.path()).ok())
+            .flatten()
+        else {
+            continue;
+        };
+        let text = target.display().to_string();
+        if target.is_dir() {
+            dirs.push(text);
+        } else {
+            files.push(text);
+        }
+    }
+    files.sort();
+    dirs.sort();
+    (files, dirs)
 }
 
 /// A worktree's git dirs, found from its `.git` file (`gitdir: <admin>`, and the admin dir's

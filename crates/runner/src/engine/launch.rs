@@ -130,6 +130,7 @@ impl Engine {
                         write: spec.sandbox_write.clone(),
                         read: spec.sandbox_read.clone(),
                         hosts: spec.sandbox_hosts.clone(),
+                        model: live.model().map(str::to_owned),
                     }
                 }),
             },
