@@ -108,6 +108,8 @@ pub(crate) const AGENT_FIELDS: &[&str] = &[
     "may_write",
     // #10: attempts that outlive sortie.
     "supervise",
+    // #34: the profile's sandbox default.
+    "sandbox",
 ];
 
 /// One task's fields (or `[defaults]`), type-checked, not yet resolved.
@@ -749,7 +751,7 @@ fn output_mode(v: &Val) -> Result<OutputMode, String> {
 }
 
 /// `sandbox` (#34): "workspace" or "off".
-fn sandbox(v: &Val) -> Result<sortie_core::sandbox::Sandbox, String> {
+pub(crate) fn sandbox(v: &Val) -> Result<sortie_core::sandbox::Sandbox, String> {
     let name = string(v)?;
     sortie_core::sandbox::Sandbox::parse(&name)
         .ok_or_else(|| format!("expected \"workspace\" or \"off\", found {name:?}"))

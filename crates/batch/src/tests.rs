@@ -814,6 +814,8 @@ fn batch_on_task_end_is_batch_wide_and_per_task() {
 
 // #13: roles and sessions.
 mod roles;
+// #34: where a task's sandbox comes from.
+mod sandbox;
 // Issue 13: structured results.
 mod schema;
 // #33: a judge over samples.

@@ -298,6 +298,10 @@ impl AgentProfile {
         ];
         profiles.into_iter().map(|p| (p.name.clone(), p)).collect()
     }
+
+    /// #34: the built-in profiles that run an agent (every built-in but `command`): their
+    /// tasks are sandboxed unless a task, `[defaults]`, a role or the profile says otherwise.
+    pub const BUILTIN_AGENTS: [&'static str; 4] = ["pi", "pi-rpc", "claude", "codex"];
 }
 
 /// One task, every field resolved (defaults applied, paths absolute): its label and prompt,
@@ -748,6 +752,18 @@ pub use crate::validate::{
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_builtin_agents_are_the_builtins_that_speak_an_agent_protocol() {
+        let agents: Vec<String> = AgentProfile::builtins()
+            .into_values()
+            .filter(|p| p.protocol != Protocol::Plain)
+            .map(|p| p.name)
+            .collect();
+        let mut want: Vec<&str> = AgentProfile::BUILTIN_AGENTS.to_vec();
+        want.sort_unstable();
+        assert_eq!(agents, want);
+    }
 
     #[test]
     fn a_spec_serializes_flat_and_comes_back_equal() {
