@@ -2,7 +2,8 @@
 //! tries what a hostile agent would (write outside its worktree, into another task's worktree
 //! and the run's journal; read `~/.ssh` and `env.json`; connect to a loopback port of the host;
 //! resolve a name) and does its own work (writes and commits in its worktree, uses `TMPDIR`):
-//! every forbidden step fails, every allowed one succeeds, the task completes.
+//! every forbidden step fails, every allowed one succeeds, the task completes: as the test's
+//! user (root, in CI) and as an unprivileged one (uid 1000, through `setpriv`).
 
 use std::path::PathBuf;
 
@@ -31,7 +32,30 @@ fn a_sandboxed_command_does_its_work_and_nothing_else() {
     if !can_sandbox() {
         return;
     }
+    hostile_box(&Scratch::new(), None);
+}
+
+/// The uid the unprivileged case runs as.
+const USER: u32 = 1000;
+
+#[test]
+fn an_unprivileged_user_is_sandboxed_as_root_is() {
+    if !can_sandbox() {
+        return;
+    }
     let s = Scratch::new();
+    if nix::unistd::getuid().is_root() {
+        // sortie as uid 1000 (no groups), everything it touches that uid's own.
+        hostile_box(&s, Some(USER));
+    } else {
+        // Not root: this test's own user is the unprivileged one.
+        hostile_box(&s, None);
+    }
+}
+
+/// A plain command in a worktree, sandboxed, tries the forbidden steps and does its work;
+/// with `as_uid`, sortie runs as that uid (through `setpriv`), the scratch dir its own.
+fn hostile_box(s: &Scratch, as_uid: Option<u32>) {
     let home = s.path().join("home");
     std::fs::create_dir_all(home.join(".ssh")).expect("mkdir home");
     std::fs::write(home.join(".ssh/id_test"), "secret key\n").expect("write key");
@@ -76,8 +100,33 @@ r commit 'git add mine.txt && git -c user.name=t -c user.email=t@e commit -qm mi
         s.path().join("box.sh").display(),
     );
     s.write("batch.toml", &batch);
-    let out = s
-        .sortie()
+    let mut cmd = match as_uid {
+        None => s.sortie(),
+        Some(uid) => {
+            // The binary copied where that uid can run it (the checkout may be root's own).
+            let bin = s.path().join("sortie");
+            std::fs::copy(env!("CARGO_BIN_EXE_sortie"), &bin).expect("copy sortie");
+            let chown = std::process::Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{uid}"))
+                .arg(s.path())
+                .status()
+                .expect("chown");
+            assert!(chown.success());
+            let mut c = std::process::Command::new("setpriv");
+            c.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={uid}"))
+                .arg("--clear-groups")
+                .arg(&bin)
+                .current_dir(s.path())
+                .env_remove("SORTIE_DIR")
+                .arg("--state-dir")
+                .arg(&state)
+                .stdin(std::process::Stdio::null());
+            c
+        }
+    };
+    let out = cmd
         .env("HOME", &home)
         .args(["run", "--run-id", run, "batch.toml"])
         .output()
@@ -108,6 +157,11 @@ r commit 'git add mine.txt && git -c user.name=t -c user.email=t@e commit -qm mi
             .as_deref(),
         Some("mine\n")
     );
+    if let Some(uid) = as_uid {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(mine.join("mine.txt")).expect("mine.txt");
+        assert_eq!(meta.uid(), uid, "the task ran as uid {uid}");
+    }
 }
 
 #[test]
