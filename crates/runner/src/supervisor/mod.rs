@@ -11,6 +11,8 @@
 //! formats are `layout::attempt`'s; the transcript's cap they keep is `transcript`'s.
 
 pub(crate) mod sandbox;
+pub(crate) mod sandbox_net;
+mod sandbox_relay;
 mod shepherd;
 mod shepherd_client;
 mod status_log;

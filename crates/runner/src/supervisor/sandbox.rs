@@ -22,6 +22,8 @@ use landlock::{
 use nix::sched::{CloneFlags, unshare};
 use sortie_core::sandbox::Policy;
 
+use super::sandbox_net::{enter_forwarded, find_nft};
+
 /// The hidden subcommand of the wrapper.
 pub const SANDBOX_ARG: &str = "__sandbox";
 
@@ -35,7 +37,7 @@ const SETUP_FAILED: i32 = 125;
 /// code when it does not exec.
 pub fn sandbox_main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some(PROBE_ARG) {
-        return match enter(&Policy::default()) {
+        return match enter(&Policy::default(), None) {
             Ok(abi) => {
                 println!("ok landlock-abi>={abi}");
                 0
@@ -57,7 +59,8 @@ pub fn sandbox_main(args: &[String]) -> i32 {
             return SETUP_FAILED;
         }
     };
-    if let Err(e) = enter(&policy) {
+    let dir = Path::new(file).parent().unwrap_or(Path::new("."));
+    if let Err(e) = enter(&policy, Some(dir)) {
         eprintln!("sortie: sandbox: {e}");
         return SETUP_FAILED;
     }
@@ -98,16 +101,27 @@ pub(crate) fn wrap(sortie: &Path, file: &Path, argv: Vec<String>) -> Vec<String>
     out
 }
 
-/// Enters the sandbox: a user and network namespace, then Landlock. Returns the Landlock ABI
-/// it found (at least).
-fn enter(policy: &Policy) -> Result<u8, String> {
+/// Enters the sandbox: a user and network namespace (with forwarding, when `dir`, the
+/// attempt's sandbox dir, is given and this machine has `nft`), then Landlock. Returns the
+/// Landlock ABI it found (at least).
+fn enter(policy: &Policy, dir: Option<&Path>) -> Result<u8, String> {
     let abi = landlock_abi().ok_or_else(|| {
         "this kernel has no Landlock (Linux 5.13 or later, enabled in the `lsm=` boot \
          parameter): the task cannot run sandboxed; set `sandbox = \"off\"` to run it \
          unconfined"
             .to_owned()
     })?;
-    enter_network()?;
+    match (dir, find_nft()) {
+        (Some(dir), Some(nft)) => enter_forwarded(policy, dir, &nft)?,
+        (Some(_), None) if !policy.hosts.is_empty() => {
+            return Err(format!(
+                "the task may reach {} (sandbox_hosts), and this machine has no `nft` \
+                 (nftables), which forwarding needs: install it (apt-get install nftables)",
+                policy.hosts.join(", ")
+            ));
+        }
+        _ => enter_network()?,
+    }
     restrict(policy)?;
     Ok(abi)
 }
@@ -115,14 +129,7 @@ fn enter(policy: &Policy) -> Result<u8, String> {
 /// A user and network namespace of its own, with the same uid and gid inside, and loopback up.
 fn enter_network() -> Result<(), String> {
     let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
-    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).map_err(|e| {
-        format!(
-            "cannot make a user and network namespace ({e}): this machine does not allow \
-             unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone, \
-             user.max_user_namespaces, or an AppArmor rule); the task cannot run sandboxed; set \
-             `sandbox = \"off\"` to run it unconfined"
-        )
-    })?;
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).map_err(|e| no_userns(&e))?;
     let write = |name: &str, text: String| {
         fs::write(format!("/proc/self/{name}"), text)
             .map_err(|e| format!("cannot write /proc/self/{name}: {e}"))
@@ -133,13 +140,23 @@ fn enter_network() -> Result<(), String> {
     loopback_up().map_err(|e| format!("cannot bring up the loopback interface: {e}"))
 }
 
+/// Why a user namespace could not be made.
+pub(super) fn no_userns(e: &nix::Error) -> String {
+    format!(
+        "cannot make a user and network namespace ({e}): this machine does not allow \
+         unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone, \
+         user.max_user_namespaces, or an AppArmor rule); the task cannot run sandboxed; set \
+         `sandbox = \"off\"` to run it unconfined"
+    )
+}
+
 /// Sets `lo` up in this process's network namespace (`SIOCSIFFLAGS`).
 #[allow(
     unsafe_code,
     reason = "an interface's flags are only reachable through ioctl; no crate of the workspace \
               wraps SIOCSIFFLAGS"
 )]
-fn loopback_up() -> io::Result<()> {
+pub(super) fn loopback_up() -> io::Result<()> {
     // SAFETY: `socket` takes no pointer; its descriptor is owned by `OwnedFd` at once.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
