@@ -10,9 +10,12 @@
 //! Skipped, saying why, without the pinned CLI (or python3), or on a machine that cannot
 //! sandbox, unless `CI` is set (see `sortie_testkit::real_agent`).
 
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sortie_testkit::real_agent::{
     ANSWER, MockServer, PI_VARS, attempts, claude_found, codex_found, codex_user, pi_found,
@@ -29,8 +32,37 @@ struct Trap {
     s: Scratch,
     home: PathBuf,
     work: PathBuf,
-    listener: TcpListener,
+    /// Set when the host's other listener accepted a connection.
+    reached: Arc<AtomicBool>,
+    /// Set when the test is over (the listener's thread ends).
+    done: Arc<AtomicBool>,
     command: String,
+}
+
+impl Drop for Trap {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A listener of the host's loopback that greets whoever connects with `hello` and says it was
+/// reached; its port.
+fn greeter(reached: Arc<AtomicBool>, done: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        while !done.load(Ordering::SeqCst) {
+            match listener.accept() {
+                Ok((mut conn, _)) => {
+                    reached.store(true, Ordering::SeqCst);
+                    let _ = conn.write_all(b"hello\n");
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    });
+    port
 }
 
 impl Trap {
@@ -41,21 +73,24 @@ impl Trap {
         std::fs::write(home.join(".ssh/id_test"), "secret key\n").expect("key");
         let work = s.path().join("work");
         std::fs::create_dir_all(&work).expect("mkdir work");
-        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("addr").port();
-        // One line: each step in its own bash, its verdict appended to results.txt.
+        let reached = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let port = greeter(reached.clone(), done.clone());
+        // One line: each step in its own bash, its verdict appended to results.txt. The
+        // connection counts only if the host's listener greets it (a forwarder may accept
+        // and close a connection it refuses).
         let command = format!(
             "r() {{ if bash -c \"$2\" >/dev/null 2>&1; then echo \"$1 ok\"; else echo \"$1 denied\"; fi >> results.txt; }}; \
              r read_ssh 'cat \"$HOME/.ssh/id_test\"'; r write_home 'echo x > \"$HOME/pwned\"'; \
-             r connect 'exec 3<>/dev/tcp/127.0.0.1/{port}'; r write_own 'echo mine > mine.txt'; \
+             r connect 'exec 3<>/dev/tcp/127.0.0.1/{port} && read -t 5 l <&3 && test \"$l\" = hello'; r write_own 'echo mine > mine.txt'; \
              cat results.txt"
         );
         Trap {
             s,
             home,
             work,
-            listener,
+            reached,
+            done,
             command,
         }
     }
@@ -89,7 +124,21 @@ impl Trap {
         assert_eq!(trap.len(), 1, "{trap:?}");
         assert_eq!(trap[0].status, "completed", "{trap:?}");
         let results = std::fs::read_to_string(self.work.join("results.txt")).unwrap_or_default();
-        assert_eq!(results, HELD, "{trap:?}");
+        if results != HELD {
+            let logs = self.s.run(&["logs", run, "trap"]);
+            let stderr_log = self
+                .s
+                .state_dir()
+                .join("runs")
+                .join(run)
+                .join("logs/0.1.stderr");
+            panic!(
+                "the tool call's steps said {results:?}, not {HELD:?}: {trap:?}\n{}{}\n{}",
+                String::from_utf8_lossy(&logs.stdout),
+                String::from_utf8_lossy(&logs.stderr),
+                std::fs::read_to_string(stderr_log).unwrap_or_default()
+            );
+        }
         assert_eq!(
             std::fs::read_to_string(self.work.join("mine.txt"))
                 .ok()
@@ -105,7 +154,7 @@ impl Trap {
             "secret key\n"
         );
         assert!(
-            self.listener.accept().is_err(),
+            !self.reached.load(Ordering::SeqCst),
             "the host's other listener saw a connection"
         );
         assert!(mock.served().len() >= 2, "{:?}", mock.served());
@@ -206,6 +255,9 @@ fn real_claude_sandboxed_reaches_its_mock_and_nothing_else() {
 }
 
 #[test]
+#[ignore = "#34: Codex's own bubblewrap sandbox cannot start inside sortie's yet: bwrap writes \
+            its child's /proc/PID/uid_map, which the policy's read-only /proc refuses \
+            (\"bwrap: setting up uid map: Permission denied\"), so its commands never run"]
 fn real_codex_sandboxed_with_its_own_sandbox_inside_reaches_its_mock_and_nothing_else() {
     if !should_run(
         "real_sandbox_codex",

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sandbox {
-    /// The attempt has the user's full rights (the default, for now, for every task: see
-    /// docs/sandbox.md).
+    /// The attempt has the user's full rights (the default of a task's own command; a built-in
+    /// agent profile's tasks default to `Workspace`: the batch's resolution decides).
     #[default]
     Off,
     /// Writes only its workspace, reads the system and its own directories, loopback only.
@@ -92,6 +92,9 @@ pub struct Facts {
     pub git_read: Vec<String>,
     /// The session directories the agent keeps its conversation in.
     pub sessions: Vec<String>,
+    /// Directories the agent itself writes outside its home (Codex's
+    /// `/tmp/codex-daemon-<uid>`, which it finds without `TMPDIR`).
+    pub agent_write: Vec<String>,
     /// Files the agent home links to in the user's config (its credentials): read and
     /// written, each file alone, so that a token the agent refreshes reaches the user's file.
     pub linked_files: Vec<String>,
@@ -134,6 +137,7 @@ pub fn policy(
     let mut write = vec![facts.workdir.clone(), facts.tmp.clone()];
     write.extend(facts.home.iter().cloned());
     write.extend(facts.sessions.iter().cloned());
+    write.extend(facts.agent_write.iter().cloned());
     write.extend(facts.git_write.iter().cloned());
     write.extend(facts.linked_files.iter().cloned());
     write.extend(DEVICE_WRITE.iter().map(|s| (*s).to_owned()));

@@ -180,9 +180,14 @@ mod tests {
     use super::*;
 
     fn hosts() -> Vec<String> {
-        ["pypi.org:443", "PyPI.org:80", "127.0.0.1:8080", "files.example:443"]
-            .map(String::from)
-            .to_vec()
+        [
+            "pypi.org:443",
+            "PyPI.org:80",
+            "127.0.0.1:8080",
+            "files.example:443",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     #[test]
@@ -190,7 +195,10 @@ mod tests {
         let h = hosts();
         let a = fake_address(&h, "pypi.org.").expect("listed");
         assert_eq!(a, Ipv4Addr::new(198, 18, 0, 1));
-        assert_eq!(fake_address(&h, "files.example"), Some(Ipv4Addr::new(198, 18, 0, 2)));
+        assert_eq!(
+            fake_address(&h, "files.example"),
+            Some(Ipv4Addr::new(198, 18, 0, 2))
+        );
         assert_eq!(fake_address(&h, "example.com"), None);
         assert_eq!(fake_address(&h, "127.0.0.1"), None);
         assert_eq!(host_of(&h, a), "pypi.org");
@@ -235,7 +243,10 @@ mod tests {
             (flows[0].target(), flows[0].count),
             ("example.com (name lookup)".to_owned(), 1)
         );
-        assert_eq!((flows[1].target(), flows[1].count), ("example.com:443".to_owned(), 2));
+        assert_eq!(
+            (flows[1].target(), flows[1].count),
+            ("example.com:443".to_owned(), 2)
+        );
         assert_eq!(
             (flows[2].count, flows[2].bytes_out, flows[2].bytes_in),
             (2, 15, 207)

@@ -44,6 +44,15 @@ impl Agent for Codex {
         codex_providers(home, env)
     }
 
+    // #34: its command runner keeps a daemon directory under `/tmp` whatever `TMPDIR` says
+    // (without it every command fails "error building bubblewrap command").
+    fn sandbox_write(&self) -> Vec<std::path::PathBuf> {
+        vec![std::path::PathBuf::from(format!(
+            "/tmp/codex-daemon-{}",
+            nix::unistd::getuid()
+        ))]
+    }
+
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
         // Codex's sandbox is its permission system: `read-only` (no writes, no network),
         // `workspace-write` (writes inside the working directory), `danger-full-access`.

@@ -76,6 +76,12 @@ pub(crate) trait Agent: fmt::Debug + Sync {
         Vec::new()
     }
 
+    /// Directories a sandboxed attempt of this agent writes outside its home, created (mode
+    /// 0700) before the attempt starts when missing. Empty: none.
+    fn sandbox_write(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
     // Issue 13: structured results.
     /// For a task with an `output_schema`: keeps the agent's session (drops from the rendered
     /// `argv` the flags that turn it off; the session lives in the attempt's own home or

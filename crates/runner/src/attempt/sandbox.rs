@@ -73,6 +73,14 @@ pub(crate) fn confine(
         };
         h.agent.providers(&h.dir, &env, plan.model.as_deref())
     });
+    let mut agent_write = Vec::new();
+    for dir in launch.home.iter().flat_map(|h| h.agent.sandbox_write()) {
+        use std::os::unix::fs::DirBuilderExt;
+        let made = fs::DirBuilder::new().mode(0o700).create(&dir);
+        if made.is_ok() || dir.is_dir() {
+            agent_write.push(text(&dir));
+        }
+    }
     let facts = Facts {
         workdir: text(&workdir),
         home: launch.home.as_ref().map(|h| text(&h.dir)),
@@ -82,6 +90,7 @@ pub(crate) fn confine(
         git_write,
         git_read,
         sessions,
+        agent_write,
         linked_files,
         linked_dirs,
         providers,
