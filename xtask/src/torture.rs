@@ -561,7 +561,7 @@ impl Torture {
         }
         // #34: every other task sandboxed (by its index: the random draws stay the seed's),
         // its counter and logs in the run's dir, the fake agent read from where it is.
-        if self.sandbox && i % 2 == 0 {
+        if self.sandbox && i.is_multiple_of(2) {
             extra.push_str(&format!(
                 "sandbox = \"workspace\"\nsandbox_write = [{:?}]\nsandbox_read = [{:?}]\n",
                 dir.display().to_string(),
