@@ -1,5 +1,6 @@
-//! #34: the real pi, Claude Code and Codex, each sandboxed by default (a built-in agent
-//! profile, no `sandbox` in the batch), against the project's mock providers on 127.0.0.1
+//! #34: the real pi and Claude Code, each sandboxed by default (a built-in agent profile, no
+//! `sandbox` in the batch), and Codex with `sandbox = "workspace"` (ignored for now: its own
+//! sandbox cannot start inside sortie's, docs/sandbox.md), against the project's mock providers on 127.0.0.1
 //! (reached through the sandbox's forwarding of the agent's provider `host:port`). The mock
 //! scripts one bash tool call that tries what a hijacked agent would: read `~/.ssh/id_test`,
 //! write `$HOME/pwned`, connect to another port of the host's loopback (a listener the test
@@ -275,7 +276,11 @@ fn real_codex_sandboxed_with_its_own_sandbox_inside_reaches_its_mock_and_nothing
     );
     codex_user(&t.home, mock.port);
     // Codex's own sandbox (`workspace-write`, sortie's default for it) runs inside sortie's.
-    let batch = t.batch("codex", "tool", "env = { MOCK_API_KEY = \"mock-key\" }\n");
+    let batch = t.batch(
+        "codex",
+        "tool",
+        "sandbox = \"workspace\"\nenv = { MOCK_API_KEY = \"mock-key\" }\n",
+    );
     let mut cmd = t.s.sortie();
     cmd.env("HOME", &t.home).env_remove("CODEX_HOME");
     let run = unique_run("real-sandbox-codex");

@@ -44,7 +44,7 @@ fn built_in_agents_are_sandboxed_and_commands_are_not_unless_they_say() {
     let want = [
         ("pi", Sandbox::Workspace),
         ("claude", Sandbox::Workspace),
-        ("codex", Sandbox::Workspace),
+        ("codex", Sandbox::Off),
         ("rpc", Sandbox::Workspace),
         ("cmd", Sandbox::Off),
         ("cmd-in", Sandbox::Workspace),
