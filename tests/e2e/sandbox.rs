@@ -2,7 +2,9 @@
 //! tries what a hostile agent would (write outside its worktree, into another task's worktree
 //! and the run's journal; read `~/.ssh` and `env.json`; connect to a loopback port of the host;
 //! resolve a name) and does its own work (writes and commits in its worktree, uses `TMPDIR`):
-//! every forbidden step fails, every allowed one succeeds, the task completes.
+//! every forbidden step fails, every allowed one succeeds, the task completes. With
+//! `sandbox_hosts`, it reaches the host listed and nothing else, and its denied connections
+//! are journaled and shown.
 
 use std::path::PathBuf;
 
@@ -56,7 +58,7 @@ r write_other 'echo x > {other}/evil'
 r write_journal 'echo x > {run_dir}/evil'
 r read_ssh 'cat "$HOME/.ssh/id_test"'
 r read_env 'cat {run_dir}/env.json'
-r connect 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{port}"'
+r connect 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{port} && echo hi >&3 && read -r l <&3 && test -n \\"\\$l\\""'
 r resolve 'getent hosts example.com'
 r write_own 'echo mine > mine.txt'
 r tmp 'echo t > "$TMPDIR/t" && test -s "$TMPDIR/t"'
@@ -142,4 +144,106 @@ fn check_says_whether_the_machine_can_sandbox_and_what_a_task_may_do() {
     let bad = s.run(&["check", "bad.toml"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stdout).contains("is not host:port"));
+}
+
+/// A listener on the host's loopback that answers one connection with `hello`, and says what
+/// it was sent.
+fn mock_server() -> (u16, std::thread::JoinHandle<String>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let serve = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().expect("accept");
+        let mut reader = std::io::BufReader::new(conn.try_clone().expect("clone"));
+        let mut got = String::new();
+        reader.read_line(&mut got).expect("read");
+        (&conn).write_all(b"hello\n").expect("write");
+        got
+    });
+    (port, serve)
+}
+
+#[test]
+fn a_sandboxed_command_reaches_its_listed_host_only_and_its_denials_are_journaled() {
+    if !can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let home = s.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    // A host listener the task may not reach: it must see no connection.
+    let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    forbidden.set_nonblocking(true).expect("nonblocking");
+    let denied_port = forbidden.local_addr().expect("addr").port();
+    let (allowed_port, served) = mock_server();
+    let script = format!(
+        r#"r() {{ if sh -c "$2" >/dev/null 2>&1; then echo "$1 ok"; else echo "$1 denied"; fi >> results.txt; }}
+r allowed 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{allowed_port} && echo ping >&3 && read -r l <&3 && test \"\$l\" = hello"'
+r forbidden 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{denied_port} && echo ping >&3 && read -r l <&3 && test -n \"\$l\""'
+r resolve 'getent hosts example.com'
+"#
+    );
+    s.write("net.sh", &script);
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"net\"\nsandbox = \"workspace\"\n\
+             sandbox_hosts = [\"127.0.0.1:{allowed_port}\"]\nsandbox_read = [\"{}\"]\n\
+             command = [\"sh\", \"{}\"]\n",
+            s.path().join("net.sh").display(),
+            s.path().join("net.sh").display(),
+        ),
+    );
+    let out = s
+        .sortie()
+        .env("HOME", &home)
+        .args(["run", "--run-id", "net", "batch.toml"])
+        .output()
+        .expect("run sortie");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = std::fs::read_to_string(s.path().join("results.txt")).expect("results");
+    assert_eq!(results, "allowed ok\nforbidden denied\nresolve denied\n");
+    assert_eq!(served.join().expect("the mock server"), "ping\n");
+    assert!(
+        forbidden.accept().is_err(),
+        "the forbidden listener saw a connection"
+    );
+    // Journaled once, and shown by status.
+    let status = s.run(&["--json", "status", "net"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    let flows = v["tasks"][0]["net"].as_array().expect("net flows").clone();
+    let flow = |host: &str, port: u64| {
+        flows
+            .iter()
+            .find(|f| f["host"] == host && f["port"] == port)
+            .unwrap_or_else(|| panic!("no flow {host}:{port} in {v}"))
+            .clone()
+    };
+    let denied = flow("127.0.0.1", u64::from(denied_port));
+    assert_eq!(
+        (denied["allowed"].as_bool(), denied["count"].as_u64()),
+        (Some(false), Some(1))
+    );
+    let allowed = flow("127.0.0.1", u64::from(allowed_port));
+    assert_eq!(allowed["allowed"].as_bool(), Some(true));
+    assert_eq!(
+        (allowed["bytes_out"].as_u64(), allowed["bytes_in"].as_u64()),
+        (Some(5), Some(6))
+    );
+    assert_eq!(flow("example.com", 0)["allowed"].as_bool(), Some(false));
+    let text = s.run(&["status", "net"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "denied: 127.0.0.1:{denied_port} ×1, example.com (name lookup) ×"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(sandbox_hosts)"), "{text}");
 }

@@ -102,6 +102,27 @@ pub fn fold(records: &[Connection]) -> Vec<Flow> {
     flows
 }
 
+/// The flows of all of a task's attempts (their `SandboxNet`s), merged into one list as
+/// [`fold`] sorts it.
+pub fn merge<'a>(flows: impl IntoIterator<Item = &'a Flow>) -> Vec<Flow> {
+    let mut out: Vec<Flow> = Vec::new();
+    for f in flows {
+        match out
+            .iter_mut()
+            .find(|o| o.host == f.host && o.port == f.port && o.allowed == f.allowed)
+        {
+            Some(o) => {
+                o.count = o.count.saturating_add(f.count);
+                o.bytes_out = o.bytes_out.saturating_add(f.bytes_out);
+                o.bytes_in = o.bytes_in.saturating_add(f.bytes_in);
+            }
+            None => out.push(f.clone()),
+        }
+    }
+    out.sort_by(|a, b| (a.allowed, &a.host, a.port).cmp(&(b.allowed, &b.host, b.port)));
+    out
+}
+
 /// The denied flows of `flows`, as the views list them: `example.com:443 ×3`.
 pub fn denied(flows: &[Flow]) -> Vec<String> {
     flows
@@ -180,9 +201,14 @@ mod tests {
     use super::*;
 
     fn hosts() -> Vec<String> {
-        ["pypi.org:443", "PyPI.org:80", "127.0.0.1:8080", "files.example:443"]
-            .map(String::from)
-            .to_vec()
+        [
+            "pypi.org:443",
+            "PyPI.org:80",
+            "127.0.0.1:8080",
+            "files.example:443",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     #[test]
@@ -190,7 +216,10 @@ mod tests {
         let h = hosts();
         let a = fake_address(&h, "pypi.org.").expect("listed");
         assert_eq!(a, Ipv4Addr::new(198, 18, 0, 1));
-        assert_eq!(fake_address(&h, "files.example"), Some(Ipv4Addr::new(198, 18, 0, 2)));
+        assert_eq!(
+            fake_address(&h, "files.example"),
+            Some(Ipv4Addr::new(198, 18, 0, 2))
+        );
         assert_eq!(fake_address(&h, "example.com"), None);
         assert_eq!(fake_address(&h, "127.0.0.1"), None);
         assert_eq!(host_of(&h, a), "pypi.org");
@@ -235,7 +264,10 @@ mod tests {
             (flows[0].target(), flows[0].count),
             ("example.com (name lookup)".to_owned(), 1)
         );
-        assert_eq!((flows[1].target(), flows[1].count), ("example.com:443".to_owned(), 2));
+        assert_eq!(
+            (flows[1].target(), flows[1].count),
+            ("example.com:443".to_owned(), 2)
+        );
         assert_eq!(
             (flows[2].count, flows[2].bytes_out, flows[2].bytes_in),
             (2, 15, 207)
@@ -245,5 +277,7 @@ mod tests {
             vec!["example.com (name lookup) ×1", "example.com:443 ×2"]
         );
         assert!(fold(&[]).is_empty());
+        let twice = merge(flows.iter().chain(&flows));
+        assert_eq!((twice[1].count, twice[2].bytes_in), (4, 414));
     }
 }

@@ -135,6 +135,7 @@ fn is_attempt_event(e: &Event) -> bool {
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
             | Event::AttemptSession { .. }
+            | Event::SandboxNet { .. }
     )
 }
 
@@ -236,6 +237,18 @@ fn details(e: &Event) -> String {
         Event::AttemptSession {
             attempt, session, ..
         } => format!("attempt {attempt} is in session {session}"),
+        Event::SandboxNet { attempt, flows, .. } => format!(
+            "attempt {attempt}: {} connection(s) allowed, denied: {}",
+            flows
+                .iter()
+                .filter(|f| f.allowed)
+                .map(|f| f.count)
+                .sum::<u32>(),
+            match sortie_core::sandbox_net::denied(flows) {
+                d if d.is_empty() => "none".to_owned(),
+                d => d.join(", "),
+            }
+        ),
         Event::RunBudgetWarned { limit, used, of } => {
             format!(
                 "{} at {}% ({used} of {of})",

@@ -32,7 +32,7 @@ use sortie_core::sandbox_net;
 use super::sandbox_relay::{host_listening, inner, outer};
 
 /// The file of an attempt's connections, in its sandbox dir (beside the policy).
-pub(crate) const NET_FILE: &str = "net.jsonl";
+use crate::layout::SANDBOX_NET_FILE as NET_FILE;
 
 /// The programs tried for `nft`, after `PATH`.
 const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
@@ -40,7 +40,11 @@ const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
 /// `nft`, when this machine has it.
 pub(crate) fn find_nft() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("nft")).collect::<Vec<_>>())
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("nft"))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     on_path
         .into_iter()
@@ -58,9 +62,17 @@ pub(super) fn enter_forwarded(policy: &Policy, dir: &Path, nft: &Path) -> Result
     ports.dedup();
     let resolv = dir.join("resolv.conf");
     let hosts_file = dir.join("hosts");
-    fs::write(&resolv, "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-        .and_then(|()| fs::write(&hosts_file, "127.0.0.1 localhost\n::1 localhost\n"))
-        .map_err(|e| format!("cannot write the sandbox's name files in {}: {e}", dir.display()))?;
+    fs::write(
+        &resolv,
+        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+    )
+    .and_then(|()| fs::write(&hosts_file, "127.0.0.1 localhost\n::1 localhost\n"))
+    .map_err(|e| {
+        format!(
+            "cannot write the sandbox's name files in {}: {e}",
+            dir.display()
+        )
+    })?;
     let (outer_end, inner_end) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -136,7 +148,11 @@ fn helper(body: impl FnOnce()) -> Result<(), String> {
 /// Points a helper's stdin and stdout at `/dev/null` (stderr stays: its errors go to the
 /// attempt's transcript), so that it holds no pipe of the agent's open.
 fn quiet_stdio() {
-    if let Ok(null) = fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         let null = OwnedFd::from(null);
         for fd in [0, 1] {
             let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);

@@ -253,7 +253,9 @@ fn bridge(mut c: Connection, inside: TcpStream, log: &Log) {
     let target = (c.host.as_str(), c.port);
     let outside = std::net::ToSocketAddrs::to_socket_addrs(&target)
         .ok()
-        .and_then(|mut addrs| addrs.find_map(|a| TcpStream::connect_timeout(&a, CONNECT_TIMEOUT).ok()));
+        .and_then(|mut addrs| {
+            addrs.find_map(|a| TcpStream::connect_timeout(&a, CONNECT_TIMEOUT).ok())
+        });
     let Some(outside) = outside else {
         reset(inside);
         return;
