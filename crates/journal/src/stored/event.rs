@@ -534,25 +534,7 @@ impl From<&Event> for StoredEvent {
                 branch_kept: *branch_kept,
             },
             Event::VerifyStarted { .. } | Event::VerifyEnded { .. } => stored_verify_event(e),
-            Event::SandboxNet {
-                task,
-                attempt,
-                flows,
-            } => StoredEvent::SandboxNet {
-                task: task.0,
-                attempt: attempt.0,
-                flows: flows
-                    .iter()
-                    .map(|f| FlowV1 {
-                        host: f.host.clone(),
-                        port: f.port,
-                        allowed: f.allowed,
-                        count: f.count,
-                        bytes_out: f.bytes_out,
-                        bytes_in: f.bytes_in,
-                    })
-                    .collect(),
-            },
+            Event::SandboxNet { .. } => stored_net_event(e),
             Event::AttemptLaunching { .. }
             | Event::AttemptStarted { .. }
             | Event::AttemptProgress { .. }
@@ -569,6 +551,33 @@ impl From<&Event> for StoredEvent {
             | Event::AttemptSession { .. }
             | Event::AttemptWaiting { .. } => stored_attempt_event(e),
         }
+    }
+}
+
+/// #34: a sandboxed attempt's connections.
+fn stored_net_event(e: &Event) -> StoredEvent {
+    let Event::SandboxNet {
+        task,
+        attempt,
+        flows,
+    } = e
+    else {
+        unreachable!("`From<&Event>` sends only `SandboxNet` here")
+    };
+    StoredEvent::SandboxNet {
+        task: task.0,
+        attempt: attempt.0,
+        flows: flows
+            .iter()
+            .map(|f| FlowV1 {
+                host: f.host.clone(),
+                port: f.port,
+                allowed: f.allowed,
+                count: f.count,
+                bytes_out: f.bytes_out,
+                bytes_in: f.bytes_in,
+            })
+            .collect(),
     }
 }
 
