@@ -209,6 +209,11 @@ r resolve 'getent hosts example.com'
     );
     let results = std::fs::read_to_string(s.path().join("results.txt")).expect("results");
     assert_eq!(results, "allowed ok\nforbidden denied\nresolve denied\n");
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains(&format!("network denied: 127.0.0.1:{denied_port} ×1")),
+        "{summary}"
+    );
     assert_eq!(served.join().expect("the mock server"), "ping\n");
     assert!(
         forbidden.accept().is_err(),
@@ -246,4 +251,91 @@ r resolve 'getent hosts example.com'
         "{text}"
     );
     assert!(text.contains("(sandbox_hosts)"), "{text}");
+}
+
+/// An attempt that ends while sortie is dead (SIGKILLed, the run's shepherd keeping the
+/// attempt): `sortie resume` records it from its files and journals its connections all the
+/// same, once.
+#[test]
+fn a_sandboxed_attempt_that_ended_while_sortie_was_dead_has_its_connections_journaled() {
+    if !can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    forbidden.set_nonblocking(true).expect("nonblocking");
+    let port = forbidden.local_addr().expect("addr").port();
+    let script = format!(
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo hi >&3 && read -r l <&3' \
+         >/dev/null 2>&1\ntouch tried\nwhile [ ! -e go ]; do sleep 0.05; done\n"
+    );
+    s.write("wait.sh", &script);
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"late\"\nsandbox = \"workspace\"\nsandbox_read = [\"{}\"]\n\
+             command = [\"sh\", \"{}\"]\n",
+            s.path().join("wait.sh").display(),
+            s.path().join("wait.sh").display(),
+        ),
+    );
+    let run = "late";
+    let mut sortie = s.spawn(&["run", "--run-id", run, "batch.toml"]);
+    sortie_testkit::poll("the attempt's connection", 60, || {
+        s.path().join("tried").exists().then_some(())
+    });
+    assert!(
+        sortie_testkit::kill9(&mut sortie),
+        "sortie was still running"
+    );
+    std::fs::write(s.path().join("go"), "").expect("write go");
+    let attempt = s.state_dir().join("runs").join(run).join("attempts");
+    sortie_testkit::poll("the attempt's end, recorded by the shepherd", 60, || {
+        let ended = std::fs::read_dir(&attempt).ok()?.flatten().any(|e| {
+            let path = e.path();
+            let text = path.to_string_lossy();
+            let dir = match text.strip_suffix(".stdout") {
+                Some(d) => std::path::PathBuf::from(d),
+                None => path.clone(),
+            };
+            sortie_testkit::exit_recorded(&dir)
+        });
+        ended.then_some(())
+    });
+    let out = sortie_testkit::finish(
+        s.sortie().args(["resume", run]).spawn().expect("resume"),
+        120,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(run);
+    let net: Vec<&serde_json::Value> = events
+        .iter()
+        .filter_map(|e| e["event"].get("SandboxNet"))
+        .collect();
+    assert_eq!(net.len(), 1, "one SandboxNet: {net:?}");
+    let flows = net[0]["flows"].as_array().expect("flows");
+    assert!(
+        flows
+            .iter()
+            .any(|f| f["port"] == u64::from(port) && f["allowed"] == false),
+        "{flows:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"].get("AttemptRecorded").is_some()),
+        "the attempt was recorded from its files"
+    );
+    assert!(forbidden.accept().is_err(), "the listener saw a connection");
+    let text = s.run(&["status", run]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains(&format!("denied: 127.0.0.1:{port} ×1")),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
 }
