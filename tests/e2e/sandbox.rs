@@ -181,6 +181,8 @@ fn a_sandboxed_command_reaches_its_listed_host_only_and_its_denials_are_journale
 r allowed 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{allowed_port} && echo ping >&3 && read -r l <&3 && test \"\$l\" = hello"'
 r forbidden 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{denied_port} && echo ping >&3 && read -r l <&3 && test -n \"\$l\""'
 r resolve 'getent hosts example.com'
+r outside 'timeout 60 bash -c "exec 3<>/dev/tcp/192.0.2.1/443 && echo ping >&3 && read -r l <&3 && test -n \"\$l\""'
+r resolve_listed 'getent hosts pypi.org | grep -q "^198\.18\."'
 "#
     );
     s.write("net.sh", &script);
@@ -188,7 +190,7 @@ r resolve 'getent hosts example.com'
         "batch.toml",
         &format!(
             "[[tasks]]\nlabel = \"net\"\nsandbox = \"workspace\"\n\
-             sandbox_hosts = [\"127.0.0.1:{allowed_port}\"]\nsandbox_read = [\"{}\"]\n\
+             sandbox_hosts = [\"127.0.0.1:{allowed_port}\", \"pypi.org:443\"]\nsandbox_read = [\"{}\"]\n\
              command = [\"sh\", \"{}\"]\n",
             s.path().join("net.sh").display(),
             s.path().join("net.sh").display(),
@@ -208,7 +210,10 @@ r resolve 'getent hosts example.com'
         String::from_utf8_lossy(&out.stderr)
     );
     let results = std::fs::read_to_string(s.path().join("results.txt")).expect("results");
-    assert_eq!(results, "allowed ok\nforbidden denied\nresolve denied\n");
+    assert_eq!(
+        results,
+        "allowed ok\nforbidden denied\nresolve denied\noutside denied\nresolve_listed ok\n"
+    );
     let summary = String::from_utf8_lossy(&out.stdout);
     assert!(
         summary.contains(&format!("network denied: 127.0.0.1:{denied_port} ×1")),
@@ -242,11 +247,12 @@ r resolve 'getent hosts example.com'
         (Some(5), Some(6))
     );
     assert_eq!(flow("example.com", 0)["allowed"].as_bool(), Some(false));
+    assert_eq!(flow("192.0.2.1", 443)["allowed"].as_bool(), Some(false));
     let text = s.run(&["status", "net"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains(&format!(
-            "denied: 127.0.0.1:{denied_port} ×1, example.com (name lookup) ×"
+            "denied: 127.0.0.1:{denied_port} ×1, 192.0.2.1:443 ×1, example.com (name lookup) ×"
         )),
         "{text}"
     );
