@@ -257,6 +257,11 @@ r resolve_listed 'getent hosts pypi.org | grep -q "^198\.18\."'
         "{text}"
     );
     assert!(text.contains("(sandbox_hosts)"), "{text}");
+    let audit = s.run(&["--json", "audit", "net"]);
+    let audit: serde_json::Value = serde_json::from_slice(&audit.stdout).expect("audit json");
+    assert_eq!(audit["clean"], true, "{audit}");
+    assert_eq!(audit["network"]["attempts"], 1, "{audit}");
+    assert_eq!(audit["network"]["allowed"], 1, "{audit}");
 }
 
 /// An attempt that ends while sortie is dead (SIGKILLed, the run's shepherd keeping the
