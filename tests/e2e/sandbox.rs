@@ -3,7 +3,9 @@
 //! and the run's journal; read `~/.ssh` and `env.json`; connect to a loopback port of the host;
 //! resolve a name) and does its own work (writes and commits in its worktree, uses `TMPDIR`):
 //! every forbidden step fails, every allowed one succeeds, the task completes: as the test's
-//! user (root, in CI) and as an unprivileged one (uid 1000, through `setpriv`).
+//! user (root, in CI) and as an unprivileged one (uid 1000, through `setpriv`). With
+//! `sandbox_hosts`, it reaches the host listed and nothing else, and its denied connections
+//! are journaled and shown.
 
 use std::path::PathBuf;
 
@@ -80,7 +82,7 @@ r write_other 'echo x > {other}/evil'
 r write_journal 'echo x > {run_dir}/evil'
 r read_ssh 'cat "$HOME/.ssh/id_test"'
 r read_env 'cat {run_dir}/env.json'
-r connect 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{port} && echo hi >&3 && read -t 3 l <&3"'
+r connect 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{port} && echo hi >&3 && read -r l <&3 && test -n \\"\\$l\\""'
 r resolve 'getent hosts example.com'
 r write_own 'echo mine > mine.txt'
 r tmp 'echo t > "$TMPDIR/t" && test -s "$TMPDIR/t"'
@@ -196,4 +198,209 @@ fn check_says_whether_the_machine_can_sandbox_and_what_a_task_may_do() {
     let bad = s.run(&["check", "bad.toml"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stdout).contains("is not host:port"));
+}
+
+/// A listener on the host's loopback that answers one connection with `hello`, and says what
+/// it was sent.
+fn mock_server() -> (u16, std::thread::JoinHandle<String>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let serve = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().expect("accept");
+        let mut reader = std::io::BufReader::new(conn.try_clone().expect("clone"));
+        let mut got = String::new();
+        reader.read_line(&mut got).expect("read");
+        (&conn).write_all(b"hello\n").expect("write");
+        got
+    });
+    (port, serve)
+}
+
+#[test]
+fn a_sandboxed_command_reaches_its_listed_host_only_and_its_denials_are_journaled() {
+    if !can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let home = s.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    // A host listener the task may not reach: it must see no connection.
+    let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    forbidden.set_nonblocking(true).expect("nonblocking");
+    let denied_port = forbidden.local_addr().expect("addr").port();
+    let (allowed_port, served) = mock_server();
+    let script = format!(
+        r#"r() {{ if sh -c "$2" >/dev/null 2>&1; then echo "$1 ok"; else echo "$1 denied"; fi >> results.txt; }}
+r allowed 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{allowed_port} && echo ping >&3 && read -r l <&3 && test \"\$l\" = hello"'
+r forbidden 'bash -c "exec 3<>/dev/tcp/127.0.0.1/{denied_port} && echo ping >&3 && read -r l <&3 && test -n \"\$l\""'
+r resolve 'getent hosts example.com'
+r outside 'timeout 60 bash -c "exec 3<>/dev/tcp/192.0.2.1/443 && echo ping >&3 && read -r l <&3 && test -n \"\$l\""'
+r resolve_listed 'getent hosts pypi.org | grep -q "^198\.18\."'
+"#
+    );
+    s.write("net.sh", &script);
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"net\"\nsandbox = \"workspace\"\n\
+             sandbox_hosts = [\"127.0.0.1:{allowed_port}\", \"pypi.org:443\"]\nsandbox_read = [\"{}\"]\n\
+             command = [\"sh\", \"{}\"]\n",
+            s.path().join("net.sh").display(),
+            s.path().join("net.sh").display(),
+        ),
+    );
+    let out = s
+        .sortie()
+        .env("HOME", &home)
+        .args(["run", "--run-id", "net", "batch.toml"])
+        .output()
+        .expect("run sortie");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = std::fs::read_to_string(s.path().join("results.txt")).expect("results");
+    assert_eq!(
+        results,
+        "allowed ok\nforbidden denied\nresolve denied\noutside denied\nresolve_listed ok\n"
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains(&format!("network denied: 127.0.0.1:{denied_port} ×1")),
+        "{summary}"
+    );
+    assert_eq!(served.join().expect("the mock server"), "ping\n");
+    assert!(
+        forbidden.accept().is_err(),
+        "the forbidden listener saw a connection"
+    );
+    // Journaled once, and shown by status.
+    let status = s.run(&["--json", "status", "net"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    let flows = v["tasks"][0]["net"].as_array().expect("net flows").clone();
+    let flow = |host: &str, port: u64| {
+        flows
+            .iter()
+            .find(|f| f["host"] == host && f["port"] == port)
+            .unwrap_or_else(|| panic!("no flow {host}:{port} in {v}"))
+            .clone()
+    };
+    let denied = flow("127.0.0.1", u64::from(denied_port));
+    assert_eq!(
+        (denied["allowed"].as_bool(), denied["count"].as_u64()),
+        (Some(false), Some(1))
+    );
+    let allowed = flow("127.0.0.1", u64::from(allowed_port));
+    assert_eq!(allowed["allowed"].as_bool(), Some(true));
+    assert_eq!(
+        (allowed["bytes_out"].as_u64(), allowed["bytes_in"].as_u64()),
+        (Some(5), Some(6))
+    );
+    assert_eq!(flow("example.com", 0)["allowed"].as_bool(), Some(false));
+    assert_eq!(flow("192.0.2.1", 443)["allowed"].as_bool(), Some(false));
+    let text = s.run(&["status", "net"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "denied: 127.0.0.1:{denied_port} ×1, 192.0.2.1:443 ×1, example.com (name lookup) ×"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("(sandbox_hosts)"), "{text}");
+    let audit = s.run(&["--json", "audit", "net"]);
+    let audit: serde_json::Value = serde_json::from_slice(&audit.stdout).expect("audit json");
+    assert_eq!(audit["clean"], true, "{audit}");
+    assert_eq!(audit["network"]["attempts"], 1, "{audit}");
+    assert_eq!(audit["network"]["allowed"], 1, "{audit}");
+}
+
+/// An attempt that ends while sortie is dead (SIGKILLed, the run's shepherd keeping the
+/// attempt): `sortie resume` records it from its files and journals its connections all the
+/// same, once.
+#[test]
+fn a_sandboxed_attempt_that_ended_while_sortie_was_dead_has_its_connections_journaled() {
+    if !can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let forbidden = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    forbidden.set_nonblocking(true).expect("nonblocking");
+    let port = forbidden.local_addr().expect("addr").port();
+    let script = format!(
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo hi >&3 && read -r l <&3' \
+         >/dev/null 2>&1\ntouch tried\nwhile [ ! -e go ]; do sleep 0.05; done\n"
+    );
+    s.write("wait.sh", &script);
+    s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"late\"\nsandbox = \"workspace\"\nsandbox_read = [\"{}\"]\n\
+             command = [\"sh\", \"{}\"]\n",
+            s.path().join("wait.sh").display(),
+            s.path().join("wait.sh").display(),
+        ),
+    );
+    let run = "late";
+    let mut sortie = s.spawn(&["run", "--run-id", run, "batch.toml"]);
+    sortie_testkit::poll("the attempt's connection", 60, || {
+        s.path().join("tried").exists().then_some(())
+    });
+    assert!(
+        sortie_testkit::kill9(&mut sortie),
+        "sortie was still running"
+    );
+    std::fs::write(s.path().join("go"), "").expect("write go");
+    let attempt = s.state_dir().join("runs").join(run).join("attempts");
+    sortie_testkit::poll("the attempt's end, recorded by the shepherd", 60, || {
+        let ended = std::fs::read_dir(&attempt).ok()?.flatten().any(|e| {
+            let path = e.path();
+            let text = path.to_string_lossy();
+            let dir = match text.strip_suffix(".stdout") {
+                Some(d) => std::path::PathBuf::from(d),
+                None => path.clone(),
+            };
+            sortie_testkit::exit_recorded(&dir)
+        });
+        ended.then_some(())
+    });
+    let out = sortie_testkit::finish(
+        s.sortie().args(["resume", run]).spawn().expect("resume"),
+        120,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s.events(run);
+    let net: Vec<&serde_json::Value> = events
+        .iter()
+        .filter_map(|e| e["event"].get("SandboxNet"))
+        .collect();
+    assert_eq!(net.len(), 1, "one SandboxNet: {net:?}");
+    let flows = net[0]["flows"].as_array().expect("flows");
+    assert!(
+        flows
+            .iter()
+            .any(|f| f["port"] == u64::from(port) && f["allowed"] == false),
+        "{flows:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"].get("AttemptRecorded").is_some()),
+        "the attempt was recorded from its files"
+    );
+    assert!(forbidden.accept().is_err(), "the listener saw a connection");
+    let text = s.run(&["status", run]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains(&format!("denied: 127.0.0.1:{port} ×1")),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
 }

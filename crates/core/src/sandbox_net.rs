@@ -102,6 +102,27 @@ pub fn fold(records: &[Connection]) -> Vec<Flow> {
     flows
 }
 
+/// The flows of all of a task's attempts (their `SandboxNet`s), merged into one list as
+/// [`fold`] sorts it.
+pub fn merge<'a>(flows: impl IntoIterator<Item = &'a Flow>) -> Vec<Flow> {
+    let mut out: Vec<Flow> = Vec::new();
+    for f in flows {
+        match out
+            .iter_mut()
+            .find(|o| o.host == f.host && o.port == f.port && o.allowed == f.allowed)
+        {
+            Some(o) => {
+                o.count = o.count.saturating_add(f.count);
+                o.bytes_out = o.bytes_out.saturating_add(f.bytes_out);
+                o.bytes_in = o.bytes_in.saturating_add(f.bytes_in);
+            }
+            None => out.push(f.clone()),
+        }
+    }
+    out.sort_by(|a, b| (a.allowed, &a.host, a.port).cmp(&(b.allowed, &b.host, b.port)));
+    out
+}
+
 /// The denied flows of `flows`, as the views list them: `example.com:443 ×3`.
 pub fn denied(flows: &[Flow]) -> Vec<String> {
     flows
@@ -111,9 +132,15 @@ pub fn denied(flows: &[Flow]) -> Vec<String> {
         .collect()
 }
 
-/// A name as compared: lower case, without a final dot.
+/// A name as compared: lower case, without a final dot; `localhost` is `127.0.0.1` (the
+/// sandbox's `/etc/hosts` says so).
 fn normal(name: &str) -> String {
-    name.trim_end_matches('.').to_ascii_lowercase()
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" {
+        "127.0.0.1".to_owned()
+    } else {
+        name
+    }
 }
 
 /// The `(host, port)` of each entry of a policy's `hosts` (entries that are not `host:port`
@@ -167,7 +194,7 @@ pub fn host_of(hosts: &[String], addr: Ipv4Addr) -> String {
 /// them to the host's loopback.
 pub fn loopback_ports(hosts: &[String]) -> Vec<u16> {
     let mut out: Vec<u16> = entries(hosts)
-        .filter(|(h, _)| h == "localhost" || h.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback()))
+        .filter(|(h, _)| h.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback()))
         .map(|(_, p)| p)
         .collect();
     out.sort_unstable();
@@ -217,6 +244,10 @@ mod tests {
         assert!(!allows(&h, "example.com", 443));
         assert!(!allows(&[], "pypi.org", 443));
         assert_eq!(loopback_ports(&h), vec![8080]);
+        let local = ["localhost:9000".to_owned()];
+        assert!(allows(&local, "127.0.0.1", 9000));
+        assert_eq!(loopback_ports(&local), vec![9000]);
+        assert_eq!(fake_address(&local, "localhost"), None);
     }
 
     #[test]
@@ -256,5 +287,7 @@ mod tests {
             vec!["example.com (name lookup) ×1", "example.com:443 ×2"]
         );
         assert!(fold(&[]).is_empty());
+        let twice = merge(flows.iter().chain(&flows));
+        assert_eq!((twice[1].count, twice[2].bytes_in), (4, 414));
     }
 }

@@ -428,6 +428,9 @@ fn prompt_problem(batch: &Batch, spec: &TaskSpec) -> Option<String> {
 pub struct SandboxReport {
     /// The Landlock ABI found (at least), or why this machine cannot sandbox.
     pub machine: Result<u8, String>,
+    /// Whether this machine has `nft` (nftables), which forwarding to `sandbox_hosts` and the
+    /// journal of connections need (without it: loopback only, connections not journaled).
+    pub forwarding: bool,
     /// Each sandboxed task: its label and what it may write, read and reach beyond the
     /// defaults (docs/sandbox.md).
     pub tasks: Vec<SandboxedTask>,
@@ -442,7 +445,7 @@ pub struct SandboxedTask {
     pub write: Vec<String>,
     /// What it may read: the system, its agent's install, and these.
     pub read: Vec<String>,
-    /// The hosts it lists (not yet forwarded: loopback only).
+    /// The hosts it lists, forwarded by name.
     pub hosts: Vec<String>,
 }
 
@@ -467,5 +470,9 @@ pub fn sandbox_report(batch: &Batch) -> Option<SandboxReport> {
         Some(crate::supervisor::Support::No(why)) => Err(why.clone()),
         None => Err("sortie cannot find its own binary to probe the sandbox".into()),
     };
-    Some(SandboxReport { machine, tasks })
+    Some(SandboxReport {
+        machine,
+        forwarding: crate::supervisor::sandbox_net::find_nft().is_some(),
+        tasks,
+    })
 }

@@ -112,7 +112,12 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
 /// sandboxed task's own paths and hosts.
 fn sandbox_json(r: &sortie_runner::preflight::SandboxReport) -> serde_json::Value {
     let machine = match &r.machine {
-        Ok(abi) => serde_json::json!({ "ok": true, "landlock_abi": abi, "user_namespaces": true }),
+        Ok(abi) => serde_json::json!({
+            "ok": true,
+            "landlock_abi": abi,
+            "user_namespaces": true,
+            "forwarding": r.forwarding,
+        }),
         Err(why) => serde_json::json!({ "ok": false, "reason": why }),
     };
     let tasks: Vec<serde_json::Value> = r
@@ -124,7 +129,7 @@ fn sandbox_json(r: &sortie_runner::preflight::SandboxReport) -> serde_json::Valu
                 "sandbox_write": t.write,
                 "sandbox_read": t.read,
                 "sandbox_hosts": t.hosts,
-                "network": "loopback",
+                "network": if t.hosts.is_empty() { "loopback" } else { "forwarded" },
             })
         })
         .collect();
@@ -155,14 +160,27 @@ fn write_sandbox(
             format!(" and {}", l.join(", "))
         }
     };
+    if !r.forwarding {
+        writeln!(
+            out,
+            "sandbox: no nft (nftables) on this machine: sandboxed tasks reach loopback only, \
+             their connections are not journaled, and a task with sandbox_hosts cannot run"
+        )?;
+    }
     for t in &r.tasks {
+        let network = if t.hosts.is_empty() {
+            "loopback only".to_owned()
+        } else {
+            format!("loopback and {}, forwarded by name", t.hosts.join(", "))
+        };
         writeln!(
             out,
             "sandbox {}: writes its working directory, agent home and TMPDIR{}; reads the \
-             system and its agent's install{}; network: loopback only",
+             system and its agent's install{}; network: {}",
             crate::text::printable(&t.label),
             list(&t.write),
             list(&t.read),
+            crate::text::printable(&network),
         )?;
     }
     Ok(())

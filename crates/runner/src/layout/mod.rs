@@ -80,6 +80,8 @@ use sortie_core::RunId;
 use crate::files::write_atomic;
 use crate::{Error, Result};
 
+/// #34: the name of a sandboxed attempt's record of connections, in its sandbox dir.
+pub const SANDBOX_NET_FILE: &str = "net.jsonl";
 /// A state dir (`--state-dir`, `SORTIE_DIR`, `./.sortie`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDir {
@@ -285,6 +287,12 @@ impl RunDir {
     /// #34: a sandboxed attempt's policy file and private temporary directory.
     pub fn sandbox_dir(&self, task: u32, attempt: u32) -> PathBuf {
         self.path.join("sandbox").join(format!("{task}.{attempt}"))
+    }
+
+    /// #34: a sandboxed attempt's record of its connections (its wrapper's outer helper writes
+    /// it, a line per connection; the run folds it into `SandboxNet` at the attempt's end).
+    pub fn sandbox_net(&self, task: u32, attempt: u32) -> PathBuf {
+        self.sandbox_dir(task, attempt).join(SANDBOX_NET_FILE)
     }
 
     /// #14: a task's throwaway copy of its `cwd` (`isolation = "copy"`, see `copy`).

@@ -32,7 +32,7 @@ use sortie_core::sandbox_net;
 use super::sandbox_relay::{host_listening, inner, outer};
 
 /// The file of an attempt's connections, in its sandbox dir (beside the policy).
-pub(crate) const NET_FILE: &str = "net.jsonl";
+use crate::layout::SANDBOX_NET_FILE as NET_FILE;
 
 /// The programs tried for `nft`, after `PATH`.
 const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
@@ -121,7 +121,7 @@ fn map_ids(uid_map: &str, gid_map: &str) -> Result<(), String> {
     write("gid_map", gid_map)
 }
 
-/// Forks a helper running `body`; it dies with this process (the agent, once it execs).
+/// Forks a helper running `body`; it ends when this process (the agent, once it execs) does.
 fn helper(body: impl FnOnce()) -> Result<(), String> {
     let me = Pid::this();
     #[allow(
@@ -139,6 +139,18 @@ fn helper(body: impl FnOnce()) -> Result<(), String> {
                 std::process::exit(0);
             }
             quiet_stdio();
+            // The parent-death signal alone was seen not to arrive once the agent, this
+            // process's parent, had exec'd and exited: the helper also watches for its
+            // reparenting.
+            let _ = std::thread::Builder::new()
+                .name("watch".into())
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    while getppid() == me {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    std::process::exit(0);
+                });
             body();
             std::process::exit(0);
         }
@@ -161,7 +173,9 @@ fn quiet_stdio() {
 }
 
 /// The nftables rules: TCP leaving loopback, and to `ports` on loopback, redirected to the
-/// forwarder on `forwarder`; anything else leaving loopback rejected.
+/// forwarder on `forwarder`; anything else leaving loopback rejected. A connection routed
+/// through loopback to another address has no source address (loopback's is host-scoped):
+/// it is given `127.0.0.1`, without which no byte would come back to it.
 fn rules(forwarder: u16, ports: &[u16]) -> String {
     let mut text = format!(
         "table ip sortie {{\n\
@@ -178,6 +192,10 @@ fn rules(forwarder: u16, ports: &[u16]) -> String {
     }
     text.push_str(
         "\t}\n\
+         \tchain nat_post {\n\
+         \t\ttype nat hook postrouting priority 100; policy accept;\n\
+         \t\tip saddr 0.0.0.0 snat to 127.0.0.1\n\
+         \t}\n\
          \tchain filter_out {\n\
          \t\ttype filter hook output priority 0; policy accept;\n\
          \t\tip daddr != 127.0.0.0/8 meta l4proto != tcp ct state new reject\n\

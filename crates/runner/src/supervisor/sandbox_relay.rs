@@ -178,7 +178,9 @@ pub(super) fn outer(hosts: Vec<String>, link: OwnedFd, log: &Path) {
     };
     let log = Arc::new(Log {
         file: Mutex::new(file),
-        next: AtomicU64::new(0),
+        // Numbered from the helper's pid: a repair round runs the wrapper again into the same
+        // file, and its connections are others.
+        next: AtomicU64::new(u64::from(std::process::id()) << 32),
     });
     let hosts = Arc::new(hosts);
     loop {
