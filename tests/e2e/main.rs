@@ -42,9 +42,11 @@ mod report;
 mod samples;
 // #34: the kernel sandbox.
 mod sandbox;
+mod secrets;
 mod signals;
 mod supervised;
 // #11
+mod ray;
 mod slurm;
 mod slurm_crash;
 // #11: ends Slurm causes, Ctrl-C, queue time
@@ -63,3 +65,5 @@ mod structured;
 mod transcripts;
 // #14: isolation = "copy"
 mod copy;
+// #35: `sortie serve` in a browser.
+mod serve;

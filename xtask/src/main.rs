@@ -9,7 +9,7 @@
 //!   moments and resumed, every invariant checked after each crash (see `torture.rs`);
 //! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
 //!   (default 10000), then how many cases each property ran;
-//! - `bench [journal|dispatch|scale|all|slurm]`: the journal, dispatch and scale benchmarks, then one
+//! - `bench [journal|dispatch|scale|all|slurm|ray]`: the journal, dispatch and scale benchmarks, then one
 //!   table of every figure against its target (see `bench.rs`).
 //!   `bench pools` (#14): shared rate limits against a loopback mock provider (`bench/pools.sh`).
 //! - `fuzz [--seconds N] [--rss-mb M] [TARGET...]`: every cargo-fuzz target for N seconds,
@@ -308,8 +308,10 @@ fn bench(root: &Path, which: &str) -> Result<()> {
         "slurm" => return slurm_bench(root),
         // #14: a loopback mock provider and 200 × 3 × 2 runs of curl: not part of `all`.
         "pools" => return pools_bench(root),
+        // #36: a Ray head node (started by the script when none answers): not part of `all`.
+        "ray" => return ray_bench(root),
         other => {
-            bail!("unknown benchmark {other:?}: journal, dispatch, scale, all, slurm or pools")
+            bail!("unknown benchmark {other:?}: journal, dispatch, scale, all, slurm, pools or ray")
         }
     };
     let mut figures = bench::Figures::default();
@@ -403,6 +405,21 @@ fn slurm_bench(root: &Path) -> Result<()> {
         .arg(root.join("target/release/sortie"))
         .current_dir(root);
     keyed_output(cmd, "Slurm benchmark (bench/slurm.sh)", "slurm ").map(|_| ())
+}
+
+/// `cargo xtask bench ray` (#36): `bench/ray.sh` with the release build: 200 × `true` through
+/// one Ray head node, sortie (`executor = "ray"`) against `xargs -P 16` of curl submits and
+/// polls, 3 interleaved rounds (wall time, jobs per second, job-API requests per job from the
+/// head's access log).
+fn ray_bench(root: &Path) -> Result<()> {
+    let mut build = cargo(root);
+    build.args(["build", "--release", "-q", "-p", "sortie-cli", "--bins"]);
+    step(build, "cargo build --release (sortie)")?;
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("bench/ray.sh"))
+        .arg(root.join("target/release/sortie"))
+        .current_dir(root);
+    keyed_output(cmd, "Ray benchmark (bench/ray.sh)", "ray ").map(|_| ())
 }
 
 /// `cargo xtask bench pools` (#14): `bench/pools.sh` with the release build: 200 tasks (one

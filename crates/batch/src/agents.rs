@@ -16,7 +16,7 @@ pub(crate) struct Agents {
     /// The profiles by name: the built-ins, then the file's.
     pub(crate) profiles: BTreeMap<String, AgentProfile>,
     /// Each file profile's `env` (values: never journaled), sorted by name.
-    pub(crate) env: HashMap<String, Vec<(String, String)>>,
+    pub(crate) env: HashMap<String, Vec<(String, crate::EnvValue)>>,
     /// Profiles with a problem already reported.
     pub(crate) failed: HashSet<String>,
     /// #34: a profile's own `sandbox`, the default of the tasks that run it (not journaled:

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sortie_core::{ExecutorKind, Isolation, NeedsMode, OutputMode, Permissions};
 
 use crate::error::Issues;
+use crate::secret::EnvValue;
 use crate::value::{Entry, Val};
 
 /// Every task field, as written in a batch file.
@@ -48,6 +49,8 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     // #11
     "executor",
     "slurm",
+    // #36
+    "ray",
     // Issue 13.
     "permissions",
     "tools",
@@ -148,7 +151,7 @@ pub(crate) struct RawTask {
     pub(crate) max_output_lines: Option<u64>,
     pub(crate) reads: Option<Vec<String>>,
     pub(crate) needs: Option<Vec<String>>,
-    pub(crate) env: Option<Vec<(String, String)>>,
+    pub(crate) env: Option<Vec<(String, EnvValue)>>,
     pub(crate) retry_after_side_effects: Option<bool>,
     pub(crate) retry_timeouts: Option<bool>,
     /// `for_each`: what the task is a template over.
@@ -163,6 +166,8 @@ pub(crate) struct RawTask {
     // #11
     pub(crate) executor: Option<ExecutorKind>,
     pub(crate) slurm: RawSlurm,
+    // #36
+    pub(crate) ray: crate::ray_fields::RawRay,
     // Issue 13.
     pub(crate) permissions: Option<Permissions>,
     pub(crate) tools: Option<Vec<String>>,
@@ -380,6 +385,7 @@ impl RawTask {
             "supervise" => self.supervise = Some(boolean(v)?),
             "executor" => self.executor = Some(executor(v)?),
             "slurm" => self.parse_slurm(e, issues)?,
+            "ray" => self.parse_ray(e, issues)?,
             "permissions" => self.permissions = Some(permissions(v)?),
             "tools" => {
                 self.tools = Some(checked_strings(
@@ -544,13 +550,13 @@ fn megabytes(v: &Val) -> Result<u64, String> {
     }
 }
 
-/// A table of strings (`env`); each bad entry is its own issue and is left out.
+/// A table of strings or references (`env`); each bad entry is its own issue and is left out.
 pub(crate) fn env_table(
     e: &Entry,
     file: &Path,
     field: &str,
     issues: &mut Issues,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, EnvValue)>, String> {
     let Val::Table(entries) = &e.val else {
         return Err(expected("a table of strings", &e.val));
     };
@@ -570,12 +576,48 @@ pub(crate) fn env_table(
             Val::Str(s) if s.contains('\0') => {
                 issues.add(file, var.line, Some(&name), "a value must not contain NUL");
             }
-            Val::Str(s) => env.push((var.key.clone(), s.clone())),
+            Val::Str(s) => env.push((var.key.clone(), EnvValue::Plain(s.clone()))),
             Val::Null => {}
-            other => issues.add(file, var.line, Some(&name), expected("a string", other)),
+            Val::Table(r) => match reference(r) {
+                Ok(v) => env.push((var.key.clone(), v)),
+                Err(m) => issues.add(file, var.line, Some(&name), m),
+            },
+            other => issues.add(
+                file,
+                var.line,
+                Some(&name),
+                expected("a string or a reference (`from_env`, `from_file`)", other),
+            ),
         }
     }
     Ok(env)
+}
+
+/// #34: `{ from_env = "NAME" }` or `{ from_file = "PATH" }`.
+fn reference(r: &[Entry]) -> Result<EnvValue, String> {
+    const MSG: &str = "a reference is `{ from_env = \"NAME\" }` or `{ from_file = \"PATH\" }`";
+    let [one] = r else {
+        return Err(MSG.to_owned());
+    };
+    let Val::Str(s) = &one.val else {
+        return Err(format!(
+            "{MSG}: expected a string, found {}",
+            one.val.kind()
+        ));
+    };
+    if s.is_empty() || s.contains('\0') {
+        return Err(format!("{MSG}: it must not be empty nor contain NUL"));
+    }
+    match one.key.as_str() {
+        "from_env" if s.contains('=') => Err(format!("{MSG}: a variable name has no `=`")),
+        "from_env" => Ok(EnvValue::FromEnv {
+            from_env: s.clone(),
+        }),
+        "from_file" => Ok(EnvValue::FromFile {
+            from_file: s.clone(),
+        }),
+        other => Err(format!("{MSG}, found `{other}`")),
+    }
 }
 
 pub(crate) fn expected(what: &str, found: &Val) -> String {
@@ -777,7 +819,7 @@ fn needs_mode(v: &Val) -> Result<NeedsMode, String> {
 fn executor(v: &Val) -> Result<ExecutorKind, String> {
     let name = string(v)?;
     ExecutorKind::parse(&name)
-        .ok_or_else(|| format!("expected \"local\" or \"slurm\", found {name:?}"))
+        .ok_or_else(|| format!("expected \"local\", \"slurm\" or \"ray\", found {name:?}"))
 }
 
 /// `permissions`: "read-only", "edit" or "full".

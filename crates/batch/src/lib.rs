@@ -40,9 +40,11 @@ mod json;
 mod load;
 mod locate;
 mod needs;
+mod ray_fields;
 mod read;
 mod resolve;
 mod schema;
+mod secret;
 mod value;
 // #13: roles.
 mod roles;
@@ -60,6 +62,7 @@ pub use error::{BatchError, BatchIssue};
 pub use load::{load, load_jsonl, load_toml, one_off_command, one_off_prompt};
 pub use needs::PatternUse;
 pub use roles::RoleUse;
+pub use secret::{EnvValue, PAD, Redactor, Resolved, expand_home, resolve_env, unpad};
 
 /// The names a batch file may use, as the loader knows them: these are the very lists its
 /// parser matches keys against (a name not in them is refused as an unknown field).
@@ -74,6 +77,8 @@ pub mod known_fields {
     pub const AGENT: &[&str] = crate::fields::AGENT_FIELDS;
     /// The keys of a task's (or `[defaults]`'s) `slurm` table.
     pub const SLURM: &[&str] = crate::fields::SLURM_FIELDS;
+    /// #36: the keys of a task's (or `[defaults]`'s) `ray` table.
+    pub const RAY: &[&str] = crate::ray_fields::RAY_FIELDS;
     /// The keys of the run's `[budget]` table.
     pub const BUDGET: &[&str] = crate::document::BUDGET_FIELDS;
     /// The keys of a `[pools.NAME]` table.
@@ -92,9 +97,10 @@ pub struct LoadedBatch {
     /// the batch file's directory; for one-offs relative to the given directory).
     pub batch: Batch,
     /// Per task index: the extra environment of the task's child (the agent profile's `env`,
-    /// then `[defaults]`'s, then the task's own; a later one wins), sorted by name. The names
+    /// then `[defaults]`'s, then the task's own; a later one wins), sorted by name; a
+    /// reference (#34) is resolved at launch. The names
     /// of `env[i]` are `batch.tasks[i].env_keys`, in the same order. Never journaled.
-    pub env: Vec<Vec<(String, String)>>,
+    pub env: Vec<Vec<(String, EnvValue)>>,
     /// A stable digest of the input: FNV-1a 64 over each input's length (8 bytes, little
     /// endian) then its bytes: the batch file, then the defaults file when there is one. For a
     /// one-off, over its prompt or argv, agent and model. Flags are not part of it.

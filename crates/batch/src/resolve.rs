@@ -48,7 +48,7 @@ struct Resolved {
     /// Tasks alike share one body as they are resolved (see `TaskSpec`).
     sharer: sortie_core::BodySharer,
     specs: Vec<TaskSpec>,
-    env: Vec<Vec<(String, String)>>,
+    env: Vec<Vec<(String, crate::EnvValue)>>,
 }
 
 impl<'a> Input<'a> {
@@ -364,7 +364,7 @@ fn resolve_task(
     base: &str,
     agents: &Agents,
     roles: &RoleBook,
-) -> (TaskSpec, Vec<(String, String)>) {
+) -> (TaskSpec, Vec<(String, crate::EnvValue)>) {
     let label = t
         .label
         .clone()
@@ -428,7 +428,7 @@ fn resolve_task(
         bytes: pick(&t.max_output_bytes, &d.max_output_bytes).unwrap_or(cap.bytes),
         lines: pick(&t.max_output_lines, &d.max_output_lines).unwrap_or(cap.lines),
     };
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let mut env: BTreeMap<String, crate::EnvValue> = BTreeMap::new();
     let layers = [agents.env.get(&s.agent), d.env.as_ref(), t.env.as_ref()];
     for layer in layers.into_iter().flatten() {
         env.extend(layer.iter().cloned());
@@ -538,6 +538,16 @@ fn resolve_executor(t: &RawTask, d: &RawTask, ov: &Overrides) -> Executor {
             cpus: pick(&t.slurm.cpus, &d.slurm.cpus),
             mem_mb: pick(&t.slurm.mem_mb, &d.slurm.mem_mb),
             extra_args: pick(&t.slurm.extra_args, &d.slurm.extra_args).unwrap_or_default(),
+        }),
+        ExecutorKind::Ray => Executor::Ray(sortie_core::RayOptions {
+            address: pick(&t.ray.address, &d.ray.address),
+            num_cpus: pick(&t.ray.num_cpus, &d.ray.num_cpus),
+            num_gpus: pick(&t.ray.num_gpus, &d.ray.num_gpus),
+            memory: pick(&t.ray.memory, &d.ray.memory),
+            resources: pick(&t.ray.resources, &d.ray.resources).unwrap_or_default(),
+            entrypoint_resources: pick(&t.ray.entrypoint_resources, &d.ray.entrypoint_resources)
+                .unwrap_or_default(),
+            runtime_env: pick(&t.ray.runtime_env, &d.ray.runtime_env).unwrap_or_default(),
         }),
     }
 }

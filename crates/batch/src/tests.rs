@@ -28,10 +28,10 @@ pub(crate) fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, crate::EnvValue)> {
     pairs
         .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .map(|(k, v)| ((*k).to_owned(), crate::EnvValue::from(*v)))
         .collect()
 }
 

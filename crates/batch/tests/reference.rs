@@ -18,6 +18,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ("## `[agents.NAME]`", known_fields::AGENT),
     ("## Task fields", known_fields::TASK),
     ("## `slurm`", known_fields::SLURM),
+    ("## `ray`", known_fields::RAY),
 ];
 
 fn reference() -> String {

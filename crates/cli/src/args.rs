@@ -148,6 +148,26 @@ pub(crate) enum Command {
     /// result (`value`, for a task with an `output_schema`), error and usage (a table; with
     /// `--json` an array, with `--jsonl` one object per line).
     Results(ResultsArgs),
+    // #35: the dashboard.
+    /// Serve a live dashboard of the state dir's runs and a JSON API on 127.0.0.1: prints a
+    /// URL holding a random access token (every request without it is refused); controls
+    /// (hold, release, cancel, steer, concurrency) are journaled as asked by `web`.
+    Serve(ServeArgs),
+}
+
+/// `sortie serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The port (0: any free one).
+    #[arg(long, default_value_t = 7390)]
+    pub(crate) port: u16,
+    /// Open the URL in the browser.
+    #[arg(long)]
+    pub(crate) open: bool,
+    /// Listen on ADDR instead of 127.0.0.1 (anyone who can reach it and holds the token can
+    /// control your runs: a warning says so).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<std::net::IpAddr>,
 }
 
 /// `sortie status`.

@@ -14,6 +14,7 @@ mod output;
 mod pools;
 mod report;
 mod samples;
+mod serve;
 mod summary;
 mod text;
 mod verify_view;

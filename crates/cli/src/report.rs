@@ -244,7 +244,7 @@ fn esc(s: &str) -> String {
     out
 }
 
-const STYLE: &str = "
+pub(crate) const STYLE: &str = "
 body{font:13px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
 .meta{color:#555;margin-bottom:12px}
@@ -287,7 +287,21 @@ pub(crate) fn html(state: &RunState, events: &[Stamped], view: &RunView) -> Stri
         cost = esc(&view.cost),
         span = short_duration(t.end - t.start),
     );
-    h.push_str("<h2>Timeline</h2>\n<div class=\"legend\">");
+    h.push_str("<h2>Timeline</h2>\n");
+    h.push_str(&timeline_html(state, events));
+    usage_tables(&mut h, state);
+    summary_table(&mut h, view);
+    samples_table(&mut h, state);
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// #35: the legend and the timeline of the report, alone (what `sortie serve`'s run page draws
+/// live, under [`STYLE`]).
+pub(crate) fn timeline_html(state: &RunState, events: &[Stamped]) -> String {
+    let t = Timeline::of(state, events);
+    let mut h = String::new();
+    h.push_str("<div class=\"legend\">");
     for (class, name) in [
         ("completed", "completed"),
         ("failed", "failed"),
@@ -310,10 +324,6 @@ pub(crate) fn html(state: &RunState, events: &[Stamped], view: &RunView) -> Stri
         timeline_row(&mut h, state, &t, *task, row);
     }
     h.push_str("</div>\n");
-    usage_tables(&mut h, state);
-    summary_table(&mut h, view);
-    samples_table(&mut h, state);
-    h.push_str("</body></html>\n");
     h
 }
 

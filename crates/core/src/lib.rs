@@ -56,7 +56,7 @@ pub use outcome::{
     aggregate,
 };
 pub use plan::{Action, Facts, JobKind, Planner, RunEnding, Stopping};
-pub use slurm::{Executor, ExecutorKind, SlurmOptions};
+pub use slurm::{Executor, ExecutorKind, Milli, RayOptions, SlurmOptions};
 pub use spec::Permissions;
 pub use spec::{
     AgentProfile, Batch, BodySharer, Isolation, MaxOutput, NeedsMode, OutputMode, Protocol,

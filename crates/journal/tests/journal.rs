@@ -451,6 +451,34 @@ fn a_slurm_task_reads_back_with_its_options() {
     assert_eq!(batch.tasks[0].executor, slurm);
     assert_eq!(batch.tasks[1].executor, sortie_core::Executor::Local);
 }
+
+// #36: a task's `[ray]` options are stored (an appended `ExecutorV2` variant) and read back.
+#[test]
+fn a_ray_task_reads_back_with_its_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = Journal::create(&tmp.path().join("r")).unwrap();
+    let mut events = support::every_variant();
+    let Event::RunStarted { batch, .. } = &mut events[0].1 else {
+        panic!("the first event is RunStarted");
+    };
+    let ray = sortie_core::Executor::Ray(sortie_core::RayOptions {
+        address: Some("http://head:8265".into()),
+        num_cpus: Some(sortie_core::Milli(500)),
+        num_gpus: Some(sortie_core::Milli(1000)),
+        memory: Some(1 << 30),
+        resources: vec![("tpu".into(), sortie_core::Milli(2000))],
+        entrypoint_resources: vec![("a".into(), sortie_core::Milli(1))],
+        runtime_env: vec![("HF_HOME".into(), "/data/hf".into())],
+    });
+    batch.tasks[0].executor = ray.clone();
+    j.append(events[0].0, &events[0].1).unwrap();
+    let read: Vec<_> = j.read(Seq(0), None).map(Result::unwrap).collect();
+    let Event::RunStarted { batch, .. } = &read[0].event else {
+        panic!("RunStarted reads back");
+    };
+    assert_eq!(batch.tasks[0].executor, ray);
+    assert_eq!(batch.tasks[1].executor, sortie_core::Executor::Local);
+}
 /// The fields issue 13 added (a task's permissions, tools, allow_denials, system_prompt and
 /// thinking; an attempt's denials) are stored by format v2 and read back as written.
 #[test]

@@ -75,10 +75,45 @@ impl Reply {
     }
 }
 
+/// A request line as the socket reads it: the request, and, from a client that acts for someone
+/// else (`sortie serve`: `web`), who that is; the run journals it before the peer's uid and pid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The request.
+    #[serde(flatten)]
+    pub req: Request,
+    /// Who the client acts for (at most [`VIA_MAX`] characters of letters, digits and `-`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+/// The longest `via` a run accepts.
+pub const VIA_MAX: usize = 32;
+
+impl Envelope {
+    /// The `via` when it is one a run journals (short, plain), else None.
+    pub fn via(&self) -> Option<&str> {
+        self.via.as_deref().filter(|v| {
+            !v.is_empty()
+                && v.len() <= VIA_MAX
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+    }
+}
+
 /// Sends `req` to the run listening on `socket` and returns its answer.
 pub fn send(socket: &Path, req: &Request) -> std::io::Result<Reply> {
+    send_via(socket, req, None)
+}
+
+/// [`send`] on behalf of `via` (journaled as who asked, before the peer's uid and pid).
+pub fn send_via(socket: &Path, req: &Request, via: Option<&str>) -> std::io::Result<Reply> {
     let mut stream = UnixStream::connect(socket)?;
-    let mut line = serde_json::to_string(req).map_err(std::io::Error::other)?;
+    let envelope = Envelope {
+        req: req.clone(),
+        via: via.map(str::to_owned),
+    };
+    let mut line = serde_json::to_string(&envelope).map_err(std::io::Error::other)?;
     line.push('\n');
     stream.write_all(line.as_bytes())?;
     stream.flush()?;

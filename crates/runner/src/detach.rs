@@ -11,6 +11,9 @@ use sortie_core::RunId;
 
 use crate::layout::{Owner, RunDir, StateDir};
 
+/// #35: `sortie serve --open` opens its URL in the user's browser.
+pub use crate::process::open_url;
+
 /// The environment variable that gives a detached run its id (set by the `--detach` parent).
 pub const DETACHED_RUN_ID: &str = "SORTIE_DETACHED_RUN_ID";
 

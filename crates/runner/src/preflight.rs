@@ -36,10 +36,9 @@ pub struct Finding {
 }
 
 /// Every problem of every task, in task order. `env[i]` is task i's extra environment.
-pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding> {
+pub async fn check(batch: &Batch, env: &[Vec<(String, sortie_batch::EnvValue)>]) -> Vec<Finding> {
     let mut out = Vec::new();
     for (i, spec) in batch.tasks.iter().enumerate() {
-        let task_env = env.get(i).map(Vec::as_slice).unwrap_or_default();
         let mut found = |field: &'static str, message: String| {
             out.push(Finding {
                 task: i,
@@ -47,6 +46,15 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, String)>]) -> Vec<Finding>
                 message,
             });
         };
+        // #34: a reference that cannot be read now fails the task at launch.
+        let mut resolved = Vec::new();
+        for (name, value) in env.get(i).map(Vec::as_slice).unwrap_or_default() {
+            match value.resolve(name) {
+                Ok(v) => resolved.push((name.clone(), v)),
+                Err(message) => found("env", message),
+            }
+        }
+        let task_env = resolved.as_slice();
         let cwd = Path::new(&spec.cwd);
         let cwd_ok = match std::fs::metadata(cwd) {
             Ok(m) if m.is_dir() => true,

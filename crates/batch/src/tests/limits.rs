@@ -197,7 +197,10 @@ extra_args = ["--exclusive", "--job-name=mine"]
         "{err}"
     );
     let text = err.to_string();
-    assert!(text.contains("expected \"local\" or \"slurm\""), "{text}");
+    assert!(
+        text.contains("expected \"local\", \"slurm\" or \"ray\""),
+        "{text}"
+    );
     assert!(text.contains("did you mean `partition`?"), "{text}");
     assert!(
         text.contains("\"--job-name=mine\" is set by sortie itself"),
@@ -245,6 +248,58 @@ fn batch_budget_table_resolves_and_its_problems_are_located() {
     );
     assert!(
         err.to_string().contains("did you mean `max_tokens`?"),
+        "{err}"
+    );
+}
+
+/// #36: `[defaults.ray]` and a task's own `ray` table, each key from the task, else the
+/// defaults; amounts in thousandths; problems name their line and field.
+#[test]
+fn ray_options_resolve_from_the_task_then_the_defaults() {
+    let text = r#"[defaults]
+executor = "ray"
+
+[defaults.ray]
+address = "http://head:8265/"
+num_cpus = 0.5
+runtime_env = { env_vars = { HF_HOME = "/data/hf" } }
+
+[[tasks]]
+command = ["true"]
+ray = { num_gpus = 1, memory = "1G", resources = { tpu = 2 }, entrypoint_resources = { tpu = 3 } }
+"#;
+    let b = load_text(text, &Overrides::default()).unwrap();
+    let sortie_core::Executor::Ray(o) = &b.tasks[0].executor else {
+        panic!("a Ray task: {:?}", b.tasks[0].executor);
+    };
+    assert_eq!(o.address.as_deref(), Some("http://head:8265"));
+    assert_eq!(o.num_cpus, Some(sortie_core::Milli(500)));
+    assert_eq!(o.num_gpus, Some(sortie_core::Milli(1000)));
+    assert_eq!(o.memory, Some(1 << 30));
+    assert_eq!(
+        o.all_resources(),
+        [("tpu".to_owned(), sortie_core::Milli(3000))]
+    );
+    assert_eq!(
+        o.runtime_env,
+        [("HF_HOME".to_owned(), "/data/hf".to_owned())]
+    );
+
+    let bad = "[[tasks]]\ncommand = [\"true\"]\nexecutor = \"ray\"\n\
+               ray = { address = \"head:8265\", num_gpus = -1, nmu_cpus = 1 }\n";
+    let err = load_text(bad, &Overrides::default()).unwrap_err();
+    let fields: Vec<Option<String>> = err.issues().iter().map(|i| i.field.clone()).collect();
+    assert_eq!(
+        fields,
+        [
+            Some("ray.address".into()),
+            Some("ray.num_gpus".into()),
+            Some("ray.nmu_cpus".into())
+        ],
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("did you mean `num_cpus`?"),
         "{err}"
     );
 }

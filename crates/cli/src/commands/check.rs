@@ -19,10 +19,13 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
     let mut checked = load_for_check(&args.batch, args.defaults.as_deref(), &overrides)?;
     let mut tasks = 0;
     let mut sandbox = None;
+    let mut reached = Vec::new();
     if let Some(loaded) = &checked.loaded {
         tasks = loaded.batch.tasks.len();
         // #34: whether this machine can sandbox, and what each sandboxed task may do.
         sandbox = sortie_runner::preflight::sandbox_report(&loaded.batch);
+        // #36: what each cluster the tasks use says of itself (a Ray head's version).
+        reached = block_on(sortie_runner::executor::reached(&loaded.batch.tasks))?;
         let findings = block_on(sortie_runner::preflight::check(&loaded.batch, &loaded.env))?;
         let issues: Vec<BatchIssue> = findings
             .iter()
@@ -79,6 +82,9 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else if problems.is_empty() {
+        for line in &reached {
+            writeln!(out, "{line}")?;
+        }
         write_sandbox(&mut out, sandbox.as_ref())?;
         write_roles(&mut out, checked.roles())?;
         write_patterns(&mut out, checked.patterns())?;

@@ -1,9 +1,12 @@
 //! `sortie logs RUN LABEL [--attempt N] [--follow] [--stderr | --verify]`: prints an attempt's
 //! transcript (or, #33, `--verify`: the output of its check),
 //! the agent's stdout as it wrote it (raw: for pi, Claude Code and Codex, their JSON Lines, for
-//! `jq`), jumping over what the transcript cap cut (said on stderr). `--follow` prints what a
+//! `jq`), jumping over what the transcript cap cut (said on stderr), the secrets the task was
+//! given by reference shown as `[redacted:NAME]` (#34). `--follow` prints what a
 //! live attempt writes until it ends; it reads the files only, so it works from any terminal
 //! while the run goes, and never touches the run.
+
+use std::io::Write;
 
 use sortie_runner::transcript::{self, CutNotice, Reading, Step, Transcript};
 
@@ -44,10 +47,15 @@ pub(crate) fn logs(g: &Global, args: &LogsArgs) -> Result<Code> {
     } else {
         Reading::new(path)
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = Redacting {
+        out: std::io::stdout().lock(),
+        redactor: redactor_of(&run_dir, state.tasks.len(), task),
+        line: Vec::new(),
+    };
     while let Step::Cut(notice) = reading.next(&mut out)? {
         tell_cut(&notice);
     }
+    drop(out);
     if args.follow
         && let Some(exit) = t.exit()
     {
@@ -95,11 +103,12 @@ fn check_log(
             path.display()
         ))
     })?;
-    use std::io::Write;
-    std::io::stdout()
-        .lock()
-        .write_all(&text)
-        .map_err(CliError::from)?;
+    let mut out = Redacting {
+        out: std::io::stdout().lock(),
+        redactor: redactor_of(run_dir, state.tasks.len(), task),
+        line: Vec::new(),
+    };
+    out.write_all(&text).map_err(CliError::from)?;
     Ok(Code::Ok)
 }
 
@@ -153,4 +162,68 @@ pub(crate) fn size(bytes: u64) -> String {
         unit += 1;
     }
     format!("{v:.1} {}", UNITS[unit])
+}
+
+/// #34: the secrets of `task` that its run's references name, read again now (one that cannot
+/// be read is left out: the transcript files of an ended attempt are masked already).
+fn redactor_of(
+    run_dir: &sortie_runner::layout::RunDir,
+    tasks: usize,
+    task: sortie_core::TaskId,
+) -> sortie_batch::Redactor {
+    let mut redactor = sortie_batch::Redactor::default();
+    let env = run_dir.load_env(tasks).unwrap_or_default();
+    for (name, value) in env.get(task.index()).map(Vec::as_slice).unwrap_or_default() {
+        if value.is_reference()
+            && let Ok(v) = value.resolve(name)
+        {
+            redactor.add(name, &v);
+        }
+    }
+    redactor
+}
+
+/// #34: writes whole lines with the task's secrets replaced by `[redacted:NAME]` and a masked
+/// secret's padding left out (see `transcript::mask_file`).
+struct Redacting<W: Write> {
+    out: W,
+    redactor: sortie_batch::Redactor,
+    line: Vec<u8>,
+}
+
+impl<W: Write> Redacting<W> {
+    fn emit(&mut self, upto: usize) -> std::io::Result<()> {
+        let line: Vec<u8> = self.line.drain(..upto).collect();
+        let clean = sortie_batch::unpad(&line);
+        if self.redactor.is_empty() {
+            self.out.write_all(&clean)
+        } else {
+            self.out.write_all(&self.redactor.redact_bytes(&clean))
+        }
+    }
+}
+
+impl<W: Write> Write for Redacting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.line.extend_from_slice(buf);
+        while let Some(i) = self.line.iter().position(|&b| b == b'\n') {
+            self.emit(i + 1)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl<W: Write> Drop for Redacting<W> {
+    /// A last line without its newline.
+    fn drop(&mut self) {
+        let n = self.line.len();
+        if n > 0 {
+            let _ = self.emit(n);
+        }
+        let _ = self.out.flush();
+    }
 }

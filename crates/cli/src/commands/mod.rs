@@ -19,6 +19,8 @@ mod wait;
 mod logs;
 // Issue 13: structured results.
 mod results;
+// #35: the dashboard.
+mod serve;
 
 use sortie_core::{RunId, RunState};
 use sortie_runner::control::Request;
@@ -72,6 +74,7 @@ pub(crate) fn dispatch(mut cli: Cli) -> Result<Code> {
         Command::Completions(c) => completions(&c.shell),
         Command::Logs(l) => logs::logs(g, &l),
         Command::Results(r) => results::results(g, &r),
+        Command::Serve(s) => serve::serve(g, &s),
     }
 }
 

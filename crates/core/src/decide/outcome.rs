@@ -241,6 +241,8 @@ pub enum LaunchFailure {
     PromptFile,
     /// The executor could not start it, for this reason.
     Spawn(SpawnFault),
+    /// #34: a secret of its `env` given by reference could not be read.
+    Secret,
     /// #34: its sandbox cannot be made (the machine lacks Landlock or user namespaces, or its
     /// policy cannot be written): a sandboxed task does not start unconfined.
     Sandbox,
@@ -287,7 +289,8 @@ impl LaunchFailure {
             LaunchFailure::Adopt => StopReason::Error,
             LaunchFailure::Argv => StopReason::Invalid,
             LaunchFailure::Spawn(fault) if fault.deterministic() => StopReason::Invalid,
-            LaunchFailure::Copy | LaunchFailure::HomeConfig | LaunchFailure::Sandbox => {
+            LaunchFailure::Copy | LaunchFailure::HomeConfig | LaunchFailure::Secret
+            | LaunchFailure::Sandbox => {
                 StopReason::SetupError
             }
             LaunchFailure::HomeFiles

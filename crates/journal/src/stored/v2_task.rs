@@ -14,6 +14,31 @@ pub(crate) enum ExecutorV2 {
     #[default]
     Local,
     Slurm(Grow<SlurmOptionsV2>),
+    /// #36: appended.
+    Ray(Grow<RayOptionsV2>),
+}
+
+/// Mirrors `sortie_core::RayOptions` (#36; amounts in thousandths).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct RayOptionsV2 {
+    address: Option<String>,
+    num_cpus: Option<u64>,
+    num_gpus: Option<u64>,
+    memory: Option<u64>,
+    resources: Vec<(String, u64)>,
+    entrypoint_resources: Vec<(String, u64)>,
+    runtime_env: Vec<(String, String)>,
+}
+
+fn milli_out(v: &[(String, sortie_core::Milli)]) -> Vec<(String, u64)> {
+    v.iter().map(|(k, m)| (k.clone(), m.0)).collect()
+}
+
+fn milli_in(v: Vec<(String, u64)>) -> Vec<(String, sortie_core::Milli)> {
+    v.into_iter()
+        .map(|(k, m)| (k, sortie_core::Milli(m)))
+        .collect()
 }
 
 /// Mirrors `sortie_core::SlurmOptions` (#11).
@@ -37,6 +62,15 @@ impl From<&Executor> for ExecutorV2 {
                 cpus: o.cpus,
                 mem_mb: o.mem_mb,
                 extra_args: o.extra_args.clone(),
+            })),
+            Executor::Ray(o) => ExecutorV2::Ray(Grow(RayOptionsV2 {
+                address: o.address.clone(),
+                num_cpus: o.num_cpus.map(|m| m.0),
+                num_gpus: o.num_gpus.map(|m| m.0),
+                memory: o.memory,
+                resources: milli_out(&o.resources),
+                entrypoint_resources: milli_out(&o.entrypoint_resources),
+                runtime_env: o.runtime_env.clone(),
             })),
         }
     }
@@ -72,6 +106,15 @@ impl From<ExecutorV2> for Executor {
                 cpus: o.cpus,
                 mem_mb: o.mem_mb,
                 extra_args: o.extra_args,
+            }),
+            ExecutorV2::Ray(Grow(o)) => Executor::Ray(sortie_core::RayOptions {
+                address: o.address,
+                num_cpus: o.num_cpus.map(sortie_core::Milli),
+                num_gpus: o.num_gpus.map(sortie_core::Milli),
+                memory: o.memory,
+                resources: milli_in(o.resources),
+                entrypoint_resources: milli_in(o.entrypoint_resources),
+                runtime_env: o.runtime_env,
             }),
         }
     }

@@ -43,6 +43,11 @@ pub(crate) struct AttemptCtx {
     pub(crate) launch: LaunchPlan,
     pub(crate) cwd: PathBuf,
     pub(crate) env: Vec<(String, String)>,
+    /// #34: why a reference of the task's `env` could not be read (the launch fails with it).
+    pub(crate) env_error: Option<String>,
+    /// #34: the values of the task's references, taken out of its output, its error, its
+    /// result and its transcript files.
+    pub(crate) redactor: Arc<sortie_batch::Redactor>,
     pub(crate) marker: (String, String),
     /// Its clocks and budgets.
     pub(crate) limits: Limits,
@@ -243,8 +248,20 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
     let slot = Arc::clone(&control);
     let join = tokio::spawn(async move {
         let (task, attempt) = (ctx.task, ctx.attempt);
-        match run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await {
-            Ok((outcome, usage, output)) => {
+        let redactor = Arc::clone(&ctx.redactor);
+        let files = ctx.placement.files();
+        let stderr_log = ctx.stderr_log.clone();
+        let ended = run::run(ctx, &tx, stop_rx, ctl_rx, &slot).await;
+        // #34: the secrets it was given are out of its files and its report before the run
+        // loop hears of its end (the journal never receives them).
+        if !redactor.is_empty() {
+            let paths = [files.stdout.as_path(), files.stderr.as_path(), &stderr_log];
+            crate::transcript::mask_files(paths, &redactor);
+        }
+        match ended {
+            Ok((mut outcome, usage, output)) => {
+                redact_outcome(&redactor, &mut outcome);
+                let output = redactor.redact(&output).into_owned();
                 let _ = tx.send(Msg::Finished {
                     task,
                     attempt,
@@ -274,5 +291,20 @@ pub(crate) fn start(ctx: AttemptCtx, tx: mpsc::UnboundedSender<Msg>) -> AttemptH
         control,
         ctl: ctl_tx,
         steerable,
+    }
+}
+
+/// #34: `outcome`'s texts (its error, its structured result) without the secrets of `redactor`.
+fn redact_outcome(redactor: &sortie_batch::Redactor, outcome: &mut AttemptOutcome) {
+    if redactor.is_empty() {
+        return;
+    }
+    for text in [&mut outcome.error, &mut outcome.result]
+        .into_iter()
+        .flatten()
+    {
+        if let std::borrow::Cow::Owned(clean) = redactor.redact(text) {
+            *text = clean;
+        }
     }
 }

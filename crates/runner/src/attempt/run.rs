@@ -232,6 +232,9 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
             .await
             .map_err(|e| failed(LaunchFailure::Adopt, e.to_string()));
     }
+    if let Some(e) = &ctx.env_error {
+        return Err(failed(LaunchFailure::Secret, e.clone()));
+    }
     let argv = match &ctx.launch.argv {
         Ok(argv) => argv.clone(),
         Err(e) => return Err(failed(LaunchFailure::Argv, e.to_string())),

@@ -69,6 +69,8 @@ struct CheckJob {
     output_file: PathBuf,
     /// The agent's answer, written to `output_file` before the check starts.
     output: String,
+    /// #34: the task's secrets, taken out of the check's log and its verdict's error.
+    redactor: sortie_batch::Redactor,
 }
 
 impl Engine {
@@ -150,7 +152,23 @@ impl Engine {
         let (t, a) = (task.0, last.attempt.0);
         let result = self.run_dir.check_file(t, a, "result");
         let output_file = self.run_dir.check_file(t, a, "output");
-        let mut env = self.env.get(&task.index()).cloned().unwrap_or_default();
+        // #34: the task's references, read again (one that cannot be read is left out: its
+        // attempt failed to launch for it).
+        let refs = self
+            .env
+            .get(&task.index())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut redactor = sortie_batch::Redactor::default();
+        let mut env: Vec<(String, String)> = Vec::new();
+        for (name, value) in refs {
+            if let Ok(v) = value.resolve(name) {
+                if value.is_reference() {
+                    redactor.add(name, &v);
+                }
+                env.push((name.clone(), v));
+            }
+        }
         env.extend([
             ("SORTIE_RUN".to_owned(), self.run_id.to_string()),
             ("SORTIE_TASK".to_owned(), spec.label.clone()),
@@ -192,6 +210,7 @@ impl Engine {
             result,
             output_file,
             output: last.output().unwrap_or_default().to_owned(),
+            redactor,
         })
     }
 }
@@ -199,7 +218,14 @@ impl Engine {
 /// Runs (or follows) a check and reports its verdict; nothing when it was interrupted.
 async fn run(job: CheckJob, stop: oneshot::Receiver<StopReason>, tx: mpsc::UnboundedSender<Msg>) {
     let (task, attempt) = (job.task, job.attempt);
-    let verdict = check(job, stop).await;
+    let (redactor, log) = (job.redactor.clone(), job.log.clone());
+    let mut verdict = check(job, stop).await;
+    if !redactor.is_empty() {
+        crate::transcript::mask_files([log.as_path()], &redactor);
+        if let Some(e) = verdict.as_mut().and_then(|v| v.error.as_mut()) {
+            *e = redactor.redact(e).into_owned();
+        }
+    }
     let _ = tx.send(Msg::Verified {
         task,
         attempt,

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Engine;
 use crate::Result;
 use crate::attempt::{Ctl, StopRequest};
-use crate::control::{Reply, Request};
+use crate::control::{Envelope, Reply, Request};
 
 /// The longest request line read.
 const MAX_REQUEST: u64 = 64 * 1024;
@@ -86,13 +86,19 @@ async fn serve(stream: UnixStream, tx: mpsc::UnboundedSender<ControlMsg>) -> std
         BufReader::new(read.take(MAX_REQUEST))
             .read_line(&mut line)
             .await?;
-        match serde_json::from_str::<Request>(&line) {
+        match serde_json::from_str::<Envelope>(&line) {
             Err(e) => Reply::refused(format!("not a request: {e}")),
-            Ok(req) => {
-                let by = match cred.pid() {
+            Ok(envelope) => {
+                let peer = match cred.pid() {
                     Some(pid) => format!("uid {} pid {pid}", cred.uid()),
                     None => format!("uid {}", cred.uid()),
                 };
+                // #35: `sortie serve` asks for the holder of its token: `web (uid .. pid ..)`.
+                let by = match envelope.via() {
+                    Some(via) => format!("{via} ({peer})"),
+                    None => peer,
+                };
+                let req = envelope.req;
                 let (reply, rx) = oneshot::channel();
                 if tx.send(ControlMsg { req, by, reply }).is_err() {
                     Reply::refused("the run is ending")

@@ -28,7 +28,14 @@ impl Engine {
             _ => PathBuf::from(&spec.cwd),
         };
         let profile = batch.launch_profile(spec)?;
-        let mut env = self.env.get(&task.index()).cloned().unwrap_or_default();
+        // #34: references are read now (and again at resume), never kept; a value that
+        // cannot be read fails the launch (see `AttemptCtx::env_error`).
+        let refs = self.env.get(&task.index()).map(Vec::as_slice);
+        let (mut env, redactor, env_error) =
+            match sortie_batch::resolve_env(refs.unwrap_or_default()) {
+                Ok(r) => (r.env, r.redactor, None),
+                Err(e) => (Vec::new(), sortie_batch::Redactor::default(), Some(e)),
+            };
         // A run the attempt starts is nested one deeper (`slots::DEPTH_VAR`).
         env.push((
             crate::slots::DEPTH_VAR.to_owned(),
@@ -95,6 +102,8 @@ impl Engine {
                 launch: plan,
                 cwd,
                 env,
+                env_error,
+                redactor: Arc::new(redactor),
                 marker: process::marker(&self.run_id, task, live.attempt, self.incarnation()),
                 stderr_log: self.run_dir.stderr_log(task.0, live.attempt.0),
                 limits: attempt::Limits {

@@ -339,7 +339,7 @@ struct Parts {
     run_dir: RunDir,
     journal: Journal,
     lock: OwnerLock,
-    env: Vec<Vec<(String, String)>>,
+    env: Vec<Vec<(String, sortie_batch::EnvValue)>>,
 }
 
 /// A worktree job in flight.
@@ -357,7 +357,7 @@ struct Engine {
     journal: Arc<Journal>,
     _lock: OwnerLock,
     /// Each task's environment variables, by task index; a task without any is not held.
-    env: HashMap<usize, Vec<(String, String)>>,
+    env: HashMap<usize, Vec<(String, sortie_batch::EnvValue)>>,
     state: RunState,
     planner: Planner,
     live: HashMap<TaskId, AttemptHandle>,

@@ -30,7 +30,8 @@
 //!
 //! The implementations: `direct.rs` (a child of sortie, pipes), `supervised.rs` (a small
 //! per-attempt supervisor that survives sortie; the files above) and `slurm/` (#11: one batch
-//! job per attempt, with Slurm's commands as data).
+//! job per attempt, with Slurm's commands as data) and `ray/` (#36: one job per attempt through
+//! Ray's HTTP job API).
 
 use std::fmt;
 use std::future::Future;
@@ -47,6 +48,8 @@ use crate::layout::attempt::{AttemptFiles, EXIT_FILE};
 use crate::process::{Line, SpawnError, SpawnSpec, Stdin, WaitError};
 
 mod direct;
+// #36
+pub mod ray;
 // #11
 pub mod slurm;
 mod supervised;
@@ -393,6 +396,8 @@ pub fn supervisor() -> Option<&'static Path> {
 #[derive(Debug, Default)]
 pub struct Shared {
     slurm: OnceLock<Arc<slurm::Cluster>>,
+    /// #36: the run's Ray head nodes, by address.
+    ray: ray::Heads,
 }
 
 /// What choosing an attempt's executor needs beside its task's spec.
@@ -417,6 +422,7 @@ pub struct Choice<'a> {
 pub fn for_spec(spec: &TaskSpec, choice: &Choice<'_>) -> Arc<dyn Executor> {
     match &spec.executor {
         sortie_core::Executor::Slurm(options) => slurm::place::for_spec(spec, options, choice),
+        sortie_core::Executor::Ray(_) => ray::for_spec(spec, choice),
         sortie_core::Executor::Local => match supervisor() {
             Some(program) if choice.supervise => Arc::new(Supervised::new(program.to_path_buf())),
             _ => Arc::new(Direct),
@@ -440,6 +446,40 @@ pub async fn unready(tasks: &[TaskSpec]) -> Vec<(Vec<usize>, String)> {
     {
         out.push((on_slurm, message));
     }
+    // #36: each Ray head the tasks use, once.
+    let heads = ray_heads(tasks);
+    for (address, ix) in heads {
+        if let Err(message) = ray::heads_answer(std::slice::from_ref(&address)).await {
+            out.push((ix, message));
+        }
+    }
+    out
+}
+
+/// #36: each Ray head the tasks use (its address), with the tasks (their indexes) on it.
+fn ray_heads(tasks: &[TaskSpec]) -> Vec<(String, Vec<usize>)> {
+    let mut heads: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, t) in tasks.iter().enumerate() {
+        if let sortie_core::Executor::Ray(o) = &t.executor {
+            let a = ray::address(o);
+            match heads.iter_mut().find(|(h, _)| *h == a) {
+                Some((_, ix)) => ix.push(i),
+                None => heads.push((a, vec![i])),
+            }
+        }
+    }
+    heads
+}
+
+/// #36: what the clusters the tasks use say of themselves, one line each (`sortie check`: a
+/// Ray head's version); those that do not answer are [`unready`]'s.
+pub async fn reached(tasks: &[TaskSpec]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (address, _) in ray_heads(tasks) {
+        if let Ok(said) = ray::heads_answer(std::slice::from_ref(&address)).await {
+            out.extend(said);
+        }
+    }
     out
 }
 
@@ -454,6 +494,7 @@ pub fn for_placement(
         DIRECT => Some(Arc::new(Direct)),
         SUPERVISED => Some(Arc::new(Supervised::new(supervisor()?.to_path_buf()))),
         slurm::SLURM => Some(slurm::place::for_placement(spec, choice)),
+        ray::RAY => Some(ray::for_spec(spec, choice)),
         _ => None,
     }
 }

@@ -392,8 +392,9 @@ impl RunDir {
         comm.trim().starts_with("sortie").then_some(pid)
     }
 
-    /// Keeps the tasks' environment values in `env.json` (0600), outside the journal.
-    pub fn save_env(&self, env: &[Vec<(String, String)>]) -> Result<()> {
+    /// Keeps the tasks' environment values in `env.json` (0600), outside the journal: a plain
+    /// value as written, a reference (#34) as the reference, never its value.
+    pub fn save_env(&self, env: &[Vec<(String, sortie_batch::EnvValue)>]) -> Result<()> {
         let bytes = serde_json::to_vec(env).map_err(|e| Error::Io {
             path: self.env(),
             source: std::io::Error::other(e),
@@ -402,9 +403,9 @@ impl RunDir {
     }
 
     /// Reads the environment values saved by [`RunDir::save_env`]; a run without any has none.
-    pub fn load_env(&self, tasks: usize) -> Result<Vec<Vec<(String, String)>>> {
+    pub fn load_env(&self, tasks: usize) -> Result<Vec<Vec<(String, sortie_batch::EnvValue)>>> {
         let path = self.env();
-        let mut env: Vec<Vec<(String, String)>> = match fs::read(&path) {
+        let mut env: Vec<Vec<(String, sortie_batch::EnvValue)>> = match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Io {
                 path: path.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),

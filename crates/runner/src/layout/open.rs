@@ -96,6 +96,14 @@ impl RunReader {
         self.journal.read(Seq(0), None)
     }
 
+    /// #35: the records from `from` on (`sortie serve`'s event stream), each checked.
+    pub fn events_from(
+        &self,
+        from: Seq,
+    ) -> impl Iterator<Item = sortie_journal::Result<Stamped>> + '_ {
+        self.journal.read(from, None)
+    }
+
     /// Every record in the journal's versioned export format (`sortie export`).
     pub fn export(&self) -> impl Iterator<Item = sortie_journal::Result<ExportRecord>> + '_ {
         self.events().map(|r| r.map(|s| ExportRecord::from(&s)))
@@ -108,7 +116,7 @@ impl RunReader {
 }
 
 /// The tasks' environment values, one list per task (`RunDir::load_env`).
-type Env = Vec<Vec<(String, String)>>;
+type Env = Vec<Vec<(String, sortie_batch::EnvValue)>>;
 
 /// A run's journal opened in place by the process that takes the run over, and its state.
 #[derive(Debug)]

@@ -81,3 +81,25 @@ pub fn run_hook_in(command: &str, env: &[(String, String)], cwd: Option<&std::pa
         Err(e) => tracing::warn!("cannot run the task-end hook `{command}`: {e}"),
     }
 }
+
+/// #35: opens `url` in the user's browser (`xdg-open`, or `open` on macOS), not waited for
+/// (a thread reaps it).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the user's browser is started here"
+)]
+pub fn open_url(url: &str) -> std::io::Result<()> {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let mut child = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    std::thread::spawn(move || child.wait());
+    Ok(())
+}

@@ -61,7 +61,7 @@ mod tool;
 pub use adopt::{become_subreaper, end_marked_children, wait_orphan};
 pub use argv::{RenderError, SESSION_ARGS, Vars, expand_element, render_argv};
 pub use child::{Child, Stopper};
-pub use detach::{run_hook, run_hook_in, spawn_detached_with};
+pub use detach::{open_url, run_hook, run_hook_in, spawn_detached_with};
 pub use exit::WaitError;
 pub use host::{hostname, survive_file_size_limit};
 pub use lines::{DRAIN_AFTER_EXIT, Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES};

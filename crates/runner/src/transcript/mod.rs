@@ -6,12 +6,14 @@
 //! cut; `follow.rs` follows a supervised attempt through its files as if it were a child;
 //! `reading.rs` reads one for a person (`sortie logs`, `--follow`); `list.rs` lists a run's
 //! transcripts from the journal's placements and the files: where they are, how big, what the
-//! cap cut, whether anything may still write to one, and `sortie gc`'s removal of them.
+//! cap cut, whether anything may still write to one, and `sortie gc`'s removal of them; `redact.rs`
+//! masks the secrets an attempt was given (#34).
 
 mod follow;
 mod kept;
 mod list;
 mod reading;
+mod redact;
 
 pub use follow::{Followed, Watcher};
 pub use kept::{
@@ -21,3 +23,5 @@ pub use kept::{
 pub(crate) use kept::{CHECK_EVERY, Keeper, Trimmer};
 pub use list::{Collected, Transcript, gc, may_grow, of_task};
 pub use reading::{CutNotice, Reading, Step};
+pub use redact::mask_file;
+pub(crate) use redact::mask_files;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use sortie_core::{Attempt, RunId, TaskId};
 use tokio::sync::{Notify, watch};
 
+use super::follow::Over;
 use super::jobs::{
     Accounting, JobId, JobKey, JobStatus, Lookup, PollPace, parse_sacct, parse_scontrol,
     parse_squeue, sacct_args, scontrol_args, squeue_args,
@@ -69,9 +70,9 @@ pub(super) enum Seen {
     Unknown,
 }
 
-impl Seen {
+impl Over for Seen {
     /// True once nothing more will change: a final state, or unknown to Slurm.
-    pub(super) fn is_over(&self) -> bool {
+    fn is_over(&self) -> bool {
         match self {
             Seen::Nothing => false,
             Seen::Status(s) => s.state.is_final(),

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::cluster::Seen;
 use crate::process::lines::LineSplitter;
 use crate::process::{Line, MAX_LINE_BYTES, STDERR_TAIL_BYTES};
 use crate::transcript::{CHECK_EVERY, Cap, Kept, KeptReader, Trimmer};
@@ -23,6 +22,12 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 const SETTLE: Duration = Duration::from_millis(500);
 const READ_CHUNK: usize = 64 * 1024;
 
+/// What a follower asks of a job's latest status (#36: Slurm's and Ray's).
+pub(in crate::executor) trait Over: Send + Sync + 'static {
+    /// True once nothing more will change: the job's output is complete once read.
+    fn is_over(&self) -> bool;
+}
+
 /// Starts following `path`; lines arrive on the receiver, which closes once the job is over
 /// and the file read to its end. The counter holds the end of the last line read (the offset
 /// just after it: what the journal may record as read, `AttemptRead`); the second, the end of
@@ -31,9 +36,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// #10: sortie's follower is the one cutter of a job's files while the job runs (nothing of
 /// sortie's runs beside the job on its node): its stdout is cut to the cap below what the
 /// journal acknowledged (`transcript::write_read`), its stderr at once; the reads jump the cut.
-pub(super) fn follow(
+pub(in crate::executor) fn follow<S: Over>(
     path: PathBuf,
-    job: watch::Receiver<Seen>,
+    job: watch::Receiver<S>,
 ) -> (mpsc::Receiver<Line>, [Arc<AtomicU64>; 2]) {
     let (tx, rx) = mpsc::channel(1024);
     let bytes = Arc::new(AtomicU64::new(0));
@@ -47,11 +52,11 @@ pub(super) fn follow(
     (rx, [bytes, cut_to])
 }
 
-async fn follow_file(
+async fn follow_file<S: Over>(
     path: PathBuf,
     tx: mpsc::Sender<Line>,
     [bytes, cut_to]: [Arc<AtomicU64>; 2],
-    mut job: watch::Receiver<Seen>,
+    mut job: watch::Receiver<S>,
 ) {
     let mut reader = KeptReader::new(&path, 0);
     let mut buf = vec![0u8; READ_CHUNK];
@@ -150,7 +155,7 @@ impl Cutter {
 }
 
 /// The last [`STDERR_TAIL_BYTES`] of a file, decoded lossily from a char boundary.
-pub(super) fn tail(path: &Path) -> String {
+pub(in crate::executor) fn tail(path: &Path) -> String {
     let Ok(mut f) = File::open(path) else {
         return String::new();
     };
@@ -172,6 +177,7 @@ pub(super) fn tail(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cluster::Seen;
     use super::*;
 
     #[tokio::test]

@@ -44,12 +44,13 @@ use super::{
 use crate::process::{Line, SpawnError, Stdin, WaitError};
 
 mod cluster;
-mod follow;
+pub(in crate::executor) mod follow;
 pub mod jobs;
 pub(super) mod place;
 
 use cluster::Seen;
 pub use cluster::{Cluster, controller_answers};
+use follow::Over as _;
 
 /// The journaled name of the Slurm executor.
 pub const SLURM: &str = "slurm";
