@@ -289,10 +289,10 @@ impl LaunchFailure {
             LaunchFailure::Adopt => StopReason::Error,
             LaunchFailure::Argv => StopReason::Invalid,
             LaunchFailure::Spawn(fault) if fault.deterministic() => StopReason::Invalid,
-            LaunchFailure::Copy | LaunchFailure::HomeConfig | LaunchFailure::Secret
-            | LaunchFailure::Sandbox => {
-                StopReason::SetupError
-            }
+            LaunchFailure::Copy
+            | LaunchFailure::HomeConfig
+            | LaunchFailure::Secret
+            | LaunchFailure::Sandbox => StopReason::SetupError,
             LaunchFailure::HomeFiles
             | LaunchFailure::SessionDir
             | LaunchFailure::PromptFile

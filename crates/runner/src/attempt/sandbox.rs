@@ -55,11 +55,19 @@ pub(crate) fn confine(
         sessions.push(text(store));
     }
     let (git_write, git_read) = git_dirs(&workdir);
-    let (linked_files, linked_dirs) = launch
+    let (mut linked_files, linked_dirs) = launch
         .home
         .as_ref()
         .map(|h| linked(&h.dir))
         .unwrap_or_default();
+    // The session an earlier attempt of its conversation left (another task's, when a
+    // session goes on across tasks): the agent appends to that file.
+    if let Some(file) = launch.continues.as_deref().map(Path::new)
+        && file.is_absolute()
+        && file.is_file()
+    {
+        linked_files.push(text(file));
+    }
     let providers = launch.home.as_ref().map_or_else(Vec::new, |h| {
         let env = |key: &str| {
             let own = spec

@@ -302,7 +302,9 @@ fn probe_now(sortie: &Path) -> Support {
 pub(crate) fn install_of(program: &Path) -> Option<PathBuf> {
     let real = fs::canonicalize(program).ok()?;
     let dir = real.parent()?;
-    let prefix = if dir.file_name().is_some_and(|n| n == "bin") {
+    // `<prefix>/bin/node`: the prefix; a version manager's shim (pyenv's, rbenv's, asdf's
+    // `<root>/shims/python3`): the manager's root, which holds the versions it picks from.
+    let prefix = if dir.file_name().is_some_and(|n| n == "bin" || n == "shims") {
         dir.parent()?
     } else {
         dir
