@@ -11,6 +11,11 @@
 # at its start and end) done by 16 threads of one process; and sortie's shepherd alone, driven
 # over its pipes as sortie drives it, without sortie's engine, journal or followers. Between
 # them and sortie lies what sortie itself adds.
+# #34: the same batch sandboxed (`sandbox = "workspace"`: every attempt through `sortie
+# __sandbox`, a user and network namespace and Landlock) runs interleaved with the others; its
+# throughput over the unsandboxed run's is the sandbox's ratio (target >= 0.8), and the wrapper's
+# own cost per attempt is measured exec to exec: `sortie __sandbox POLICY true` against `true`,
+# SETUP_N times each, the difference per exec in milliseconds (SANDBOX=0 skips both).
 # GNU parallel is installed with apt-get when it is missing (PARALLEL=0 skips it).
 #   bash bench/dispatch.sh            (N=5000, ROUNDS=3)
 #   N=2000 ROUNDS=5 bash bench/dispatch.sh
@@ -20,6 +25,8 @@ N=${N:-5000}
 ROUNDS=${ROUNDS:-3}
 P=16
 PARALLEL=${PARALLEL:-1}
+SANDBOX=${SANDBOX:-1}
+SETUP_N=${SETUP_N:-500}
 
 is_gnu_parallel() { parallel --version 2>/dev/null | grep -q 'GNU parallel'; }
 if [ "$PARALLEL" = 1 ] && ! is_gnu_parallel; then
@@ -37,12 +44,25 @@ FLOOR=$PWD/target/release/examples/dispatch_floor
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-python3 - "$work/tasks.jsonl" "$work/direct.jsonl" "$N" <<'PY'
+python3 - "$work/tasks.jsonl" "$work/direct.jsonl" "$work/sandbox.jsonl" "$N" <<'PY'
 import json, sys
-with open(sys.argv[1], "w") as f, open(sys.argv[2], "w") as g:
-    for i in range(int(sys.argv[3])):
+with open(sys.argv[1], "w") as f, open(sys.argv[2], "w") as g, open(sys.argv[3], "w") as h:
+    for i in range(int(sys.argv[4])):
         f.write(json.dumps({"command": ["true"]}) + "\n")
         g.write(json.dumps({"command": ["true"], "supervise": False}) + "\n")
+        h.write(json.dumps({"command": ["true"], "sandbox": "workspace"}) + "\n")
+PY
+if [ "$SANDBOX" = 1 ] && ! "$SORTIE" __sandbox --probe >/dev/null 2>&1; then
+  echo "dispatch.sh: this machine cannot sandbox: its rows are skipped" >&2
+  SANDBOX=0
+fi
+# The wrapper alone: the policy of an attempt of `true` (written as sortie writes one).
+mkdir -p "$work/box/tmp"
+python3 - "$work/box" <<'PY'
+import json, sys
+box = sys.argv[1]
+json.dump({"write": [box, box + "/tmp", "/dev/null"], "read": ["/usr", "/etc", "/lib", "/lib64", "/bin"],
+           "hosts": [], "tmp": box + "/tmp"}, open(box + "/policy.json", "w"))
 PY
 
 now() { date +%s.%N; }
@@ -55,6 +75,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 : > "$work/parallel.times"
 : > "$work/floor.times"
 : > "$work/shepherd.times"
+: > "$work/sandbox.times"
+: > "$work/setup.times"
 # CPU seconds (user + sys, the contender and its children) beside the wall time: on a loaded
 # machine the wall time says how the scheduler treated each contender, the CPU what it cost.
 TIME=$(command -v /usr/bin/time || true)
@@ -93,6 +115,18 @@ for r in $(seq "$ROUNDS"); do
   timed attempt env SORTIE_SUPERVISION=attempt "$SORTIE" --state-dir "$work/astate$r" run "$work/tasks.jsonl" --concurrency "$P" >/dev/null 2>"$work/attempt.log"
 
   timed direct "$SORTIE" --state-dir "$work/dstate$r" run "$work/direct.jsonl" --concurrency "$P" >/dev/null 2>"$work/direct.log"
+
+  if [ "$SANDBOX" = 1 ]; then
+    timed sandbox "$SORTIE" --state-dir "$work/sstate$r" run "$work/sandbox.jsonl" --concurrency "$P" >/dev/null 2>"$work/sandbox.log"
+    # (a task that failed would have made sortie exit 1, which ends the script here)
+    # Exec to exec: SETUP_N wrapped `true`s, then SETUP_N plain ones, one at a time.
+    t0=$(now)
+    for _ in $(seq "$SETUP_N"); do "$SORTIE" __sandbox "$work/box/policy.json" true; done
+    t1=$(now)
+    for _ in $(seq "$SETUP_N"); do /bin/true; done
+    t2=$(now)
+    awk -v a="$t0" -v b="$t1" -v c="$t2" -v n="$SETUP_N" 'BEGIN {print ((b - a) - (c - b)) * 1000 / n}' >> "$work/setup.times"
+  fi
 done
 
 cpu() { if [ -s "$work/$1.cpu" ]; then median < "$work/$1.cpu"; else echo nan; fi; }
@@ -103,6 +137,13 @@ floor_t=$(median < "$work/floor.times")
 shepherd_t=$(median < "$work/shepherd.times")
 attempt_t=$(median < "$work/attempt.times")
 events=$("$SORTIE" --state-dir "$work/state1" export "$(ls "$work/state1/runs")" | wc -l)
+sandbox_t=nan
+sandbox_ratio=nan
+setup_ms=nan
+if [ "$SANDBOX" = 1 ]; then
+  sandbox_t=$(median < "$work/sandbox.times")
+  setup_ms=$(median < "$work/setup.times")
+fi
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 printf '\n%-34s %10s %10s %12s\n' "dispatch: $N x true, -P $P" "median s" "cpu s" "tasks/s"
 calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
@@ -124,10 +165,15 @@ line "sortie's shepherd alone" "$shepherd_t" "$(cpu shepherd)"
 line "sortie supervised ($events events)" "$sortie_t" "$sortie_c"
 line "sortie, a supervisor per attempt" "$attempt_t" "$attempt_c"
 line "sortie supervise = false" "$direct_t" "$direct_c"
+if [ "$SANDBOX" = 1 ]; then
+  sandbox_ratio=$(calc "$sortie_t / $sandbox_t")
+  line "sortie sandbox = workspace" "$sandbox_t" "$(cpu sandbox)"
+  printf 'ratio sandboxed/unsandboxed throughput: %s; the wrapper, exec to exec: %.2f ms per attempt\n' "$sandbox_ratio" "$setup_ms"
+fi
 ratio() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo nan; else calc "$1 / $2"; fi; }
 printf 'ratio sortie/xargs throughput: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(calc "$xargs_t / $sortie_t")" "$(calc "$xargs_t / $attempt_t")" "$(calc "$xargs_t / $direct_t")"
 printf 'ratio xargs/sortie CPU: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(ratio "$xargs_c" "$sortie_c")" "$(ratio "$xargs_c" "$attempt_c")" "$(ratio "$xargs_c" "$direct_c")"
 printf 'ratio sortie/parallel throughput: %s\n' "$parallel_ratio"
 printf 'ratio yardstick/xargs throughput: %s (floor), %s (shepherd alone)\n' "$(calc "$xargs_t / $floor_t")" "$(calc "$xargs_t / $shepherd_t")"
 printf 'load average before %s, after %s (%s cores)\n' "$load_before" "$load_after" "$(nproc)"
-echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio floor_s=$floor_t floor_ratio=$(calc "$xargs_t / $floor_t") shepherd_s=$shepherd_t shepherd_ratio=$(calc "$xargs_t / $shepherd_t") load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c")"
+echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio floor_s=$floor_t floor_ratio=$(calc "$xargs_t / $floor_t") shepherd_s=$shepherd_t shepherd_ratio=$(calc "$xargs_t / $shepherd_t") load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c") sandbox_s=$sandbox_t sandbox_ratio=$sandbox_ratio sandbox_setup_ms=$setup_ms sandbox_cpu=$(cpu sandbox)"

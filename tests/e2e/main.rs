@@ -31,6 +31,8 @@ mod prices;
 mod real_claude;
 mod real_codex;
 mod real_pi;
+// #34: the real CLIs sandboxed.
+mod real_sandbox;
 // #13: roles and sessions with the real CLIs.
 mod real_sessions;
 // #33: feedback rounds with the real CLIs.
@@ -38,6 +40,8 @@ mod real_verify;
 mod report;
 // #33: samples, pass@k, best-of-N
 mod samples;
+// #34: the kernel sandbox.
+mod sandbox;
 mod secrets;
 mod signals;
 mod supervised;

@@ -136,6 +136,20 @@ pub(crate) fn table(f: &Figures, command: &str) -> String {
                 "",
             );
         }
+        // #34: the same batch sandboxed, and the wrapper's cost per attempt.
+        let sratio = num(d, "sandbox_ratio");
+        row(
+            "dispatch, `sandbox = \"workspace\"` ÷ unsandboxed (throughput)".to_owned(),
+            sratio,
+            match (sratio, num(d, "sandbox_s"), num(d, "sandbox_setup_ms")) {
+                (Some(r), Some(t), Some(ms)) => {
+                    format!("{r:.2}× (sandboxed {t:.2} s; the wrapper {ms:.2} ms per attempt)")
+                }
+                _ => "not measured".into(),
+            },
+            Target::AtLeast(0.8),
+            "≥ 0.8×",
+        );
         loads.push(format!(
             "dispatch {}",
             d.get("load").map_or("?", String::as_str)

@@ -215,6 +215,9 @@ pub(crate) struct Report {
     /// Attempts seen ended while sortie was down (their exit file there right after a kill):
     /// none of them may be orphaned, each must be recorded.
     pub(crate) ended_down: u64,
+    /// #34: tasks run sandboxed (`sandbox = "workspace"`: every other task, where the machine
+    /// can sandbox), in all runs.
+    pub(crate) sandboxed_tasks: u64,
     /// Wall time.
     pub(crate) elapsed: Duration,
 }
@@ -277,6 +280,11 @@ impl Report {
              (nothing to rebuild from; the journal put back)",
             self.damage_rounds, self.damage_recovered, self.damage_refused
         );
+        let _ = writeln!(
+            s,
+            "torture: {} tasks sandboxed (sandbox = \"workspace\")",
+            self.sandboxed_tasks
+        );
         let _ = writeln!(s, "torture: kills after: {}", paused.join(", "));
         let _ = write!(
             s,
@@ -319,6 +327,7 @@ pub(crate) fn torture(opts: &Options, sortie: &Path, agent: &Path, root: &Path) 
         sortie: sortie.to_owned(),
         agent: agent.to_owned(),
         root: root.to_owned(),
+        sandbox: can_sandbox(sortie),
         report: Report {
             seed: opts.seed,
             ..Report::default()
@@ -347,7 +356,19 @@ struct Torture {
     sortie: PathBuf,
     agent: PathBuf,
     root: PathBuf,
+    /// #34: whether this machine can sandbox (`sortie __sandbox --probe`).
+    sandbox: bool,
     report: Report,
+}
+
+/// Whether `sortie __sandbox --probe` says this machine can sandbox.
+fn can_sandbox(sortie: &Path) -> bool {
+    Command::new(sortie)
+        .args(["__sandbox", "--probe"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// One run (batch) under torture, and what its crashes so far have shown.
@@ -537,6 +558,16 @@ impl Torture {
         // Supervision is on by default; some tasks keep the direct path under torture too.
         if self.rng.chance(20) {
             extra.push_str("supervise = false\n");
+        }
+        // #34: every other task sandboxed (by its index: the random draws stay the seed's),
+        // its counter and logs in the run's dir, the fake agent read from where it is.
+        if self.sandbox && i.is_multiple_of(2) {
+            extra.push_str(&format!(
+                "sandbox = \"workspace\"\nsandbox_write = [{:?}]\nsandbox_read = [{:?}]\n",
+                dir.display().to_string(),
+                self.agent.display().to_string()
+            ));
+            self.report.sandboxed_tasks += 1;
         }
         let mut argv = Vec::new();
         if let Some(fed) = prefix {

@@ -6,7 +6,9 @@ use std::path::Path;
 use sortie_core::{AgentProfile, Protocol};
 
 use crate::error::Issues;
-use crate::fields::{AGENT_FIELDS, boolean, env_table, expected, string, strings, suggest};
+use crate::fields::{
+    AGENT_FIELDS, boolean, env_table, expected, sandbox, string, strings, suggest,
+};
 use crate::value::{Entry, Val};
 
 /// User agent profiles merged over the built-ins.
@@ -17,6 +19,9 @@ pub(crate) struct Agents {
     pub(crate) env: HashMap<String, Vec<(String, crate::EnvValue)>>,
     /// Profiles with a problem already reported.
     pub(crate) failed: HashSet<String>,
+    /// #34: a profile's own `sandbox`, the default of the tasks that run it (not journaled:
+    /// each task's resolved `sandbox` is).
+    pub(crate) sandbox: HashMap<String, sortie_core::sandbox::Sandbox>,
 }
 
 impl Default for Agents {
@@ -25,6 +30,7 @@ impl Default for Agents {
             profiles: AgentProfile::builtins(),
             env: HashMap::new(),
             failed: HashSet::new(),
+            sandbox: HashMap::new(),
         }
     }
 }
@@ -111,6 +117,10 @@ impl Agents {
                     "can_continue" => boolean(&k.val).map(|b| p.can_continue = b),
                     "may_write" => boolean(&k.val).map(|b| p.may_write = b),
                     "supervise" => boolean(&k.val).map(|b| p.supervise = b),
+                    // #34: the default of the tasks that run it.
+                    "sandbox" => sandbox(&k.val).map(|m| {
+                        agents.sandbox.insert(name.clone(), m);
+                    }),
                     other => Err(format!("unknown field{}", suggest(other, AGENT_FIELDS))),
                 };
                 if let Err(message) = parsed {

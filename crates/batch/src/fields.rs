@@ -75,6 +75,11 @@ pub(crate) const TASK_FIELDS: &[&str] = &[
     "pick",
     // #33: a judge over samples.
     "needs_mode",
+    // #34: the kernel sandbox.
+    "sandbox",
+    "sandbox_write",
+    "sandbox_read",
+    "sandbox_hosts",
 ];
 
 /// The top-level keys of a batch file.
@@ -106,6 +111,8 @@ pub(crate) const AGENT_FIELDS: &[&str] = &[
     "may_write",
     // #10: attempts that outlive sortie.
     "supervise",
+    // #34: the profile's sandbox default.
+    "sandbox",
 ];
 
 /// One task's fields (or `[defaults]`), type-checked, not yet resolved.
@@ -186,6 +193,11 @@ pub(crate) struct RawTask {
     pub(crate) pick: Option<sortie_core::verify::Pick>,
     // #33: a judge over samples.
     pub(crate) needs_mode: Option<NeedsMode>,
+    // #34: the kernel sandbox.
+    pub(crate) sandbox: Option<sortie_core::sandbox::Sandbox>,
+    pub(crate) sandbox_write: Option<Vec<String>>,
+    pub(crate) sandbox_read: Option<Vec<String>>,
+    pub(crate) sandbox_hosts: Option<Vec<String>>,
     /// #33: set on a sample made by a template with `count` of at least 2: its item's name
     /// (see `expand`).
     pub(crate) sample_of: Option<String>,
@@ -424,6 +436,11 @@ impl RawTask {
             "pick" => self.pick = Some(pick(v)?),
             // #33: a judge over samples.
             "needs_mode" => self.needs_mode = Some(needs_mode(v)?),
+            // #34: the kernel sandbox.
+            "sandbox" => self.sandbox = Some(sandbox(v)?),
+            "sandbox_write" => self.sandbox_write = Some(strings(v)?),
+            "sandbox_read" => self.sandbox_read = Some(strings(v)?),
+            "sandbox_hosts" => self.sandbox_hosts = Some(sandbox_hosts(v)?),
             _ => return Err("unknown field".into()),
         }
         Ok(())
@@ -773,6 +790,22 @@ fn output_mode(v: &Val) -> Result<OutputMode, String> {
             "expected \"inline\" or \"file-only\", found {other:?}"
         )),
     }
+}
+
+/// `sandbox` (#34): "workspace" or "off".
+pub(crate) fn sandbox(v: &Val) -> Result<sortie_core::sandbox::Sandbox, String> {
+    let name = string(v)?;
+    sortie_core::sandbox::Sandbox::parse(&name)
+        .ok_or_else(|| format!("expected \"workspace\" or \"off\", found {name:?}"))
+}
+
+/// `sandbox_hosts` (#34): `host:port` strings.
+fn sandbox_hosts(v: &Val) -> Result<Vec<String>, String> {
+    let hosts = strings(v)?;
+    for h in &hosts {
+        sortie_core::sandbox::check_host(h)?;
+    }
+    Ok(hosts)
 }
 
 /// `needs_mode` (#33): "completed" or "settled".

@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use sortie_core::sandbox::Sandbox;
 use sortie_core::{
-    Batch, Executor, ExecutorKind, MaxOutput, RunConfig, SlurmOptions, TaskSpec, validate_batch,
+    AgentProfile, Batch, Executor, ExecutorKind, MaxOutput, RunConfig, SlurmOptions, TaskSpec,
+    validate_batch,
 };
 
 use crate::agents::Agents;
@@ -439,6 +441,8 @@ fn resolve_task(
     if let Some(mode) = pick(&t.needs_mode, &d.needs_mode) {
         s.needs_mode = mode;
     }
+    // #34: the kernel sandbox (a role's, below, over [defaults]').
+    resolve_sandbox(&mut s, t, d, agents);
     // #13: a role gives what the task itself does not (its own fields win), over `[defaults]`.
     if let Some(role) = pick(&t.role, &d.role).and_then(|n| roles.get(&n)) {
         apply_role(&mut s, role, t);
@@ -504,6 +508,12 @@ fn apply_role(s: &mut TaskSpec, role: &Role, t: &RawTask) {
     {
         s.needs_mode = mode;
     }
+    // #34: the role's sandbox.
+    if t.sandbox.is_none()
+        && let Some(mode) = role.sandbox
+    {
+        s.sandbox = mode;
+    }
     if let Some(body) = &role.system_prompt {
         s.system_prompt = Some(match &t.system_prompt {
             Some(own) => format!("{body}\n\n{own}"),
@@ -540,4 +550,25 @@ fn resolve_executor(t: &RawTask, d: &RawTask, ov: &Overrides) -> Executor {
             runtime_env: pick(&t.ray.runtime_env, &d.ray.runtime_env).unwrap_or_default(),
         }),
     }
+}
+
+/// #34: the kernel sandbox's fields, the task's over `[defaults]`; `sandbox` then falls to
+/// the profile's own (`[agents.NAME] sandbox`), then to the built-in rule: a task run by a
+/// built-in agent profile (pi, pi-rpc, claude, codex) is sandboxed, a task's own `command`
+/// (or a profile of the file's own) is not. A role's, applied after, sits over `[defaults]`.
+fn resolve_sandbox(s: &mut TaskSpec, t: &RawTask, d: &RawTask, agents: &Agents) {
+    let builtin_agent =
+        || s.command.is_none() && AgentProfile::BUILTIN_AGENTS.contains(&s.agent.as_str());
+    s.sandbox = pick(&t.sandbox, &d.sandbox)
+        .or_else(|| agents.sandbox.get(&s.agent).copied())
+        .unwrap_or_else(|| {
+            if builtin_agent() {
+                Sandbox::Workspace
+            } else {
+                Sandbox::Off
+            }
+        });
+    s.sandbox_write = pick(&t.sandbox_write, &d.sandbox_write).unwrap_or_default();
+    s.sandbox_read = pick(&t.sandbox_read, &d.sandbox_read).unwrap_or_default();
+    s.sandbox_hosts = pick(&t.sandbox_hosts, &d.sandbox_hosts).unwrap_or_default();
 }

@@ -45,6 +45,8 @@ pub(crate) struct Role {
     pub(crate) thinking: Option<String>,
     /// #33: when the task's needs let it run (a judge's role may say `settled`).
     pub(crate) needs_mode: Option<sortie_core::NeedsMode>,
+    /// #34: the role's sandbox (`sandbox: off` or `workspace`).
+    pub(crate) sandbox: Option<sortie_core::sandbox::Sandbox>,
     /// The body: appended to the agent's system prompt (before the task's own).
     pub(crate) system_prompt: Option<String>,
     /// #33: the role's check (`verify: CMD`, run with `sh -c`) and its feedback rounds.
@@ -170,6 +172,7 @@ pub(crate) fn find(name: &str, dirs: &[PathBuf], issues: &mut Issues) -> Result<
             tools: None,
             thinking: None,
             needs_mode: None,
+            sandbox: None,
             system_prompt: Some((*prompt).to_owned()),
             verify: None,
             verify_rounds: None,
@@ -187,6 +190,7 @@ fn parse(name: &str, file: &Path, text: &str, issues: &mut Issues) -> Result<Rol
         tools: None,
         thinking: None,
         needs_mode: None,
+        sandbox: None,
         system_prompt: None,
         verify: None,
         verify_rounds: None,
@@ -254,6 +258,7 @@ fn front_matter_line<'a>(
         "verify",
         "verify_rounds",
         "needs_mode",
+        "sandbox",
     ];
     if !TAKEN.contains(&key) {
         return Ok(());
@@ -303,6 +308,14 @@ fn front_matter_line<'a>(
                 ));
             }
             role.thinking = Some(level);
+        }
+        // #34: the role's sandbox.
+        "sandbox" => {
+            let mode = unquote(value)?;
+            role.sandbox = Some(
+                sortie_core::sandbox::Sandbox::parse(&mode)
+                    .ok_or_else(|| format!("expected \"workspace\" or \"off\", found {mode:?}"))?,
+            );
         }
         // #33: a judge over samples.
         "needs_mode" => {

@@ -122,6 +122,8 @@ fn batch_toml_resolves_every_field() {
     want.allow_denials = true;
     want.system_prompt = Some("Be brief.".into());
     want.thinking = Some("high".into());
+    // #34: a built-in agent profile's task is sandboxed unless it says otherwise.
+    want.sandbox = sortie_core::sandbox::Sandbox::Workspace;
     assert_eq!(a, &want);
 
     // Defaults apply; the label is task-N; the cwd is the batch file's directory.
@@ -814,6 +816,8 @@ fn batch_on_task_end_is_batch_wide_and_per_task() {
 
 // #13: roles and sessions.
 mod roles;
+// #34: where a task's sandbox comes from.
+mod sandbox;
 // Issue 13: structured results.
 mod schema;
 // #33: a judge over samples.

@@ -33,6 +33,12 @@ fn main() -> ExitCode {
         let code = sortie_runner::supervisor::supervise_main(&raw[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // #34: the exec wrapper of a sandboxed attempt (`sortie_runner::supervisor::sandbox_main`):
+    // it must run single-threaded, before anything else.
+    if raw.get(1).map(String::as_str) == Some(sortie_runner::supervisor::SANDBOX_ARG) {
+        let code = sortie_runner::supervisor::sandbox_main(&raw[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     // #10: the run's shepherd (`sortie_runner::supervisor::shepherd_main`), the same way.
     if raw.get(1).map(String::as_str) == Some(sortie_runner::supervisor::SHEPHERD_ARG) {
         let code = sortie_runner::supervisor::shepherd_main();

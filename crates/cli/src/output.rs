@@ -63,6 +63,9 @@ pub(crate) struct TaskView {
     pub(crate) result: Option<serde_json::Value>,
     /// #33: its checks (`verify`), once one ran.
     pub(crate) verify: Option<crate::verify_view::VerifyView>,
+    /// #34: its sandboxed attempts' connections (`SandboxNet`), over its attempts: host, port,
+    /// allowed, count, bytes each way.
+    pub(crate) net: Vec<sortie_core::sandbox_net::Flow>,
 }
 
 /// A task's worktree as status and summaries show it.
@@ -375,6 +378,9 @@ pub(crate) fn task_view(
         session: spec.and_then(|s| s.session.clone()),
         result: result.and_then(structured_value),
         verify: crate::verify_view::VerifyView::of(rec),
+        net: sortie_core::sandbox_net::merge(
+            rec.attempts.iter().flat_map(|a| a.net().unwrap_or(&[])),
+        ),
     }
 }
 
@@ -568,6 +574,11 @@ pub(crate) fn print_status(
         if !t.denials.is_empty() {
             let denied = sortie_core::Denial::describe(&t.denials);
             writeln!(out, "      denied tool calls: {denied}")?;
+        }
+        let net = sortie_core::sandbox_net::denied(&t.net);
+        if !net.is_empty() {
+            let field = sortie_core::sandbox_net::ALLOWING_FIELD;
+            writeln!(out, "      denied: {} ({field})", net.join(", "))?;
         }
         let agent_setup: Vec<String> = [("role", &t.role), ("session", &t.session)]
             .iter()

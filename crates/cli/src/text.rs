@@ -168,6 +168,7 @@ pub(crate) fn printable_task(mut t: crate::output::TaskView) -> crate::output::T
     clean_opt(&mut t.role);
     clean_opt(&mut t.session);
     t.models.iter_mut().for_each(clean_opt);
+    t.net.iter_mut().for_each(|f| clean(&mut f.host));
     if let Some(w) = &mut t.worktree {
         clean(&mut w.path);
         clean(&mut w.branch);

@@ -383,6 +383,17 @@ pub enum Event {
         /// What it said.
         verdict: crate::verify::Verdict,
     },
+    // #34: the sandbox's network.
+    /// A sandboxed attempt's connections (and refused name lookups), folded into flows:
+    /// journaled once, just before the attempt's end, from the wrapper's record of them.
+    SandboxNet {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: Attempt,
+        /// Its flows, denied first (see [`crate::sandbox_net::fold`]).
+        flows: Vec<crate::sandbox_net::Flow>,
+    },
 }
 
 /// Who removed a kept worktree (see [`Event::WorktreeDiscarded`]).
@@ -535,7 +546,8 @@ impl Event {
             | Event::AttemptWaiting { task, .. }
             | Event::WorktreeDiscarded { task, .. }
             | Event::VerifyStarted { task, .. }
-            | Event::VerifyEnded { task, .. } => Some(*task),
+            | Event::VerifyEnded { task, .. }
+            | Event::SandboxNet { task, .. } => Some(*task),
             Event::Control { action, .. } => action.task(),
         }
     }
@@ -557,7 +569,8 @@ impl Event {
             | Event::AttemptRecorded { attempt, .. }
             | Event::AttemptRead { attempt, .. }
             | Event::AttemptSession { attempt, .. }
-            | Event::AttemptWaiting { attempt, .. } => Some(*attempt),
+            | Event::AttemptWaiting { attempt, .. }
+            | Event::SandboxNet { attempt, .. } => Some(*attempt),
             Event::RunStarted { .. }
             | Event::RunResumed { .. }
             | Event::RunInterrupted { .. }
@@ -619,6 +632,7 @@ impl Event {
             Event::WorktreeDiscarded { .. } => "WorktreeDiscarded",
             Event::VerifyStarted { .. } => "VerifyStarted",
             Event::VerifyEnded { .. } => "VerifyEnded",
+            Event::SandboxNet { .. } => "SandboxNet",
         }
     }
 }

@@ -29,6 +29,8 @@ pub mod recover;
 pub mod rerun;
 pub mod run_budget;
 pub mod samples;
+pub mod sandbox;
+pub mod sandbox_net;
 pub mod session;
 pub mod spec;
 pub mod state;

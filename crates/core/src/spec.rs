@@ -298,6 +298,11 @@ impl AgentProfile {
         ];
         profiles.into_iter().map(|p| (p.name.clone(), p)).collect()
     }
+
+    /// #34: the built-in profiles whose tasks are sandboxed unless a task, `[defaults]`, a
+    /// role or the profile says otherwise: every built-in agent but `codex` (whose own
+    /// bubblewrap sandbox cannot start inside sortie's yet: docs/sandbox.md) and `command`.
+    pub const BUILTIN_AGENTS: [&'static str; 3] = ["pi", "pi-rpc", "claude"];
 }
 
 /// One task, every field resolved (defaults applied, paths absolute): its label and prompt,
@@ -498,6 +503,15 @@ pub struct SpecBody {
     /// When its `needs` let it run: once they all completed (a need that did not skips it),
     /// or once they all ended, whatever their end.
     pub needs_mode: NeedsMode,
+    // #34: the kernel sandbox.
+    /// Whether its attempts run sandboxed (see [`crate::sandbox`]).
+    pub sandbox: crate::sandbox::Sandbox,
+    /// Paths a sandboxed attempt may also write (relative: to its working directory).
+    pub sandbox_write: Vec<String>,
+    /// Paths a sandboxed attempt may also read.
+    pub sandbox_read: Vec<String>,
+    /// `host:port`s a sandboxed attempt may reach.
+    pub sandbox_hosts: Vec<String>,
 }
 
 impl TaskSpec {
@@ -578,6 +592,11 @@ impl SpecBody {
             sample_of: None,
             // #33: a judge over samples.
             needs_mode: NeedsMode::Completed,
+            // #34: the kernel sandbox.
+            sandbox: crate::sandbox::Sandbox::Off,
+            sandbox_write: vec![],
+            sandbox_read: vec![],
+            sandbox_hosts: vec![],
         }
     }
 }
@@ -734,6 +753,18 @@ pub use crate::validate::{
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_builtin_agents_are_the_builtins_that_speak_an_agent_protocol() {
+        let agents: Vec<String> = AgentProfile::builtins()
+            .into_values()
+            .filter(|p| p.protocol != Protocol::Plain && p.name != "codex")
+            .map(|p| p.name)
+            .collect();
+        let mut want: Vec<&str> = AgentProfile::BUILTIN_AGENTS.to_vec();
+        want.sort_unstable();
+        assert_eq!(agents, want);
+    }
 
     #[test]
     fn a_spec_serializes_flat_and_comes_back_equal() {

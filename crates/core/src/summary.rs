@@ -73,6 +73,14 @@ pub fn summary_text(state: &RunState) -> String {
         if !denials.is_empty() {
             let _ = write!(out, " (denied: {})", crate::Denial::describe(&denials));
         }
+        // #34: the connections its sandbox denied.
+        let net =
+            crate::sandbox_net::merge(rec.attempts.iter().flat_map(|a| a.net().unwrap_or(&[])));
+        let net = crate::sandbox_net::denied(&net);
+        if !net.is_empty() {
+            let field = crate::sandbox_net::ALLOWING_FIELD;
+            let _ = write!(out, " (network denied: {}; {field} allows)", net.join(", "));
+        }
         out.push('\n');
         out.push_str(&text);
     }

@@ -357,6 +357,7 @@ fn a_launch_failure_is_retried_only_when_it_may_pass_next_time() {
         (LaunchFailure::SessionDir, StopReason::SpawnError, true),
         (LaunchFailure::PromptFile, StopReason::SpawnError, true),
         (LaunchFailure::Secret, StopReason::SetupError, false),
+        (LaunchFailure::Sandbox, StopReason::SetupError, false),
     ];
     let spawn: &[(SpawnFault, bool)] = &[
         (SpawnFault::EmptyCommand, false),

@@ -141,7 +141,7 @@ fn variants_appended_after_the_fixture_round_trip() {
     names.dedup();
     assert_eq!(
         names.len(),
-        23,
+        24,
         "every event variant, old and appended (AttemptRecorded aside)"
     );
 

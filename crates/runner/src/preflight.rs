@@ -15,6 +15,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use sortie_core::sandbox::Sandbox;
 use sortie_core::{Batch, Isolation, TaskSpec};
 
 use crate::agent::{self, UserEnv, home};
@@ -80,6 +81,13 @@ pub async fn check(batch: &Batch, env: &[Vec<(String, sortie_batch::EnvValue)>])
         }
         if let Some(message) = credentials_problem(batch, spec, task_env) {
             found("agent", message);
+        }
+        // #34: a sandboxed task on a machine that cannot sandbox would not start.
+        if spec.sandbox == Sandbox::Workspace
+            && let Some(sortie) = crate::executor::supervisor()
+            && let crate::supervisor::Support::No(why) = crate::supervisor::probe(sortie)
+        {
+            found("sandbox", why.clone());
         }
         if spec.isolation == Isolation::Worktree
             && cwd_ok
@@ -419,5 +427,60 @@ fn prompt_problem(batch: &Batch, spec: &TaskSpec) -> Option<String> {
             spec.agent,
             MAX_ARG_BYTES - 1
         )
+    })
+}
+
+/// #34: what `sortie check` says of the sandbox: whether this machine can sandbox, and what
+/// each sandboxed task may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxReport {
+    /// The Landlock ABI found (at least), or why this machine cannot sandbox.
+    pub machine: Result<u8, String>,
+    /// Whether this machine has `nft` (nftables), which forwarding to `sandbox_hosts` and the
+    /// journal of connections need (without it: loopback only, connections not journaled).
+    pub forwarding: bool,
+    /// Each sandboxed task: its label and what it may write, read and reach beyond the
+    /// defaults (docs/sandbox.md).
+    pub tasks: Vec<SandboxedTask>,
+}
+
+/// A sandboxed task, as `sortie check` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxedTask {
+    /// Its label.
+    pub label: String,
+    /// What it may write: its working directory, agent home, TMPDIR, and these.
+    pub write: Vec<String>,
+    /// What it may read: the system, its agent's install, and these.
+    pub read: Vec<String>,
+    /// The hosts it lists, forwarded by name.
+    pub hosts: Vec<String>,
+}
+
+/// The sandbox's report, when a task of `batch` is sandboxed (None: none is).
+pub fn sandbox_report(batch: &Batch) -> Option<SandboxReport> {
+    let tasks: Vec<SandboxedTask> = batch
+        .tasks
+        .iter()
+        .filter(|t| t.sandbox == Sandbox::Workspace)
+        .map(|t| SandboxedTask {
+            label: t.label.clone(),
+            write: t.sandbox_write.clone(),
+            read: t.sandbox_read.clone(),
+            hosts: t.sandbox_hosts.clone(),
+        })
+        .collect();
+    if tasks.is_empty() {
+        return None;
+    }
+    let machine = match crate::executor::supervisor().map(crate::supervisor::probe) {
+        Some(crate::supervisor::Support::Yes { abi }) => Ok(*abi),
+        Some(crate::supervisor::Support::No(why)) => Err(why.clone()),
+        None => Err("sortie cannot find its own binary to probe the sandbox".into()),
+    };
+    Some(SandboxReport {
+        machine,
+        forwarding: crate::supervisor::sandbox_net::find_nft().is_some(),
+        tasks,
     })
 }

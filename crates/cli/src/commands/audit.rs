@@ -26,6 +26,38 @@ struct AuditView<'a> {
     recovered: Vec<String>,
     /// #33: the checks' verdicts the journal holds (each once: the fold refuses a second).
     checks: ChecksView,
+    /// #34: the sandboxed attempts' connections the journal holds (`SandboxNet`).
+    network: NetView,
+}
+
+/// #34: how many sandboxed attempts journaled their connections, and how many of those were
+/// allowed and denied (name lookups included).
+#[derive(Serialize, Default)]
+struct NetView {
+    attempts: usize,
+    allowed: u64,
+    denied: u64,
+}
+
+fn net_view(state: &sortie_core::RunState) -> NetView {
+    let mut v = NetView::default();
+    for flows in state
+        .tasks
+        .iter()
+        .flat_map(|r| &r.attempts)
+        .filter_map(|a| a.net())
+    {
+        v.attempts += 1;
+        for f in flows {
+            let n = u64::from(f.count);
+            if f.allowed {
+                v.allowed += n;
+            } else {
+                v.denied += n;
+            }
+        }
+    }
+    v
 }
 
 /// #33: how many checks the journal holds a verdict of, and how they went.
@@ -90,6 +122,7 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
             snapshot_mismatch: audit.snapshot_mismatch.as_deref(),
             recovered: output::recovery_lines(&audit.state),
             checks: checks_view(&audit.state),
+            network: net_view(&audit.state),
         };
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
@@ -117,6 +150,14 @@ pub(crate) fn audit(g: &Global, run: &str) -> Result<Code> {
                 out,
                 "checks: {} verdicts, {} passed, {} failed",
                 checks.verdicts, checks.passed, checks.failed
+            )?;
+        }
+        let net = net_view(&audit.state);
+        if net.attempts > 0 {
+            writeln!(
+                out,
+                "network: {} sandboxed attempt(s), {} connection(s) allowed, {} denied",
+                net.attempts, net.allowed, net.denied
             )?;
         }
         writeln!(out)?;

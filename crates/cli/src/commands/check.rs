@@ -18,9 +18,12 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
     let overrides = args.overrides(g);
     let mut checked = load_for_check(&args.batch, args.defaults.as_deref(), &overrides)?;
     let mut tasks = 0;
+    let mut sandbox = None;
     let mut reached = Vec::new();
     if let Some(loaded) = &checked.loaded {
         tasks = loaded.batch.tasks.len();
+        // #34: whether this machine can sandbox, and what each sandboxed task may do.
+        sandbox = sortie_runner::preflight::sandbox_report(&loaded.batch);
         // #36: what each cluster the tasks use says of itself (a Ray head's version).
         reached = block_on(sortie_runner::executor::reached(&loaded.batch.tasks))?;
         let findings = block_on(sortie_runner::preflight::check(&loaded.batch, &loaded.env))?;
@@ -73,12 +76,16 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
                 })
             })
             .collect();
+        if let Some(r) = &sandbox {
+            v["sandbox"] = sandbox_json(r);
+        }
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else if problems.is_empty() {
         for line in &reached {
             writeln!(out, "{line}")?;
         }
+        write_sandbox(&mut out, sandbox.as_ref())?;
         write_roles(&mut out, checked.roles())?;
         write_patterns(&mut out, checked.patterns())?;
         writeln!(
@@ -90,6 +97,7 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
         for (i, _) in &problems {
             writeln!(out, "{i}")?;
         }
+        write_sandbox(&mut out, sandbox.as_ref())?;
         write_roles(&mut out, checked.roles())?;
         write_patterns(&mut out, checked.patterns())?;
         writeln!(
@@ -104,6 +112,84 @@ pub(crate) fn check(g: &Global, args: &CheckArgs) -> Result<Code> {
     } else {
         Code::Usage
     })
+}
+
+/// #34: the sandbox in `--json`: the machine (`ok`, `landlock_abi` or `reason`) and each
+/// sandboxed task's own paths and hosts.
+fn sandbox_json(r: &sortie_runner::preflight::SandboxReport) -> serde_json::Value {
+    let machine = match &r.machine {
+        Ok(abi) => serde_json::json!({
+            "ok": true,
+            "landlock_abi": abi,
+            "user_namespaces": true,
+            "forwarding": r.forwarding,
+        }),
+        Err(why) => serde_json::json!({ "ok": false, "reason": why }),
+    };
+    let tasks: Vec<serde_json::Value> = r
+        .tasks
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "label": t.label,
+                "sandbox_write": t.write,
+                "sandbox_read": t.read,
+                "sandbox_hosts": t.hosts,
+                "network": if t.hosts.is_empty() { "loopback" } else { "forwarded" },
+            })
+        })
+        .collect();
+    serde_json::json!({ "machine": machine, "tasks": tasks })
+}
+
+/// #34: the sandbox in text, when a task is sandboxed: whether this machine can, and what each
+/// sandboxed task may do beyond its workspace (docs/sandbox.md).
+fn write_sandbox(
+    out: &mut impl Write,
+    report: Option<&sortie_runner::preflight::SandboxReport>,
+) -> std::io::Result<()> {
+    let Some(r) = report else {
+        return Ok(());
+    };
+    match &r.machine {
+        Ok(abi) => writeln!(
+            out,
+            "sandbox: this machine can sandbox (Landlock ABI {abi} or later, user and network \
+             namespaces)"
+        )?,
+        Err(why) => writeln!(out, "sandbox: this machine cannot sandbox: {why}")?,
+    }
+    let list = |l: &[String]| {
+        if l.is_empty() {
+            String::new()
+        } else {
+            format!(" and {}", l.join(", "))
+        }
+    };
+    if !r.forwarding {
+        writeln!(
+            out,
+            "sandbox: no nft (nftables) on this machine: sandboxed tasks reach loopback only, \
+             their connections are not journaled, and a task with sandbox_hosts cannot run"
+        )?;
+    }
+    for t in &r.tasks {
+        let network = if t.hosts.is_empty() {
+            "loopback only".to_owned()
+        } else {
+            format!("loopback and {}, forwarded by name", t.hosts.join(", "))
+        };
+        writeln!(
+            out,
+            "sandbox {}: writes its working directory, agent home and TMPDIR{}; reads the \
+             system and its agent's install{}; network: {}",
+            crate::text::printable(&t.label),
+            list(&t.write),
+            list(&t.read),
+            crate::text::printable(&network),
+        )?;
+    }
+    Ok(())
 }
 
 /// One line per role the tasks use (#13): `role reviewer: .claude/agents/reviewer.md (tasks a,

@@ -135,7 +135,20 @@ fn is_attempt_event(e: &Event) -> bool {
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
             | Event::AttemptSession { .. }
+            | Event::SandboxNet { .. }
     )
+}
+
+/// #34: a sandboxed attempt's connections: how many were allowed, which were denied.
+fn net_details(attempt: sortie_core::Attempt, flows: &[sortie_core::sandbox_net::Flow]) -> String {
+    let allowed: u32 = flows.iter().filter(|f| f.allowed).map(|f| f.count).sum();
+    let denied = sortie_core::sandbox_net::denied(flows);
+    let denied = if denied.is_empty() {
+        "none".to_owned()
+    } else {
+        denied.join(", ")
+    };
+    format!("attempt {attempt}: {allowed} connection(s) allowed, denied: {denied}")
 }
 
 /// #33: a check's start and verdict.
@@ -236,6 +249,7 @@ fn details(e: &Event) -> String {
         Event::AttemptSession {
             attempt, session, ..
         } => format!("attempt {attempt} is in session {session}"),
+        Event::SandboxNet { attempt, flows, .. } => net_details(*attempt, flows),
         Event::RunBudgetWarned { limit, used, of } => {
             format!(
                 "{} at {}% ({used} of {of})",

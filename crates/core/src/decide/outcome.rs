@@ -243,6 +243,9 @@ pub enum LaunchFailure {
     Spawn(SpawnFault),
     /// #34: a secret of its `env` given by reference could not be read.
     Secret,
+    /// #34: its sandbox cannot be made (the machine lacks Landlock or user namespaces, or its
+    /// policy cannot be written): a sandboxed task does not start unconfined.
+    Sandbox,
 }
 
 /// Why a program could not be started, as the runner observed it (the rule of which are
@@ -286,9 +289,10 @@ impl LaunchFailure {
             LaunchFailure::Adopt => StopReason::Error,
             LaunchFailure::Argv => StopReason::Invalid,
             LaunchFailure::Spawn(fault) if fault.deterministic() => StopReason::Invalid,
-            LaunchFailure::Copy | LaunchFailure::HomeConfig | LaunchFailure::Secret => {
-                StopReason::SetupError
-            }
+            LaunchFailure::Copy
+            | LaunchFailure::HomeConfig
+            | LaunchFailure::Secret
+            | LaunchFailure::Sandbox => StopReason::SetupError,
             LaunchFailure::HomeFiles
             | LaunchFailure::SessionDir
             | LaunchFailure::PromptFile

@@ -255,6 +255,7 @@ impl RunState {
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
             | Event::AttemptSession { .. }
+            | Event::SandboxNet { .. }
             | Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptRead { .. }
@@ -361,6 +362,11 @@ impl RunState {
             Event::AttemptSession { session, .. } => {
                 if let Some(a) = rec.attempts.last_mut() {
                     a.set_session(Some(session.clone()));
+                }
+            }
+            Event::SandboxNet { flows, .. } => {
+                if let Some(a) = rec.attempts.last_mut() {
+                    a.set_net(flows.clone());
                 }
             }
             Event::AttemptPlaced { executor, dir, .. } => {

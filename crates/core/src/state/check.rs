@@ -35,6 +35,7 @@ impl RunState {
         match event {
             Event::AttemptSideEffects { .. } => !live.side_effects,
             Event::AttemptSession { .. } => live.session().is_none(),
+            Event::SandboxNet { .. } => live.net().is_none(),
             // An adopted attempt takes a slot again: its process was started already.
             Event::AttemptWaiting { .. } => live.waited().is_none() && live.pid.is_none(),
             Event::AttemptRead { offset, .. } => {
@@ -257,7 +258,8 @@ impl RunState {
             | Event::AttemptSideEffects { .. }
             | Event::AttemptContinues { .. }
             | Event::AttemptSession { .. }
-            | Event::AttemptWaiting { .. } => cx.attempt_event(event),
+            | Event::AttemptWaiting { .. }
+            | Event::SandboxNet { .. } => cx.attempt_event(event),
             Event::AttemptPlaced { .. }
             | Event::AttemptHandle { .. }
             | Event::AttemptAdopted { .. }
@@ -463,6 +465,15 @@ impl TaskCheck<'_> {
                 match self.rec.attempts.last() {
                     Some(a) if a.session().is_some() => Err(self.duplicate()),
                     Some(_) if session.is_empty() => Err(self.illegal()),
+                    Some(_) => Ok(()),
+                    None => Err(self.illegal()),
+                }
+            }
+            // #34: once, while the attempt is live (just before its end).
+            Event::SandboxNet { attempt, .. } => {
+                self.live(*attempt)?;
+                match self.rec.attempts.last() {
+                    Some(a) if a.net().is_some() => Err(self.duplicate()),
                     Some(_) => Ok(()),
                     None => Err(self.illegal()),
                 }

@@ -160,6 +160,8 @@ struct AttemptMore {
     waited: Option<(Timestamp, Option<Timestamp>)>,
     /// #33: its check: `Some(None)` once started (`VerifyStarted`), then its verdict.
     verify: Option<Option<crate::verify::Verdict>>,
+    /// #34: its sandbox's flows (`SandboxNet`), once journaled.
+    net: Option<Vec<crate::sandbox_net::Flow>>,
 }
 
 impl AttemptRecord {
@@ -219,6 +221,16 @@ impl AttemptRecord {
     /// Sets the session it continues.
     pub fn set_continues(&mut self, session: Option<String>) {
         self.more.get_mut().continues = session;
+    }
+
+    /// #34: its sandbox's flows (`SandboxNet`), once journaled.
+    pub fn net(&self) -> Option<&[crate::sandbox_net::Flow]> {
+        self.more.get().and_then(|m| m.net.as_deref())
+    }
+
+    /// Sets its sandbox's flows.
+    pub fn set_net(&mut self, flows: Vec<crate::sandbox_net::Flow>) {
+        self.more.get_mut().net = Some(flows);
     }
 
     /// Sets its own session.

@@ -201,6 +201,9 @@ pub(crate) enum Op {
     Control(u8, u8),
     /// #13: a running attempt's agent names its session (`AttemptSession`, once).
     Session(u8),
+    /// #34: a live attempt's sandbox connections are journaled (`SandboxNet`, once), as the
+    /// runner does just before its end.
+    Net(u8),
 }
 
 /// A batch and what happens to it.
@@ -447,6 +450,7 @@ pub(crate) fn op_strategy() -> impl Strategy<Value = Op> {
         1 => Just(Op::Cancel),
         4 => (any::<u8>(), any::<u8>()).prop_map(|(k, sel)| Op::Control(k, sel)),
         4 => any::<u8>().prop_map(Op::Session),
+        3 => any::<u8>().prop_map(Op::Net),
     ]
 }
 
@@ -789,6 +793,31 @@ impl<B: Backend> Driver<B> {
                         task: t,
                         attempt,
                         session: format!("session-{}-{}", t.0, attempt.0),
+                    });
+                }
+            }
+            Op::Net(sel) => {
+                if let Some(t) = self.pick(*sel, |r| {
+                    r.live_attempt().is_some_and(|a| a.net().is_none())
+                }) {
+                    let attempt = self.live_attempt(t);
+                    let flow = |host: &str, allowed| sortie_core::sandbox_net::Flow {
+                        host: host.into(),
+                        port: 443,
+                        allowed,
+                        count: u32::from(*sel % 4),
+                        bytes_out: u64::from(*sel),
+                        bytes_in: u64::from(*sel) * 7,
+                    };
+                    let flows = match *sel % 3 {
+                        0 => Vec::new(),
+                        1 => vec![flow("example.com", false)],
+                        _ => vec![flow("example.com", false), flow("pypi.org", true)],
+                    };
+                    self.emit(Event::SandboxNet {
+                        task: t,
+                        attempt,
+                        flows,
                     });
                 }
             }

@@ -183,7 +183,9 @@ fn step(g: G, e: &Event) -> Option<G> {
             | Event::AttemptRecorded { .. }
             | Event::AttemptRead { .. }
             // #13: at most once per attempt (core's check), any time while it lives.
-            | Event::AttemptSession { .. },
+            | Event::AttemptSession { .. }
+            // #34: once per attempt, while it lives.
+            | Event::SandboxNet { .. },
         ) => g,
         (Attempt { .. }, Event::AttemptFinished { .. } | Event::AttemptOrphaned { .. }) => {
             AttemptEnded
@@ -248,7 +250,8 @@ fn event_attempt(e: &Event) -> Option<Attempt> {
         | Event::AttemptAdopted { attempt, .. }
         | Event::AttemptRecorded { attempt, .. }
         | Event::AttemptRead { attempt, .. }
-        | Event::AttemptSession { attempt, .. } => Some(*attempt),
+        | Event::AttemptSession { attempt, .. }
+        | Event::SandboxNet { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -798,6 +801,11 @@ pub(crate) fn probes(state: &RunState, events: &[Stamped]) -> Vec<Event> {
                 task,
                 attempt: a,
                 session: "s".into(),
+            });
+            out.push(Event::SandboxNet {
+                task,
+                attempt: a,
+                flows: Vec::new(),
             });
             out.push(Event::RetryScheduled {
                 task,

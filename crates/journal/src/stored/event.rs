@@ -227,6 +227,23 @@ pub(crate) enum StoredEvent {
         attempt: u32,
         verdict: VerdictV1,
     },
+    /// `Event::SandboxNet` (#34).
+    SandboxNet {
+        task: u32,
+        attempt: u32,
+        flows: Vec<FlowV1>,
+    },
+}
+
+/// Mirrors `sortie_core::sandbox_net::Flow` (#34). Never remove or reorder a field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FlowV1 {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) allowed: bool,
+    pub(crate) count: u32,
+    pub(crate) bytes_out: u64,
+    pub(crate) bytes_in: u64,
 }
 
 /// Mirrors `sortie_core::verify::Verdict` (#33). Never remove or reorder a field.
@@ -517,6 +534,7 @@ impl From<&Event> for StoredEvent {
                 branch_kept: *branch_kept,
             },
             Event::VerifyStarted { .. } | Event::VerifyEnded { .. } => stored_verify_event(e),
+            Event::SandboxNet { .. } => stored_net_event(e),
             Event::AttemptLaunching { .. }
             | Event::AttemptStarted { .. }
             | Event::AttemptProgress { .. }
@@ -533,6 +551,33 @@ impl From<&Event> for StoredEvent {
             | Event::AttemptSession { .. }
             | Event::AttemptWaiting { .. } => stored_attempt_event(e),
         }
+    }
+}
+
+/// #34: a sandboxed attempt's connections.
+fn stored_net_event(e: &Event) -> StoredEvent {
+    let Event::SandboxNet {
+        task,
+        attempt,
+        flows,
+    } = e
+    else {
+        unreachable!("`From<&Event>` sends only `SandboxNet` here")
+    };
+    StoredEvent::SandboxNet {
+        task: task.0,
+        attempt: attempt.0,
+        flows: flows
+            .iter()
+            .map(|f| FlowV1 {
+                host: f.host.clone(),
+                port: f.port,
+                allowed: f.allowed,
+                count: f.count,
+                bytes_out: f.bytes_out,
+                bytes_in: f.bytes_in,
+            })
+            .collect(),
     }
 }
 

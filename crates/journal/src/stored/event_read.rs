@@ -86,6 +86,25 @@ impl TryFrom<StoredEvent> for Event {
                 by: by.into(),
                 branch_kept,
             },
+            StoredEvent::SandboxNet {
+                task,
+                attempt,
+                flows,
+            } => Event::SandboxNet {
+                task: TaskId(task),
+                attempt: Attempt(attempt),
+                flows: flows
+                    .into_iter()
+                    .map(|f| sortie_core::sandbox_net::Flow {
+                        host: f.host,
+                        port: f.port,
+                        allowed: f.allowed,
+                        count: f.count,
+                        bytes_out: f.bytes_out,
+                        bytes_in: f.bytes_in,
+                    })
+                    .collect(),
+            },
             StoredEvent::VerifyStarted { task, attempt } => Event::VerifyStarted {
                 task: TaskId(task),
                 attempt: Attempt(attempt),

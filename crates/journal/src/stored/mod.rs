@@ -357,6 +357,11 @@ impl TryFrom<TaskSpecV1> for TaskSpec {
             sample_of: None,
             // #33: a judge over samples.
             needs_mode: sortie_core::NeedsMode::Completed,
+            // #34: the kernel sandbox.
+            sandbox: sortie_core::sandbox::Sandbox::Off,
+            sandbox_write: vec![],
+            sandbox_read: vec![],
+            sandbox_hosts: vec![],
             max_orphans: 3,
             supervise: true,
             executor: sortie_core::Executor::Local,

@@ -28,7 +28,7 @@ use sortie_core::spec::{AgentProfile, Batch, RunConfig};
 use sortie_core::{AttemptOutcome, TaskResult, TaskSpec};
 
 pub(crate) use super::v2_run::{BudgetLimitV2, RunConfigExtV2};
-pub(crate) use super::v2_task::{ExecutorV2, NeedsModeV2, PermissionsV2};
+pub(crate) use super::v2_task::{ExecutorV2, NeedsModeV2, PermissionsV2, SandboxV2};
 use super::{AgentProfileV1, AttemptOutcomeV1, BatchV1, RunConfigV1, TaskResultV1, TaskSpecV1};
 
 /// The fields of `TaskSpec` added since v1.
@@ -70,6 +70,11 @@ pub(crate) struct TaskExtV2 {
     sample_of: Option<String>,
     // #33: a judge over samples.
     needs_mode: NeedsModeV2,
+    // #34: the kernel sandbox.
+    sandbox: SandboxV2,
+    sandbox_write: Vec<String>,
+    sandbox_read: Vec<String>,
+    sandbox_hosts: Vec<String>,
 }
 
 impl TaskExtV2 {
@@ -99,6 +104,11 @@ impl TaskExtV2 {
             sample_of: t.sample_of.clone(),
             // #33: a judge over samples.
             needs_mode: t.needs_mode.into(),
+            // #34: the kernel sandbox.
+            sandbox: t.sandbox.into(),
+            sandbox_write: t.sandbox_write.clone(),
+            sandbox_read: t.sandbox_read.clone(),
+            sandbox_hosts: t.sandbox_hosts.clone(),
         }
     }
     pub(crate) fn apply(self, t: &mut TaskSpec) -> Result<(), String> {
@@ -134,6 +144,11 @@ impl TaskExtV2 {
         t.sample_of = self.sample_of;
         // #33: a judge over samples.
         t.needs_mode = self.needs_mode.into();
+        // #34: the kernel sandbox.
+        t.sandbox = self.sandbox.into();
+        t.sandbox_write = self.sandbox_write;
+        t.sandbox_read = self.sandbox_read;
+        t.sandbox_hosts = self.sandbox_hosts;
         Ok(())
     }
 }

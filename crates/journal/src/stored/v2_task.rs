@@ -156,3 +156,30 @@ impl From<NeedsModeV2> for sortie_core::NeedsMode {
         }
     }
 }
+
+/// Mirrors `sortie_core::sandbox::Sandbox` (#34).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum SandboxV2 {
+    #[default]
+    Off,
+    Workspace,
+}
+
+impl From<sortie_core::sandbox::Sandbox> for SandboxV2 {
+    fn from(m: sortie_core::sandbox::Sandbox) -> Self {
+        match m {
+            sortie_core::sandbox::Sandbox::Off => SandboxV2::Off,
+            sortie_core::sandbox::Sandbox::Workspace => SandboxV2::Workspace,
+        }
+    }
+}
+
+impl From<SandboxV2> for sortie_core::sandbox::Sandbox {
+    fn from(m: SandboxV2) -> Self {
+        match m {
+            SandboxV2::Off => sortie_core::sandbox::Sandbox::Off,
+            SandboxV2::Workspace => sortie_core::sandbox::Sandbox::Workspace,
+        }
+    }
+}

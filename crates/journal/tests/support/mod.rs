@@ -99,6 +99,11 @@ pub(crate) fn batch(n: u32) -> Batch {
                 sample_of: None,
                 // #33: a judge over samples.
                 needs_mode: sortie_core::NeedsMode::Completed,
+                // #34: the kernel sandbox.
+                sandbox: sortie_core::sandbox::Sandbox::Off,
+                sandbox_write: vec![],
+                sandbox_read: vec![],
+                sandbox_hosts: vec![],
             }),
         })
         .collect();
@@ -470,6 +475,32 @@ pub(crate) fn appended_variants() -> Vec<(usize, Event)> {
                 task: TaskId(0),
                 attempt: Attempt(3),
                 session: "/work/project/.sortie/runs/fixture-v1/sessions/0.2/s.jsonl".into(),
+            },
+        ),
+        (
+            // #34: t0's attempt 3 ran sandboxed: its connections, before its end.
+            17,
+            Event::SandboxNet {
+                task: TaskId(0),
+                attempt: Attempt(3),
+                flows: vec![
+                    sortie_core::sandbox_net::Flow {
+                        host: "example.com".into(),
+                        port: 443,
+                        allowed: false,
+                        count: 3,
+                        bytes_out: 0,
+                        bytes_in: 0,
+                    },
+                    sortie_core::sandbox_net::Flow {
+                        host: "pypi.org".into(),
+                        port: 443,
+                        allowed: true,
+                        count: 2,
+                        bytes_out: 1800,
+                        bytes_in: 90_000,
+                    },
+                ],
             },
         ),
     ]

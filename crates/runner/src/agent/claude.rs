@@ -104,6 +104,16 @@ impl Agent for Claude {
         }
     }
 
+    // #34: `ANTHROPIC_BASE_URL` when set (a gateway, a mock), else Anthropic's API.
+    fn providers(
+        &self,
+        _home: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        _model: Option<&str>,
+    ) -> Vec<String> {
+        vec![env("ANTHROPIC_BASE_URL").unwrap_or_else(|| "https://api.anthropic.com".into())]
+    }
+
     fn credentials(&self) -> Option<&'static super::Credentials> {
         Some(&CREDENTIALS)
     }

@@ -32,6 +32,27 @@ impl Agent for Codex {
         Some(&CODEX)
     }
 
+    // #34: every `base_url` of the home's `config.toml` (its `[model_providers]`, and
+    // `openai_base_url`), `OPENAI_BASE_URL`, and OpenAI's API (and ChatGPT's, which a
+    // ChatGPT login talks to) when the chosen provider is the built-in `openai`.
+    fn providers(
+        &self,
+        home: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        _model: Option<&str>,
+    ) -> Vec<String> {
+        codex_providers(home, env)
+    }
+
+    // #34: its command runner keeps a daemon directory under `/tmp` whatever `TMPDIR` says
+    // (without it every command fails "error building bubblewrap command").
+    fn sandbox_write(&self) -> Vec<std::path::PathBuf> {
+        vec![std::path::PathBuf::from(format!(
+            "/tmp/codex-daemon-{}",
+            nix::unistd::getuid()
+        ))]
+    }
+
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
         // Codex's sandbox is its permission system: `read-only` (no writes, no network),
         // `workspace-write` (writes inside the working directory), `danger-full-access`.
@@ -168,6 +189,34 @@ const CODEX: Rules = Rules {
     link: &["auth.json", "prompts", "skills"],
     env: &[],
 };
+
+/// The base URLs Codex may talk to (see [`Codex::providers`]).
+fn codex_providers(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let config = std::fs::read_to_string(home.join("config.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .unwrap_or_default();
+    let mut urls = Vec::new();
+    let mut custom = false;
+    if let Some(toml::Value::Table(providers)) = config.get("model_providers") {
+        for provider in providers.values() {
+            if let Some(url) = provider.get("base_url").and_then(toml::Value::as_str) {
+                urls.push(url.to_owned());
+            }
+        }
+        let chosen = config.get("model_provider").and_then(toml::Value::as_str);
+        custom = chosen.is_some_and(|c| providers.contains_key(c));
+    }
+    if let Some(url) = config.get("openai_base_url").and_then(toml::Value::as_str) {
+        urls.push(url.to_owned());
+    }
+    urls.extend(env("OPENAI_BASE_URL"));
+    if !custom {
+        urls.push("https://api.openai.com/v1".into());
+        urls.push("https://chatgpt.com/backend-api".into());
+    }
+    urls
+}
 
 /// The names of the user's Codex profile layers (`<name>.config.toml`, which `codex -p <name>`
 /// layers over `config.toml`).

@@ -62,6 +62,26 @@ pub(crate) trait Agent: fmt::Debug + Sync {
         None
     }
 
+    // #34: the kernel sandbox.
+    /// The base URLs a sandboxed attempt of this agent talks to (its provider: a base URL in
+    /// `env`, the child's environment, or in its prepared home `home`, else its provider's
+    /// public API, for `model`); core reaches each as `host:port`. Empty: none.
+    fn providers(
+        &self,
+        home: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        model: Option<&str>,
+    ) -> Vec<String> {
+        let _ = (home, env, model);
+        Vec::new()
+    }
+
+    /// Directories a sandboxed attempt of this agent writes outside its home, created (mode
+    /// 0700) before the attempt starts when missing. Empty: none.
+    fn sandbox_write(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
     // Issue 13: structured results.
     /// For a task with an `output_schema`: keeps the agent's session (drops from the rendered
     /// `argv` the flags that turn it off; the session lives in the attempt's own home or

@@ -57,6 +57,17 @@ impl Agent for Pi {
         write_pi_settings(from.as_deref(), &dir.join("settings.json"))
     }
 
+    // #34: every `baseUrl` of the home's `models.json`, and the API of the built-in provider
+    // the model names (`anthropic/...`), when it is one pi knows.
+    fn providers(
+        &self,
+        home: &Path,
+        _env: &dyn Fn(&str) -> Option<String>,
+        model: Option<&str>,
+    ) -> Vec<String> {
+        pi_providers(home, model)
+    }
+
     fn launch(&self, input: &LaunchInput<'_>, launch: &mut Launch) {
         let profile = input.profile;
         match profile.protocol {
@@ -233,6 +244,51 @@ const CREDENTIALS: super::Credentials = super::Credentials {
         "AWS_ACCESS_KEY_ID",
     ],
 };
+
+/// The APIs of pi's built-in providers, by the provider's name in a model (`NAME/model`).
+const PI_BUILTIN_APIS: &[(&str, &str)] = &[
+    ("anthropic", "https://api.anthropic.com"),
+    ("openai", "https://api.openai.com"),
+    ("google", "https://generativelanguage.googleapis.com"),
+    ("groq", "https://api.groq.com"),
+    ("xai", "https://api.x.ai"),
+    ("openrouter", "https://openrouter.ai"),
+    ("mistral", "https://api.mistral.ai"),
+    ("cerebras", "https://api.cerebras.ai"),
+];
+
+/// The base URLs pi may talk to (see [`Pi::providers`]).
+fn pi_providers(home: &Path, model: Option<&str>) -> Vec<String> {
+    let models: serde_json::Value = std::fs::read(home.join("models.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let mut urls = Vec::new();
+    let mut custom = Vec::new();
+    if let Some(providers) = models["providers"].as_object() {
+        for (name, p) in providers {
+            custom.push(name.as_str());
+            if let Some(url) = p["baseUrl"].as_str() {
+                urls.push(url.to_owned());
+            }
+        }
+    }
+    let named = model.and_then(|m| m.split_once('/')).map(|(p, _)| p);
+    match named {
+        Some(p) if custom.contains(&p) => {}
+        Some(p) => urls.extend(
+            PI_BUILTIN_APIS
+                .iter()
+                .filter(|(n, _)| *n == p)
+                .map(|(_, u)| (*u).to_owned()),
+        ),
+        None if custom.is_empty() => {
+            urls.extend(PI_BUILTIN_APIS.iter().map(|(_, u)| (*u).to_owned()))
+        }
+        None => {}
+    }
+    urls
+}
 
 const PI: Rules = Rules {
     env_var: "PI_CODING_AGENT_DIR",

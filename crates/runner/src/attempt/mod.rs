@@ -28,6 +28,8 @@ use crate::executor::{Adoption, Control, Executor, Placement, Sig};
 
 mod repair;
 mod run;
+// #34: the kernel sandbox.
+pub(crate) mod sandbox;
 mod watch;
 
 pub(crate) use watch::{Limits, StopRequest};
@@ -81,6 +83,8 @@ pub(crate) struct AttemptCtx {
     pub(crate) output_schema: Option<String>,
     /// `<run-dir>/prompts/<task>.<attempt>.repair`: the repair round's request, on stdin.
     pub(crate) repair_prompt: PathBuf,
+    /// #34: the task's sandbox, when it is sandboxed.
+    pub(crate) sandbox: Option<sandbox::SandboxPlan>,
 }
 
 /// A report from an attempt to the run loop.

@@ -276,12 +276,17 @@ async fn launch(ctx: &AttemptCtx) -> Result<Box<dyn Execution>, Ended> {
             }
         },
     };
-    let spec = SpawnSpec {
+    let mut spec = SpawnSpec {
         argv,
         cwd: ctx.cwd.clone(),
         env,
         marker: ctx.marker.clone(),
     };
+    // #34: a sandboxed attempt runs through `sortie __sandbox`, or not at all.
+    if let Some(plan) = &ctx.sandbox {
+        spec = super::sandbox::confine(plan, spec, &ctx.launch)
+            .map_err(|e| failed(LaunchFailure::Sandbox, e))?;
+    }
     if let Some(dir) = &ctx.launch.session_dir
         && let Err(e) = std::fs::create_dir_all(dir)
     {

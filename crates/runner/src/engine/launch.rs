@@ -132,6 +132,16 @@ impl Engine {
 
                 output_schema: spec.output_schema.clone(),
                 repair_prompt: self.run_dir.repair_prompt_file(task.0, live.attempt.0),
+                // #34: the kernel sandbox.
+                sandbox: (spec.sandbox == sortie_core::sandbox::Sandbox::Workspace).then(|| {
+                    attempt::sandbox::SandboxPlan {
+                        dir: self.run_dir.sandbox_dir(task.0, live.attempt.0),
+                        write: spec.sandbox_write.clone(),
+                        read: spec.sandbox_read.clone(),
+                        hosts: spec.sandbox_hosts.clone(),
+                        model: live.model().map(str::to_owned),
+                    }
+                }),
             },
             continues,
         ))

@@ -123,6 +123,12 @@ impl Engine {
                 }
                 continue;
             }
+            // #34: a sandboxed attempt's connections, journaled just before its end.
+            if let Msg::Finished { task, attempt, .. } = &msg
+                && let Some(net) = self.sandbox_net(*task, *attempt)
+            {
+                events.push(net);
+            }
             if let Some(event) = self.event_for(msg) {
                 events.push(event);
             }
@@ -191,6 +197,28 @@ impl Engine {
         placed
             .and_then(|a| a.placed.as_deref())
             .map_or(0, |p| p.read)
+    }
+
+    /// #34: the `SandboxNet` of a sandboxed attempt whose wrapper recorded connections (its
+    /// `net.jsonl`, folded by core), when it is news; a line that does not read is skipped,
+    /// named in the log.
+    pub(super) fn sandbox_net(&self, task: TaskId, attempt: Attempt) -> Option<Event> {
+        let file = self.run_dir.sandbox_net(task.0, attempt.0);
+        let text = std::fs::read_to_string(&file).ok()?;
+        let mut records = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            match serde_json::from_str::<sortie_core::sandbox_net::Connection>(line) {
+                Ok(c) => records.push(c),
+                // The last line of a helper killed mid-write.
+                Err(e) => tracing::warn!("{}:{}: skipped: {e}", file.display(), i + 1),
+            }
+        }
+        let event = Event::SandboxNet {
+            task,
+            attempt,
+            flows: sortie_core::sandbox_net::fold(&records),
+        };
+        self.state.report_is_news(&event).then_some(event)
     }
 
     /// The event an attempt's report becomes, when it is news to the state (core's

@@ -150,6 +150,7 @@ impl Engine {
                             process::KillResult::Survived => return Err(survivor(pid)),
                         }
                     }
+                    events.extend(self.sandbox_net(task, attempt));
                     let action = if was_killed {
                         OrphanAction::Killed
                     } else {

@@ -22,6 +22,8 @@
 //!     conversations/<task>/           #13: a conversation's session store, by its first
 //!                                     task (its attempts' agent homes share it)   [agent]
 //!     copies/<task>/                  #14: a task's throwaway copy of its cwd      [copy]
+//!     sandbox/<task>.<attempt>/       #34: a sandboxed attempt's policy.json and its
+//!                                     private tmp/ (its TMPDIR)       [attempt (launch)]
 //!     attempts/<task>.<attempt>/      an attempt's dir, when its executor makes one (a
 //!                                     supervisor of its own, direct, Slurm); its files are
 //!                                     named by layout::attempt:
@@ -78,6 +80,8 @@ use sortie_core::RunId;
 use crate::files::write_atomic;
 use crate::{Error, Result};
 
+/// #34: the name of a sandboxed attempt's record of connections, in its sandbox dir.
+pub const SANDBOX_NET_FILE: &str = "net.jsonl";
 /// A state dir (`--state-dir`, `SORTIE_DIR`, `./.sortie`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDir {
@@ -278,6 +282,17 @@ impl RunDir {
     /// Where the attempt dirs are.
     pub fn attempts(&self) -> PathBuf {
         self.path.join("attempts")
+    }
+
+    /// #34: a sandboxed attempt's policy file and private temporary directory.
+    pub fn sandbox_dir(&self, task: u32, attempt: u32) -> PathBuf {
+        self.path.join("sandbox").join(format!("{task}.{attempt}"))
+    }
+
+    /// #34: a sandboxed attempt's record of its connections (its wrapper's outer helper writes
+    /// it, a line per connection; the run folds it into `SandboxNet` at the attempt's end).
+    pub fn sandbox_net(&self, task: u32, attempt: u32) -> PathBuf {
+        self.sandbox_dir(task, attempt).join(SANDBOX_NET_FILE)
     }
 
     /// #14: a task's throwaway copy of its `cwd` (`isolation = "copy"`, see `copy`).
