@@ -1112,3 +1112,63 @@ fn recover_records_ended_direct_attempts_and_never_reuses_their_numbers() {
     }
     s.audit_clean(RUN);
 }
+
+/// Torture seed 791571778: a damage that keeps a worktree task's `WorktreePlanned` but loses
+/// its `TaskSetUp` and everything after, once the task had ended unchanged (its worktree and
+/// branch removed). Recover restores its finished attempt from its files (it used to refuse
+/// the launch, "while it is queued": a planned worktree not set up), and resume records it and
+/// finishes the task: the agent ran once, and no worktree or branch is left.
+#[test]
+fn recover_restores_a_finished_task_in_a_removed_worktree_whose_setup_was_lost() {
+    let s = Scratch::new();
+    let repo = s.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    sortie_testkit::git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("a.txt"), "base\n").expect("write");
+    sortie_testkit::git(&repo, &["add", "-A"]);
+    sortie_testkit::git(&repo, &["commit", "-q", "-m", "initial"]);
+    let counter = s.path().join("count-t00");
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"t00\"\nisolation = \"worktree\"\ncwd = {:?}\ncommand = {}\n",
+            repo.display().to_string(),
+            fake_command(&["--counter", counter.to_str().expect("utf-8"), "--quiet"])
+        ),
+    );
+    s.run_ok(&["run", "--run-id", RUN, batch.to_str().expect("utf-8")]);
+    assert_eq!(lines(&counter).len(), 1);
+    // The log cut where the task's `TaskSetUp` record begins: its plan is the last record kept.
+    let kinds: Vec<String> = s
+        .events(RUN)
+        .iter()
+        .map(|e| crate::support::event_kind(e).0.to_owned())
+        .collect();
+    let setup = kinds.iter().position(|k| k == "TaskSetUp").expect("set up");
+    assert_eq!(kinds[setup - 1], "WorktreePlanned", "{kinds:?}");
+    let log = db(&s);
+    let at = *find_all(&log, &records(&s)[setup])
+        .first()
+        .expect("the record in the log");
+    std::fs::write(journal_dir(&s).join("db"), &log[..at]).expect("cut");
+
+    let out = s.run_ok(&["--json", "recover", RUN]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["kept"].as_u64(), Some(setup as u64), "{report}");
+    assert_eq!(report["restored"], serde_json::json!(["t00.1"]), "{report}");
+    assert_eq!(report["not_restored"], serde_json::json!([]), "{report}");
+    let resumed = s.run(&["resume", RUN]);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(s.status(RUN)["status"], "completed");
+    assert_eq!(lines(&counter).len(), 1, "the finished task ran again");
+    s.audit_clean(RUN);
+    let worktrees = sortie_testkit::git(&repo, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
+    let branches = sortie_testkit::git(&repo, &["branch", "--list", "sortie/*"]);
+    assert_eq!(branches.trim(), "", "a branch left");
+}

@@ -11,8 +11,10 @@
 //! - an attempt with only its output files (a direct one that was running when sortie died) is
 //!   restored as orphaned: it runs again, under the next number, never under its own;
 //! - a worktree task whose setup was lost gets it back first (`WorktreePlanned`, `TaskSetUp`)
-//!   when the runner found its worktree; when it is gone (removed, unchanged, at the task's
-//!   end), its attempts are restored without one, and a retry sets a new one up;
+//!   when the runner found its worktree, and `TaskSetUp` alone when the plan survived in the
+//!   records, found or gone (a task's finalize finds it gone, a retry re-creates it); when
+//!   both the plan and the worktree are gone (removed, unchanged, at the task's end), its
+//!   attempts are restored without one, and a retry sets a new one up;
 //! - when the task's state does not lead to the first attempt found, the attempts are named,
 //!   not restored.
 //!
@@ -160,9 +162,10 @@ fn attempts_after(
             .map(|n| format!("{}.{}: {why}", state.label(task), known + n))
             .collect()
     };
-    // A worktree task whose setup was lost: set up again from its worktree when it is on disk;
-    // else (finalized and removed, unchanged) its attempts are restored without one, and a
-    // retry sets a new one up (core allows that after a recovery).
+    // A worktree task whose setup was lost: set up again when its plan survived or its
+    // worktree is on disk (`setup_again`); else (plan lost, worktree finalized and removed,
+    // unchanged) its attempts are restored without one, and a retry sets a new one up (core
+    // allows that after a recovery).
     let lost_setup = spec.isolation == Isolation::Worktree && rec.steps().setup.is_none();
     let mut events = Vec::new();
     // How the task got to the first attempt found: queued, or retried after the one before
@@ -190,20 +193,8 @@ fn attempts_after(
         }
         _ => return Err(named("the end of the attempt before it was lost")),
     };
-    if let (true, Some(w)) = (lost_setup, &files.worktree) {
-        if rec.steps().worktree.is_none() {
-            events.push(Event::WorktreePlanned {
-                task,
-                repo: w.repo.clone(),
-                path: w.path.clone(),
-                branch: w.branch.clone(),
-                base: w.base.clone(),
-            });
-        }
-        events.push(Event::TaskSetUp {
-            task,
-            worktree: Some(w.path.clone()),
-        });
+    if lost_setup {
+        events.extend(setup_again(task, rec.steps().worktree.as_ref(), files));
     }
     let last = files.after.len() - 1;
     for (n, disk) in files.after.iter().enumerate() {
@@ -235,6 +226,36 @@ fn attempts_after(
         }
     }
     Ok(Some((Attempt(known + 1 + last as u32), events)))
+}
+
+/// The setup of a worktree task that the records lost, before its attempts found on disk: an
+/// attempt found ran in a set-up worktree, so the task is set up again whenever its worktree
+/// is known. Planned from what the runner found when the plan was lost too; from the plan the
+/// records kept when it survived, even when the worktree is gone (removed, unchanged, at the
+/// task's end): resume then records the attempt from its files, and the task's finalize finds
+/// the worktree gone (a retry re-creates a missing worktree first). Neither known: nothing,
+/// and the attempts are restored without one.
+fn setup_again(task: TaskId, kept: Option<&PlannedWorktree>, files: &TaskFiles) -> Vec<Event> {
+    let mut events = Vec::new();
+    let path = match (kept, &files.worktree) {
+        (Some(plan), _) => plan.path.clone(),
+        (None, Some(w)) => {
+            events.push(Event::WorktreePlanned {
+                task,
+                repo: w.repo.clone(),
+                path: w.path.clone(),
+                branch: w.branch.clone(),
+                base: w.base.clone(),
+            });
+            w.path.clone()
+        }
+        (None, None) => return events,
+    };
+    events.push(Event::TaskSetUp {
+        task,
+        worktree: Some(path),
+    });
+    events
 }
 
 /// The events that place `attempt` of `task` as its files say (`disk`).
