@@ -156,17 +156,25 @@ pub(crate) async fn rows(
             .collect();
         return Ok(json_response(columns(&snap, &picked)));
     }
-    let text = tokio::task::spawn_blocking(move || {
-        snap.rows
-            .get_or_init(|| {
-                let all: Vec<usize> = (0..snap.state.tasks.len()).collect();
-                Arc::new(columns(&snap, &all))
-            })
-            .clone()
-    })
-    .await
-    .map_err(internal)?;
+    let text = tokio::task::spawn_blocking(move || all_rows(&snap))
+        .await
+        .map_err(internal)?;
     Ok(json_response(String::clone(&text)))
+}
+
+/// Every task's columns, made once per snapshot.
+fn all_rows(snap: &Snapshot) -> Arc<String> {
+    snap.rows
+        .get_or_init(|| {
+            let all: Vec<usize> = (0..snap.state.tasks.len()).collect();
+            Arc::new(columns(snap, &all))
+        })
+        .clone()
+}
+
+/// A run made ready for its page before anyone asks: its table's columns.
+pub(crate) fn warm(snap: &Snapshot) {
+    all_rows(snap);
 }
 
 /// The columns of tasks `which`: index, label, state, model, cost (USD), tokens, attempts,
