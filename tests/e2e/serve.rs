@@ -4,7 +4,8 @@
 //! reload, the hold button stops the task's process and release resumes it (both journaled as
 //! asked by `web`), a line the task prints after the page loaded appears in its transcript
 //! panel, a request without the token is refused and changes nothing; the event stream resumes
-//! after `after=SEQ` (or `Last-Event-ID`) without a gap or a duplicate; and docs/cli.md's API
+//! after `after=SEQ` (or `Last-Event-ID`) without a gap or a duplicate; a sandboxed task's
+//! panel names the connection its sandbox denied; and docs/cli.md's API
 //! examples are what the server answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -365,6 +366,64 @@ fn the_run_page_follows_a_live_run_and_its_controls_hold_and_release_a_task() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_sandboxed_tasks_panel_shows_the_connection_its_sandbox_denied() {
+    if !crate::sandbox::can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let home = s.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    // An address outside that no `sandbox_hosts` lists (TEST-NET-1: the sandbox's forwarder
+    // resets the connection; nothing leaves the machine).
+    s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"net\"\nsandbox = \"workspace\"\n\
+         command = [\"bash\", \"-c\", \"(exec 3<>/dev/tcp/192.0.2.1/443 && echo ping >&3 && \
+         read -r l <&3) 2>/dev/null; true\"]\n",
+    );
+    let out = s
+        .sortie()
+        .env("HOME", &home)
+        .args(["run", "--run-id", "net", "batch.toml"])
+        .output()
+        .expect("run sortie");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&s.run(&["status", "net"]).stdout).into_owned();
+    assert!(
+        status.contains("denied: 192.0.2.1:443 ×1 (sandbox_hosts)"),
+        "{status}"
+    );
+    let sv = serve(&s);
+    let Some(browser) = browser() else {
+        return;
+    };
+    let tab = browser.new_tab().expect("a tab");
+    tab.navigate_to(&format!("{}/runs/net?token={}#task=0", sv.base, sv.token))
+        .expect("navigate");
+    tab.wait_until_navigated().expect("navigated");
+    wait_js(
+        &tab,
+        "the task's panel",
+        "(document.querySelector('#task h2')||{}).textContent?.includes('net') === true",
+    );
+    let denied = eval(
+        &tab,
+        "(document.getElementById('denied')||{}).textContent || ''",
+    );
+    assert_eq!(
+        denied,
+        "sandbox denied: 192.0.2.1:443 ×1 (sandbox_hosts)",
+        "{}",
+        eval(&tab, "document.getElementById('task').textContent")
     );
 }
 

@@ -275,7 +275,8 @@ fn task_of(state: &RunState, i: usize) -> Result<TaskId, Failure> {
 }
 
 /// `GET /api/v1/runs/{id}/tasks/{i}`: a task's view (`status --task --json`), its attempts'
-/// transcripts.
+/// transcripts, its sandbox's denied connections (`host:port ×count`) and the field that
+/// would allow them.
 pub(crate) async fn task(
     State(app): State<Arc<App>>,
     Path((id, i)): Path<(String, usize)>,
@@ -288,8 +289,12 @@ pub(crate) async fn task(
     let view = output::task_view(&snap.state, i, rec, now, true);
     let transcripts = transcript::of_task(&snap.state, &run_dir, task);
     let steerable = snap.live_pid.is_some() && rec.live_attempt().is_some();
+    // #34: its sandbox's denied connections, worded as `sortie status` prints them.
+    let denied = sortie_core::sandbox_net::denied(&view.net);
     let v = serde_json::json!({
         "index": i,
+        "denied": denied,
+        "denied_field": sortie_core::sandbox_net::ALLOWING_FIELD,
         "task": view,
         "transcripts": transcripts,
         "live": snap.live_pid.is_some(),

@@ -238,6 +238,7 @@ async function openTask(i, refresh) {
       el("input", { id: "steermsg", placeholder: "message to the agent (pi-rpc)" }),
       el("button", { id: "steer", onclick: () => control({ action: "steer", task: t.label, message: $("#steermsg").value }) }, "Steer")) : "",
     t.error ? el("p", { class: "err" }, t.error) : "",
+    d.denied.length ? el("p", { id: "denied", class: "err" }, "sandbox denied: " + d.denied.join(", ") + " (" + d.denied_field + ")") : "",
     t.text ? el("details", {}, el("summary", {}, "answer"), el("pre", {}, t.text)) : "",
     el("div", { class: "controls" }, "attempt ",
       el("select", { id: "attempt", onchange: (e) => { T.attempt = Number(e.target.value); T.next = 0; $("#transcript").replaceChildren(); tail(base); } },
