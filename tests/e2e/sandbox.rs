@@ -15,7 +15,7 @@ use crate::support::Scratch;
 
 /// Whether this machine can sandbox (the probe `sortie check` reports); a machine that cannot
 /// skips the test, saying so.
-fn can_sandbox() -> bool {
+pub(crate) fn can_sandbox() -> bool {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sortie"))
         .args(["__sandbox", "--probe"])
         .output()

@@ -4,8 +4,9 @@
 //! reload, the hold button stops the task's process and release resumes it (both journaled as
 //! asked by `web`), a line the task prints after the page loaded appears in its transcript
 //! panel, a request without the token is refused and changes nothing; the event stream resumes
-//! after `after=SEQ` (or `Last-Event-ID`) without a gap or a duplicate; and docs/cli.md's API
-//! examples are what the server answers.
+//! after `after=SEQ` (or `Last-Event-ID`) without a gap or a duplicate; a sandboxed task's
+//! panel names the connection its sandbox denied; a task's panel follows a retry's new
+//! transcript; and docs/cli.md's API examples are what the server answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -360,6 +361,125 @@ fn the_run_page_follows_a_live_run_and_its_controls_hold_and_release_a_task() {
         "the run to end on the page",
         r#"document.querySelectorAll('.tr[data-state="completed"]').length == 2"#,
     );
+    let out = sortie.finish(60);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_sandboxed_tasks_panel_shows_the_connection_its_sandbox_denied() {
+    if !crate::sandbox::can_sandbox() {
+        return;
+    }
+    let s = Scratch::new();
+    let home = s.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    // An address outside that no `sandbox_hosts` lists (TEST-NET-1: the sandbox's forwarder
+    // resets the connection; nothing leaves the machine).
+    s.write(
+        "batch.toml",
+        "[[tasks]]\nlabel = \"net\"\nsandbox = \"workspace\"\n\
+         command = [\"bash\", \"-c\", \"(exec 3<>/dev/tcp/192.0.2.1/443 && echo ping >&3 && \
+         read -r l <&3) 2>/dev/null; true\"]\n",
+    );
+    let out = s
+        .sortie()
+        .env("HOME", &home)
+        .args(["run", "--run-id", "net", "batch.toml"])
+        .output()
+        .expect("run sortie");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&s.run(&["status", "net"]).stdout).into_owned();
+    assert!(
+        status.contains("denied: 192.0.2.1:443 ×1 (sandbox_hosts)"),
+        "{status}"
+    );
+    let sv = serve(&s);
+    let Some(browser) = browser() else {
+        return;
+    };
+    let tab = browser.new_tab().expect("a tab");
+    tab.navigate_to(&format!("{}/runs/net?token={}#task=0", sv.base, sv.token))
+        .expect("navigate");
+    tab.wait_until_navigated().expect("navigated");
+    wait_js(
+        &tab,
+        "the task's panel",
+        "(document.querySelector('#task h2')||{}).textContent?.includes('net') === true",
+    );
+    let denied = eval(
+        &tab,
+        "(document.getElementById('denied')||{}).textContent || ''",
+    );
+    assert_eq!(
+        denied,
+        "sandbox denied: 192.0.2.1:443 ×1 (sandbox_hosts)",
+        "{}",
+        eval(&tab, "document.getElementById('task').textContent")
+    );
+}
+
+#[test]
+fn a_task_panel_follows_the_new_attempts_transcript_when_the_task_retries() {
+    let s = Scratch::new();
+    let run = unique_run("retry");
+    let tried = s.path().join("tried");
+    let go = s.path().join("GO");
+    let batch = s.write(
+        "batch.toml",
+        &format!(
+            "[[tasks]]\nlabel = \"flaky\"\ntransient_on = [\"flaky\"]\n\
+             command = [\"sh\", \"-c\", \"if [ -e {t} ]; then echo second-try; else \
+             touch {t}; echo first-try; while [ ! -e {g} ]; do sleep 0.05; done; \
+             echo flaky >&2; exit 1; fi\"]\n",
+            t = tried.display(),
+            g = go.display(),
+        ),
+    );
+    let sortie = Background::start(
+        &s,
+        &run,
+        &["run", &batch.display().to_string(), "--run-id", &run],
+    );
+    attempt_pid(&s, &run, 0);
+    let sv = serve(&s);
+    let Some(browser) = browser() else {
+        std::fs::write(&go, "").expect("GO");
+        assert!(sortie.finish(60).status.success());
+        return;
+    };
+    let tab = browser.new_tab().expect("a tab");
+    tab.navigate_to(&format!("{}/runs/{run}?token={}#task=0", sv.base, sv.token))
+        .expect("navigate");
+    tab.wait_until_navigated().expect("navigated");
+    wait_js(
+        &tab,
+        "the first attempt's transcript",
+        "(document.getElementById('transcript')||{}).textContent?.includes('first-try') === true",
+    );
+    std::fs::write(&go, "").expect("GO");
+    wait_js(
+        &tab,
+        "the second attempt's transcript",
+        "document.getElementById('transcript').textContent.includes('second-try')",
+    );
+    assert_eq!(
+        eval(
+            &tab,
+            "document.getElementById('transcript').textContent.includes('first-try')"
+        ),
+        Value::Bool(false),
+        "the panel shows the new attempt's transcript alone"
+    );
+    assert_eq!(eval(&tab, "document.getElementById('attempt').value"), "2");
     let out = sortie.finish(60);
     assert!(
         out.status.success(),

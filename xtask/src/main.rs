@@ -9,8 +9,9 @@
 //!   moments and resumed, every invariant checked after each crash (see `torture.rs`);
 //! - `proptest [--cases N]`: the model-based property tests in release mode with N cases
 //!   (default 10000), then how many cases each property ran;
-//! - `bench [journal|dispatch|scale|all|slurm|ray]`: the journal, dispatch and scale benchmarks, then one
-//!   table of every figure against its target (see `bench.rs`).
+//! - `bench [journal|dispatch|scale|all|slurm|ray|serve]`: the journal, dispatch and scale
+//!   benchmarks, then one table of every figure against its target (see `bench.rs`).
+//!   `bench serve` (#35): `bench/serve.sh`, the run page of a 100,000-task run in Chromium.
 //!   `bench pools` (#14): shared rate limits against a loopback mock provider (`bench/pools.sh`).
 //! - `fuzz [--seconds N] [--rss-mb M] [TARGET...]`: every cargo-fuzz target for N seconds,
 //!   one after another, then the executions of each (see `fuzz.rs`).
@@ -310,8 +311,13 @@ fn bench(root: &Path, which: &str) -> Result<()> {
         "pools" => return pools_bench(root),
         // #36: a Ray head node (started by the script when none answers): not part of `all`.
         "ray" => return ray_bench(root),
+        // #35: a 100,000-task run, then its page in headless Chromium: not part of `all`.
+        "serve" => return serve_bench(root),
         other => {
-            bail!("unknown benchmark {other:?}: journal, dispatch, scale, all, slurm, pools or ray")
+            bail!(
+                "unknown benchmark {other:?}: journal, dispatch, scale, all, slurm, pools, ray \
+                 or serve"
+            )
         }
     };
     let mut figures = bench::Figures::default();
@@ -420,6 +426,15 @@ fn ray_bench(root: &Path) -> Result<()> {
         .arg(root.join("target/release/sortie"))
         .current_dir(root);
     keyed_output(cmd, "Ray benchmark (bench/ray.sh)", "ray ").map(|_| ())
+}
+
+/// `cargo xtask bench serve` (#35): `bench/serve.sh` (it builds the release binary and the
+/// `serve_bench` example itself): a finished run of 100,000 × `true`, its run page in headless
+/// Chromium, cold (a new server) and warm, then the server's CPU while idle with the page open.
+fn serve_bench(root: &Path) -> Result<()> {
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("bench/serve.sh")).current_dir(root);
+    keyed_output(cmd, "serve benchmark (bench/serve.sh)", "serve_bench ").map(|_| ())
 }
 
 /// `cargo xtask bench pools` (#14): `bench/pools.sh` with the release build: 200 tasks (one

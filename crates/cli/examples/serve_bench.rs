@@ -1,10 +1,13 @@
 //! #35: the benchmark of `sortie serve` (`bench/serve.sh` runs it; not a test): the run page of
 //! a finished run (100,000 tasks in the script) opened in headless Chromium, driven over the
 //! DevTools protocol, and timed with the browser's Performance API: from navigation to the
-//! table drawn, then a filter typed and answered (the rows redrawn). Then the server's CPU time
-//! while idle with the page open, over `--idle` seconds (default 60), from `/proc`.
+//! table drawn, then a filter typed and answered (the rows redrawn): first cold (a new server,
+//! the page opened the moment it printed its URL; then another new server, the page opened
+//! `--settle` seconds after it started), then warm (`--rounds` visits). Then the server's CPU
+//! time while idle with the page open, over `--idle` seconds (default 60), from `/proc`.
 //!
-//! `serve_bench --sortie target/release/sortie --state-dir DIR --run ID [--rounds 3]`
+//! `serve_bench --sortie target/release/sortie --state-dir DIR --run ID [--rounds 3]
+//! [--settle 5] [--idle 60]`
 //!
 //! Prints one line per round, then `serve_bench key=value ...`.
 
@@ -24,6 +27,8 @@ struct Args {
     run: String,
     rounds: usize,
     idle: u64,
+    /// How long after the server started its settled first visit comes, in seconds.
+    settle: u64,
     /// Only a screenshot of the run page with task 0's panel open (README's picture).
     screenshot: Option<PathBuf>,
 }
@@ -35,6 +40,7 @@ fn args() -> Args {
         run: String::new(),
         rounds: 3,
         idle: 60,
+        settle: 5,
         screenshot: None,
     };
     let mut it = std::env::args().skip(1);
@@ -46,6 +52,7 @@ fn args() -> Args {
             "--run" => a.run = v,
             "--rounds" => a.rounds = v.parse().unwrap(),
             "--idle" => a.idle = v.parse().unwrap(),
+            "--settle" => a.settle = v.parse().unwrap(),
             "--screenshot" => a.screenshot = Some(v.into()),
             other => panic!("unknown argument {other}"),
         }
@@ -93,8 +100,8 @@ fn screenshot(tab: &headless_chrome::Tab, page: &str, png: &std::path::Path) {
     std::fs::write(png, bytes).unwrap();
 }
 
-fn main() {
-    let a = args();
+/// `sortie serve` started on the state dir: the process and the run page's URL.
+fn start_server(a: &Args) -> (std::process::Child, String) {
     let mut server = Command::new(&a.sortie)
         .args(["--state-dir"])
         .arg(&a.state_dir)
@@ -114,78 +121,111 @@ fn main() {
         .to_owned();
     let (base, token) = url.split_once("/?token=").unwrap();
     let page = format!("{base}/runs/{}?token={token}", a.run);
+    (server, page)
+}
 
+fn stop(mut server: std::process::Child) {
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// One visit of the run page: (table drawn, thread free, a filter answered), in ms since
+/// navigation, and how many rows.
+fn visit(tab: &headless_chrome::Tab, page: &str) -> (f64, f64, f64, serde_json::Value) {
+    tab.navigate_to(page).unwrap();
+    tab.wait_until_navigated().unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    let (ready, idle) = loop {
+        let v = tab
+            .evaluate(
+                "JSON.stringify(window.sortie && window.sortie.idle ? \
+                 [window.sortie.ready, window.sortie.idle] : null)",
+                false,
+            )
+            .unwrap()
+            .value
+            .and_then(|v| {
+                v.as_str()
+                    .and_then(|s| serde_json::from_str::<[f64; 2]>(s).ok())
+            });
+        if let Some([ready, idle]) = v {
+            break (ready, idle);
+        }
+        assert!(Instant::now() < until, "the table was never drawn");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A filter typed: the rows answering it drawn (layout forced), timed in the page.
+    let filter = tab
+        .evaluate(
+            "(() => { const t0 = performance.now(); const q = document.getElementById('q'); \
+             q.value = 'task-4242'; q.dispatchEvent(new Event('input')); \
+             const n = document.querySelectorAll('#rows .tr').length; \
+             document.body.offsetHeight; \
+             return n > 0 ? performance.now() - t0 : -1; })()",
+            false,
+        )
+        .unwrap()
+        .value
+        .and_then(|v| v.as_f64())
+        .unwrap();
+    assert!(filter >= 0.0, "the filter found no row");
+    let rows = tab
+        .evaluate("window.sortie.cols.label.length", false)
+        .unwrap()
+        .value
+        .unwrap();
+    (ready, idle, filter, rows)
+}
+
+fn main() {
+    let a = args();
     let browser = Browser::new(
         LaunchOptions::default_builder()
             .path(Some("/usr/bin/chromium".into()))
             .sandbox(false)
             .window_size(Some((1280, 1100)))
-            .idle_browser_timeout(Duration::from_secs(a.idle + 120))
+            .idle_browser_timeout(Duration::from_secs(a.idle + 300))
             .build()
             .unwrap(),
     )
     .unwrap();
     let tab = browser.new_tab().unwrap();
+    // The browser's own first navigation (its renderer started) is not the page's.
+    tab.navigate_to("about:blank").unwrap();
+    tab.wait_until_navigated().unwrap();
     if let Some(png) = &a.screenshot {
+        let (server, page) = start_server(&a);
         screenshot(&tab, &format!("{page}#task=0"), png);
-        let _ = server.kill();
-        let _ = server.wait();
+        stop(server);
         return;
     }
-    // The server's first read of the run (its journal's copy and replay) is not the page's:
-    // one navigation warms it, as a user's first visit of the run list does.
+    // Cold, at once: the page opened the moment the server printed its URL (the server's
+    // first read of the run, started in the background when it started, still under way).
+    let (server, page) = start_server(&a);
+    let (_, idle, filter, rows) = visit(&tab, &page);
+    let cold_now = idle + filter;
+    println!(
+        "cold, navigation as the server started: interactive at {cold_now:.0} ms ({rows} rows)"
+    );
+    stop(server);
+    // Cold, settled: a new server (a new origin: nothing cached), the page opened SETTLE
+    // seconds after it started; its first visit of the run.
+    let (server, page) = start_server(&a);
+    std::thread::sleep(Duration::from_secs(a.settle));
+    let (_, idle, filter, _) = visit(&tab, &page);
+    let cold_settled = idle + filter;
+    println!(
+        "cold, first visit {}s after the server started: interactive at {cold_settled:.0} ms",
+        a.settle
+    );
+    // Warm: the same server, the page visited again.
     let mut drawn = Vec::new();
     let mut interactive = Vec::new();
     let mut filters = Vec::new();
-    for round in 0..=a.rounds {
-        tab.navigate_to(&page).unwrap();
-        tab.wait_until_navigated().unwrap();
-        let until = Instant::now() + Duration::from_secs(120);
-        let (ready, idle) = loop {
-            let v = tab
-                .evaluate(
-                    "JSON.stringify(window.sortie && window.sortie.idle ? \
-                     [window.sortie.ready, window.sortie.idle] : null)",
-                    false,
-                )
-                .unwrap()
-                .value
-                .and_then(|v| {
-                    v.as_str()
-                        .and_then(|s| serde_json::from_str::<[f64; 2]>(s).ok())
-                });
-            if let Some([ready, idle]) = v {
-                break (ready, idle);
-            }
-            assert!(Instant::now() < until, "the table was never drawn");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // A filter typed: the rows answering it drawn (layout forced), timed in the page.
-        let filter = tab
-            .evaluate(
-                "(() => { const t0 = performance.now(); const q = document.getElementById('q'); \
-                 q.value = 'task-4242'; q.dispatchEvent(new Event('input')); \
-                 const n = document.querySelectorAll('#rows .tr').length; \
-                 document.body.offsetHeight; \
-                 return n > 0 ? performance.now() - t0 : -1; })()",
-                false,
-            )
-            .unwrap()
-            .value
-            .and_then(|v| v.as_f64())
-            .unwrap();
-        assert!(filter >= 0.0, "the filter found no row");
+    for round in 1..=a.rounds {
+        let (ready, idle, filter, rows) = visit(&tab, &page);
         // Interactive: drawn, the thread free, and a filter answered from there.
         let answered = idle + filter;
-        let rows = tab
-            .evaluate("window.sortie.cols.label.length", false)
-            .unwrap()
-            .value
-            .unwrap();
-        if round == 0 {
-            println!("warm-up: drawn at {ready:.0} ms ({rows} rows)");
-            continue;
-        }
         println!(
             "round {round}: table drawn {ready:.0} ms after navigation, thread free at \
              {idle:.0} ms, a filter answered in {filter:.1} ms: interactive at {answered:.0} ms \
@@ -204,14 +244,13 @@ fn main() {
     let per_minute = idle_cpu_s * 60.0 / a.idle as f64;
     println!("server CPU while idle with the page open: {per_minute:.3} s per minute");
     println!(
-        "serve_bench drawn_ms={:.0} filter_ms={:.1} interactive_ms={:.0} \
-         idle_cpu_s_per_min={per_minute:.3}",
+        "serve_bench cold_now_ms={cold_now:.0} cold_settled_ms={cold_settled:.0} drawn_ms={:.0} \
+         filter_ms={:.1} interactive_ms={:.0} idle_cpu_s_per_min={per_minute:.3}",
         median(drawn),
         median(filters),
         median(interactive)
     );
     drop(tab);
     drop(browser);
-    let _ = server.kill();
-    let _ = server.wait();
+    stop(server);
 }

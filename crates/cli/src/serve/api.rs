@@ -156,17 +156,25 @@ pub(crate) async fn rows(
             .collect();
         return Ok(json_response(columns(&snap, &picked)));
     }
-    let text = tokio::task::spawn_blocking(move || {
-        snap.rows
-            .get_or_init(|| {
-                let all: Vec<usize> = (0..snap.state.tasks.len()).collect();
-                Arc::new(columns(&snap, &all))
-            })
-            .clone()
-    })
-    .await
-    .map_err(internal)?;
+    let text = tokio::task::spawn_blocking(move || all_rows(&snap))
+        .await
+        .map_err(internal)?;
     Ok(json_response(String::clone(&text)))
+}
+
+/// Every task's columns, made once per snapshot.
+fn all_rows(snap: &Snapshot) -> Arc<String> {
+    snap.rows
+        .get_or_init(|| {
+            let all: Vec<usize> = (0..snap.state.tasks.len()).collect();
+            Arc::new(columns(snap, &all))
+        })
+        .clone()
+}
+
+/// A run made ready for its page before anyone asks: its table's columns.
+pub(crate) fn warm(snap: &Snapshot) {
+    all_rows(snap);
 }
 
 /// The columns of tasks `which`: index, label, state, model, cost (USD), tokens, attempts,
@@ -267,7 +275,8 @@ fn task_of(state: &RunState, i: usize) -> Result<TaskId, Failure> {
 }
 
 /// `GET /api/v1/runs/{id}/tasks/{i}`: a task's view (`status --task --json`), its attempts'
-/// transcripts.
+/// transcripts, its sandbox's denied connections (`host:port ×count`) and the field that
+/// would allow them.
 pub(crate) async fn task(
     State(app): State<Arc<App>>,
     Path((id, i)): Path<(String, usize)>,
@@ -280,8 +289,12 @@ pub(crate) async fn task(
     let view = output::task_view(&snap.state, i, rec, now, true);
     let transcripts = transcript::of_task(&snap.state, &run_dir, task);
     let steerable = snap.live_pid.is_some() && rec.live_attempt().is_some();
+    // #34: its sandbox's denied connections, worded as `sortie status` prints them.
+    let denied = sortie_core::sandbox_net::denied(&view.net);
     let v = serde_json::json!({
         "index": i,
+        "denied": denied,
+        "denied_field": sortie_core::sandbox_net::ALLOWING_FIELD,
         "task": view,
         "transcripts": transcripts,
         "live": snap.live_pid.is_some(),

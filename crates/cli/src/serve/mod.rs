@@ -22,11 +22,15 @@ pub(crate) struct App {
     pub(crate) auth: Arc<auth::Auth>,
 }
 
-/// The server's routes over state dir `layout`, guarded by `auth`.
+/// The server's routes over state dir `layout`, guarded by `auth`; the runs' preload started
+/// (on the caller's tokio runtime).
 pub(crate) fn router(layout: StateDir, auth: auth::Auth) -> Router {
     let auth = Arc::new(auth);
+    let runs = runs::Runs::new(layout);
+    // Every run read in the background from the start: a first visit finds its run read.
+    tokio::spawn(runs.clone().preload(api::warm));
     let app = Arc::new(App {
-        runs: runs::Runs::new(layout),
+        runs,
         auth: auth.clone(),
     });
     Router::new()

@@ -1,6 +1,8 @@
 //! #35: the runs `sortie serve` shows, each read through the same path as `sortie status` (a
-//! private copy of its journal, `RunReader`), never the owner's files in place. A run is loaded
-//! on its first request; from then on a follower looks at its journal's files every
+//! private copy of its journal, `RunReader`), never the owner's files in place. Every run is
+//! loaded once, when the server starts (newest first, in the background: [`Runs::preload`]) or
+//! on its first request if that comes sooner; requests that arrive during a load wait for it
+//! rather than start another. From then on a follower looks at its journal's files every
 //! [`TICK`] (a `stat` of each: nothing else while nothing changes) and, when they changed,
 //! opens a new copy, reads the records past the ones it has (what is durable), applies them to
 //! its state and keeps them, as export JSON, for the event streams.
@@ -14,7 +16,7 @@ use sortie_core::{RunId, RunState, Seq};
 use sortie_journal::ExportRecord;
 use sortie_runner::layout::open::RunReader;
 use sortie_runner::layout::{Owner, StateDir};
-use tokio::sync::watch;
+use tokio::sync::{OnceCell, watch};
 
 /// How often a followed run's files are looked at.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
@@ -57,7 +59,8 @@ struct Tail {
 #[derive(Debug)]
 pub(crate) struct Runs {
     pub(crate) layout: StateDir,
-    slots: Mutex<HashMap<RunId, Arc<Slot>>>,
+    /// Each run's slot, once loaded (the cell is empty while its first load runs).
+    slots: Mutex<HashMap<RunId, Arc<OnceCell<Arc<Slot>>>>>,
 }
 
 /// An error a handler turns into an answer: the status and the message.
@@ -105,33 +108,47 @@ impl Runs {
         })
     }
 
-    /// The run named `id` (a whole id), loaded on first use and followed from then on.
+    /// The run named `id` (a whole id), loaded on first use (one load at a time per run:
+    /// a request during it waits for it) and followed from then on.
     pub(crate) async fn slot(self: &Arc<Self>, id: &str) -> Result<Arc<Slot>, Failure> {
         let run = RunId::new(id).map_err(|e| (axum::http::StatusCode::NOT_FOUND, e.to_string()))?;
-        if let Some(slot) = lock(&self.slots).get(&run) {
-            return Ok(slot.clone());
-        }
-        if !self.layout.run(&run).exists() {
-            return Err((
-                axum::http::StatusCode::NOT_FOUND,
-                format!("no run {run} in {}", self.layout.root().display()),
-            ));
-        }
+        let known = lock(&self.slots).get(&run).cloned();
+        let cell = match known {
+            Some(cell) => cell,
+            None => {
+                if !self.layout.run(&run).exists() {
+                    return Err((
+                        axum::http::StatusCode::NOT_FOUND,
+                        format!("no run {run} in {}", self.layout.root().display()),
+                    ));
+                }
+                lock(&self.slots).entry(run.clone()).or_default().clone()
+            }
+        };
+        cell.get_or_try_init(|| self.load(run)).await.cloned()
+    }
+
+    /// A run's first reading (the newest snapshot decoded while its journal is copied, as
+    /// `sortie status` reads), then its follower started.
+    async fn load(self: &Arc<Self>, run: RunId) -> Result<Arc<Slot>, Failure> {
         let layout = self.layout.clone();
         let r = run.clone();
-        let (snapshot, seen) = tokio::task::spawn_blocking(move || {
-            let seen = fingerprint(&layout, &r);
-            let live = live_pid(&layout, &r);
-            let reader = RunReader::open(&layout, &r).map_err(failure)?;
-            let state = reader.state().map_err(failure)?;
-            Ok::<_, Failure>((snap(r, state, live), seen))
+        // On a task of its own: a request that goes away does not drop a load half done.
+        let (snapshot, seen) = tokio::spawn(async move {
+            tokio::task::spawn_blocking(move || {
+                let seen = fingerprint(&layout, &r);
+                let live = live_pid(&layout, &r);
+                let reader = RunReader::open_prefetching(&layout, &r).map_err(failure)?;
+                let (state, closing) = reader.latest().map_err(failure)?;
+                // The copy is removed once the snapshot is served.
+                std::thread::spawn(move || drop(closing));
+                Ok::<_, Failure>((snap(r, state, live), seen))
+            })
+            .await
+            .map_err(failure)?
         })
         .await
         .map_err(failure)??;
-        let mut slots = lock(&self.slots);
-        if let Some(slot) = slots.get(&run) {
-            return Ok(slot.clone());
-        }
         let from = snapshot.next_seq;
         let slot = Arc::new(Slot {
             snap: watch::channel(Arc::new(snapshot)).0,
@@ -140,10 +157,30 @@ impl Runs {
                 events: VecDeque::new(),
             }),
         });
-        slots.insert(run.clone(), slot.clone());
-        drop(slots);
         tokio::spawn(follow(self.layout.clone(), run, slot.clone(), seen));
         Ok(slot)
+    }
+
+    /// Loads every run of the index, newest first, one at a time, each made ready by `warm`
+    /// (its table's columns): the first visit of a run page then finds it read.
+    pub(crate) async fn preload(self: Arc<Self>, warm: fn(&Snapshot)) {
+        let layout = self.layout.clone();
+        let listed = tokio::task::spawn_blocking(move || {
+            if layout.root().exists() {
+                sortie_runner::layout::index::list(&layout).unwrap_or_default()
+            } else {
+                Vec::new()
+            }
+        })
+        .await
+        .unwrap_or_default();
+        for entry in listed {
+            let Ok(slot) = self.slot(entry.run_id.as_str()).await else {
+                continue;
+            };
+            let snap = slot.snap.borrow().clone();
+            let _ = tokio::task::spawn_blocking(move || warm(&snap)).await;
+        }
     }
 }
 

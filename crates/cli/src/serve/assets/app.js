@@ -211,15 +211,18 @@ function refreshTimeline(base) {
 }
 
 // ---- a task --------------------------------------------------------------------------------
-const T = { i: null, attempt: null, next: 0, timer: null };
+const T = { i: null, attempt: null, latest: null, next: 0, timer: null };
 async function openTask(i, refresh) {
   const base = "/api/v1/runs/" + encodeURIComponent(R.id) + "/tasks/" + i;
   R.sel = i; drawRows();
   if (!refresh) history.replaceState(null, "", "#task=" + i);
   const d = await api(base);
   const t = d.task, last = d.transcripts.length ? d.transcripts[d.transcripts.length - 1].attempt : null;
-  const again = refresh && T.i === i;
+  let again = refresh && T.i === i;
+  // A retry: a panel that followed the newest attempt follows the new one.
+  if (again && last !== T.latest && T.attempt === T.latest) again = false;
   if (!again) { T.i = i; T.attempt = last; T.next = 0; }
+  T.latest = last;
   const live = d.live && !["completed", "failed", "cancelled"].includes(t.state);
   const panel = $("#task");
   const old = again ? $("#transcript") : null;
@@ -238,6 +241,7 @@ async function openTask(i, refresh) {
       el("input", { id: "steermsg", placeholder: "message to the agent (pi-rpc)" }),
       el("button", { id: "steer", onclick: () => control({ action: "steer", task: t.label, message: $("#steermsg").value }) }, "Steer")) : "",
     t.error ? el("p", { class: "err" }, t.error) : "",
+    d.denied.length ? el("p", { id: "denied", class: "err" }, "sandbox denied: " + d.denied.join(", ") + " (" + d.denied_field + ")") : "",
     t.text ? el("details", {}, el("summary", {}, "answer"), el("pre", {}, t.text)) : "",
     el("div", { class: "controls" }, "attempt ",
       el("select", { id: "attempt", onchange: (e) => { T.attempt = Number(e.target.value); T.next = 0; $("#transcript").replaceChildren(); tail(base); } },
