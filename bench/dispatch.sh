@@ -15,7 +15,8 @@
 # __sandbox`, a user and network namespace and Landlock) runs interleaved with the others; its
 # throughput over the unsandboxed run's is the sandbox's ratio (target >= 0.8), and the wrapper's
 # own cost per attempt is measured exec to exec: `sortie __sandbox POLICY true` against `true`,
-# SETUP_N times each, the difference per exec in milliseconds (SANDBOX=0 skips both).
+# SETUP_N times each, the difference per exec in milliseconds (SANDBOX=0 skips both); beside
+# it the floor of any namespace per attempt, `unshare -Urn true` against `true`.
 # GNU parallel is installed with apt-get when it is missing (PARALLEL=0 skips it).
 #   bash bench/dispatch.sh            (N=5000, ROUNDS=3)
 #   N=2000 ROUNDS=5 bash bench/dispatch.sh
@@ -77,6 +78,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 : > "$work/shepherd.times"
 : > "$work/sandbox.times"
 : > "$work/setup.times"
+: > "$work/unshare.times"
 # CPU seconds (user + sys, the contender and its children) beside the wall time: on a loaded
 # machine the wall time says how the scheduler treated each contender, the CPU what it cost.
 TIME=$(command -v /usr/bin/time || true)
@@ -126,6 +128,14 @@ for r in $(seq "$ROUNDS"); do
     for _ in $(seq "$SETUP_N"); do /bin/true; done
     t2=$(now)
     awk -v a="$t0" -v b="$t1" -v c="$t2" -v n="$SETUP_N" 'BEGIN {print ((b - a) - (c - b)) * 1000 / n}' >> "$work/setup.times"
+    # The floor of any namespace per attempt: util-linux's `unshare -Urn true` (a user and
+    # network namespace, made and torn down, one exec more) against `true`.
+    if command -v unshare >/dev/null 2>&1; then
+      t3=$(now)
+      for _ in $(seq "$SETUP_N"); do unshare -Urn true; done
+      t4=$(now)
+      awk -v a="$t3" -v b="$t4" -v c="$t1" -v d="$t2" -v n="$SETUP_N" 'BEGIN {print ((b - a) - (d - c)) * 1000 / n}' >> "$work/unshare.times"
+    fi
   fi
 done
 
@@ -140,9 +150,11 @@ events=$("$SORTIE" --state-dir "$work/state1" export "$(ls "$work/state1/runs")"
 sandbox_t=nan
 sandbox_ratio=nan
 setup_ms=nan
+unshare_ms=nan
 if [ "$SANDBOX" = 1 ]; then
   sandbox_t=$(median < "$work/sandbox.times")
   setup_ms=$(median < "$work/setup.times")
+  if [ -s "$work/unshare.times" ]; then unshare_ms=$(median < "$work/unshare.times"); fi
 fi
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 printf '\n%-34s %10s %10s %12s\n' "dispatch: $N x true, -P $P" "median s" "cpu s" "tasks/s"
@@ -169,6 +181,7 @@ if [ "$SANDBOX" = 1 ]; then
   sandbox_ratio=$(calc "$sortie_t / $sandbox_t")
   line "sortie sandbox = workspace" "$sandbox_t" "$(cpu sandbox)"
   printf 'ratio sandboxed/unsandboxed throughput: %s; the wrapper, exec to exec: %.2f ms per attempt\n' "$sandbox_ratio" "$setup_ms"
+  printf 'the floor of a namespace per attempt (unshare -Urn true against true): %.2f ms\n' "$unshare_ms"
 fi
 ratio() { if [ "$1" = nan ] || [ "$2" = nan ]; then echo nan; else calc "$1 / $2"; fi; }
 printf 'ratio sortie/xargs throughput: %s (supervised: shepherd), %s (a supervisor per attempt), %s (supervise = false)\n' "$(calc "$xargs_t / $sortie_t")" "$(calc "$xargs_t / $attempt_t")" "$(calc "$xargs_t / $direct_t")"
@@ -176,4 +189,4 @@ printf 'ratio xargs/sortie CPU: %s (supervised: shepherd), %s (a supervisor per 
 printf 'ratio sortie/parallel throughput: %s\n' "$parallel_ratio"
 printf 'ratio yardstick/xargs throughput: %s (floor), %s (shepherd alone)\n' "$(calc "$xargs_t / $floor_t")" "$(calc "$xargs_t / $shepherd_t")"
 printf 'load average before %s, after %s (%s cores)\n' "$load_before" "$load_after" "$(nproc)"
-echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio floor_s=$floor_t floor_ratio=$(calc "$xargs_t / $floor_t") shepherd_s=$shepherd_t shepherd_ratio=$(calc "$xargs_t / $shepherd_t") load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c") sandbox_s=$sandbox_t sandbox_ratio=$sandbox_ratio sandbox_setup_ms=$setup_ms sandbox_cpu=$(cpu sandbox)"
+echo "BENCH dispatch tasks=$N concurrency=$P rounds=$ROUNDS xargs_s=$xargs_t parallel_s=$parallel_t sortie_s=$sortie_t ratio=$(calc "$xargs_t / $sortie_t") direct_s=$direct_t direct_ratio=$(calc "$xargs_t / $direct_t") attempt_s=$attempt_t attempt_ratio=$(calc "$xargs_t / $attempt_t") parallel_ratio=$parallel_ratio floor_s=$floor_t floor_ratio=$(calc "$xargs_t / $floor_t") shepherd_s=$shepherd_t shepherd_ratio=$(calc "$xargs_t / $shepherd_t") load=$load_after xargs_cpu=$xargs_c sortie_cpu=$sortie_c attempt_cpu=$attempt_c direct_cpu=$direct_c cpu_ratio=$(ratio "$xargs_c" "$sortie_c") sandbox_s=$sandbox_t sandbox_ratio=$sandbox_ratio sandbox_setup_ms=$setup_ms unshare_ms=$unshare_ms sandbox_cpu=$(cpu sandbox)"

@@ -436,9 +436,6 @@ fn prompt_problem(batch: &Batch, spec: &TaskSpec) -> Option<String> {
 pub struct SandboxReport {
     /// The Landlock ABI found (at least), or why this machine cannot sandbox.
     pub machine: Result<u8, String>,
-    /// Whether this machine has `nft` (nftables), which forwarding to `sandbox_hosts` and the
-    /// journal of connections need (without it: loopback only, connections not journaled).
-    pub forwarding: bool,
     /// Each sandboxed task: its label and what it may write, read and reach beyond the
     /// defaults (docs/sandbox.md).
     pub tasks: Vec<SandboxedTask>,
@@ -478,9 +475,5 @@ pub fn sandbox_report(batch: &Batch) -> Option<SandboxReport> {
         Some(crate::supervisor::Support::No(why)) => Err(why.clone()),
         None => Err("sortie cannot find its own binary to probe the sandbox".into()),
     };
-    Some(SandboxReport {
-        machine,
-        forwarding: crate::supervisor::sandbox_net::find_nft().is_some(),
-        tasks,
-    })
+    Some(SandboxReport { machine, tasks })
 }

@@ -122,7 +122,6 @@ fn sandbox_json(r: &sortie_runner::preflight::SandboxReport) -> serde_json::Valu
             "ok": true,
             "landlock_abi": abi,
             "user_namespaces": true,
-            "forwarding": r.forwarding,
         }),
         Err(why) => serde_json::json!({ "ok": false, "reason": why }),
     };
@@ -166,13 +165,6 @@ fn write_sandbox(
             format!(" and {}", l.join(", "))
         }
     };
-    if !r.forwarding {
-        writeln!(
-            out,
-            "sandbox: no nft (nftables) on this machine: sandboxed tasks reach loopback only, \
-             their connections are not journaled, and a task with sandbox_hosts cannot run"
-        )?;
-    }
     for t in &r.tasks {
         let network = if t.hosts.is_empty() {
             "loopback only".to_owned()

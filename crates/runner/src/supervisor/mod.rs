@@ -2,7 +2,7 @@
 //! (`sortie __supervise`, `supervise.rs`), the per-run shepherd (`sortie __shepherd`,
 //! `shepherd.rs`) and its client (`shepherd_client.rs`), and the shepherd's status log of its
 //! attempts (`status_log.rs`); #34: the exec wrapper of a sandboxed attempt (`sortie
-//! __sandbox`, `sandbox.rs`). An attempt they start keeps running, writing its files, when
+//! __sandbox`, `sandbox.rs`; its network `sandbox_net.rs`, `sandbox_relay.rs`, `nft.rs`). An attempt they start keeps running, writing its files, when
 //! sortie dies; a resumed sortie finds it again by its attempt dir (`read_started`,
 //! [`read_exit`], [`presence`]).
 //!
@@ -10,6 +10,7 @@
 //! the one room besides `process` that creates a `Command`. The files they write and their
 //! formats are `layout::attempt`'s; the transcript's cap they keep is `transcript`'s.
 
+mod nft;
 pub(crate) mod sandbox;
 pub(crate) mod sandbox_net;
 mod sandbox_relay;

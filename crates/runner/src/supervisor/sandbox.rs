@@ -22,7 +22,7 @@ use landlock::{
 use nix::sched::{CloneFlags, unshare};
 use sortie_core::sandbox::Policy;
 
-use super::sandbox_net::{enter_forwarded, find_nft};
+use super::sandbox_net::{enter_forwarded, probe_rules};
 
 /// The hidden subcommand of the wrapper.
 pub const SANDBOX_ARG: &str = "__sandbox";
@@ -102,8 +102,9 @@ pub(crate) fn wrap(sortie: &Path, file: &Path, argv: Vec<String>) -> Vec<String>
 }
 
 /// Enters the sandbox: a user and network namespace (with forwarding, when `dir`, the
-/// attempt's sandbox dir, is given and this machine has `nft`), then Landlock. Returns the
-/// Landlock ABI it found (at least).
+/// attempt's sandbox dir, is given), then Landlock. Returns the Landlock ABI it found (at
+/// least). The probe (no `dir`) also loads the forwarding's rules into its namespace, so that
+/// a kernel without nftables is found before a task needs it.
 fn enter(policy: &Policy, dir: Option<&Path>) -> Result<u8, String> {
     let abi = landlock_abi().ok_or_else(|| {
         "this kernel has no Landlock (Linux 5.13 or later, enabled in the `lsm=` boot \
@@ -111,16 +112,12 @@ fn enter(policy: &Policy, dir: Option<&Path>) -> Result<u8, String> {
          unconfined"
             .to_owned()
     })?;
-    match (dir, find_nft()) {
-        (Some(dir), Some(nft)) => enter_forwarded(policy, dir, &nft)?,
-        (Some(_), None) if !policy.hosts.is_empty() => {
-            return Err(format!(
-                "the task may reach {} (sandbox_hosts), and this machine has no `nft` \
-                 (nftables), which forwarding needs: install it (apt-get install nftables)",
-                policy.hosts.join(", ")
-            ));
+    match dir {
+        Some(dir) => enter_forwarded(policy, dir)?,
+        None => {
+            enter_network()?;
+            probe_rules()?;
         }
-        _ => enter_network()?,
     }
     restrict(policy)?;
     Ok(abi)

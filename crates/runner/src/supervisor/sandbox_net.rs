@@ -1,12 +1,12 @@
-//! #34: a sandboxed attempt's network with forwarding: what `sortie __sandbox` does instead
-//! of a bare loopback-only namespace when this machine has `nft` (nftables).
+//! #34: a sandboxed attempt's network with forwarding: what `sortie __sandbox` does before it
+//! restricts itself with Landlock.
 //!
 //! Before it leaves the host's namespaces the wrapper forks the outer helper (which stays in
 //! the host's network namespace) and reads the ports the host listens on. It then enters a
 //! user (mapped to root, for the setup), network and mount namespace of its own: loopback
 //! up, a default route through loopback (so that a connection anywhere reaches the rules
 //! instead of failing as unreachable), `/etc/resolv.conf` naming `127.0.0.1` and a minimal
-//! `/etc/hosts` bound over the host's, and nftables rules redirecting every TCP connection
+//! `/etc/hosts` bound over the host's, and nftables rules (over netlink) sending every TCP connection
 //! that leaves loopback (and those to the host's listening ports and the policy's loopback
 //! ports) to the forwarder, other traffic that leaves loopback rejected. It forks the inner
 //! helper (forwarder and name server, `sandbox_relay`), enters one more user namespace
@@ -15,11 +15,10 @@
 //! group; they die with it.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
@@ -34,27 +33,9 @@ use super::sandbox_relay::{host_listening, inner, outer};
 /// The file of an attempt's connections, in its sandbox dir (beside the policy).
 use crate::layout::SANDBOX_NET_FILE as NET_FILE;
 
-/// The programs tried for `nft`, after `PATH`.
-const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
-
-/// `nft`, when this machine has it.
-pub(crate) fn find_nft() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("nft"))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    on_path
-        .into_iter()
-        .chain(NFT_PATHS.iter().map(PathBuf::from))
-        .find(|p| p.is_file())
-}
-
 /// Enters the sandbox's namespaces with forwarding (see the module's doc): `dir` is the
 /// attempt's sandbox dir, where `net.jsonl`, `resolv.conf` and `hosts` go.
-pub(super) fn enter_forwarded(policy: &Policy, dir: &Path, nft: &Path) -> Result<(), String> {
+pub(super) fn enter_forwarded(policy: &Policy, dir: &Path) -> Result<(), String> {
     let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
     let mut ports = host_listening();
     ports.extend(sandbox_net::loopback_ports(&policy.hosts));
@@ -102,7 +83,7 @@ pub(super) fn enter_forwarded(policy: &Policy, dir: &Path, nft: &Path) -> Result
         .port();
     let dns = UdpSocket::bind("127.0.0.1:53")
         .map_err(|e| format!("cannot listen for the sandbox's name server: {e}"))?;
-    load_rules(nft, &rules(port, &ports))?;
+    load_rules(port, &ports)?;
     let hosts = policy.hosts.clone();
     helper(move || inner(hosts, listener, dns, inner_end))?;
     // The agent's own namespace: the user is itself again, without the setup's rights.
@@ -172,66 +153,22 @@ fn quiet_stdio() {
     }
 }
 
-/// The nftables rules: TCP leaving loopback, and to `ports` on loopback, redirected to the
-/// forwarder on `forwarder`; anything else leaving loopback rejected. A connection routed
-/// through loopback to another address has no source address (loopback's is host-scoped):
-/// it is given `127.0.0.1`, without which no byte would come back to it.
-fn rules(forwarder: u16, ports: &[u16]) -> String {
-    let mut text = format!(
-        "table ip sortie {{\n\
-         \tchain nat_out {{\n\
-         \t\ttype nat hook output priority -100; policy accept;\n\
-         \t\tip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :{forwarder}\n"
-    );
-    if !ports.is_empty() {
-        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-        text.push_str(&format!(
-            "\t\tip daddr 127.0.0.0/8 tcp dport {{ {} }} redirect to :{forwarder}\n",
-            list.join(", ")
-        ));
-    }
-    text.push_str(
-        "\t}\n\
-         \tchain nat_post {\n\
-         \t\ttype nat hook postrouting priority 100; policy accept;\n\
-         \t\tip saddr 0.0.0.0 snat to 127.0.0.1\n\
-         \t}\n\
-         \tchain filter_out {\n\
-         \t\ttype filter hook output priority 0; policy accept;\n\
-         \t\tip daddr != 127.0.0.0/8 meta l4proto != tcp ct state new reject\n\
-         \t}\n\
-         }\n",
-    );
-    text
+/// Loads the nftables rules (see [`super::nft`]): TCP leaving loopback, and to `ports` on
+/// loopback, redirected to the forwarder on `forwarder`; anything else leaving loopback
+/// rejected.
+fn load_rules(forwarder: u16, ports: &[u16]) -> Result<(), String> {
+    super::nft::load(forwarder, ports).map_err(|e| {
+        format!(
+            "cannot load the sandbox's nftables rules ({e}): this kernel lacks nf_tables or its \
+             NAT (CONFIG_NF_TABLES, CONFIG_NFT_NAT, CONFIG_NFT_REDIR, CONFIG_NFT_REJECT); the \
+             task cannot run sandboxed; set `sandbox = \"off\"` to run it unconfined"
+        )
+    })
 }
 
-/// Loads `rules` with `nft -f -`.
-fn load_rules(nft: &Path, rules: &str) -> Result<(), String> {
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "the sandbox's setup runs nft in its namespace"
-    )]
-    let child = std::process::Command::new(nft)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = child.map_err(|e| format!("cannot run {}: {e}", nft.display()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(rules.as_bytes());
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("cannot run {}: {e}", nft.display()))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{} could not load the sandbox's rules: {}",
-        nft.display(),
-        String::from_utf8_lossy(&out.stderr).trim()
-    ))
+/// The probe's check that this kernel takes the rules (in the probe's own namespace).
+pub(super) fn probe_rules() -> Result<(), String> {
+    load_rules(1, &[])
 }
 
 /// Binds the sandbox's `resolv.conf` and `hosts` over the system's, in this process's mount
@@ -296,17 +233,4 @@ fn default_route() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_rules_redirect_what_leaves_loopback_and_the_hosts_ports() {
-        let r = rules(4000, &[22, 8080]);
-        assert!(r.contains("ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :4000"));
-        assert!(r.contains("tcp dport { 22, 8080 } redirect to :4000"));
-        assert!(!rules(4000, &[]).contains("dport"));
-    }
 }

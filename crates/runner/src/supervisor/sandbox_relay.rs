@@ -293,10 +293,81 @@ fn copy(mut from: TcpStream, mut to: TcpStream) -> u64 {
     total
 }
 
-/// The ports the host listens on (TCP, any address), from `/proc/net/tcp` and `tcp6`: read
-/// before the wrapper leaves the host's namespace, so that a connection to one of them on
-/// the sandbox's loopback is forwarded (and journaled) instead of refused unseen.
+/// The TCP ports the host listens on (any address, IPv4 and IPv6): read before the wrapper
+/// leaves the host's namespace, so that a connection to one of them on the sandbox's loopback
+/// is forwarded (and journaled) instead of refused unseen. Asked of the kernel's socket
+/// diagnostics (`NETLINK_SOCK_DIAG`, listening sockets only; `/proc/net/tcp` lists every
+/// socket, ~10 ms per attempt on a busy host), the proc files when netlink cannot answer.
 pub(super) fn host_listening() -> Vec<u16> {
+    let mut ports = listening_by_netlink().unwrap_or_else(|_| listening_by_proc());
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The listening TCP ports, by a `SOCK_DIAG_BY_FAMILY` dump of each family.
+fn listening_by_netlink() -> io::Result<Vec<u16>> {
+    use netlink_packet_core::{
+        NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    };
+    use netlink_packet_sock_diag::SockDiagMessage;
+    use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
+    use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+    use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
+
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let mut ports = Vec::new();
+    let mut buf = vec![0u8; 32 << 10];
+    for (family, id) in [
+        (AF_INET, SocketId::new_v4()),
+        (AF_INET6, SocketId::new_v6()),
+    ] {
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        let mut request = NetlinkMessage::new(
+            header,
+            SockDiagMessage::InetRequest(InetRequest {
+                family,
+                protocol: IPPROTO_TCP,
+                extensions: ExtensionFlags::empty(),
+                states: StateFlags::LISTEN,
+                socket_id: id,
+            })
+            .into(),
+        );
+        request.finalize();
+        let mut bytes = vec![0u8; request.buffer_len()];
+        request.serialize(&mut bytes);
+        socket.send(&bytes, 0)?;
+        'dump: loop {
+            let size = socket.recv(&mut &mut buf[..], 0)?;
+            let mut at = 0;
+            while at < size {
+                let reply = <NetlinkMessage<SockDiagMessage>>::deserialize(&buf[at..size])
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                match reply.payload {
+                    NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+                        ports.push(r.header.socket_id.source_port);
+                    }
+                    NetlinkPayload::Done(_) => break 'dump,
+                    NetlinkPayload::Error(e) => return Err(io::Error::other(e.to_string())),
+                    _ => {}
+                }
+                let len = reply.header.length as usize;
+                if len == 0 {
+                    break;
+                }
+                at += len;
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// The listening TCP ports, from `/proc/net/tcp` and `/proc/net/tcp6`.
+fn listening_by_proc() -> Vec<u16> {
     let mut ports = Vec::new();
     for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(file) else {
@@ -319,7 +390,5 @@ pub(super) fn host_listening() -> Vec<u16> {
             }
         }
     }
-    ports.sort_unstable();
-    ports.dedup();
     ports
 }
