@@ -431,7 +431,7 @@ impl Attrs {
     }
 
     fn pad(&mut self) {
-        while self.bytes.len() % 4 != 0 {
+        while !self.bytes.len().is_multiple_of(4) {
             self.bytes.push(0);
         }
     }
@@ -450,7 +450,7 @@ mod tests {
             let kind = u16::from_ne_bytes(bytes[at + 4..at + 6].try_into().unwrap());
             let flags = u16::from_ne_bytes(bytes[at + 6..at + 8].try_into().unwrap());
             out.push((kind, flags, len));
-            assert_eq!(len % 4, 0, "every message stays aligned");
+            assert!(len.is_multiple_of(4), "every message stays aligned");
             at += len;
         }
         assert_eq!(at, bytes.len());
