@@ -1,6 +1,7 @@
 //! #34: the real pi and Claude Code, each sandboxed by default (a built-in agent profile, no
-//! `sandbox` in the batch), and Codex with `sandbox = "workspace"` (ignored for now: its own
-//! sandbox cannot start inside sortie's, docs/sandbox.md), against the project's mock providers on 127.0.0.1
+//! `sandbox` in the batch), and Codex with `sandbox = "workspace"` and `permissions = "full"`
+//! (its own sandbox cannot start inside sortie's: docs/sandbox.md, "Not yet"), against the
+//! project's mock providers on 127.0.0.1
 //! (reached through the sandbox's forwarding of the agent's provider `host:port`). The mock
 //! scripts one bash tool call that tries what a hijacked agent would: read `~/.ssh/id_test`,
 //! write `$HOME/pwned`, connect to another port of the host's loopback (a listener the test
@@ -256,7 +257,8 @@ fn real_claude_sandboxed_reaches_its_mock_and_nothing_else() {
 }
 
 /// Codex confined by sortie's sandbox alone (`permissions = "full"`: Codex starts no sandbox of
-/// its own, whose bubblewrap cannot start inside sortie's yet: docs/sandbox.md, "Not yet").
+/// its own; its bubblewrap cannot start inside sortie's, and Codex refuses its legacy Landlock
+/// sandbox for any filesystem-restricted mode: docs/sandbox.md, "Not yet").
 #[test]
 fn real_codex_sandboxed_reaches_its_mock_and_nothing_else() {
     if !should_run(
