@@ -46,6 +46,18 @@ impl Drop for Served {
     }
 }
 
+/// A new tab on `run`'s page (`fragment`: `#task=N` opens a task's panel), navigated.
+fn open_run(browser: &Browser, sv: &Served, run: &str, fragment: &str) -> std::sync::Arc<Tab> {
+    let tab = browser.new_tab().expect("a tab");
+    tab.navigate_to(&format!(
+        "{}/runs/{run}?token={}{fragment}",
+        sv.base, sv.token
+    ))
+    .expect("navigate");
+    tab.wait_until_navigated().expect("navigated");
+    tab
+}
+
 /// Starts `sortie serve --port 0` and reads the URL it prints.
 fn serve(s: &Scratch) -> Served {
     let mut child = s
@@ -291,10 +303,7 @@ fn the_run_page_follows_a_live_run_and_its_controls_hold_and_release_a_task() {
         assert!(sortie.finish(60).status.success());
         return;
     };
-    let tab = browser.new_tab().expect("a tab");
-    tab.navigate_to(&format!("{}/runs/{run}?token={}", sv.base, sv.token))
-        .expect("navigate");
-    tab.wait_until_navigated().expect("navigated");
+    let tab = open_run(&browser, &sv, &run, "");
     wait_js(
         &tab,
         "the table's rows",
@@ -406,10 +415,7 @@ fn a_sandboxed_tasks_panel_shows_the_connection_its_sandbox_denied() {
     let Some(browser) = browser() else {
         return;
     };
-    let tab = browser.new_tab().expect("a tab");
-    tab.navigate_to(&format!("{}/runs/net?token={}#task=0", sv.base, sv.token))
-        .expect("navigate");
-    tab.wait_until_navigated().expect("navigated");
+    let tab = open_run(&browser, &sv, "net", "#task=0");
     wait_js(
         &tab,
         "the task's panel",
@@ -456,10 +462,7 @@ fn a_task_panel_follows_the_new_attempts_transcript_when_the_task_retries() {
         assert!(sortie.finish(60).status.success());
         return;
     };
-    let tab = browser.new_tab().expect("a tab");
-    tab.navigate_to(&format!("{}/runs/{run}?token={}#task=0", sv.base, sv.token))
-        .expect("navigate");
-    tab.wait_until_navigated().expect("navigated");
+    let tab = open_run(&browser, &sv, &run, "#task=0");
     wait_js(
         &tab,
         "the first attempt's transcript",
