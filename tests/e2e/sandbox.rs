@@ -34,7 +34,24 @@ fn a_sandboxed_command_does_its_work_and_nothing_else() {
     if !can_sandbox() {
         return;
     }
-    hostile_box(&Scratch::new(), None);
+    hostile_box(&Scratch::new(), None, None);
+}
+
+/// The same on Slurm: the wrapper runs in the job, on the compute node, through the same
+/// sortie binary (a real cluster, `.ci/slurm/up.sh`; skipped with a reason when none answers,
+/// failed under CI).
+#[test]
+fn slurm_a_sandboxed_job_does_its_work_and_nothing_else() {
+    if !can_sandbox()
+        || !sortie_testkit::slurm::should_run(
+            "slurm_a_sandboxed_job_does_its_work_and_nothing_else",
+        )
+    {
+        return;
+    }
+    let run = sortie_testkit::unique_run("slurmsbx");
+    let _cleanup = sortie_testkit::slurm::CancelOnDrop(format!("sortie:{run}:"));
+    hostile_box(&Scratch::new(), None, Some(&run));
 }
 
 /// The uid the unprivileged case runs as.
@@ -48,16 +65,17 @@ fn an_unprivileged_user_is_sandboxed_as_root_is() {
     let s = Scratch::new();
     if nix::unistd::getuid().is_root() {
         // sortie as uid 1000 (no groups), everything it touches that uid's own.
-        hostile_box(&s, Some(USER));
+        hostile_box(&s, Some(USER), None);
     } else {
         // Not root: this test's own user is the unprivileged one.
-        hostile_box(&s, None);
+        hostile_box(&s, None, None);
     }
 }
 
 /// A plain command in a worktree, sandboxed, tries the forbidden steps and does its work;
-/// with `as_uid`, sortie runs as that uid (through `setpriv`), the scratch dir its own.
-fn hostile_box(s: &Scratch, as_uid: Option<u32>) {
+/// with `as_uid`, sortie runs as that uid (through `setpriv`), the scratch dir its own; with
+/// `slurm`, the tasks are Slurm jobs of the run of that id.
+fn hostile_box(s: &Scratch, as_uid: Option<u32>, slurm: Option<&str>) {
     let home = s.path().join("home");
     std::fs::create_dir_all(home.join(".ssh")).expect("mkdir home");
     std::fs::write(home.join(".ssh/id_test"), "secret key\n").expect("write key");
@@ -71,7 +89,7 @@ fn hostile_box(s: &Scratch, as_uid: Option<u32>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     listener.set_nonblocking(true).expect("nonblocking");
     let port = listener.local_addr().expect("addr").port();
-    let run = "sbx";
+    let run = slurm.unwrap_or("sbx");
     let state = s.state_dir();
     let other = state.join("worktrees").join(run).join("other");
     let run_dir = state.join("runs").join(run);
@@ -92,8 +110,13 @@ r commit 'git add mine.txt && git -c user.name=t -c user.email=t@e commit -qm mi
         run_dir = run_dir.display(),
     );
     s.write("box.sh", &script);
+    let defaults = if slurm.is_some() {
+        "[defaults]\nexecutor = \"slurm\"\n\n"
+    } else {
+        ""
+    };
     let batch = format!(
-        "[[tasks]]\nlabel = \"other\"\ncwd = \"repo\"\nisolation = \"worktree\"\n\
+        "{defaults}[[tasks]]\nlabel = \"other\"\ncwd = \"repo\"\nisolation = \"worktree\"\n\
          command = [\"true\"]\nenv = {{ TOKEN = \"s3cret\" }}\n\n\
          [[tasks]]\nlabel = \"box\"\ncwd = \"repo\"\nisolation = \"worktree\"\n\
          sandbox = \"workspace\"\nneeds = [\"other\"]\nsandbox_read = [\"{}\"]\n\
