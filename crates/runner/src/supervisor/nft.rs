@@ -23,8 +23,9 @@ use std::io;
 
 use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
-    socket,
+    setsockopt, socket, sockopt,
 };
+use nix::sys::time::TimeVal;
 
 // netlink(7) and nfnetlink.
 const NLM_F_REQUEST: u16 = 0x1;
@@ -266,6 +267,8 @@ pub(super) fn load(forwarder: u16, ports: &[u16]) -> io::Result<()> {
     )?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     bind(fd, &NetlinkAddr::new(0, 0))?;
+    // A kernel that never answered would hold the attempt at its start: an error instead.
+    setsockopt(&sock, sockopt::ReceiveTimeout, &TimeVal::new(5, 0))?;
     let mut sent = 0;
     while sent < bytes.len() {
         sent += send(fd, &bytes[sent..], MsgFlags::empty())?;
